@@ -1,0 +1,133 @@
+// Package partition maps resource keys onto the partitions of the keylane
+// jobs stream and names the subjects that carry them.
+//
+// The mapping is xxhash64(key) mod N. It is the only hash keylane ever uses:
+// the server's own partition() subject transform uses FNV-1a, so keylane never
+// asks the server to partition. N is fixed when the stream is created and is
+// recorded, together with HashName, in the stream's metadata.
+//
+// All functions are pure and safe for concurrent use.
+package partition
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// HashName names the key hash. It is written into the stream metadata so that
+// a client built with another hash refuses to talk to the stream.
+const HashName = "xxhash64-mod"
+
+// MaxKeyLen is the longest key accepted, in bytes.
+const MaxKeyLen = 1024
+
+// MaxPartitions bounds N. More partitions than this would only cost consumers.
+const MaxPartitions = 4096
+
+var (
+	// ErrEmptyKey is returned for an empty resource key.
+	ErrEmptyKey = errors.New("partition: key is empty")
+	// ErrKeyTooLong is returned for a key longer than MaxKeyLen bytes.
+	ErrKeyTooLong = errors.New("partition: key longer than 1024 bytes")
+	// ErrKeyNotUTF8 is returned for a key that is not valid UTF-8.
+	ErrKeyNotUTF8 = errors.New("partition: key is not valid UTF-8")
+	// ErrBadCount is returned for a partition count outside 1..MaxPartitions.
+	ErrBadCount = errors.New("partition: count must be between 1 and 4096")
+)
+
+// ValidateKey reports why key cannot be used as a resource key, or nil.
+// Keys travel in a message header, never in a subject, so any UTF-8 text up
+// to MaxKeyLen bytes is safe; control characters are refused because they
+// would corrupt the header line.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w (%d bytes)", ErrKeyTooLong, len(key))
+	case !utf8.ValidString(key):
+		return ErrKeyNotUTF8
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c == '\r' || c == '\n' || c == 0 {
+			return fmt.Errorf("partition: key contains a control character at byte %d", i)
+		}
+	}
+	return nil
+}
+
+// ValidateCount reports whether n is a usable partition count.
+func ValidateCount(n int) error {
+	if n < 1 || n > MaxPartitions {
+		return fmt.Errorf("%w (got %d)", ErrBadCount, n)
+	}
+	return nil
+}
+
+// Of returns the partition of key among n partitions, in [0, n).
+// It panics only if n < 1; callers validate n with ValidateCount first.
+func Of(key string, n int) int {
+	return int(xxhash.Sum64String(key) % uint64(n))
+}
+
+// Subject returns the subject that carries the jobs of partition p, e.g.
+// "keylane.jobs.3".
+func Subject(namespace string, p int) string {
+	return namespace + ".jobs." + strconv.Itoa(p)
+}
+
+// SubjectWildcard returns the subject filter that matches every partition.
+func SubjectWildcard(namespace string) string { return namespace + ".jobs.*" }
+
+// DeadSubject returns the dead-letter subject of partition p.
+func DeadSubject(namespace string, p int) string {
+	return namespace + ".dead." + strconv.Itoa(p)
+}
+
+// DeadWildcard returns the subject filter that matches every dead-letter subject.
+func DeadWildcard(namespace string) string { return namespace + ".dead.*" }
+
+// FromSubject parses the partition number out of a jobs subject made by
+// Subject. It returns an error for any other subject.
+func FromSubject(namespace, subject string) (int, error) {
+	prefix := namespace + ".jobs."
+	if len(subject) <= len(prefix) || subject[:len(prefix)] != prefix {
+		return 0, fmt.Errorf("partition: subject %q is not a jobs subject of %q", subject, namespace)
+	}
+	p, err := strconv.Atoi(subject[len(prefix):])
+	if err != nil || p < 0 || strconv.Itoa(p) != subject[len(prefix):] {
+		return 0, fmt.Errorf("partition: subject %q has no partition number", subject)
+	}
+	return p, nil
+}
+
+// Owner returns, among members, the one with the highest rendezvous hash for
+// partition p, or "" when members is empty. Adding or removing one member of
+// M moves only the partitions that member wins or held: about 1/M of them.
+func Owner(p int, members []string) string {
+	var best string
+	var bestScore uint64
+	for _, m := range members {
+		s := score(p, m)
+		if best == "" || s > bestScore || (s == bestScore && m > best) {
+			best, bestScore = m, s
+		}
+	}
+	return best
+}
+
+func score(p int, member string) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(uint64(p) >> (8 * i))
+	}
+	_, _ = d.Write(b[:])
+	_, _ = d.WriteString(member)
+	return d.Sum64()
+}
