@@ -1,0 +1,230 @@
+// Command submit submits keylane jobs from the command line, and runs flash
+// sales and benchmarks against workers.
+//
+//	submit sale                       # embedded NATS + 3 workers in this process
+//	submit sale --nats nats://…       # against running workers
+//	submit call --key sku:1 --payload "buy 1"
+//	submit send --key sku:1 --payload "restock 10" --id restock-42
+//	submit bench                      # hot-key flash sale at 8/64/256 buyers
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/keylane/keylane/inventory"
+	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/nats-io/nats.go"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	var exit exitError
+	switch {
+	case errors.As(err, &exit):
+		os.Exit(int(exit))
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "submit:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError is a non-zero exit that has already been explained.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+const usage = `usage: submit <command> [flags]
+
+commands:
+  sale    run a flash sale and check it (no --nats: embedded NATS and workers in this process)
+  bench   hot-key flash sale at 8/64/256 buyers, Call and fire-and-forget
+  call    submit one job and print its result
+  send    submit one job and print its ID
+
+run "submit <command> -h" for flags.`
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return exitError(2)
+	}
+	switch args[0] {
+	case "sale":
+		return sale(ctx, args[1:], out)
+	case "bench":
+		return bench(ctx, args[1:], out)
+	case "call", "send":
+		return one(ctx, args[0], args[1:], out)
+	case "-h", "--help", "help":
+		fmt.Fprintln(out, usage)
+		return nil
+	}
+	fmt.Fprintln(os.Stderr, usage)
+	return exitError(2)
+}
+
+type common struct {
+	url        string
+	namespace  string
+	partitions int
+	workers    int
+	verbose    bool
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.url, "nats", os.Getenv("NATS_URL"), "NATS URL; empty starts an embedded server and workers in this process (env NATS_URL)")
+	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
+	fs.IntVar(&c.partitions, "partitions", 0, "partition count (0: the stream's; 16 when creating)")
+	fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")
+	fs.BoolVar(&c.verbose, "v", false, "log worker events to stderr")
+}
+
+func (c *common) logger() *slog.Logger {
+	if !c.verbose {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// connect returns a client, starting an in-process deployment when no URL
+// was given, and a function that tears everything down.
+func (c *common) connect(ctx context.Context, hold time.Duration) (*kjs.Client, *inventory.Local, func(), error) {
+	if c.url != "" {
+		nc, err := nats.Connect(c.url, nats.Name("keylane-submit"))
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		cl, err := kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: c.namespace, Partitions: c.partitions})
+		if err != nil {
+			nc.Close()
+			return nil, nil, nil, err
+		}
+		return cl, nil, func() { cl.Close(); nc.Close() }, nil
+	}
+	local, err := inventory.StartLocal(ctx, inventory.LocalConfig{
+		Workers:  c.workers,
+		Topology: kjs.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions},
+		Hold:     hold,
+		Logger:   c.logger(),
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cl, err := local.Client(ctx)
+	if err != nil {
+		local.Stop(context.Background())
+		return nil, nil, nil, err
+	}
+	return cl, local, func() {
+		cl.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		local.Stop(sctx)
+	}, nil
+}
+
+func sale(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("sale", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	var cfg inventory.SaleConfig
+	var hold time.Duration
+	fs.IntVar(&cfg.SKUs, "skus", 5, "SKUs on sale")
+	fs.Int64Var(&cfg.Stock, "stock", 1000, "starting stock of each SKU")
+	fs.IntVar(&cfg.Buyers, "buyers", 64, "concurrent buyers")
+	fs.IntVar(&cfg.Purchases, "purchases", 10000, "single-unit purchases in all")
+	fs.Float64Var(&cfg.Skew, "skew", 1.1, "zipf exponent of demand over SKUs (>1), 0 for even demand")
+	fs.BoolVar(&cfg.FireAndForget, "fire-and-forget", false, "submit all purchases with SubmitMany, then wait for the stock")
+	fs.DurationVar(&hold, "hold", 0, "pause inside the critical section (in-process workers only)")
+	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on the whole sale")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if cfg.Skew != 0 && cfg.Skew <= 1 {
+		return errors.New("--skew must be above 1, or 0 for even demand")
+	}
+	cl, local, done, err := c.connect(ctx, hold)
+	if err != nil {
+		return err
+	}
+	defer done()
+	where := c.url
+	var tr *inventory.Tracker
+	if local != nil {
+		where = fmt.Sprintf("embedded NATS at %s, %d workers in this process", local.URL, len(local.Workers))
+		tr = local.Tracker
+	}
+	fmt.Fprintf(out, "keylane: %s, %d partitions\n", where, cl.Partitions())
+	v, err := inventory.RunSale(ctx, cl, cfg, tr)
+	if err != nil {
+		return err
+	}
+	v.Print(out)
+	if local != nil {
+		for _, w := range local.Workers {
+			s := w.Stats()
+			fmt.Fprintf(out, "  worker %s: partitions %v, runs %d, acked %d, retries+failures %d, dead %d\n",
+				w.ID(), w.Owned(), s.Runs, s.Succeeded, s.Failed, s.DeadLettered)
+		}
+	}
+	if !v.OK() {
+		return exitError(1)
+	}
+	return nil
+}
+
+func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	key := fs.String("key", "", "resource key (required)")
+	payload := fs.String("payload", "", "job payload")
+	id := fs.String("id", "", "job ID, the idempotency key (default: a new one)")
+	typ := fs.String("type", "", "job type, for workers with a Mux")
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if c.url == "" {
+		return errors.New("--nats (or NATS_URL) is required: start workers with `go run ./cmd/worker` first")
+	}
+	cl, _, done, err := c.connect(ctx, 0)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	var opts []kjs.SubmitOpt
+	if *id != "" {
+		opts = append(opts, kjs.WithID(*id))
+	}
+	if *typ != "" {
+		opts = append(opts, kjs.WithType(*typ))
+	}
+	if cmd == "send" {
+		jobID, err := cl.Submit(ctx, *key, []byte(*payload), opts...)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(out, jobID)
+		return nil
+	}
+	res, err := cl.Call(ctx, *key, []byte(*payload), opts...)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, string(res))
+	return nil
+}

@@ -1,0 +1,134 @@
+// Package inventory is keylane's built-in handler for the use case it was
+// made for: stock of SKUs that many buyers deduct at once. Stock lives in a
+// keylane State, so every deduction is applied exactly once and a sale can
+// never oversell, whatever the workers, crashes or redeliveries.
+//
+// Jobs are small text commands, keyed by SKU:
+//
+//	set N       set the stock to N          -> "ok N"
+//	restock N   add N                       -> "ok <stock>"
+//	buy N       deduct N if that many left  -> "sold <left>" or "soldout <left>"
+//	get         read the stock              -> "stock N"
+//
+// Anything else is a permanent error: the job is dead-lettered at once.
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	kjs "github.com/keylane/keylane/jetstream"
+)
+
+// ErrBadCommand is returned (permanently) for a job that is not a command
+// of this handler.
+var ErrBadCommand = errors.New("inventory: bad command")
+
+// Handler applies inventory commands. It is safe for concurrent use.
+type Handler struct {
+	// State stores the stock. Required.
+	State *kjs.State
+	// Hold is a pause between reading and writing the stock, to simulate a
+	// slow critical section in tests and demos. Defaults to none.
+	Hold time.Duration
+	// Tracker, when set, sees every run start and end.
+	Tracker *Tracker
+}
+
+// Command is a parsed job payload.
+type Command struct {
+	Op string
+	N  int64
+}
+
+// Parse reads a job payload.
+func Parse(payload []byte) (Command, error) {
+	f := strings.Fields(string(payload))
+	if len(f) == 0 {
+		return Command{}, fmt.Errorf("%w: empty", ErrBadCommand)
+	}
+	c := Command{Op: f[0]}
+	switch c.Op {
+	case "get":
+		if len(f) != 1 {
+			return c, fmt.Errorf("%w: get takes no argument", ErrBadCommand)
+		}
+		return c, nil
+	case "set", "restock", "buy":
+		if len(f) != 2 {
+			return c, fmt.Errorf("%w: %s takes one number", ErrBadCommand, c.Op)
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || n < 0 || (c.Op == "buy" && n == 0) {
+			return c, fmt.Errorf("%w: %q is not a valid quantity", ErrBadCommand, f[1])
+		}
+		c.N = n
+		return c, nil
+	}
+	return c, fmt.Errorf("%w: unknown operation %q", ErrBadCommand, c.Op)
+}
+
+// Handle implements keylane's Handler.
+func (h *Handler) Handle(ctx context.Context, job kjs.Job) ([]byte, error) {
+	cmd, err := Parse(job.Payload)
+	if err != nil {
+		return nil, kjs.Permanent(err)
+	}
+	var applied bool
+	if h.Tracker != nil {
+		h.Tracker.Start(job)
+		defer func() { h.Tracker.End(job, applied) }()
+	}
+	if cmd.Op == "get" {
+		e, err := h.State.Get(ctx, job.Key)
+		if err != nil {
+			return nil, err
+		}
+		return []byte("stock " + strconv.FormatInt(decode(e.Value), 10)), nil
+	}
+	res, err := h.State.Apply(ctx, job, func(cur []byte) ([]byte, []byte, error) {
+		stock := decode(cur)
+		if h.Hold > 0 {
+			t := time.NewTimer(h.Hold)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return nil, nil, ctx.Err()
+			}
+		}
+		var out string
+		switch cmd.Op {
+		case "set":
+			stock = cmd.N
+			out = "ok " + strconv.FormatInt(stock, 10)
+		case "restock":
+			stock += cmd.N
+			out = "ok " + strconv.FormatInt(stock, 10)
+		case "buy":
+			if stock >= cmd.N {
+				stock -= cmd.N
+				out = "sold " + strconv.FormatInt(stock, 10)
+			} else {
+				out = "soldout " + strconv.FormatInt(stock, 10)
+			}
+		}
+		applied = true
+		return encode(stock), []byte(out), nil
+	})
+	if err != nil {
+		applied = false
+	}
+	return res, err
+}
+
+func decode(b []byte) int64 {
+	n, _ := strconv.ParseInt(string(b), 10, 64)
+	return n
+}
+
+func encode(n int64) []byte { return strconv.AppendInt(nil, n, 10) }

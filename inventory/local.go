@@ -1,0 +1,164 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/keylane/keylane/embedded"
+	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LocalConfig describes a whole keylane deployment inside one process: an
+// embedded NATS server (unless URL is set) and several inventory workers.
+type LocalConfig struct {
+	// URL of an existing NATS server. Defaults to starting an embedded one.
+	URL string
+	// Dir holds the embedded server's store. Defaults to a new temporary
+	// directory, removed on Stop.
+	Dir string
+	// Port of the embedded server. Defaults to a free port.
+	Port int
+	// SyncAlways makes the embedded server fsync every write.
+	SyncAlways bool
+	// Workers is how many workers to run. Defaults to 3.
+	Workers int
+	// Topology of the namespace. Defaults as in TopologyConfig.
+	Topology kjs.TopologyConfig
+	// Concurrency per partition. Defaults as in WorkerConfig.
+	Concurrency int
+	// Hold is the handler's pause inside the critical section.
+	Hold time.Duration
+	// Logger for the workers. Defaults to discarding.
+	Logger *slog.Logger
+}
+
+// Local is a running in-process deployment.
+type Local struct {
+	Server  *server.Server // nil when URL was given
+	URL     string
+	Tracker *Tracker
+	Workers []*kjs.Worker
+	conns   []*nats.Conn
+	tmp     string
+	ns      string
+}
+
+// StartLocal starts the server and the workers and waits until every
+// partition has an owner.
+func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
+	if cfg.Workers == 0 {
+		cfg.Workers = 3
+	}
+	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace}
+	if l.URL == "" {
+		dir := cfg.Dir
+		if dir == "" {
+			d, err := os.MkdirTemp("", "keylane-")
+			if err != nil {
+				return nil, err
+			}
+			dir, l.tmp = d, d
+		}
+		port := cfg.Port
+		if port == 0 {
+			port = -1
+		}
+		s, err := embedded.Start(embedded.Config{Port: port, StoreDir: dir, SyncAlways: cfg.SyncAlways})
+		if err != nil {
+			l.Stop(ctx)
+			return nil, err
+		}
+		l.Server, l.URL = s, s.ClientURL()
+	}
+	for i := 0; i < cfg.Workers; i++ {
+		nc, err := nats.Connect(l.URL, nats.Name(fmt.Sprintf("keylane-worker-%d", i)))
+		if err != nil {
+			l.Stop(ctx)
+			return nil, err
+		}
+		l.conns = append(l.conns, nc)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			l.Stop(ctx)
+			return nil, err
+		}
+		topo, err := kjs.Setup(ctx, js, cfg.Topology)
+		if err != nil {
+			l.Stop(ctx)
+			return nil, err
+		}
+		w, err := kjs.NewWorker(nc, kjs.WorkerConfig{
+			Topology:    cfg.Topology,
+			Handler:     &Handler{State: kjs.NewState(topo.State), Hold: cfg.Hold, Tracker: l.Tracker},
+			ID:          fmt.Sprintf("local-%d-%d", os.Getpid(), i),
+			Concurrency: cfg.Concurrency,
+			Logger:      cfg.Logger,
+		})
+		if err != nil {
+			l.Stop(ctx)
+			return nil, err
+		}
+		if err := w.Start(ctx); err != nil {
+			l.Stop(ctx)
+			return nil, err
+		}
+		l.Workers = append(l.Workers, w)
+	}
+	n := l.Workers[0].Topology().Partitions
+	for {
+		owned := 0
+		for _, w := range l.Workers {
+			owned += len(w.Owned())
+		}
+		if owned == n {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			l.Stop(context.Background())
+			return nil, errors.Join(errors.New("inventory: partitions not all owned"), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Client connects a new client to the deployment; it is closed by Stop.
+func (l *Local) Client(ctx context.Context) (*kjs.Client, error) {
+	nc, err := nats.Connect(l.URL, nats.Name("keylane-client"))
+	if err != nil {
+		return nil, err
+	}
+	l.conns = append(l.conns, nc)
+	return kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: l.ns})
+}
+
+// Stop stops the workers gracefully, then the server.
+func (l *Local) Stop(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, w := range l.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.Stop(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, nc := range l.conns {
+		nc.Close()
+	}
+	if l.Server != nil {
+		l.Server.Shutdown()
+		l.Server.WaitForShutdown()
+	}
+	if l.tmp != "" {
+		_ = os.RemoveAll(l.tmp)
+	}
+}

@@ -1,0 +1,304 @@
+package inventory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// SaleConfig describes a flash sale: many buyers racing for the stock of a
+// few hot SKUs.
+type SaleConfig struct {
+	// SKUs is how many products are on sale. Defaults to 5.
+	SKUs int
+	// Stock is each SKU's starting stock. Defaults to 1000.
+	Stock int64
+	// Buyers is how many concurrent buyers there are. Defaults to 64.
+	Buyers int
+	// Purchases is how many single-unit purchases are attempted in all.
+	// Defaults to 10000.
+	Purchases int
+	// Skew is the Zipf exponent of demand over SKUs (>1; SKU 0 the hottest).
+	// Zero spreads demand evenly. Defaults to 1.1.
+	Skew float64
+	// Prefix names the SKU keys. Defaults to "sku:<random>:" so runs
+	// against the same server do not collide.
+	Prefix string
+	// FireAndForget submits every purchase with SubmitMany instead of Call,
+	// then waits until the stock reflects them all.
+	FireAndForget bool
+	// Timeout bounds the whole sale. Defaults to 5 minutes.
+	Timeout time.Duration
+}
+
+func (c *SaleConfig) setDefaults() {
+	if c.SKUs == 0 {
+		c.SKUs = 5
+	}
+	if c.Stock == 0 {
+		c.Stock = 1000
+	}
+	if c.Buyers == 0 {
+		c.Buyers = 64
+	}
+	if c.Purchases == 0 {
+		c.Purchases = 10000
+	}
+	if c.Skew == 0 {
+		c.Skew = 1.1
+	}
+	if c.Prefix == "" {
+		c.Prefix = "sku:" + strings.ToLower(nuid.Next()[:8]) + ":"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = 5 * time.Minute
+	}
+}
+
+// Verdict is the outcome of a sale, with the invariants checked.
+type Verdict struct {
+	Config    SaleConfig
+	Sold      int64 // purchases answered "sold"
+	Refused   int64 // purchases answered "soldout"
+	Failed    int64 // purchases that got an error
+	Oversold  int64 // units sold beyond stock: must be 0
+	Mismatch  int   // SKUs whose final stock is not start − sold: must be 0
+	Final     []int64
+	Demand    []int64
+	Elapsed   time.Duration
+	JobsPerS  float64
+	P50, P99  time.Duration
+	Max       time.Duration
+	MaxPerKey int // most runs of one key seen at once (-1: not observed)
+	OutOfOrd  int // runs of a key that started out of stream order
+	// FirstError is the first purchase error, if any failed.
+	FirstError string
+}
+
+// OK reports whether every invariant held.
+func (v Verdict) OK() bool {
+	return v.Oversold == 0 && v.Mismatch == 0 && v.Failed == 0 && v.MaxPerKey <= 1 && v.OutOfOrd == 0
+}
+
+// Print writes the verdict for a person.
+func (v Verdict) Print(w io.Writer) {
+	c := v.Config
+	mode := "Call (request-reply)"
+	if c.FireAndForget {
+		mode = "SubmitMany (fire-and-forget)"
+	}
+	fmt.Fprintf(w, "flash sale: %d purchases of %d SKUs (stock %d each, zipf s=%.2f), %d buyers, %s\n",
+		c.Purchases, c.SKUs, c.Stock, c.Skew, c.Buyers, mode)
+	for i, f := range v.Final {
+		fmt.Fprintf(w, "  %s%-3d demand %6d  sold %6d  final stock %6d\n", c.Prefix, i, v.Demand[i], c.Stock-f, f)
+	}
+	fmt.Fprintf(w, "sold %d, refused %d, failed %d\n", v.Sold, v.Refused, v.Failed)
+	if v.FirstError != "" {
+		fmt.Fprintf(w, "first failure: %s\n", v.FirstError)
+	}
+	fmt.Fprintf(w, "oversell %d (must be 0), stock mismatches %d (must be 0)\n", v.Oversold, v.Mismatch)
+	if v.MaxPerKey >= 0 {
+		fmt.Fprintf(w, "max concurrent runs per key %d (must be 1), out-of-order runs %d (must be 0)\n", v.MaxPerKey, v.OutOfOrd)
+	}
+	fmt.Fprintf(w, "throughput %.0f jobs/s over %s", v.JobsPerS, v.Elapsed.Round(time.Millisecond))
+	if !c.FireAndForget {
+		fmt.Fprintf(w, ", latency p50 %s p99 %s max %s", round(v.P50), round(v.P99), round(v.Max))
+	}
+	fmt.Fprintln(w)
+	if v.OK() {
+		fmt.Fprintln(w, "verdict: OK")
+	} else {
+		fmt.Fprintln(w, "verdict: FAILED")
+	}
+}
+
+func round(d time.Duration) time.Duration {
+	if d > time.Millisecond {
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
+
+// RunSale stocks the SKUs, runs the purchases through c and checks the
+// result. tr, if not nil, is the tracker the handlers share (in-process
+// workers), for the per-key concurrency and order checks.
+func RunSale(ctx context.Context, c *kjs.Client, cfg SaleConfig, tr *Tracker) (Verdict, error) {
+	cfg.setDefaults()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	v := Verdict{Config: cfg, MaxPerKey: -1, Final: make([]int64, cfg.SKUs), Demand: make([]int64, cfg.SKUs)}
+	sku := func(i int) string { return cfg.Prefix + strconv.Itoa(i) }
+	for i := 0; i < cfg.SKUs; i++ {
+		if _, err := c.Call(ctx, sku(i), []byte("set "+strconv.FormatInt(cfg.Stock, 10))); err != nil {
+			return v, fmt.Errorf("stock %s: %w", sku(i), err)
+		}
+	}
+	// Decide every purchase's SKU up front so demand is known exactly.
+	picks := make([]int, cfg.Purchases)
+	r := rand.New(rand.NewPCG(1, uint64(cfg.Purchases)))
+	var zipf *rand.Zipf
+	if cfg.Skew > 1 && cfg.SKUs > 1 {
+		zipf = rand.NewZipf(r, cfg.Skew, 1, uint64(cfg.SKUs-1))
+	}
+	for i := range picks {
+		if zipf != nil {
+			picks[i] = int(zipf.Uint64())
+		} else {
+			picks[i] = r.IntN(cfg.SKUs)
+		}
+		v.Demand[picks[i]]++
+	}
+	runID := nuid.Next()
+	start := time.Now()
+	var err error
+	var lat []time.Duration
+	if cfg.FireAndForget {
+		err = submitAll(ctx, c, cfg, picks, runID, sku)
+	} else {
+		lat, err = callAll(ctx, c, cfg, picks, runID, sku, &v)
+	}
+	if err != nil {
+		return v, err
+	}
+	if cfg.FireAndForget {
+		// Wait until every SKU has seen all its purchases: its stock is
+		// start − min(start, demand).
+		for i := 0; i < cfg.SKUs; i++ {
+			want := cfg.Stock - min(cfg.Stock, v.Demand[i])
+			for {
+				got, err := stock(ctx, c, sku(i))
+				if err != nil {
+					return v, err
+				}
+				if got <= want {
+					break
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}
+	v.Elapsed = time.Since(start)
+	v.JobsPerS = float64(cfg.Purchases) / v.Elapsed.Seconds()
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		v.P50 = lat[len(lat)/2]
+		v.P99 = lat[len(lat)*99/100]
+		v.Max = lat[len(lat)-1]
+	}
+	for i := 0; i < cfg.SKUs; i++ {
+		got, err := stock(ctx, c, sku(i))
+		if err != nil {
+			return v, err
+		}
+		v.Final[i] = got
+		sold := cfg.Stock - got
+		want := min(cfg.Stock, v.Demand[i])
+		if got < 0 {
+			v.Oversold += -got
+		}
+		if sold != want {
+			v.Mismatch++
+		}
+	}
+	if cfg.FireAndForget {
+		for i := range v.Final {
+			v.Sold += cfg.Stock - v.Final[i]
+		}
+		v.Refused = int64(cfg.Purchases) - v.Sold
+	} else if total := int64(cfg.SKUs) * cfg.Stock; v.Sold > total {
+		v.Oversold += v.Sold - total
+	}
+	if tr != nil {
+		v.MaxPerKey = tr.MaxConcurrent()
+		v.OutOfOrd = tr.OrderViolations()
+	}
+	return v, nil
+}
+
+func callAll(ctx context.Context, c *kjs.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string, v *Verdict) ([]time.Duration, error) {
+	lat := make([]time.Duration, len(picks))
+	var next atomic.Int64
+	var sold, refused, failed atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	for b := 0; b < cfg.Buyers; b++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(picks) || ctx.Err() != nil {
+					return
+				}
+				t0 := time.Now()
+				res, err := c.Call(ctx, sku(picks[i]), []byte("buy 1"), kjs.WithID(runID+"-"+strconv.Itoa(i)))
+				lat[i] = time.Since(t0)
+				switch {
+				case err != nil:
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				case strings.HasPrefix(string(res), "sold "):
+					sold.Add(1)
+				case strings.HasPrefix(string(res), "soldout "):
+					refused.Add(1)
+				default:
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Errorf("unexpected result %q", res))
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	v.Sold, v.Refused, v.Failed = sold.Load(), refused.Load(), failed.Load()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if e, ok := firstErr.Load().(error); ok {
+		v.FirstError = e.Error()
+	}
+	return lat, nil
+}
+
+func submitAll(ctx context.Context, c *kjs.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string) error {
+	const chunk = 4096
+	for lo := 0; lo < len(picks); lo += chunk {
+		hi := min(lo+chunk, len(picks))
+		reqs := make([]kjs.Request, 0, hi-lo)
+		for i := lo; i < hi; i++ {
+			reqs = append(reqs, kjs.Request{Key: sku(picks[i]), Payload: []byte("buy 1"), ID: runID + "-" + strconv.Itoa(i)})
+		}
+		out, err := c.SubmitMany(ctx, reqs)
+		if err != nil {
+			return err
+		}
+		for _, s := range out {
+			if s.Err != nil {
+				return fmt.Errorf("submit %s: %w", s.ID, s.Err)
+			}
+		}
+	}
+	return nil
+}
+
+func stock(ctx context.Context, c *kjs.Client, key string) (int64, error) {
+	res, err := c.Call(ctx, key, []byte("get"))
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	n, ok := strings.CutPrefix(string(res), "stock ")
+	if !ok {
+		return 0, errors.New("unexpected reply to get: " + string(res))
+	}
+	return strconv.ParseInt(n, 10, 64)
+}

@@ -1,0 +1,119 @@
+package inventory
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"sync"
+	"time"
+
+	kjs "github.com/keylane/keylane/jetstream"
+)
+
+// Tracker watches handler runs in one process: the most runs of one key seen
+// at the same time (keylane promises 1), and runs of a key that started out
+// of stream order. With a writer it also logs every run as a JSON line, so
+// runs in several processes can be checked together (see Run).
+// It is safe for concurrent use.
+type Tracker struct {
+	mu      sync.Mutex
+	keys    map[string]*keyTrack
+	maxConc int
+	order   int
+	runs    int64
+	out     *bufio.Writer
+	starts  map[uint64]int64 // run start by stream sequence, when tracing
+	worker  string
+}
+
+type keyTrack struct {
+	running int
+	lastSeq uint64
+}
+
+// Run is one handler run as a trace line records it.
+type Run struct {
+	Worker  string `json:"w"`
+	Job     string `json:"job"`
+	Key     string `json:"key"`
+	Seq     uint64 `json:"seq"`
+	Fence   uint64 `json:"fence"`
+	Start   int64  `json:"start"` // wall clock, ns
+	End     int64  `json:"end"`
+	Applied bool   `json:"applied"` // the state write of this run took effect
+}
+
+// NewTracker returns a tracker; out, if not nil, receives a JSON line per
+// run, tagged with worker.
+func NewTracker(out io.Writer, worker string) *Tracker {
+	t := &Tracker{keys: map[string]*keyTrack{}, worker: worker, starts: map[uint64]int64{}}
+	if out != nil {
+		t.out = bufio.NewWriterSize(out, 64<<10)
+	}
+	return t
+}
+
+// Start records the start of a run.
+func (t *Tracker) Start(job kjs.Job) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := t.keys[job.Key]
+	if k == nil {
+		k = &keyTrack{}
+		t.keys[job.Key] = k
+	}
+	k.running++
+	if k.running > t.maxConc {
+		t.maxConc = k.running
+	}
+	if job.Seq < k.lastSeq {
+		t.order++
+	}
+	k.lastSeq = job.Seq
+	t.runs++
+	if t.out != nil {
+		t.starts[job.Seq] = time.Now().UnixNano()
+	}
+}
+
+// End records the end of a run.
+func (t *Tracker) End(job kjs.Job, applied bool) {
+	end := time.Now().UnixNano()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k := t.keys[job.Key]; k != nil {
+		k.running--
+		if k.running == 0 && len(t.keys) > 1<<16 {
+			delete(t.keys, job.Key)
+		}
+	}
+	if t.out != nil {
+		start := t.starts[job.Seq]
+		delete(t.starts, job.Seq)
+		b, _ := json.Marshal(Run{Worker: t.worker, Job: job.ID, Key: job.Key, Seq: job.Seq, Fence: job.Fence, Start: start, End: end, Applied: applied})
+		_, _ = t.out.Write(append(b, '\n'))
+		_ = t.out.Flush()
+	}
+}
+
+// MaxConcurrent returns the most runs of one key seen at the same time.
+func (t *Tracker) MaxConcurrent() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.maxConc
+}
+
+// OrderViolations returns how many runs started with a lower sequence than
+// an earlier run of the same key.
+func (t *Tracker) OrderViolations() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.order
+}
+
+// Runs returns how many runs started.
+func (t *Tracker) Runs() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.runs
+}

@@ -1,0 +1,318 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+var (
+	// ErrPayloadTooLarge is returned for a job larger than the server's
+	// max_payload; nothing is sent.
+	ErrPayloadTooLarge = errors.New("keylane: payload larger than the server's max_payload")
+	// ErrBadJobID is returned for a job ID keylane cannot carry.
+	ErrBadJobID = errors.New("keylane: job ID must be 1-256 characters of A-Z a-z 0-9 _ - = and inner dots")
+	// ErrNoReply is returned by Call when ctx ended before the result came.
+	// The job may still run: it was stored.
+	ErrNoReply = errors.New("keylane: no result before the context ended")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("keylane: client closed")
+)
+
+var jobIDRE = regexp.MustCompile(`^[A-Za-z0-9_=-]([A-Za-z0-9_=.-]{0,254}[A-Za-z0-9_=-])?$`)
+
+// ValidateJobID reports why id cannot be used as a job ID, or nil.
+func ValidateJobID(id string) error {
+	if !jobIDRE.MatchString(id) {
+		return fmt.Errorf("%w (got %q)", ErrBadJobID, id)
+	}
+	return nil
+}
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Namespace of the jobs stream. Defaults to "keylane".
+	Namespace string
+	// Partitions, when non-zero, must equal the stream's partition count;
+	// a mismatch is refused with ErrPartitionMismatch. Defaults to 0: take
+	// the count from the stream.
+	Partitions int
+	// MaxPending bounds the asynchronous publishes in flight in SubmitMany.
+	// Defaults to 4096.
+	MaxPending int
+}
+
+// Client submits jobs. It is safe for concurrent use.
+type Client struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	async  jetstream.JetStream
+	names  Names
+	n      int
+	stream string
+
+	mu      sync.Mutex
+	inbox   string
+	sub     *nats.Subscription
+	waiters map[string]chan *nats.Msg
+	closed  bool
+	token   atomic.Uint64
+}
+
+// NewClient opens the namespace's jobs stream, checks its partition
+// metadata, and returns a client. The connection stays the caller's.
+func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, error) {
+	if cfg.Namespace == "" {
+		cfg.Namespace = "keylane"
+	}
+	if cfg.MaxPending == 0 {
+		cfg.MaxPending = 4096
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	n, err := Open(ctx, js, cfg.Namespace, cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	async, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
+	if err != nil {
+		return nil, err
+	}
+	names := Names{Namespace: cfg.Namespace}
+	return &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), waiters: map[string]chan *nats.Msg{}}, nil
+}
+
+// Partitions returns N, the partition count of the jobs stream.
+func (c *Client) Partitions() int { return c.n }
+
+// Request is one job to submit.
+type Request struct {
+	Key     string
+	Payload []byte
+	// ID is the job ID (idempotency key). Defaults to a new unique ID.
+	ID string
+	// Type routes the job in a Mux. Optional.
+	Type string
+	// Headers are extra headers carried to the handler. Optional.
+	Headers nats.Header
+}
+
+// SubmitOpt sets a per-submit option.
+type SubmitOpt func(*Request)
+
+// WithID sets the job ID, the idempotency key: a second submit with the same
+// ID within the stream's duplicate window stores nothing and returns the same
+// ID.
+func WithID(id string) SubmitOpt { return func(r *Request) { r.ID = id } }
+
+// WithType sets the job type used by a Mux.
+func WithType(typ string) SubmitOpt { return func(r *Request) { r.Type = typ } }
+
+// WithHeader adds a header carried to the handler.
+func WithHeader(k, v string) SubmitOpt {
+	return func(r *Request) {
+		if r.Headers == nil {
+			r.Headers = nats.Header{}
+		}
+		r.Headers.Add(k, v)
+	}
+}
+
+func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
+	if err := partition.ValidateKey(r.Key); err != nil {
+		return nil, err
+	}
+	if r.ID == "" {
+		r.ID = nuid.Next()
+	} else if err := ValidateJobID(r.ID); err != nil {
+		return nil, err
+	}
+	p := partition.Of(r.Key, c.n)
+	m := &nats.Msg{Subject: partition.Subject(c.names.Namespace, p), Data: r.Payload, Header: nats.Header{}}
+	for k, vs := range r.Headers {
+		m.Header[k] = append([]string(nil), vs...)
+	}
+	m.Header.Set(HeaderJobID, r.ID)
+	m.Header.Set(HeaderKey, r.Key)
+	if r.Type != "" {
+		m.Header.Set(HeaderType, r.Type)
+	}
+	if reply != "" {
+		m.Header.Set(HeaderReply, reply)
+	}
+	// Headers cost bytes too; leave room for the server's own.
+	size := len(m.Data) + len(m.Subject) + 64
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			size += len(k) + len(v) + 4
+		}
+	}
+	if max := c.nc.MaxPayload(); int64(size) > max {
+		return nil, fmt.Errorf("%w: %d bytes with headers, limit %d", ErrPayloadTooLarge, size, max)
+	}
+	return m, nil
+}
+
+func build(key string, payload []byte, opts []SubmitOpt) Request {
+	r := Request{Key: key, Payload: payload}
+	for _, o := range opts {
+		o(&r)
+	}
+	return r
+}
+
+// Submit stores a job and returns its ID once JetStream has stored it. It
+// does not wait for the job to run. Bad input (an empty or oversized key, an
+// oversized payload, a bad job ID) is refused before anything is sent.
+func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (string, error) {
+	r := build(key, payload, opts)
+	m, err := c.message(&r, "")
+	if err != nil {
+		return "", err
+	}
+	if _, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.stream)); err != nil {
+		return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+	}
+	return r.ID, nil
+}
+
+// Call stores a job and waits for its handler's result. A handler error comes
+// back as a *RemoteError. If ctx ends first, Call returns an error wrapping
+// ErrNoReply and ctx.Err(); the job was stored and will still run. A retried
+// Call with the same WithID does not run the job twice.
+func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) ([]byte, error) {
+	r := build(key, payload, opts)
+	token, ch, err := c.wait()
+	if err != nil {
+		return nil, err
+	}
+	defer c.unwait(token)
+	m, err := c.message(&r, c.inbox+token)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.stream)); err != nil {
+		return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+	}
+	select {
+	case reply := <-ch:
+		return decodeReply(reply)
+	case <-ctx.Done():
+		return nil, errors.Join(fmt.Errorf("%w (job %s)", ErrNoReply, r.ID), ctx.Err())
+	}
+}
+
+func decodeReply(m *nats.Msg) ([]byte, error) {
+	if msg := m.Header.Get(HeaderError); msg != "" {
+		kind := m.Header.Get(HeaderErrorKind)
+		return nil, &RemoteError{Message: msg, Permanent: kind == "permanent" || kind == "dead", DeadLettered: kind == "dead"}
+	}
+	return m.Data, nil
+}
+
+func (c *Client) wait() (string, chan *nats.Msg, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", nil, ErrClosed
+	}
+	if c.sub == nil {
+		c.inbox = c.nc.NewInbox() + "."
+		sub, err := c.nc.Subscribe(c.inbox+"*", c.deliver)
+		if err != nil {
+			return "", nil, err
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		c.sub = sub
+	}
+	token := strconv.FormatUint(c.token.Add(1), 36)
+	ch := make(chan *nats.Msg, 1)
+	c.waiters[token] = ch
+	return token, ch, nil
+}
+
+func (c *Client) unwait(token string) {
+	c.mu.Lock()
+	delete(c.waiters, token)
+	c.mu.Unlock()
+}
+
+func (c *Client) deliver(m *nats.Msg) {
+	token := m.Subject[len(c.inbox):]
+	c.mu.Lock()
+	ch := c.waiters[token]
+	c.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- m:
+		default: // a duplicate reply (redelivered job): the first one won
+		}
+	}
+}
+
+// Submitted is the outcome of one job of SubmitMany.
+type Submitted struct {
+	ID  string
+	Err error
+}
+
+// SubmitMany stores many jobs with at most MaxPending asynchronous publishes
+// in flight, and returns once every one is stored or refused, in the order
+// given. It returns an error only if ctx ended; per-job errors are in the
+// slice.
+func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, error) {
+	out := make([]Submitted, len(reqs))
+	futures := make([]jetstream.PubAckFuture, len(reqs))
+	for i := range reqs {
+		m, err := c.message(&reqs[i], "")
+		out[i].ID = reqs[i].ID
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		f, err := c.async.PublishMsgAsync(m, jetstream.WithExpectStream(c.stream), jetstream.WithStallWait(30*time.Second))
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		futures[i] = f
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			out[i].Err = err
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+	return out, ctx.Err()
+}
+
+// Close stops waiting for replies. It does not close the connection.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	if c.sub != nil {
+		_ = c.sub.Unsubscribe()
+	}
+}

@@ -1,0 +1,189 @@
+package jetstream
+
+import (
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// task is one fetched job waiting in, or running from, its key's lane.
+type task struct {
+	msg      jetstream.Msg
+	job      Job
+	maybeDup bool // may have run before under an earlier owner
+	progress time.Time
+}
+
+// lane holds the queued jobs of one key, in stream order.
+type lane struct {
+	key   string
+	queue []*task
+	head  int
+}
+
+// lanes runs the jobs of one partition: one job at a time per key, in the
+// order they were fetched, and different keys on up to `runners` goroutines.
+// A fixed pool of runners takes ready lanes; no goroutine is started per job.
+type lanes struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	byKey    map[string]*lane
+	ready    []*lane
+	inflight map[uint64]*task // by stream sequence: every fetched, unfinished job
+	closed   bool             // no more tasks will be added
+	dropping bool             // drop queued tasks instead of running them
+	wg       sync.WaitGroup
+}
+
+// fairness: a runner hands a busy lane back after this many jobs when other
+// lanes are waiting, so one hot key cannot starve the rest.
+const laneBurst = 32
+
+func newLanes(runners int, run func(*task)) *lanes {
+	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}}
+	l.cond = sync.NewCond(&l.mu)
+	l.wg.Add(runners)
+	for i := 0; i < runners; i++ {
+		go l.runner(run)
+	}
+	return l
+}
+
+// add queues t behind the earlier jobs of its key. It reports false for a
+// job already in flight here (a redelivery racing the original), which the
+// caller drops: the original's ack covers it.
+func (l *lanes) add(t *task) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	if _, dup := l.inflight[t.job.Seq]; dup {
+		return false
+	}
+	t.progress = time.Now()
+	l.inflight[t.job.Seq] = t
+	if ln := l.byKey[t.job.Key]; ln != nil {
+		ln.queue = append(ln.queue, t)
+		return true
+	}
+	ln := &lane{key: t.job.Key, queue: []*task{t}}
+	l.byKey[t.job.Key] = ln
+	l.ready = append(l.ready, ln)
+	l.cond.Signal()
+	return true
+}
+
+func (l *lanes) runner(run func(*task)) {
+	defer l.wg.Done()
+	for {
+		l.mu.Lock()
+		for len(l.ready) == 0 && !l.closed {
+			l.cond.Wait()
+		}
+		if len(l.ready) == 0 {
+			l.mu.Unlock()
+			return
+		}
+		ln := l.ready[0]
+		l.ready[0] = nil
+		l.ready = l.ready[1:]
+		l.mu.Unlock()
+		for n := 0; ; n++ {
+			t, requeued := l.next(ln, n)
+			if t == nil || requeued {
+				break
+			}
+			run(t)
+			l.done(t)
+		}
+	}
+}
+
+// next pops ln's next task, retires ln when it is empty, and hands ln back
+// to the ready queue after a burst when other lanes wait.
+func (l *lanes) next(ln *lane, n int) (*task, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dropping {
+		for _, t := range ln.queue[ln.head:] {
+			delete(l.inflight, t.job.Seq)
+		}
+		ln.queue, ln.head = nil, 0
+	}
+	if ln.head == len(ln.queue) {
+		delete(l.byKey, ln.key)
+		return nil, false
+	}
+	if n >= laneBurst && len(l.ready) > 0 {
+		l.ready = append(l.ready, ln)
+		l.cond.Signal()
+		return nil, true
+	}
+	t := ln.queue[ln.head]
+	ln.queue[ln.head] = nil
+	ln.head++
+	if ln.head == len(ln.queue) {
+		ln.queue, ln.head = ln.queue[:0], 0
+	} else if ln.head > 64 && ln.head*2 > len(ln.queue) {
+		ln.queue = append(ln.queue[:0:0], ln.queue[ln.head:]...)
+		ln.head = 0
+	}
+	return t, false
+}
+
+func (l *lanes) done(t *task) {
+	l.mu.Lock()
+	delete(l.inflight, t.job.Seq)
+	if len(l.inflight) == 0 {
+		l.cond.Broadcast()
+	}
+	l.mu.Unlock()
+}
+
+// touch calls fn for every in-flight task whose last progress is older than
+// age, and restarts its clock. Used to send InProgress for jobs that wait or
+// run long, so the server does not redeliver them.
+func (l *lanes) touch(age time.Duration, fn func(*task)) {
+	now := time.Now()
+	var due []*task
+	l.mu.Lock()
+	for _, t := range l.inflight {
+		if now.Sub(t.progress) >= age {
+			t.progress = now
+			due = append(due, t)
+		}
+	}
+	l.mu.Unlock()
+	for _, t := range due {
+		fn(t)
+	}
+}
+
+// pending returns how many fetched jobs are not finished.
+func (l *lanes) pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inflight)
+}
+
+// close stops the runners once every queued job has run (drop=false), or
+// once the running ones return, dropping the queued ones (drop=true). It
+// waits for the runners to exit.
+func (l *lanes) close(drop bool) {
+	l.mu.Lock()
+	l.closed = true
+	if drop {
+		l.dropping = true
+		for _, ln := range l.ready {
+			for _, t := range ln.queue[ln.head:] {
+				delete(l.inflight, t.job.Seq)
+			}
+			ln.queue, ln.head = nil, 0
+		}
+	}
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	l.wg.Wait()
+}

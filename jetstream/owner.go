@@ -1,0 +1,405 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/keylane/keylane/lease"
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// owner runs one partition for as long as this worker holds its lease.
+//
+// On taking the lease it deletes and re-creates the partition's durable
+// consumer: jobs the previous owner fetched but never acked are delivered
+// again at once, in stream order, instead of after AckWait. A paused former
+// owner cannot interfere: it stopped trusting its lease before ours was
+// granted, so it neither acks nor replies, and anything it stored carries an
+// older fence.
+type owner struct {
+	w   *Worker
+	p   int
+	l   *lease.Lease
+	log *slog.Logger
+
+	ctx    context.Context // handlers' context: dies on lease loss or abort
+	cancel context.CancelFunc
+
+	handoverOnce, abortOnce sync.Once
+	handoverCh, abortCh     chan struct{}
+	done                    chan struct{}
+
+	prevDelivered uint64 // last stream sequence the previous consumer delivered
+}
+
+func newOwner(w *Worker, p int, l *lease.Lease) *owner {
+	o := &owner{
+		w: w, p: p, l: l,
+		handoverCh: make(chan struct{}), abortCh: make(chan struct{}), done: make(chan struct{}),
+	}
+	o.log = w.log.With("partition", p, "fence", l.Fence())
+	o.ctx, o.cancel = context.WithCancel(context.Background())
+	return o
+}
+
+// handOver asks the owner to finish what it fetched and release the lease.
+func (o *owner) handOver() { o.handoverOnce.Do(func() { close(o.handoverCh) }) }
+
+// abort asks the owner to stop now: cancel handlers, drop queued jobs.
+func (o *owner) abort() { o.abortOnce.Do(func() { close(o.abortCh) }) }
+
+func (o *owner) run() {
+	defer close(o.done)
+	defer o.cancel()
+	o.w.stats.owned.Add(1)
+	defer o.w.stats.owned.Add(-1)
+	o.log.Info("partition acquired")
+
+	cons, err := o.resetConsumer()
+	if err != nil {
+		o.log.Error("partition consumer", "err", err)
+		o.release()
+		return
+	}
+	batch := min(o.w.cfg.MaxInFlight, 256)
+	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		o.log.Error("partition fetch", "err", err)
+		o.release()
+		return
+	}
+	ln := newLanes(o.w.cfg.Concurrency, o.process)
+
+	var graceful, lost bool
+	var mu sync.Mutex
+	stopCh := make(chan struct{})
+	var ctl sync.WaitGroup
+	ctl.Add(2)
+	go func() { // the controller: turns lease loss, hand-over and abort into iterator stops
+		defer ctl.Done()
+		select {
+		case <-o.l.Done():
+			mu.Lock()
+			lost = true
+			mu.Unlock()
+			o.cancel()
+			it.Stop()
+		case <-o.abortCh:
+			o.cancel()
+			it.Stop()
+		case <-o.handoverCh:
+			mu.Lock()
+			graceful = true
+			mu.Unlock()
+			it.Drain()
+			// A hand-over can still turn into loss or abort while draining.
+			select {
+			case <-o.l.Done():
+				mu.Lock()
+				lost = true
+				mu.Unlock()
+				o.cancel()
+			case <-o.abortCh:
+				o.cancel()
+			case <-stopCh:
+			}
+		case <-stopCh:
+		}
+	}()
+	go func() { // keeps waiting and long-running jobs from being redelivered
+		defer ctl.Done()
+		every := o.w.cfg.AckWait / 3
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopCh:
+				return
+			case <-t.C:
+				if o.l.Trusted() {
+					ln.touch(every, func(t *task) { _ = t.msg.InProgress() })
+				}
+			}
+		}
+	}()
+
+	for {
+		msg, err := it.Next()
+		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			break
+		}
+		if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+			o.log.Warn("partition consumer deleted under us; stepping down", "err", err)
+			o.abort()
+			continue
+		}
+		if err != nil {
+			o.log.Debug("partition fetch", "err", err)
+			continue
+		}
+		o.dispatch(ln, msg)
+	}
+
+	mu.Lock()
+	isLost, isGraceful := lost, graceful
+	mu.Unlock()
+	ln.close(o.ctx.Err() != nil)
+	close(stopCh)
+	ctl.Wait()
+
+	switch {
+	case isLost:
+		o.w.stats.lost.Add(1)
+		o.log.Warn("partition lease lost", "err", o.l.Err())
+	case isGraceful && o.ctx.Err() == nil:
+		o.settle(cons)
+		o.release()
+	default:
+		o.release()
+	}
+}
+
+// settle waits, briefly, until the server has processed our acks, so the
+// successor does not run a job we finished.
+func (o *owner) settle(cons jetstream.Consumer) {
+	_ = o.w.nc.Flush()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		info, err := cons.Info(ctx)
+		cancel()
+		if err != nil || info.NumAckPending == 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (o *owner) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), o.w.cfg.Topology.LeaseTTL)
+	defer cancel()
+	if err := o.l.Release(ctx); err != nil {
+		o.log.Warn("partition release", "err", err)
+		return
+	}
+	o.w.stats.released.Add(1)
+	o.log.Info("partition released")
+}
+
+func (o *owner) resetConsumer() (jetstream.Consumer, error) {
+	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
+	defer cancel()
+	topo := o.w.topo
+	name := topo.Names.Consumer(o.p)
+	if old, err := topo.Jobs.Consumer(ctx, name); err == nil {
+		o.prevDelivered = old.CachedInfo().Delivered.Stream
+		if err := topo.Jobs.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, fmt.Errorf("delete old consumer: %w", err)
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, err
+	}
+	return topo.Jobs.CreateOrUpdateConsumer(ctx, topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxInFlight))
+}
+
+// dispatch validates a fetched message and queues it in its key's lane.
+// Anything that is not a valid job of this partition is dead-lettered and
+// acked, never handed to the handler and never allowed to stop the loop.
+func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		o.malformed(msg, 0, fmt.Errorf("no JetStream metadata: %w", err))
+		return
+	}
+	h := msg.Headers()
+	key := h.Get(HeaderKey)
+	if err := partition.ValidateKey(key); err != nil {
+		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("bad %s header: %w", HeaderKey, err))
+		return
+	}
+	if p := partition.Of(key, o.w.topo.Partitions); p != o.p {
+		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("key %q belongs to partition %d, arrived on %d", key, p, o.p))
+		return
+	}
+	id := h.Get(HeaderJobID)
+	if id == "" {
+		id = "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+	}
+	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered}
+	t.job = Job{
+		ID: id, Key: key, Type: h.Get(HeaderType), Payload: msg.Data(), Partition: o.p,
+		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
+	}
+	ln.add(t)
+}
+
+func (o *owner) malformed(msg jetstream.Msg, seq uint64, why error) {
+	o.w.stats.malformed.Add(1)
+	o.log.Warn("malformed message dead-lettered", "seq", seq, "err", why)
+	if o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, fmt.Errorf("malformed: %w", why), 0) && o.l.Trusted() {
+		_ = msg.Ack()
+	}
+}
+
+// process runs one job to completion: handler, in-place retries with
+// backoff, dead-lettering, result, reply and ack.
+func (o *owner) process(t *task) {
+	if o.ctx.Err() != nil {
+		return
+	}
+	if t.maybeDup && o.w.cfg.StoreResults {
+		if res, rerr, ok := o.storedResult(t.job.ID); ok {
+			o.w.stats.fromResults.Add(1)
+			o.finish(t, res, rerr, false)
+			return
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		t.job.Attempt = attempt
+		o.w.stats.runs.Add(1)
+		res, err := o.call(t.job)
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(1)
+			return
+		}
+		if err == nil {
+			if o.finish(t, res, nil, false) {
+				o.w.stats.succeeded.Add(1)
+			}
+			return
+		}
+		if errors.Is(err, ErrStaleFence) {
+			o.w.stats.stale.Add(1)
+			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "job_id", t.job.ID, "err", err)
+			o.abort()
+			return
+		}
+		o.w.stats.failed.Add(1)
+		if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
+			if o.deadLetter(t.msg, t.job, err, attempt) {
+				o.finish(t, nil, err, true)
+			}
+			return
+		}
+		o.log.Warn("job failed; retrying", "job_id", t.job.ID, "attempt", attempt, "err", err)
+		timer := time.NewTimer(o.w.cfg.Backoff(attempt))
+		select {
+		case <-timer.C:
+		case <-o.ctx.Done():
+			timer.Stop()
+			o.w.stats.unacked.Add(1)
+			return
+		}
+	}
+}
+
+func (o *owner) call(job Job) (res []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("keylane: handler panicked: %v", r)
+		}
+	}()
+	return o.w.cfg.Handler.Handle(o.ctx, job)
+}
+
+// finish stores the result, replies and acks, all only while the lease is
+// trusted. It reports whether it acked.
+func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
+	if !o.l.Trusted() {
+		o.w.stats.unacked.Add(1)
+		return false
+	}
+	if o.w.cfg.StoreResults {
+		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+		if _, err := o.w.topo.Results.Put(ctx, t.job.ID, encodeResult(res, herr, dead)); err != nil {
+			o.log.Warn("store result", "job_id", t.job.ID, "err", err)
+		}
+		cancel()
+	}
+	if reply := t.msg.Headers().Get(HeaderReply); reply != "" {
+		m := &nats.Msg{Subject: reply, Data: res}
+		if herr != nil {
+			m.Header = nats.Header{}
+			m.Header.Set(HeaderError, herr.Error())
+			m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
+		}
+		if !o.l.Trusted() {
+			o.w.stats.unacked.Add(1)
+			return false
+		}
+		if err := o.w.nc.PublishMsg(m); err != nil {
+			o.log.Warn("reply", "job_id", t.job.ID, "err", err)
+		}
+	}
+	if !o.l.Trusted() {
+		o.w.stats.unacked.Add(1)
+		return false
+	}
+	if err := t.msg.Ack(); err != nil {
+		o.log.Warn("ack", "job_id", t.job.ID, "err", err)
+		return false
+	}
+	return true
+}
+
+func errorKind(err error, dead bool) string {
+	switch {
+	case dead:
+		return "dead"
+	case errors.Is(err, ErrPermanent):
+		return "permanent"
+	default:
+		return "error"
+	}
+}
+
+// deadLetter stores the job, with why it failed, on the dead-letter stream.
+// It reports whether the dead letter was stored (only then may the job be
+// acked).
+func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) bool {
+	if !o.l.Trusted() {
+		return false
+	}
+	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
+	for k, vs := range msg.Headers() {
+		dm.Header[k] = append([]string(nil), vs...)
+	}
+	dm.Header.Del(HeaderReply)
+	dm.Header.Set(HeaderError, why.Error())
+	dm.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
+	dm.Header.Set(HeaderWorker, o.w.cfg.ID)
+	dm.Header.Set(HeaderSeq, strconv.FormatUint(job.Seq, 10))
+	dm.Header.Set(HeaderPartition, strconv.Itoa(o.p))
+	dm.Header.Set(HeaderFence, strconv.FormatUint(o.l.Fence(), 10))
+	dm.Data = msg.Data()
+	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
+	defer cancel()
+	if _, err := o.w.js.PublishMsg(ctx, dm); err != nil {
+		o.log.Error("dead-letter", "job_id", job.ID, "err", err)
+		return false
+	}
+	o.w.stats.dead.Add(1)
+	o.log.Warn("job dead-lettered", "job_id", job.ID, "attempts", attempts, "err", why)
+	return true
+}
+
+func (o *owner) storedResult(id string) ([]byte, error, bool) {
+	if ValidateJobID(id) != nil {
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+	defer cancel()
+	e, err := o.w.topo.Results.Get(ctx, id)
+	if err != nil {
+		return nil, nil, false
+	}
+	res, rerr, ok := decodeResult(e.Value())
+	return res, rerr, ok
+}
