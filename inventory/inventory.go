@@ -9,6 +9,8 @@
 //	restock N   add N                       -> "ok <stock>"
 //	buy N       deduct N if that many left  -> "sold <left>" or "soldout <left>"
 //	get         read the stock              -> "stock N"
+//	fail        always fails, retriably: a poison job for trying out
+//	            retries and dead-lettering
 //
 // Anything else is a permanent error: the job is dead-lettered at once.
 package inventory
@@ -27,6 +29,9 @@ import (
 // ErrBadCommand is returned (permanently) for a job that is not a command
 // of this handler.
 var ErrBadCommand = errors.New("inventory: bad command")
+
+// ErrPoison is the (retriable) error of the "fail" command.
+var ErrPoison = errors.New("inventory: poison job")
 
 // Handler applies inventory commands. It is safe for concurrent use.
 type Handler struct {
@@ -53,9 +58,9 @@ func Parse(payload []byte) (Command, error) {
 	}
 	c := Command{Op: f[0]}
 	switch c.Op {
-	case "get":
+	case "get", "fail":
 		if len(f) != 1 {
-			return c, fmt.Errorf("%w: get takes no argument", ErrBadCommand)
+			return c, fmt.Errorf("%w: %s takes no argument", ErrBadCommand, c.Op)
 		}
 		return c, nil
 	case "set", "restock", "buy":
@@ -82,6 +87,9 @@ func (h *Handler) Handle(ctx context.Context, job kjs.Job) ([]byte, error) {
 	if h.Tracker != nil {
 		h.Tracker.Start(job)
 		defer func() { h.Tracker.End(job, applied) }()
+	}
+	if cmd.Op == "fail" {
+		return nil, ErrPoison
 	}
 	if cmd.Op == "get" {
 		e, err := h.State.Get(ctx, job.Key)

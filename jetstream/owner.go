@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -369,6 +370,11 @@ func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) 
 	}
 	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
 	for k, vs := range msg.Headers() {
+		// Publish expectations (Nats-Expected-Stream, …) were meant for the
+		// jobs stream and would make the dead-letter publish fail.
+		if strings.HasPrefix(k, "Nats-Expected-") {
+			continue
+		}
 		dm.Header[k] = append([]string(nil), vs...)
 	}
 	dm.Header.Del(HeaderReply)

@@ -16,6 +16,8 @@ import (
 // so this worker must not write, reply or ack.
 var ErrStaleFence = errors.New("keylane: stale fence: a newer owner has written this key")
 
+var errTooManyWriters = errors.New("too many concurrent writers")
+
 // ErrBadState is returned when a state entry cannot be decoded.
 var ErrBadState = errors.New("keylane: malformed state entry")
 
@@ -110,7 +112,7 @@ func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, erro
 		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			s.forget(k)
 			if attempt > 8 {
-				return nil, fmt.Errorf("keylane: state %q: too many concurrent writers: %w", job.Key, err)
+				return nil, fmt.Errorf("keylane: state %q: %w: %w", job.Key, errTooManyWriters, err)
 			}
 			continue
 		}

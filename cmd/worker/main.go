@@ -1,0 +1,175 @@
+// Command worker runs a keylane worker with the built-in inventory handler.
+//
+// With no NATS URL it starts an embedded nats-server (JetStream, store on
+// disk) on 127.0.0.1:4222 so other workers and clients can join it; with
+// --nats (or NATS_URL) it joins an existing server or cluster. SIGINT or
+// SIGTERM drains gracefully: in-flight jobs finish and leases are released.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/inventory"
+	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	url, listen, data, logLevel, trace, statsFile string
+	syncAlways                                   bool
+	drain                                        time.Duration
+	hold                                         time.Duration
+	worker                                       kjs.WorkerConfig
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDur(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func parse(args []string) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.StringVar(&c.url, "nats", os.Getenv("NATS_URL"), "NATS URL(s), comma-separated; empty starts an embedded server (env NATS_URL)")
+	fs.StringVar(&c.listen, "listen", env("KEYLANE_LISTEN", "127.0.0.1:4222"), "embedded server address (env KEYLANE_LISTEN)")
+	fs.StringVar(&c.data, "data", env("KEYLANE_DATA", "keylane-data"), "embedded server store directory (env KEYLANE_DATA)")
+	fs.BoolVar(&c.syncAlways, "sync-always", false, "embedded server fsyncs every write")
+	fs.StringVar(&c.worker.Topology.Namespace, "namespace", env("KEYLANE_NAMESPACE", "keylane"), "namespace (env KEYLANE_NAMESPACE)")
+	fs.IntVar(&c.worker.Topology.Partitions, "partitions", envInt("KEYLANE_PARTITIONS", 0), "partitions: 0 takes the stream's, or 16 when creating (env KEYLANE_PARTITIONS)")
+	fs.IntVar(&c.worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", 1), "replicas of streams and buckets (env KEYLANE_REPLICAS)")
+	fs.DurationVar(&c.worker.Topology.LeaseTTL, "lease-ttl", envDur("KEYLANE_LEASE_TTL", 10*time.Second), "partition lease TTL (env KEYLANE_LEASE_TTL)")
+	fs.IntVar(&c.worker.Concurrency, "concurrency", envInt("KEYLANE_CONCURRENCY", 8), "keys of one partition run at once (env KEYLANE_CONCURRENCY)")
+	fs.IntVar(&c.worker.MaxInFlight, "max-in-flight", envInt("KEYLANE_MAX_IN_FLIGHT", 1024), "fetched, unfinished jobs per partition (env KEYLANE_MAX_IN_FLIGHT)")
+	fs.IntVar(&c.worker.MaxDeliver, "max-deliver", envInt("KEYLANE_MAX_DELIVER", 5), "attempts before dead-lettering (env KEYLANE_MAX_DELIVER)")
+	fs.DurationVar(&c.worker.AckWait, "ack-wait", envDur("KEYLANE_ACK_WAIT", 30*time.Second), "server redelivery timeout (env KEYLANE_ACK_WAIT)")
+	fs.BoolVar(&c.worker.StoreResults, "results", os.Getenv("KEYLANE_RESULTS") == "1", "store results in the results bucket (env KEYLANE_RESULTS=1)")
+	fs.StringVar(&c.worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
+	fs.DurationVar(&c.drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take")
+	fs.DurationVar(&c.hold, "hold", 0, "pause inside each job's critical section (testing)")
+	fs.StringVar(&c.trace, "trace", "", "append a JSON line per job run to this file (testing)")
+	fs.StringVar(&c.statsFile, "stats", "", "write the worker's final counters as JSON to this file")
+	fs.StringVar(&c.logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func run(ctx context.Context, args []string) error {
+	c, err := parse(args)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	c.worker.Logger = log
+
+	url := c.url
+	if url == "" {
+		host, port, err := net.SplitHostPort(c.listen)
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return fmt.Errorf("--listen port: %w", err)
+		}
+		s, err := embedded.Start(embedded.Config{Host: host, Port: p, StoreDir: c.data, SyncAlways: c.syncAlways})
+		if err != nil {
+			return err
+		}
+		defer func() { s.Shutdown(); s.WaitForShutdown() }()
+		url = s.ClientURL()
+		log.Info("embedded NATS started", "url", url, "data", c.data)
+	}
+	nc, err := nats.Connect(url, nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	topo, err := kjs.Setup(ctx, js, c.worker.Topology)
+	if err != nil {
+		return err
+	}
+	if c.worker.ID == "" {
+		host, _ := os.Hostname()
+		c.worker.ID = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+	}
+	var tracker *inventory.Tracker
+	if c.trace != "" {
+		f, err := os.OpenFile(c.trace, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		tracker = inventory.NewTracker(f, c.worker.ID)
+	}
+	c.worker.Handler = &inventory.Handler{State: kjs.NewState(topo.State), Hold: c.hold, Tracker: tracker}
+	w, err := kjs.NewWorker(nc, c.worker)
+	if err != nil {
+		return err
+	}
+	err = w.Run(ctx, c.drain)
+	if c.statsFile != "" {
+		b, _ := json.Marshal(w.Stats())
+		if werr := os.WriteFile(c.statsFile, b, 0o644); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}
+	return err
+}
+
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

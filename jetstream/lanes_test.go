@@ -1,0 +1,137 @@
+package jetstream
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newTask(key string, seq uint64) *task {
+	return &task{job: Job{Key: key, Seq: seq}}
+}
+
+// TestLanesOneAtATimeInOrder feeds interleaved jobs of a few keys and checks
+// that each key ran one job at a time, in order, while different keys ran
+// in parallel.
+func TestLanesOneAtATimeInOrder(t *testing.T) {
+	const keys, perKey = 6, 200
+	var mu sync.Mutex
+	running := map[string]int{}
+	last := map[string]uint64{}
+	maxPerKey, maxTotal, total := 0, 0, 0
+	var order atomic.Int64
+	l := newLanes(4, func(tk *task) {
+		mu.Lock()
+		running[tk.job.Key]++
+		total++
+		maxPerKey = max(maxPerKey, running[tk.job.Key])
+		maxTotal = max(maxTotal, total)
+		if tk.job.Seq <= last[tk.job.Key] {
+			order.Add(1)
+		}
+		last[tk.job.Key] = tk.job.Seq
+		mu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+		mu.Lock()
+		running[tk.job.Key]--
+		total--
+		mu.Unlock()
+	})
+	seq := uint64(0)
+	for i := 0; i < perKey; i++ {
+		for k := 0; k < keys; k++ {
+			seq++
+			if !l.add(newTask(fmt.Sprintf("k%d", k), seq)) {
+				t.Fatalf("add refused seq %d", seq)
+			}
+		}
+	}
+	l.close(false)
+	if maxPerKey != 1 {
+		t.Fatalf("max concurrent runs of one key = %d, want 1", maxPerKey)
+	}
+	if maxTotal < 2 {
+		t.Fatalf("different keys never ran in parallel (max %d)", maxTotal)
+	}
+	if maxTotal > 4 {
+		t.Fatalf("%d runs at once with 4 runners", maxTotal)
+	}
+	if n := order.Load(); n != 0 {
+		t.Fatalf("%d runs out of order", n)
+	}
+	if l.pending() != 0 {
+		t.Fatalf("%d tasks left in flight", l.pending())
+	}
+}
+
+// TestLanesHotKeyDoesNotStarve checks that with one runner a hot key with a
+// long queue yields to a cold key after a burst.
+func TestLanesHotKeyDoesNotStarve(t *testing.T) {
+	var mu sync.Mutex
+	var ran []string
+	gate := make(chan struct{})
+	l := newLanes(1, func(tk *task) {
+		<-gate
+		mu.Lock()
+		ran = append(ran, tk.job.Key)
+		mu.Unlock()
+	})
+	for i := 1; i <= 200; i++ {
+		l.add(newTask("hot", uint64(i)))
+	}
+	l.add(newTask("cold", 1000))
+	close(gate)
+	l.close(false)
+	for i, k := range ran {
+		if k == "cold" {
+			if i > laneBurst+1 {
+				t.Fatalf("cold key ran at position %d, after more than one burst of the hot key", i)
+			}
+			return
+		}
+	}
+	t.Fatal("cold key never ran")
+}
+
+func TestLanesRefuseDuplicateInFlight(t *testing.T) {
+	block := make(chan struct{})
+	var runs atomic.Int64
+	l := newLanes(2, func(*task) { runs.Add(1); <-block })
+	if !l.add(newTask("a", 7)) {
+		t.Fatal("first add refused")
+	}
+	if l.add(newTask("a", 7)) {
+		t.Fatal("a redelivery of an in-flight sequence was queued")
+	}
+	close(block)
+	l.close(false)
+	if runs.Load() != 1 {
+		t.Fatalf("runs = %d, want 1", runs.Load())
+	}
+}
+
+func TestLanesCloseDropsQueued(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var runs atomic.Int64
+	l := newLanes(1, func(*task) {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+	})
+	for i := 1; i <= 10; i++ {
+		l.add(newTask("a", uint64(i)))
+	}
+	<-started
+	go func() { time.Sleep(10 * time.Millisecond); close(release) }()
+	l.close(true)
+	if runs.Load() != 1 {
+		t.Fatalf("runs = %d after a dropping close, want only the running one", runs.Load())
+	}
+	if l.add(newTask("a", 99)) {
+		t.Fatal("add after close accepted")
+	}
+}
