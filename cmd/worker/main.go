@@ -38,10 +38,10 @@ func main() {
 
 type config struct {
 	url, listen, data, logLevel, trace, statsFile string
-	syncAlways                                   bool
-	drain                                        time.Duration
-	hold                                         time.Duration
-	worker                                       kjs.WorkerConfig
+	syncAlways                                    bool
+	drain                                         time.Duration
+	hold                                          time.Duration
+	worker                                        kjs.WorkerConfig
 }
 
 func env(name, def string) string {
