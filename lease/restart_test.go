@@ -1,0 +1,81 @@
+package lease_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/lease"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func startAt(t *testing.T, dir string, port int) *server.Server {
+	t.Helper()
+	s, err := embedded.Start(embedded.Config{Port: port, StoreDir: dir, ServerName: "restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// A holder keeps its lease through a server restart shorter than its trust
+// window, and the fences of later tenures still grow.
+func TestLeaseSurvivesServerRestart(t *testing.T) {
+	const ttl = 2 * time.Second
+	dir := t.TempDir()
+	s := startAt(t, dir, -1)
+	port := s.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := lease.EnsureBucket(t.Context(), js, lease.BucketConfig{Name: bucketName, TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lease.Acquire(t.Context(), kv, "p.0", config(t, "holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Orphan()
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	down := time.Now()
+	before := l.Revision()
+	startAt(t, dir, port)
+	t.Logf("server down for %s", time.Since(down))
+
+	natstest.Eventually(t, ttl, "a renew lands on the restarted server", func() bool {
+		return l.Revision() > before
+	})
+	if !l.Trusted() {
+		t.Fatalf("lease not trusted after the restart: %v", l.Err())
+	}
+	last := l.Revision()
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	next, err := lease.Acquire(t.Context(), kv, "p.0", config(t, "next"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = next.Release(t.Context()) }()
+	if next.Fence() <= last {
+		t.Fatalf("fence %d after the restart not above the last revision %d", next.Fence(), last)
+	}
+	t.Logf("renewed across the restart (revision %d -> %d); next fence %d", before, last, next.Fence())
+}

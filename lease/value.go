@@ -1,0 +1,68 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Info is what a lease entry says about its holder.
+type Info struct {
+	// Holder is Config.Holder of the lease.
+	Holder string `json:"holder"`
+	// Nonce is random per tenure: it tells the holder's own writes apart
+	// from anyone else's, including an earlier tenure of the same holder.
+	Nonce string `json:"nonce"`
+	// AcquiredAt is the holder's wall clock when it sent the Create. For
+	// humans only: the protocol never compares clocks across processes.
+	AcquiredAt time.Time `json:"acquired_at"`
+}
+
+// Decode parses a lease entry's value.
+func Decode(value []byte) (Info, error) {
+	var info Info
+	if err := json.Unmarshal(value, &info); err != nil {
+		return Info{}, fmt.Errorf("lease: decode value: %w", err)
+	}
+	if info.Holder == "" || info.Nonce == "" {
+		return Info{}, fmt.Errorf("lease: decode value: missing holder or nonce in %q", value)
+	}
+	return info, nil
+}
+
+func (info Info) encode() ([]byte, error) {
+	b, err := json.Marshal(info)
+	if err != nil {
+		return nil, fmt.Errorf("lease: encode value: %w", err)
+	}
+	return b, nil
+}
+
+func newNonce() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b[:])
+}
+
+// Read returns the current holder of key and the entry's revision. A free
+// key (never taken, deleted, purged or expired) returns ErrFree.
+func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Info, uint64, error) {
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return Info{}, 0, fmt.Errorf("%w: key %q", ErrFree, key)
+	}
+	if err != nil {
+		return Info{}, 0, fmt.Errorf("lease: read %q: %w", key, err)
+	}
+	info, err := Decode(e.Value())
+	if err != nil {
+		return Info{}, e.Revision(), fmt.Errorf("lease: read %q at revision %d: %w", key, e.Revision(), err)
+	}
+	return info, e.Revision(), nil
+}
