@@ -1,0 +1,54 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/keylane/keylane/inventory"
+)
+
+// TestCheckTraceCatches feeds checkTrace traces that break each rule and
+// checks that it complains: the end-to-end tests are only as good as it.
+func TestCheckTraceCatches(t *testing.T) {
+	run := func(w, job, key string, seq, fence uint64, start, end int64, applied bool) inventory.Run {
+		return inventory.Run{Worker: w, Job: job, Key: key, Seq: seq, Fence: fence, Start: start, End: end, Applied: applied}
+	}
+	ps := []purchase{{id: "a"}, {id: "b"}}
+	for _, tc := range []struct {
+		name  string
+		runs  []inventory.Run
+		rules traceRules
+		want  string // "" for a clean trace
+	}{
+		{"clean", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, true)}, traceRules{once: true}, ""},
+		{"overlap", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "b", "k", 2, 5, 9, 20, true)}, traceRules{}, "overlaps"},
+		{"applied twice", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "a", "k", 1, 6, 10, 20, true), run("w1", "b", "k", 2, 6, 20, 30, true)}, traceRules{}, "applied 2 times"},
+		{"ran twice", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "a", "k", 1, 6, 10, 20, false), run("w1", "b", "k", 2, 6, 20, 30, true)}, traceRules{once: true}, "ran 2 times"},
+		{"out of order", []inventory.Run{run("w0", "b", "k", 2, 5, 0, 10, true), run("w0", "a", "k", 1, 5, 10, 20, true)}, traceRules{}, "applied after"},
+		{"stale fence wrote last", []inventory.Run{run("w1", "a", "k", 1, 6, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, true)}, traceRules{}, "fence 5 after"},
+		{"never ran", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true)}, traceRules{}, "b never ran"},
+		{"not applied", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, false)}, traceRules{}, "no applied run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := &recordingT{}
+			checkTrace(rt, tc.runs, ps, tc.rules)
+			got := strings.Join(rt.errs, "\n")
+			if tc.want == "" && got != "" {
+				t.Errorf("clean trace reported:\n%s", got)
+			}
+			if tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("want a complaint containing %q, got:\n%s", tc.want, got)
+			}
+		})
+	}
+}
+
+// recordingT is a reporter that collects the failures a checker reports,
+// so the checkers themselves can be tested.
+type recordingT struct{ errs []string }
+
+func (r *recordingT) Helper() {}
+func (r *recordingT) Errorf(format string, a ...any) {
+	r.errs = append(r.errs, fmt.Sprintf(format, a...))
+}

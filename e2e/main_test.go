@@ -1,0 +1,71 @@
+// Package e2e tests keylane across processes: worker processes built from
+// ./cmd/worker run against one NATS server that lives in the test process,
+// and the tests drive them through a keylane Client, kill, pause and stop
+// them, and check the invariants on what came back, on the final state and
+// on the workers' trace files.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/keylane/keylane/embedded"
+	"go.uber.org/goleak"
+)
+
+var (
+	// workerBin is the worker binary built by TestMain (without -race: the
+	// workers are the system under test, the race detector runs in the
+	// test process).
+	workerBin string
+	// natsURL is the in-process server every test shares; tests keep apart
+	// by namespace.
+	natsURL string
+)
+
+func TestMain(m *testing.M) { os.Exit(testMain(m)) }
+
+func testMain(m *testing.M) int {
+	tmp, err := os.MkdirTemp("", "keylane-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(tmp)
+
+	workerBin = filepath.Join(tmp, "worker")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	build := exec.Command(goBin, "build", "-o", workerBin, "github.com/keylane/keylane/cmd/worker")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building the worker: %v\n%s", err, out)
+		return 1
+	}
+
+	s, err := embedded.Start(embedded.Config{Port: -1, StoreDir: filepath.Join(tmp, "jetstream"), ServerName: "keylane-e2e"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	natsURL = s.ClientURL()
+
+	code := m.Run()
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	if code == 0 {
+		// Every test closes its connections, watchers and process waiters;
+		// what is left running here leaked.
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: goroutine leak:", err)
+			return 1
+		}
+	}
+	return code
+}

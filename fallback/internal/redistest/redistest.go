@@ -1,0 +1,163 @@
+// Package redistest starts real redis-server processes for tests, on free
+// ports of 127.0.0.1, and offers a TCP proxy that can cut a connection
+// right after a given command reached the server.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Binary is the redis-server executable; REDIS_SERVER overrides it.
+func Binary() string {
+	if b := os.Getenv("REDIS_SERVER"); b != "" {
+		return b
+	}
+	if p, err := exec.LookPath("redis-server"); err == nil {
+		return p
+	}
+	return "/usr/bin/redis-server"
+}
+
+// Server is one redis-server process without persistence
+// (--save "" --appendonly no). It is safe for concurrent use.
+type Server struct {
+	Addr string
+
+	mu   sync.Mutex
+	port int
+	dir  string
+	cmd  *exec.Cmd
+	wait chan struct{}
+}
+
+// Start starts a server on a free port. dir holds its working files;
+// empty means a fresh temporary directory removed by Stop.
+func Start() (*Server, error) {
+	dir, err := os.MkdirTemp("", "redistest-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 {
+		port, err := freePort()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		s := &Server{port: port, dir: dir, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		if lastErr = s.start(); lastErr == nil {
+			return s, nil
+		}
+	}
+	_ = os.RemoveAll(dir)
+	return nil, fmt.Errorf("redistest: start: %w", lastErr)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command(Binary(),
+		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--protected-mode", "no", "--loglevel", "warning")
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	wait := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(wait)
+	}()
+	s.mu.Lock()
+	s.cmd, s.wait = cmd, wait
+	s.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-wait:
+			return errors.New("redis-server exited during start (port taken?)")
+		default:
+		}
+		if ping(s.Addr) == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+	s.kill(syscall.SIGKILL)
+	return errors.New("redis-server not ready after 10s")
+}
+
+// ping sends PING and expects +PONG.
+func ping(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected reply %q", line)
+	}
+	return nil
+}
+
+func (s *Server) kill(sig syscall.Signal) {
+	s.mu.Lock()
+	cmd, wait := s.cmd, s.wait
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	<-wait
+}
+
+// Kill sends SIGKILL and waits for the process to exit: no shutdown, no
+// save.
+func (s *Server) Kill() { s.kill(syscall.SIGKILL) }
+
+// Restart starts a fresh process on the same port. Without persistence it
+// comes back empty.
+func (s *Server) Restart() error {
+	s.Kill()
+	var err error
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if err = s.start(); err == nil {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond) // port still held by the old process
+	}
+	return err
+}
+
+// Stop kills the server and removes its directory.
+func (s *Server) Stop() {
+	s.Kill()
+	_ = os.RemoveAll(s.dir)
+}

@@ -1,0 +1,190 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/fallback"
+	"github.com/keylane/keylane/fallback/internal/redistest"
+)
+
+func startServers(t *testing.T, n int) []*redistest.Server {
+	t.Helper()
+	srvs := make([]*redistest.Server, n)
+	for i := range srvs {
+		s, err := redistest.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		srvs[i] = s
+	}
+	return srvs
+}
+
+func newRedLock(t *testing.T, srvs []*redistest.Server, cfg *fallback.Config) *fallback.RedLock {
+	t.Helper()
+	clients := make([]fallback.Client, len(srvs))
+	for i, s := range srvs {
+		clients[i] = newClient(t, s.Addr)
+	}
+	rl, err := fallback.NewRedLock(clients, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rl.Close() })
+	return rl
+}
+
+// fencedResource accepts a write only with a fence above every fence it has
+// seen: the check the protected resource must make.
+type fencedResource struct {
+	mu   sync.Mutex
+	last uint64
+}
+
+func (r *fencedResource) write(fence uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if fence <= r.last {
+		return false
+	}
+	r.last = fence
+	return true
+}
+
+func TestRedLock(t *testing.T) {
+	srvs := startServers(t, 5)
+	cfg := &fallback.Config{TTL: 2 * time.Second}
+	rl := newRedLock(t, srvs, cfg)
+	key := uniqueKey(t)
+	ctx := ctxT(t, 60*time.Second)
+
+	t.Run("SurvivesTwoKills", func(t *testing.T) {
+		var counter, inside, maxInside, done atomic.Int64
+		res := &fencedResource{}
+		var rejected atomic.Int64
+		var wg sync.WaitGroup
+		errc := make(chan error, 200)
+		for range 4 {
+			wg.Go(func() {
+				for done.Load() < 60 {
+					errc <- rl.Do(ctx, key, func(ctx context.Context, fence uint64) error {
+						n := inside.Add(1)
+						defer inside.Add(-1)
+						if n > maxInside.Load() {
+							maxInside.Store(n)
+						}
+						if !res.write(fence) {
+							rejected.Add(1)
+						}
+						v := counter.Load()
+						time.Sleep(500 * time.Microsecond)
+						counter.Store(v + 1)
+						done.Add(1)
+						return nil
+					})
+				}
+			})
+		}
+		eventually(t, 20*time.Second, func() bool { return done.Load() >= 20 }, "20 critical sections")
+		srvs[3].Kill() // SIGKILL, mid-run
+		srvs[4].Kill()
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if counter.Load() != done.Load() || maxInside.Load() != 1 {
+			t.Fatalf("counter %d, sections %d, max concurrency %d", counter.Load(), done.Load(), maxInside.Load())
+		}
+		if rejected.Load() != 0 {
+			t.Fatalf("%d fences went backwards", rejected.Load())
+		}
+	})
+
+	t.Run("ThreeKilledFails", func(t *testing.T) {
+		srvs[2].Kill()
+		_, err := rl.Mutex(key).TryLock(ctx)
+		var qe *fallback.QuorumError
+		if !errors.As(err, &qe) || !errors.Is(err, fallback.ErrNotAcquired) {
+			t.Fatalf("err = %v, want a QuorumError", err)
+		}
+		if qe.Acquired != 2 || qe.Needed != 3 || qe.Nodes != 5 {
+			t.Fatalf("quorum error %+v", qe)
+		}
+		if !strings.Contains(err.Error(), "quorum not reached: 2 of 5 nodes (need 3)") {
+			t.Fatalf("unclear error: %v", err)
+		}
+		t.Logf("error with 3 of 5 nodes down: %v", err)
+		dctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_, err = rl.Mutex(key).Lock(dctx)
+		if !errors.As(err, &qe) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("blocking Lock: %v", err)
+		}
+	})
+
+	// RestartWithoutPersistence: the documented failure of Redlock. Node 2
+	// restarts empty while A holds {0,1,2}; nodes 3 and 4 come back empty
+	// too. B then wins {2,3,4}, a quorum, while A still trusts its lock.
+	// The fence counters of {2,3,4} restarted from zero too, so B's fence is
+	// not above A's: a resource that checks fences refuses B.
+	t.Run("RestartWithoutPersistence", func(t *testing.T) {
+		if err := srvs[2].Restart(); err != nil {
+			t.Fatal(err)
+		}
+		rlA := newRedLock(t, srvs, &fallback.Config{TTL: 3 * time.Second})
+		a, err := rlA.Mutex(key).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := &fencedResource{}
+		if !res.write(a.Fence()) {
+			t.Fatal("A's write refused")
+		}
+		for _, i := range []int{2, 3, 4} {
+			if err := srvs[i].Restart(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rlB := newRedLock(t, srvs, cfg)
+		b, err := rlB.Mutex(key).TryLock(ctx)
+		if err != nil {
+			t.Fatalf("B did not get the quorum: %v", err)
+		}
+		if a.Err() != nil {
+			t.Fatalf("A already knew: %v", a.Err())
+		}
+		t.Logf("two holders at once: A fence %d (still trusted until %v), B fence %d",
+			a.Fence(), time.Until(a.ValidUntil()).Round(time.Millisecond), b.Fence())
+		if b.Fence() >= a.Fence() {
+			t.Fatalf("B's fence %d above A's %d: fencing would not catch this", b.Fence(), a.Fence())
+		}
+		if res.write(b.Fence()) {
+			t.Fatal("resource accepted B's stale fence")
+		}
+		// A's watchdog finds the lost nodes at its next renewal.
+		select {
+		case <-a.Done():
+		case <-ctx.Done():
+			t.Fatal("A never learned")
+		}
+		if !errors.Is(a.Err(), fallback.ErrLost) {
+			t.Fatalf("A.Err() = %v, want ErrLost", a.Err())
+		}
+		if err := a.Unlock(ctx); !errors.Is(err, fallback.ErrNotHeld) {
+			t.Fatalf("A.Unlock = %v, want ErrNotHeld", err)
+		}
+		if err := b.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
