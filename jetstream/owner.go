@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keylane/keylane/lease"
@@ -37,7 +38,8 @@ type owner struct {
 	handoverCh, abortCh     chan struct{}
 	done                    chan struct{}
 
-	prevDelivered uint64 // last stream sequence the previous consumer delivered
+	prevDelivered uint64      // last stream sequence the previous consumer delivered
+	maxAcked      atomic.Uint64 // highest stream sequence acked
 }
 
 func newOwner(w *Worker, p int, l *lease.Lease) *owner {
@@ -157,8 +159,7 @@ func (o *owner) run() {
 
 	switch {
 	case isLost:
-		o.w.stats.lost.Add(1)
-		o.log.Warn("partition lease lost", "err", o.l.Err())
+		o.lost()
 	case isGraceful && o.ctx.Err() == nil:
 		o.settle(cons)
 		o.release()
@@ -167,31 +168,50 @@ func (o *owner) run() {
 	}
 }
 
-// settle waits, briefly, until the server has processed our acks, so the
-// successor does not run a job we finished.
+// settle waits, briefly, until the server has applied our acks, so the
+// successor (which deletes and re-creates the consumer) runs no job we
+// finished. Acks are applied in order, so it is enough that the consumer's
+// ack floor reached the highest sequence we acked. Jobs the server sent
+// after the fetch was drained never reached us; they stay unacked above
+// the floor and go to the successor, for their first run.
 func (o *owner) settle(cons jetstream.Consumer) {
-	_ = o.w.nc.Flush()
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	want := o.maxAcked.Load()
+	if want == 0 {
+		return
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		info, err := cons.Info(ctx)
 		cancel()
-		if err != nil || info.NumAckPending == 0 {
+		if err != nil || info.AckFloor.Stream >= want || time.Now().After(deadline) {
+			if err == nil && info.AckFloor.Stream < want {
+				o.log.Warn("hand-over: acks not applied in time", "ack_floor", info.AckFloor.Stream, "want", want)
+			}
 			return
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+func (o *owner) lost() {
+	o.w.stats.lost.Add(1)
+	o.log.Warn("partition lease lost", "err", o.l.Err())
 }
 
 func (o *owner) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), o.w.cfg.Topology.LeaseTTL)
 	defer cancel()
-	if err := o.l.Release(ctx); err != nil {
+	err := o.l.Release(ctx)
+	switch {
+	case errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrExpired):
+		o.lost()
+	case err != nil:
 		o.log.Warn("partition release", "err", err)
-		return
+	default:
+		o.w.stats.released.Add(1)
+		o.log.Info("partition released")
 	}
-	o.w.stats.released.Add(1)
-	o.log.Info("partition released")
 }
 
 func (o *owner) resetConsumer() (jetstream.Consumer, error) {
@@ -346,6 +366,12 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 	if err := t.msg.Ack(); err != nil {
 		o.log.Warn("ack", "job_id", t.job.ID, "err", err)
 		return false
+	}
+	for {
+		cur := o.maxAcked.Load()
+		if t.job.Seq <= cur || o.maxAcked.CompareAndSwap(cur, t.job.Seq) {
+			break
+		}
 	}
 	return true
 }
