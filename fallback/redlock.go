@@ -171,11 +171,8 @@ func (r *RedLock) lock(ctx context.Context, m *Mutex, block bool, o lockOptions)
 	return r.c.track(ctx, m.name, res, o, ops)
 }
 
-// tally turns per-node answers into held (a quorum said yes), not held (a
-// quorum can no longer say yes), or an error joining the per-node errors.
-func (r *RedLock) tally(res []nodeResult) (bool, error) {
-	yes, no := 0, 0
-	var errs []error
+// count splits per-node answers into yes, no and errors.
+func count(res []nodeResult) (yes, no int, errs []error) {
 	for _, x := range res {
 		switch {
 		case x.err != nil:
@@ -186,6 +183,13 @@ func (r *RedLock) tally(res []nodeResult) (bool, error) {
 			no++
 		}
 	}
+	return yes, no, errs
+}
+
+// tally turns per-node answers into held (a quorum said yes), not held (a
+// quorum can no longer say yes), or an error joining the per-node errors.
+func (r *RedLock) tally(res []nodeResult) (bool, error) {
+	yes, no, errs := count(res)
 	switch {
 	case yes >= r.quorum:
 		return true, nil
@@ -202,18 +206,7 @@ func (r *RedLock) tally(res []nodeResult) (bool, error) {
 // lock had been lost (ErrNotHeld). A node killed while we held the lock can leave fewer
 // than a quorum of holders; that still is a clean release.
 func (r *RedLock) releaseTally(res []nodeResult) (bool, error) {
-	yes, no := 0, 0
-	var errs []error
-	for _, x := range res {
-		switch {
-		case x.err != nil:
-			errs = append(errs, x.err)
-		case x.ok:
-			yes++
-		default:
-			no++
-		}
-	}
+	yes, no, errs := count(res)
 	switch {
 	case no >= r.quorum:
 		return false, nil // a quorum says the token is not there: not held

@@ -38,7 +38,7 @@ type owner struct {
 	handoverCh, abortCh     chan struct{}
 	done                    chan struct{}
 
-	prevDelivered uint64      // last stream sequence the previous consumer delivered
+	prevDelivered uint64        // last stream sequence the previous consumer delivered
 	maxAcked      atomic.Uint64 // highest stream sequence acked
 }
 
