@@ -54,9 +54,13 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 	for p := range b.holders {
 		b.holders[p] = holder{free: true, since: now}
 	}
-	m, err := lease.Acquire(ctx, w.topo.Members, w.cfg.ID, w.leaseConfig())
+	// A worker restarted with the same ID finds its old entry until it
+	// expires: wait for it, but not for a live twin.
+	rctx, cancel := context.WithTimeout(ctx, 2*w.cfg.Topology.LeaseTTL)
+	m, err := lease.Campaign(rctx, w.topo.Members, w.cfg.ID, w.leaseConfig())
+	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("keylane: register member %s: %w", w.cfg.ID, err)
+		return nil, fmt.Errorf("keylane: register member %s (is another worker running with this ID?): %w", w.cfg.ID, err)
 	}
 	b.member = m
 	// The balancer outlives Start's ctx: it stops with Stop.

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -153,5 +154,30 @@ func TestLeaseLossCancelsHandlersAndSkipsAck(t *testing.T) {
 	}
 	if runs.Load() != 2 {
 		t.Fatalf("runs = %d, want 2", runs.Load())
+	}
+}
+
+// TestRestartWithSameIDWaitsForOldEntry: a worker that crashed and comes
+// back under the same ID registers once its old member entry expires; a
+// live twin is refused with a clear error.
+func TestRestartWithSameIDWaitsForOldEntry(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	// A crashed worker's member entry, left to expire.
+	old, err := lease.Acquire(ctx(t), e.topo.Members, "w1", lease.Config{Holder: "w1", TTL: e.topo.Config.LeaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Orphan()
+	start := time.Now()
+	w := e.worker("w1", echo(), nil)
+	e.waitOwned(w)
+	t.Logf("registered %s after the old entry", time.Since(start))
+	twin, err := NewWorker(natstest.Connect(t, e.srv), WorkerConfig{Topology: e.topo.Config, Handler: echo(), ID: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := twin.Start(ctx(t)); err == nil || !errors.Is(err, lease.ErrNotAcquired) {
+		_ = twin.Stop(ctx(t))
+		t.Fatalf("a live twin started: %v", err)
 	}
 }
