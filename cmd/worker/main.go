@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -23,8 +24,12 @@ import (
 	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/inventory"
 	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func main() {
@@ -37,11 +42,11 @@ func main() {
 }
 
 type config struct {
-	url, listen, data, logLevel, trace, statsFile string
-	syncAlways                                    bool
-	drain                                         time.Duration
-	hold                                          time.Duration
-	worker                                        kjs.WorkerConfig
+	url, listen, data, logLevel, trace, statsFile, metrics string
+	syncAlways                                             bool
+	drain                                                  time.Duration
+	hold                                                   time.Duration
+	worker                                                 kjs.WorkerConfig
 }
 
 func env(name, def string) string {
@@ -86,6 +91,7 @@ func parse(args []string) (config, error) {
 	fs.DurationVar(&c.hold, "hold", 0, "pause inside each job's critical section (testing)")
 	fs.StringVar(&c.trace, "trace", "", "append a JSON line per job run to this file (testing)")
 	fs.StringVar(&c.statsFile, "stats", "", "write the worker's final counters as JSON to this file")
+	fs.StringVar(&c.metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env KEYLANE_METRICS)")
 	fs.StringVar(&c.logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -154,6 +160,13 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if c.metrics != "" {
+		stopMetrics, err := serveMetrics(c.metrics, w, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	err = w.Run(ctx, c.drain)
 	if c.statsFile != "" {
 		b, _ := json.Marshal(w.Stats())
@@ -172,4 +185,29 @@ func sanitize(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// serveMetrics serves the worker's Prometheus metrics on addr until the
+// returned function is called.
+func serveMetrics(addr string, w *kjs.Worker, log *slog.Logger) (func(), error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.New(w), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
 }

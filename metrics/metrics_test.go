@@ -1,0 +1,60 @@
+package metrics
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func TestCollectorReportsWorkerCounters(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := jetstream.NewWorker(nc, jetstream.WorkerConfig{
+		ID:       "m1",
+		Topology: jetstream.TopologyConfig{Partitions: 2, LeaseTTL: time.Second},
+		Handler: jetstream.HandlerFunc(func(_ context.Context, j jetstream.Job) ([]byte, error) {
+			return j.Payload, nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	c, err := jetstream.NewClient(ctx, nc, jetstream.ClientConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < 3; i++ {
+		if _, err := c.Call(ctx, "k", []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(w))
+	want := `
+# HELP keylane_jobs_succeeded_total Jobs acked after success.
+# TYPE keylane_jobs_succeeded_total counter
+keylane_jobs_succeeded_total{worker="m1"} 3
+# HELP keylane_partitions_owned Partitions this worker owns now.
+# TYPE keylane_partitions_owned gauge
+keylane_partitions_owned{worker="m1"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "keylane_jobs_succeeded_total", "keylane_partitions_owned"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 12 {
+		t.Fatalf("gathered %d metrics, %v; want 12", n, err)
+	}
+}
