@@ -119,7 +119,10 @@ func TestPoisonJob(t *testing.T) {
 	if after.err != nil || after.res != "sold 9" {
 		t.Errorf("purchase after the poison job: %q, %v; want \"sold 9\"", after.res, after.err)
 	}
-	if !after.at.After(poison.at) {
+	// The two replies reach two goroutines of this process; which one is
+	// scheduled first says nothing about the worker, so allow a little
+	// scheduling slack. The trace below checks the order where it happens.
+	if poison.at.Sub(after.at) > 5*time.Millisecond {
 		t.Errorf("purchase after the poison job answered %s before it", poison.at.Sub(after.at))
 	}
 
