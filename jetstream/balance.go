@@ -203,7 +203,11 @@ func (b *balancer) reconcile() {
 	for p := range b.holders {
 		desired := partition.Owner(p, members)
 		if o := b.owners[p]; o != nil {
-			if desired != me && b.members[desired] {
+			// An orphan we took because its desired owner did not claim it
+			// stays a while: handing it straight back to an owner that
+			// cannot take it would bounce it every TTL.
+			settled := !o.orphan || now.Sub(o.since) >= orphanHold*ttl
+			if desired != me && b.members[desired] && settled {
 				o.handOver()
 			}
 			continue
@@ -218,12 +222,16 @@ func (b *balancer) reconcile() {
 		if desired == me || now.Sub(h.since) >= ttl {
 			b.acquiring[p] = true
 			b.wg.Add(1)
-			go b.acquire(p)
+			go b.acquire(p, desired != me)
 		}
 	}
 }
 
-func (b *balancer) acquire(p int) {
+// orphanHold is how many TTLs a worker keeps an orphan partition before
+// handing it to its desired owner.
+const orphanHold = 3
+
+func (b *balancer) acquire(p int, orphan bool) {
 	defer b.wg.Done()
 	ctx, cancel := context.WithTimeout(b.ctx, b.w.cfg.Topology.LeaseTTL)
 	l, err := lease.Acquire(ctx, b.w.topo.Leases, b.w.topo.Names.LeaseKey(p), b.w.leaseConfig())
@@ -243,6 +251,7 @@ func (b *balancer) acquire(p int) {
 		return
 	}
 	o := newOwner(b.w, p, l)
+	o.orphan, o.since = orphan, time.Now()
 	b.owners[p] = o
 	b.holders[p] = holder{id: b.w.cfg.ID}
 	b.mu.Unlock()
