@@ -41,9 +41,12 @@
 // consumer "p<p>": whatever the previous owner fetched and never acked is
 // delivered again at once and in stream order, instead of after AckWait.
 // WorkQueue retention guarantees the stream never has two consumers on one
-// partition subject. Sequences the previous consumer had delivered are
-// marked as possible redeliveries (and looked up in NS_RESULTS when results
-// are stored).
+// partition subject. Sequences any earlier consumer had delivered (the mark
+// is carried from generation to generation in the consumer's metadata) are
+// possible redeliveries: they are looked up in NS_RESULTS when results are
+// stored, and their starts are counted in NS_STATE, so a job that crashes
+// every worker that runs it is dead-lettered after at most MaxDeliver+1
+// runs instead of blocking its key forever.
 //
 // # Running jobs
 //

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -222,15 +223,26 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	topo := o.w.topo
 	name := topo.Names.Consumer(o.p)
 	if old, err := topo.Jobs.Consumer(ctx, name); err == nil {
-		o.prevDelivered = old.CachedInfo().Delivered.Stream
+		info := old.CachedInfo()
+		// Carry the mark across generations: an owner that handed over
+		// before anything reached it must not hide what its predecessor
+		// had delivered.
+		inherited, _ := strconv.ParseUint(info.Config.Metadata[metaDelivered], 10, 64)
+		o.prevDelivered = max(info.Delivered.Stream, inherited)
 		if err := topo.Jobs.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("delete old consumer: %w", err)
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, err
 	}
-	return topo.Jobs.CreateOrUpdateConsumer(ctx, topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxInFlight))
+	cfg := topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxInFlight)
+	cfg.Metadata = map[string]string{metaDelivered: strconv.FormatUint(o.prevDelivered, 10)}
+	return topo.Jobs.CreateOrUpdateConsumer(ctx, cfg)
 }
+
+// metaDelivered is the consumer metadata key that records the highest
+// stream sequence any earlier consumer of the partition had delivered.
+const metaDelivered = "keylane.delivered-before"
 
 // dispatch validates a fetched message and queues it in its key's lane.
 // Anything that is not a valid job of this partition is dead-lettered and
@@ -284,7 +296,28 @@ func (o *owner) process(t *task) {
 			return
 		}
 	}
-	for attempt := 1; ; attempt++ {
+	first := 1
+	if t.maybeDup {
+		// The job may have taken its previous owner down with it. Count
+		// such starts across owners so a job that crashes every worker that
+		// runs it is dead-lettered instead of blocking its key forever. The
+		// first run is not counted (that would cost every job a round
+		// trip), so such a job runs at most MaxDeliver+1 times.
+		n, err := o.countStart(t.job.ID)
+		if err != nil {
+			o.log.Warn("count restarts", "job_id", t.job.ID, "err", err)
+		}
+		first = n + 1
+		if first > o.w.cfg.MaxDeliver {
+			err := fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n)
+			o.w.stats.failed.Add(1)
+			if o.deadLetter(t.msg, t.job, err, n) {
+				o.finish(t, nil, Permanent(err), true)
+			}
+			return
+		}
+	}
+	for attempt := first; ; attempt++ {
 		t.job.Attempt = attempt
 		o.w.stats.runs.Add(1)
 		res, err := o.call(t.job)
@@ -321,6 +354,54 @@ func (o *owner) process(t *task) {
 			return
 		}
 	}
+}
+
+// startsKey is the state-bucket key counting a redelivered job's starts.
+func startsKey(jobID string) string {
+	return "s." + base64.RawURLEncoding.EncodeToString([]byte(jobID))
+}
+
+// countStart records one more start of a possibly redelivered job and
+// returns how many starts were recorded before this one (under earlier
+// owners). Only redelivered jobs pay this round trip.
+func (o *owner) countStart(jobID string) (int, error) {
+	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+	defer cancel()
+	kv, k := o.w.topo.State, startsKey(jobID)
+	for range 8 {
+		var n int
+		var rev uint64
+		e, err := kv.Get(ctx, k)
+		switch {
+		case err == nil:
+			n, _ = strconv.Atoi(string(e.Value()))
+			rev = e.Revision()
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		default:
+			return 0, err
+		}
+		next := []byte(strconv.Itoa(n + 1))
+		if rev == 0 {
+			_, err = kv.Create(ctx, k, next)
+		} else {
+			_, err = kv.Update(ctx, k, next, rev)
+		}
+		if err == nil {
+			return n, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return 0, err
+		}
+	}
+	return 0, errors.New("keylane: restart counter contended")
+}
+
+// forgetStarts drops a finished job's start counter. It runs only once the
+// job was acked here; a crash leaves the counter for the next owner.
+func (o *owner) forgetStarts(jobID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = o.w.topo.State.Purge(ctx, startsKey(jobID))
 }
 
 func (o *owner) call(job Job) (res []byte, err error) {
@@ -368,6 +449,9 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 	if err := t.msg.Ack(); err != nil {
 		o.log.Warn("ack", "job_id", t.job.ID, "err", err)
 		return false
+	}
+	if t.maybeDup {
+		o.forgetStarts(t.job.ID)
 	}
 	for {
 		cur := o.maxAcked.Load()

@@ -42,11 +42,11 @@ func main() {
 }
 
 type config struct {
-	url, listen, data, logLevel, trace, statsFile, metrics string
-	syncAlways                                             bool
-	drain                                                  time.Duration
-	hold                                                   time.Duration
-	worker                                                 kjs.WorkerConfig
+	url, listen, data, logLevel, trace, statsFile, metrics, crashOn string
+	syncAlways                                                      bool
+	drain                                                           time.Duration
+	hold                                                            time.Duration
+	worker                                                          kjs.WorkerConfig
 }
 
 func env(name, def string) string {
@@ -89,6 +89,7 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
 	fs.DurationVar(&c.drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take")
 	fs.DurationVar(&c.hold, "hold", 0, "pause inside each job's critical section (testing)")
+	fs.StringVar(&c.crashOn, "crash-on", "", "exit the process at once when a job's payload is exactly this (testing: a job that kills its worker)")
 	fs.StringVar(&c.trace, "trace", "", "append a JSON line per job run to this file (testing)")
 	fs.StringVar(&c.statsFile, "stats", "", "write the worker's final counters as JSON to this file")
 	fs.StringVar(&c.metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env KEYLANE_METRICS)")
@@ -156,6 +157,16 @@ func run(ctx context.Context, args []string) error {
 		tracker = inventory.NewTracker(f, c.worker.ID)
 	}
 	c.worker.Handler = &inventory.Handler{State: kjs.NewState(topo.State), Hold: c.hold, Tracker: tracker}
+	if c.crashOn != "" {
+		h, crashOn := c.worker.Handler, c.crashOn
+		c.worker.Handler = kjs.HandlerFunc(func(ctx context.Context, j kjs.Job) ([]byte, error) {
+			if string(j.Payload) == crashOn {
+				log.Error("crashing on purpose", "job_id", j.ID, "attempt", j.Attempt)
+				os.Exit(99)
+			}
+			return h.Handle(ctx, j)
+		})
+	}
 	w, err := kjs.NewWorker(nc, c.worker)
 	if err != nil {
 		return err
