@@ -149,6 +149,8 @@ func TestLeaseLossCancelsHandlersAndSkipsAck(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("job never ran again after the lease came back")
 	}
+	// The reply goes out before the ack and the count: wait for them.
+	natstest.Eventually(t, 5*time.Second, "one acked job", func() bool { return w.Stats().Succeeded == 1 })
 	if s := w.Stats(); s.Lost < 1 || s.Succeeded != 1 {
 		t.Fatalf("stats %+v: want a lost lease and one acked job", s)
 	}
