@@ -136,9 +136,6 @@ func (l *lanes) next(ln *lane, n int) (*task, bool) {
 func (l *lanes) done(t *task) {
 	l.mu.Lock()
 	delete(l.inflight, t.job.Seq)
-	if len(l.inflight) == 0 {
-		l.cond.Broadcast()
-	}
 	l.mu.Unlock()
 }
 

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,8 +127,21 @@ func TestLanesCloseDropsQueued(t *testing.T) {
 		l.add(newTask("a", uint64(i)))
 	}
 	<-started
-	go func() { time.Sleep(10 * time.Millisecond); close(release) }()
-	l.close(true)
+	closed := make(chan struct{})
+	go func() { l.close(true); close(closed) }()
+	// Let the running job finish only once close has marked the lanes
+	// dropping, so the queued ones must be dropped, not run.
+	for {
+		l.mu.Lock()
+		dropping := l.dropping
+		l.mu.Unlock()
+		if dropping {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	<-closed
 	if runs.Load() != 1 {
 		t.Fatalf("runs = %d after a dropping close, want only the running one", runs.Load())
 	}

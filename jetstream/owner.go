@@ -83,8 +83,6 @@ func (o *owner) run() {
 	}
 	ln := newLanes(o.w.cfg.Concurrency, o.process)
 
-	var graceful, lost bool
-	var mu sync.Mutex
 	stopCh := make(chan struct{})
 	var ctl sync.WaitGroup
 	ctl.Add(2)
@@ -92,25 +90,16 @@ func (o *owner) run() {
 		defer ctl.Done()
 		select {
 		case <-o.l.Done():
-			mu.Lock()
-			lost = true
-			mu.Unlock()
 			o.cancel()
 			it.Stop()
 		case <-o.abortCh:
 			o.cancel()
 			it.Stop()
 		case <-o.handoverCh:
-			mu.Lock()
-			graceful = true
-			mu.Unlock()
 			it.Drain()
 			// A hand-over can still turn into loss or abort while draining.
 			select {
 			case <-o.l.Done():
-				mu.Lock()
-				lost = true
-				mu.Unlock()
 				o.cancel()
 			case <-o.abortCh:
 				o.cancel()
@@ -153,21 +142,25 @@ func (o *owner) run() {
 		o.dispatch(ln, msg)
 	}
 
-	mu.Lock()
-	isLost, isGraceful := lost, graceful
-	mu.Unlock()
 	ln.close(o.ctx.Err() != nil)
 	close(stopCh)
 	ctl.Wait()
 
-	switch {
-	case isLost:
-		o.lost()
-	case isGraceful && o.ctx.Err() == nil:
+	// A clean hand-over (not turned into loss or abort) waits for its acks
+	// to land. Release then tells a released lease from a lost one, which
+	// it counts.
+	if isClosed(o.handoverCh) && o.ctx.Err() == nil {
 		o.settle(cons)
-		o.release()
+	}
+	o.release()
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
 	default:
-		o.release()
+		return false
 	}
 }
 
@@ -197,18 +190,14 @@ func (o *owner) settle(cons jetstream.Consumer) {
 	}
 }
 
-func (o *owner) lost() {
-	o.w.stats.lost.Add(1)
-	o.log.Warn("partition lease lost", "err", o.l.Err())
-}
-
 func (o *owner) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), o.w.cfg.Topology.LeaseTTL)
 	defer cancel()
 	err := o.l.Release(ctx)
 	switch {
 	case errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrExpired):
-		o.lost()
+		o.w.stats.lost.Add(1)
+		o.log.Warn("partition lease lost", "err", err)
 	case err != nil:
 		o.log.Warn("partition release", "err", err)
 	default:
