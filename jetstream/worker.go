@@ -61,6 +61,15 @@ type WorkerConfig struct {
 
 var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
+var notIDChar = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// DefaultWorkerID returns "<hostname>-<pid>-<random>", with characters a
+// worker ID may not hold replaced by '_'. It differs on every call.
+func DefaultWorkerID() string {
+	host, _ := os.Hostname()
+	return notIDChar.ReplaceAllString(host, "_") + "-" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[16:]
+}
+
 func (c *WorkerConfig) setDefaults() error {
 	if c.Handler == nil {
 		return errors.New("keylane: WorkerConfig.Handler is required")
@@ -69,8 +78,7 @@ func (c *WorkerConfig) setDefaults() error {
 		return err
 	}
 	if c.ID == "" {
-		host, _ := os.Hostname()
-		c.ID = regexp.MustCompile(`[^A-Za-z0-9_-]`).ReplaceAllString(host, "_") + "-" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[16:]
+		c.ID = DefaultWorkerID()
 	}
 	if !workerIDRE.MatchString(c.ID) {
 		return fmt.Errorf("keylane: worker ID %q must match %s", c.ID, workerIDRE)

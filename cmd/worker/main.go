@@ -144,8 +144,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if c.worker.ID == "" {
-		host, _ := os.Hostname()
-		c.worker.ID = fmt.Sprintf("%s-%d", sanitize(host), os.Getpid())
+		c.worker.ID = kjs.DefaultWorkerID() // known before the handler's tracker needs it
 	}
 	var tracker *inventory.Tracker
 	if c.trace != "" {
@@ -186,16 +185,6 @@ func run(ctx context.Context, args []string) error {
 		}
 	}
 	return err
-}
-
-func sanitize(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			b[i] = '_'
-		}
-	}
-	return string(b)
 }
 
 // serveMetrics serves the worker's Prometheus metrics on addr until the
