@@ -28,7 +28,7 @@ func BenchmarkFlashSale(b *testing.B) {
 	}
 	run := func(b *testing.B, cfg inventory.SaleConfig) {
 		b.ReportAllocs()
-		cfg.SKUs, cfg.Skew, cfg.Purchases, cfg.Stock = 1, -1, b.N, int64(b.N)/2+1
+		cfg.SKUs, cfg.Purchases, cfg.Stock = 1, b.N, int64(b.N)/2+1
 		cfg.Timeout = 10 * time.Minute
 		b.ResetTimer()
 		v, err := inventory.RunSale(ctx, c, cfg, local.Tracker)

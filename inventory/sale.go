@@ -29,9 +29,11 @@ type SaleConfig struct {
 	// Purchases is how many single-unit purchases are attempted in all.
 	// Defaults to 10000.
 	Purchases int
-	// Skew is the Zipf exponent of demand over SKUs (>1; SKU 0 the hottest).
-	// Zero spreads demand evenly. Defaults to 1.1.
+	// Skew is the Zipf exponent of demand over SKUs (>1; SKU 0 the
+	// hottest). Defaults to 1.1.
 	Skew float64
+	// Even spreads demand evenly over the SKUs instead; Skew is ignored.
+	Even bool
 	// Prefix names the SKU keys. Defaults to "sku:<random>:" so runs
 	// against the same server do not collide.
 	Prefix string
@@ -98,8 +100,15 @@ func (v Verdict) Print(w io.Writer) {
 	if c.FireAndForget {
 		mode = "SubmitMany (fire-and-forget)"
 	}
-	fmt.Fprintf(w, "flash sale: %d purchases of %d SKUs (stock %d each, zipf s=%.2f), %d buyers, %s\n",
-		c.Purchases, c.SKUs, c.Stock, c.Skew, c.Buyers, mode)
+	demand := fmt.Sprintf("zipf s=%.2f", c.Skew)
+	switch {
+	case c.SKUs == 1:
+		demand = "one hot key"
+	case c.Even:
+		demand = "even demand"
+	}
+	fmt.Fprintf(w, "flash sale: %d purchases of %d SKUs (stock %d each, %s), %d buyers, %s\n",
+		c.Purchases, c.SKUs, c.Stock, demand, c.Buyers, mode)
 	for i, f := range v.Final {
 		fmt.Fprintf(w, "  %s%-3d demand %6d  sold %6d  final stock %6d\n", c.Prefix, i, v.Demand[i], c.Stock-f, f)
 	}
@@ -135,6 +144,9 @@ func round(d time.Duration) time.Duration {
 // workers), for the per-key concurrency and order checks.
 func RunSale(ctx context.Context, c *kjs.Client, cfg SaleConfig, tr *Tracker) (Verdict, error) {
 	cfg.setDefaults()
+	if !cfg.Even && cfg.Skew <= 1 {
+		return Verdict{Config: cfg}, fmt.Errorf("inventory: zipf skew must be above 1 (got %g); set Even for even demand", cfg.Skew)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	v := Verdict{Config: cfg, MaxPerKey: -1, Final: make([]int64, cfg.SKUs), Demand: make([]int64, cfg.SKUs)}
@@ -148,7 +160,7 @@ func RunSale(ctx context.Context, c *kjs.Client, cfg SaleConfig, tr *Tracker) (V
 	picks := make([]int, cfg.Purchases)
 	r := rand.New(rand.NewPCG(1, uint64(cfg.Purchases)))
 	var zipf *rand.Zipf
-	if cfg.Skew > 1 && cfg.SKUs > 1 {
+	if !cfg.Even && cfg.SKUs > 1 {
 		zipf = rand.NewZipf(r, cfg.Skew, 1, uint64(cfg.SKUs-1))
 	}
 	for i := range picks {

@@ -42,9 +42,6 @@ func bench(ctx context.Context, args []string, out io.Writer) error {
 	}
 	for _, r := range []run{{8, false}, {64, false}, {256, false}, {64, true}} {
 		cfg := inventory.SaleConfig{SKUs: *skus, Stock: int64(*purchases) / 2, Buyers: r.buyers, Purchases: *purchases, FireAndForget: r.ff, Timeout: 5 * time.Minute}
-		if *skus == 1 {
-			cfg.Skew = -1 // one SKU: no distribution to draw
-		}
 		v, err := inventory.RunSale(ctx, cl, cfg, tr)
 		if err != nil {
 			return err

@@ -151,7 +151,9 @@ func sale(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
 	}
-	if cfg.Skew != 0 && cfg.Skew <= 1 {
+	if cfg.Skew == 0 {
+		cfg.Even = true
+	} else if cfg.Skew <= 1 {
 		return errors.New("--skew must be above 1, or 0 for even demand")
 	}
 	cl, local, done, err := c.connect(ctx, hold)
