@@ -307,6 +307,18 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 	return out, ctx.Err()
 }
 
+// Backlog returns how many jobs the namespace's stream holds: stored and
+// not yet finished (a job leaves the stream when its handler finished and
+// it was acked, or it was dead-lettered). It asks the server for stream
+// info and runs no job.
+func (c *Client) Backlog(ctx context.Context) (uint64, error) {
+	s, err := c.js.Stream(ctx, c.stream)
+	if err != nil {
+		return 0, err
+	}
+	return s.CachedInfo().State.Msgs, nil
+}
+
 // Close stops waiting for replies. It does not close the connection.
 func (c *Client) Close() {
 	c.mu.Lock()
