@@ -35,7 +35,8 @@ var ErrPoison = errors.New("inventory: poison job")
 
 // Handler applies inventory commands. It is safe for concurrent use.
 type Handler struct {
-	// State stores the stock. Required.
+	// State stores the stock when the handler runs as a Handler. A worker
+	// running it as a Reducer keeps the stock itself and ignores State.
 	State *kjs.State
 	// Hold is a pause between reading and writing the stock, to simulate a
 	// slow critical section in tests and demos. Defaults to none.
@@ -77,7 +78,30 @@ func Parse(payload []byte) (Command, error) {
 	return c, fmt.Errorf("%w: unknown operation %q", ErrBadCommand, c.Op)
 }
 
-// Handle implements keylane's Handler.
+// Reduce implements keylane's Reducer, the fast path: the worker keeps the
+// stock and group-commits a SKU's queued purchases with one state write.
+func (h *Handler) Reduce(ctx context.Context, job kjs.Job, cur []byte) ([]byte, []byte, error) {
+	cmd, err := Parse(job.Payload)
+	if err != nil {
+		return nil, nil, kjs.Permanent(err)
+	}
+	if h.Tracker != nil {
+		h.Tracker.Start(job)
+		defer h.Tracker.End(job)
+	}
+	return h.step(ctx, cmd, cur)
+}
+
+// Committed implements keylane's CommitObserver: it tells the tracker
+// whether a run's outcome was stored.
+func (h *Handler) Committed(job kjs.Job, applied bool) {
+	if h.Tracker != nil {
+		h.Tracker.Outcome(job, applied)
+	}
+}
+
+// Handle implements keylane's Handler: the same commands, each applied
+// with its own state write through State.Apply.
 func (h *Handler) Handle(ctx context.Context, job kjs.Job) ([]byte, error) {
 	cmd, err := Parse(job.Payload)
 	if err != nil {
@@ -86,10 +110,8 @@ func (h *Handler) Handle(ctx context.Context, job kjs.Job) ([]byte, error) {
 	var applied bool
 	if h.Tracker != nil {
 		h.Tracker.Start(job)
-		defer func() { h.Tracker.End(job, applied) }()
-	}
-	if cmd.Op == "fail" {
-		return nil, ErrPoison
+		defer func() { h.Tracker.Outcome(job, applied) }()
+		defer h.Tracker.End(job)
 	}
 	if cmd.Op == "get" {
 		e, err := h.State.Get(ctx, job.Key)
@@ -99,39 +121,50 @@ func (h *Handler) Handle(ctx context.Context, job kjs.Job) ([]byte, error) {
 		return []byte("stock " + strconv.FormatInt(decode(e.Value), 10)), nil
 	}
 	res, err := h.State.Apply(ctx, job, func(cur []byte) ([]byte, []byte, error) {
-		stock := decode(cur)
-		if h.Hold > 0 {
-			t := time.NewTimer(h.Hold)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, nil, ctx.Err()
-			}
-		}
-		var out string
-		switch cmd.Op {
-		case "set":
-			stock = cmd.N
-			out = "ok " + strconv.FormatInt(stock, 10)
-		case "restock":
-			stock += cmd.N
-			out = "ok " + strconv.FormatInt(stock, 10)
-		case "buy":
-			if stock >= cmd.N {
-				stock -= cmd.N
-				out = "sold " + strconv.FormatInt(stock, 10)
-			} else {
-				out = "soldout " + strconv.FormatInt(stock, 10)
-			}
-		}
-		applied = true
-		return encode(stock), []byte(out), nil
+		next, out, err := h.step(ctx, cmd, cur)
+		applied = err == nil
+		return next, out, err
 	})
 	if err != nil {
 		applied = false
 	}
 	return res, err
+}
+
+// step applies one command to the stock.
+func (h *Handler) step(ctx context.Context, cmd Command, cur []byte) ([]byte, []byte, error) {
+	if cmd.Op == "fail" {
+		return nil, nil, ErrPoison
+	}
+	stock := decode(cur)
+	if h.Hold > 0 {
+		t := time.NewTimer(h.Hold)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, ctx.Err()
+		}
+	}
+	var out []byte
+	switch cmd.Op {
+	case "get":
+		return cur, append([]byte("stock "), strconv.FormatInt(stock, 10)...), nil
+	case "set":
+		stock = cmd.N
+		out = append([]byte("ok "), strconv.FormatInt(stock, 10)...)
+	case "restock":
+		stock += cmd.N
+		out = append([]byte("ok "), strconv.FormatInt(stock, 10)...)
+	case "buy":
+		if stock >= cmd.N {
+			stock -= cmd.N
+			out = append([]byte("sold "), strconv.FormatInt(stock, 10)...)
+		} else {
+			out = append([]byte("soldout "), strconv.FormatInt(stock, 10)...)
+		}
+	}
+	return encode(stock), out, nil
 }
 
 func decode(b []byte) int64 {

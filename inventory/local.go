@@ -36,6 +36,10 @@ type LocalConfig struct {
 	Concurrency int
 	// Hold is the handler's pause inside the critical section.
 	Hold time.Duration
+	// PerJobWrites runs the inventory as a Handler, one state write per
+	// job, instead of as a Reducer whose jobs the worker group-commits.
+	// For comparison only.
+	PerJobWrites bool
 	// Logger for the workers. Defaults to discarding.
 	Logger *slog.Logger
 }
@@ -85,19 +89,24 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			return nil, err
 		}
 		l.conns = append(l.conns, nc)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			l.Stop(ctx)
-			return nil, err
-		}
-		topo, err := kjs.Setup(ctx, js, cfg.Topology)
-		if err != nil {
-			l.Stop(ctx)
-			return nil, err
+		wcfg := kjs.WorkerConfig{Reducer: &Handler{Hold: cfg.Hold, Tracker: l.Tracker}}
+		if cfg.PerJobWrites {
+			js, err := jetstream.New(nc)
+			if err != nil {
+				l.Stop(ctx)
+				return nil, err
+			}
+			topo, err := kjs.Setup(ctx, js, cfg.Topology)
+			if err != nil {
+				l.Stop(ctx)
+				return nil, err
+			}
+			wcfg = kjs.WorkerConfig{Handler: &Handler{State: kjs.NewState(topo.State), Hold: cfg.Hold, Tracker: l.Tracker}}
 		}
 		w, err := kjs.NewWorker(nc, kjs.WorkerConfig{
 			Topology:    cfg.Topology,
-			Handler:     &Handler{State: kjs.NewState(topo.State), Hold: cfg.Hold, Tracker: l.Tracker},
+			Handler:     wcfg.Handler,
+			Reducer:     wcfg.Reducer,
 			ID:          fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency: cfg.Concurrency,
 			Logger:      cfg.Logger,

@@ -22,7 +22,7 @@ type Tracker struct {
 	order   int
 	runs    int64
 	out     *bufio.Writer
-	starts  map[uint64]int64 // run start by stream sequence, when tracing
+	pending map[uint64]*Run // runs whose outcome is not known, when tracing
 	worker  string
 }
 
@@ -46,7 +46,7 @@ type Run struct {
 // NewTracker returns a tracker; out, if not nil, receives a JSON line per
 // run, tagged with worker.
 func NewTracker(out io.Writer, worker string) *Tracker {
-	t := &Tracker{keys: map[string]*keyTrack{}, worker: worker, starts: map[uint64]int64{}}
+	t := &Tracker{keys: map[string]*keyTrack{}, worker: worker, pending: map[uint64]*Run{}}
 	if out != nil {
 		t.out = bufio.NewWriterSize(out, 64<<10)
 	}
@@ -72,12 +72,12 @@ func (t *Tracker) Start(job kjs.Job) {
 	k.lastSeq = job.Seq
 	t.runs++
 	if t.out != nil {
-		t.starts[job.Seq] = time.Now().UnixNano()
+		t.pending[job.Seq] = &Run{Worker: t.worker, Job: job.ID, Key: job.Key, Seq: job.Seq, Fence: job.Fence, Start: time.Now().UnixNano()}
 	}
 }
 
 // End records the end of a run.
-func (t *Tracker) End(job kjs.Job, applied bool) {
+func (t *Tracker) End(job kjs.Job) {
 	end := time.Now().UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -87,13 +87,25 @@ func (t *Tracker) End(job kjs.Job, applied bool) {
 			delete(t.keys, job.Key)
 		}
 	}
-	if t.out != nil {
-		start := t.starts[job.Seq]
-		delete(t.starts, job.Seq)
-		b, _ := json.Marshal(Run{Worker: t.worker, Job: job.ID, Key: job.Key, Seq: job.Seq, Fence: job.Fence, Start: start, End: end, Applied: applied})
-		_, _ = t.out.Write(append(b, '\n'))
-		_ = t.out.Flush()
+	if r := t.pending[job.Seq]; r != nil {
+		r.End = end
 	}
+}
+
+// Outcome records whether an ended run's state write took effect, which
+// may be known only after End (group commit), and logs the run.
+func (t *Tracker) Outcome(job kjs.Job, applied bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.pending[job.Seq]
+	if r == nil {
+		return
+	}
+	delete(t.pending, job.Seq)
+	r.Applied = applied
+	b, _ := json.Marshal(r)
+	_, _ = t.out.Write(append(b, '\n'))
+	_ = t.out.Flush()
 }
 
 // MaxConcurrent returns the most runs of one key seen at the same time.

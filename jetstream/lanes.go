@@ -13,6 +13,7 @@ type task struct {
 	job      Job
 	maybeDup bool // may have run before under an earlier owner
 	progress time.Time
+	firstErr error // the error of a first run already made in a group
 }
 
 // lane holds the queued jobs of one key, in stream order.
@@ -22,9 +23,11 @@ type lane struct {
 	head  int
 }
 
-// lanes runs the jobs of one partition: one job at a time per key, in the
+// lanes runs the jobs of one partition: one key's jobs at a time, in the
 // order they were fetched, and different keys on up to `runners` goroutines.
 // A fixed pool of runners takes ready lanes; no goroutine is started per job.
+// A runner takes up to `group` queued jobs of its lane at once (for group
+// commit) and runs them in order.
 type lanes struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -33,15 +36,17 @@ type lanes struct {
 	inflight map[uint64]*task // by stream sequence: every fetched, unfinished job
 	closed   bool             // no more tasks will be added
 	dropping bool             // drop queued tasks instead of running them
+	group    int              // most tasks handed to run at once
 	wg       sync.WaitGroup
 }
 
-// fairness: a runner hands a busy lane back after this many jobs when other
-// lanes are waiting, so one hot key cannot starve the rest.
+// fairness: a runner hands a busy lane back after this many runs (of one
+// job, or one group) when other lanes are waiting, so one hot key cannot
+// starve the rest.
 const laneBurst = 32
 
-func newLanes(runners int, run func(*task)) *lanes {
-	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}}
+func newLanes(runners, group int, run func([]*task)) *lanes {
+	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1)}
 	l.cond = sync.NewCond(&l.mu)
 	l.wg.Add(runners)
 	for i := 0; i < runners; i++ {
@@ -75,8 +80,9 @@ func (l *lanes) add(t *task) bool {
 	return true
 }
 
-func (l *lanes) runner(run func(*task)) {
+func (l *lanes) runner(run func([]*task)) {
 	defer l.wg.Done()
+	buf := make([]*task, 0, l.group)
 	for {
 		l.mu.Lock()
 		for len(l.ready) == 0 && !l.closed {
@@ -90,20 +96,23 @@ func (l *lanes) runner(run func(*task)) {
 		l.ready[0] = nil
 		l.ready = l.ready[1:]
 		l.mu.Unlock()
-		for n := 0; ; n++ {
-			t, requeued := l.next(ln, n)
-			if t == nil || requeued {
+		for n := 0; ; {
+			ts := l.next(ln, n, buf[:0])
+			if len(ts) == 0 {
 				break
 			}
-			run(t)
-			l.done(t)
+			run(ts)
+			l.done(ts)
+			n++
+			clear(ts)
 		}
 	}
 }
 
-// next pops ln's next task, retires ln when it is empty, and hands ln back
-// to the ready queue after a burst when other lanes wait.
-func (l *lanes) next(ln *lane, n int) (*task, bool) {
+// next pops ln's next tasks (at most l.group) into buf, retires ln when it
+// is empty, and hands ln back to the ready queue after a burst when other
+// lanes wait; it returns no task in both cases.
+func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.dropping {
@@ -114,28 +123,31 @@ func (l *lanes) next(ln *lane, n int) (*task, bool) {
 	}
 	if ln.head == len(ln.queue) {
 		delete(l.byKey, ln.key)
-		return nil, false
+		return nil
 	}
 	if n >= laneBurst && len(l.ready) > 0 {
 		l.ready = append(l.ready, ln)
 		l.cond.Signal()
-		return nil, true
+		return nil
 	}
-	t := ln.queue[ln.head]
-	ln.queue[ln.head] = nil
-	ln.head++
+	k := min(l.group, len(ln.queue)-ln.head)
+	buf = append(buf, ln.queue[ln.head:ln.head+k]...)
+	clear(ln.queue[ln.head : ln.head+k])
+	ln.head += k
 	if ln.head == len(ln.queue) {
 		ln.queue, ln.head = ln.queue[:0], 0
 	} else if ln.head > 64 && ln.head*2 > len(ln.queue) {
 		ln.queue = append(ln.queue[:0:0], ln.queue[ln.head:]...)
 		ln.head = 0
 	}
-	return t, false
+	return buf
 }
 
-func (l *lanes) done(t *task) {
+func (l *lanes) done(ts []*task) {
 	l.mu.Lock()
-	delete(l.inflight, t.job.Seq)
+	for _, t := range ts {
+		delete(l.inflight, t.job.Seq)
+	}
 	l.mu.Unlock()
 }
 

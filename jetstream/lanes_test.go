@@ -23,7 +23,7 @@ func TestLanesOneAtATimeInOrder(t *testing.T) {
 	last := map[string]uint64{}
 	maxPerKey, maxTotal, total := 0, 0, 0
 	var order atomic.Int64
-	l := newLanes(4, func(tk *task) {
+	l := newLanes(4, 1, one(func(tk *task) {
 		mu.Lock()
 		running[tk.job.Key]++
 		total++
@@ -39,7 +39,7 @@ func TestLanesOneAtATimeInOrder(t *testing.T) {
 		running[tk.job.Key]--
 		total--
 		mu.Unlock()
-	})
+	}))
 	seq := uint64(0)
 	for i := 0; i < perKey; i++ {
 		for k := 0; k < keys; k++ {
@@ -73,12 +73,12 @@ func TestLanesHotKeyDoesNotStarve(t *testing.T) {
 	var mu sync.Mutex
 	var ran []string
 	gate := make(chan struct{})
-	l := newLanes(1, func(tk *task) {
+	l := newLanes(1, 1, one(func(tk *task) {
 		<-gate
 		mu.Lock()
 		ran = append(ran, tk.job.Key)
 		mu.Unlock()
-	})
+	}))
 	for i := 1; i <= 200; i++ {
 		l.add(newTask("hot", uint64(i)))
 	}
@@ -99,7 +99,7 @@ func TestLanesHotKeyDoesNotStarve(t *testing.T) {
 func TestLanesRefuseDuplicateInFlight(t *testing.T) {
 	block := make(chan struct{})
 	var runs atomic.Int64
-	l := newLanes(2, func(*task) { runs.Add(1); <-block })
+	l := newLanes(2, 1, one(func(*task) { runs.Add(1); <-block }))
 	if !l.add(newTask("a", 7)) {
 		t.Fatal("first add refused")
 	}
@@ -117,12 +117,12 @@ func TestLanesCloseDropsQueued(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	var runs atomic.Int64
-	l := newLanes(1, func(*task) {
+	l := newLanes(1, 1, one(func(*task) {
 		if runs.Add(1) == 1 {
 			close(started)
 			<-release
 		}
-	})
+	}))
 	for i := 1; i <= 10; i++ {
 		l.add(newTask("a", uint64(i)))
 	}
@@ -147,5 +147,68 @@ func TestLanesCloseDropsQueued(t *testing.T) {
 	}
 	if l.add(newTask("a", 99)) {
 		t.Fatal("add after close accepted")
+	}
+}
+
+func one(fn func(*task)) func([]*task) {
+	return func(ts []*task) {
+		if len(ts) != 1 {
+			panic(fmt.Sprintf("got %d tasks with group 1", len(ts)))
+		}
+		fn(ts[0])
+	}
+}
+
+// TestLanesGroups checks that with a group size a runner gets several
+// queued jobs of one key at once, in order, never more than the group and
+// never two keys mixed, and that every job runs exactly once.
+func TestLanesGroups(t *testing.T) {
+	const keys, perKey, group = 3, 300, 16
+	var mu sync.Mutex
+	seen := map[uint64]int{}
+	last := map[string]uint64{}
+	biggest, bad := 0, ""
+	gate := make(chan struct{})
+	l := newLanes(2, group, func(ts []*task) {
+		<-gate
+		mu.Lock()
+		defer mu.Unlock()
+		biggest = max(biggest, len(ts))
+		if len(ts) > group {
+			bad = fmt.Sprintf("group of %d", len(ts))
+		}
+		for _, tk := range ts {
+			if tk.job.Key != ts[0].job.Key {
+				bad = "keys mixed in one group"
+			}
+			if tk.job.Seq <= last[tk.job.Key] {
+				bad = fmt.Sprintf("key %s: seq %d after %d", tk.job.Key, tk.job.Seq, last[tk.job.Key])
+			}
+			last[tk.job.Key] = tk.job.Seq
+			seen[tk.job.Seq]++
+		}
+	})
+	seq := uint64(0)
+	for i := 0; i < perKey; i++ {
+		for k := 0; k < keys; k++ {
+			seq++
+			l.add(newTask(fmt.Sprintf("k%d", k), seq))
+		}
+	}
+	close(gate)
+	l.close(false)
+	if bad != "" {
+		t.Fatal(bad)
+	}
+	if biggest < 2 {
+		t.Fatalf("largest group %d: queued jobs were never grouped", biggest)
+	}
+	if len(seen) != keys*perKey {
+		t.Fatalf("%d jobs ran, want %d", len(seen), keys*perKey)
+	}
+	for s, n := range seen {
+		if n != 1 {
+			t.Fatalf("seq %d ran %d times", s, n)
+		}
 	}
 }

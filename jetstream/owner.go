@@ -81,7 +81,11 @@ func (o *owner) run() {
 		o.release()
 		return
 	}
-	ln := newLanes(o.w.cfg.Concurrency, o.process)
+	group, run := 1, func(ts []*task) { o.process(ts[0]) }
+	if o.w.cfg.Reducer != nil {
+		group, run = maxGroup, o.runGroup
+	}
+	ln := newLanes(o.w.cfg.Concurrency, group, run)
 
 	stopCh := make(chan struct{})
 	var ctl sync.WaitGroup
@@ -272,6 +276,69 @@ func (o *owner) malformed(msg jetstream.Msg, seq uint64, why error) {
 	}
 }
 
+// maxGroup bounds how many queued jobs of one key a runner takes at once
+// to group-commit.
+const maxGroup = 256
+
+// runGroup runs queued jobs of one key, in order, through the reducer,
+// committing them in groups (see State.group), then replies to and acks
+// each. Jobs that may have run before under an earlier owner, jobs whose
+// reduce failed and groups whose write failed go through process, one at
+// a time, with its retries, backoff and dead-lettering.
+func (o *owner) runGroup(ts []*task) {
+	jobs := make([]Job, len(ts))
+	out := make([][]byte, len(ts))
+	for len(ts) > 0 {
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(int64(len(ts)))
+			return
+		}
+		if ts[0].maybeDup {
+			o.process(ts[0])
+			ts = ts[1:]
+			continue
+		}
+		k := 1
+		for k < len(ts) && !ts[k].maybeDup {
+			k++
+		}
+		g := ts[:k]
+		for i, t := range g {
+			t.job.Attempt = 1
+			jobs[i] = t.job
+		}
+		n, rerr, werr := o.applyGroup(jobs[:k], out[:k])
+		if errors.Is(werr, ErrStaleFence) {
+			o.w.stats.stale.Add(1)
+			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "key", g[0].job.Key, "err", werr)
+			o.abort()
+			return
+		}
+		if werr != nil {
+			// Unknown outcome, or another writer: settle each job alone;
+			// a re-read tells which ones the write covered.
+			o.log.Warn("group commit failed; settling jobs one by one", "key", g[0].job.Key, "jobs", k, "err", werr)
+			for _, t := range g {
+				o.process(t)
+			}
+			ts = ts[k:]
+			continue
+		}
+		for i := range n {
+			if o.finish(g[i], out[i], nil, false) {
+				o.w.stats.succeeded.Add(1)
+			}
+			out[i] = nil
+		}
+		ts = ts[n:]
+		if n < k && (rerr != nil || n == 0) {
+			ts[0].firstErr = rerr
+			o.process(ts[0])
+			ts = ts[1:]
+		}
+	}
+}
+
 // process runs one job to completion: handler, in-place retries with
 // backoff, dead-lettering, result, reply and ack.
 func (o *owner) process(t *task) {
@@ -308,8 +375,14 @@ func (o *owner) process(t *task) {
 	}
 	for attempt := first; ; attempt++ {
 		t.job.Attempt = attempt
-		o.w.stats.runs.Add(1)
-		res, err := o.call(t.job)
+		var res []byte
+		var err error
+		if attempt == first && t.firstErr != nil {
+			// A group already ran this attempt.
+			err, t.firstErr = t.firstErr, nil
+		} else {
+			res, err = o.call(t.job)
+		}
 		if o.ctx.Err() != nil {
 			o.w.stats.unacked.Add(1)
 			return
@@ -394,6 +467,10 @@ func (o *owner) forgetStarts(jobID string) {
 }
 
 func (o *owner) call(job Job) (res []byte, err error) {
+	if o.w.cfg.Reducer != nil {
+		return o.reduceOne(job)
+	}
+	o.w.stats.runs.Add(1)
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: handler panicked: %v", r)

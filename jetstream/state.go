@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -64,6 +65,30 @@ type StateEntry struct {
 	// JobID and Result are the writing job's ID and result.
 	JobID  string
 	Result []byte
+	// Earlier holds the results of the other jobs applied by the same
+	// write, when a worker group-committed several jobs of the key (see
+	// Reducer), in stream order. Result belongs to the last of them.
+	Earlier []AppliedResult
+}
+
+// AppliedResult is the result of one group-committed job.
+type AppliedResult struct {
+	Seq    uint64
+	Result []byte
+}
+
+// ResultOf returns the result stored for the job at stream sequence seq,
+// if the entry's write applied it.
+func (e StateEntry) ResultOf(seq uint64) ([]byte, bool) {
+	if seq == e.Seq {
+		return e.Result, true
+	}
+	for _, r := range e.Earlier {
+		if r.Seq == seq {
+			return r.Result, true
+		}
+	}
+	return nil, false
 }
 
 // UpdateFunc computes a key's next value and the job's result from the
@@ -87,11 +112,10 @@ func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, erro
 			return nil, fmt.Errorf("%w (job fence %d, stored fence %d)", ErrStaleFence, job.Fence, cur.Fence)
 		}
 		if rev != 0 && cur.Seq >= job.Seq {
-			if cur.Seq == job.Seq {
-				return cur.Result, nil
-			}
-			// A later job of this key has been applied: this one was too.
-			return nil, nil
+			// Applied already; a job before the stored write's group has
+			// its result no longer.
+			res, _ := cur.ResultOf(job.Seq)
+			return res, nil
 		}
 		next, result, err := fn(cur.Value)
 		if err != nil {
@@ -182,25 +206,44 @@ func StateKey(key string) string {
 	return "k." + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
 
-const stateVersion = 1
+// Entry encoding, big-endian: version (1 byte), seq (8), fence (8), job ID
+// length (2) and job ID, result length (4) and result, then, in version 2
+// only, the count of earlier results (2) and each as seq (8), length (4)
+// and bytes; the rest is the value. Version 1 entries (no earlier results)
+// are still read.
+const (
+	stateV1 = 1
+	stateV2 = 2
+)
 
 func encodeState(e StateEntry) []byte {
-	b := make([]byte, 0, 1+8+8+2+len(e.JobID)+4+len(e.Result)+len(e.Value))
-	b = append(b, stateVersion)
+	n := 1 + 8 + 8 + 2 + len(e.JobID) + 4 + len(e.Result) + 2 + len(e.Value)
+	for _, r := range e.Earlier {
+		n += 12 + len(r.Result)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, stateV2)
 	b = binary.BigEndian.AppendUint64(b, e.Seq)
 	b = binary.BigEndian.AppendUint64(b, e.Fence)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(e.JobID)))
 	b = append(b, e.JobID...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(e.Result)))
 	b = append(b, e.Result...)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(e.Earlier)))
+	for _, r := range e.Earlier {
+		b = binary.BigEndian.AppendUint64(b, r.Seq)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(r.Result)))
+		b = append(b, r.Result...)
+	}
 	return append(b, e.Value...)
 }
 
 func decodeState(b []byte) (StateEntry, error) {
 	var e StateEntry
-	if len(b) < 1+8+8+2 || b[0] != stateVersion {
+	if len(b) < 1+8+8+2 || (b[0] != stateV1 && b[0] != stateV2) {
 		return e, ErrBadState
 	}
+	version := b[0]
 	e.Seq = binary.BigEndian.Uint64(b[1:])
 	e.Fence = binary.BigEndian.Uint64(b[9:])
 	n := int(binary.BigEndian.Uint16(b[17:]))
@@ -218,6 +261,103 @@ func decodeState(b []byte) (StateEntry, error) {
 	if r > 0 {
 		e.Result = append([]byte(nil), b[:r]...)
 	}
-	e.Value = append([]byte(nil), b[r:]...)
+	b = b[r:]
+	if version == stateV2 {
+		if len(b) < 2 {
+			return e, ErrBadState
+		}
+		k := int(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		if k > 0 {
+			e.Earlier = make([]AppliedResult, k)
+		}
+		for i := range k {
+			if len(b) < 12 {
+				return e, ErrBadState
+			}
+			e.Earlier[i].Seq = binary.BigEndian.Uint64(b)
+			l := int(binary.BigEndian.Uint32(b[8:]))
+			b = b[12:]
+			if len(b) < l {
+				return e, ErrBadState
+			}
+			e.Earlier[i].Result = append([]byte(nil), b[:l]...)
+			b = b[l:]
+		}
+	}
+	e.Value = append([]byte(nil), b...)
 	return e, nil
+}
+
+// Group-commit bounds: a group stops growing once its reducers ran this
+// long (so the first job's reply is not held up by a slow reducer) or its
+// results take this many bytes (an entry must fit in one message).
+const (
+	groupTime  = 5 * time.Millisecond
+	groupBytes = 64 << 10
+)
+
+// group applies consecutive jobs of one key, in stream order, against the
+// key's current state and stores the outcome with one compare-and-set: a
+// group commit. Jobs the stored entry already covers are settled from it
+// without running. It returns n, how many of jobs are settled (their
+// results in out[:n]); when n < len(jobs), rerr is jobs[n]'s reduce error,
+// or nil if the group stopped at its time or size bound. A write error
+// (werr) settles nothing: the write may or may not have landed, or
+// another writer got in first. group makes one attempt; the caller decides
+// how to retry. All jobs carry the same fence.
+func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func(i int, cur []byte) (next, result []byte, err error)) (n int, rerr, werr error) {
+	job0 := jobs[0]
+	k := StateKey(job0.Key)
+	cur, rev, err := s.current(ctx, k, job0.Fence, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rev != 0 && cur.Fence > job0.Fence {
+		return 0, nil, fmt.Errorf("%w (job fence %d, stored fence %d)", ErrStaleFence, job0.Fence, cur.Fence)
+	}
+	value, last, size := cur.Value, -1, 0
+	var earlier []AppliedResult
+	start := time.Now()
+	for ; n < len(jobs); n++ {
+		j := jobs[n]
+		if rev != 0 && j.Seq <= cur.Seq {
+			out[n], _ = cur.ResultOf(j.Seq)
+			continue
+		}
+		if last >= 0 && (size > groupBytes || time.Since(start) > groupTime) {
+			break
+		}
+		next, res, err := reduce(n, value)
+		if err != nil {
+			rerr = err
+			break
+		}
+		if last >= 0 {
+			earlier = append(earlier, AppliedResult{Seq: jobs[last].Seq, Result: out[last]})
+		}
+		value, out[n], last = next, res, n
+		size += 12 + len(res)
+	}
+	if last < 0 {
+		return n, rerr, nil
+	}
+	// The worker cancels ctx the moment its lease is no longer trusted;
+	// check as late as possible before writing.
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: job0.Fence, JobID: jobs[last].ID, Result: out[last], Earlier: earlier}
+	var newRev uint64
+	if rev == 0 {
+		newRev, err = s.kv.Create(ctx, k, encodeState(e))
+	} else {
+		newRev, err = s.kv.Update(ctx, k, encodeState(e), rev)
+	}
+	if err != nil {
+		s.forget(k)
+		return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
+	}
+	s.remember(k, cachedEntry{rev: newRev, fence: job0.Fence, entry: e})
+	return n, rerr, nil
 }

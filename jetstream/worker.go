@@ -24,8 +24,12 @@ type WorkerConfig struct {
 	// Topology names the namespace and, for the first worker, how to create
 	// it. See TopologyConfig for its defaults.
 	Topology TopologyConfig
-	// Handler runs the jobs. Required.
+	// Handler runs the jobs. Exactly one of Handler and Reducer is required.
 	Handler Handler
+	// Reducer runs the jobs as pure updates of their key's state, which the
+	// worker keeps and group-commits (see Reducer). It is the fast path:
+	// one state write per group of a key's queued jobs instead of per job.
+	Reducer Reducer
 	// ID names this worker in the members bucket, on lease entries and on
 	// dead letters. Defaults to "<hostname>-<pid>-<random>". Letters,
 	// digits, '_' and '-' only.
@@ -71,8 +75,8 @@ func DefaultWorkerID() string {
 }
 
 func (c *WorkerConfig) setDefaults() error {
-	if c.Handler == nil {
-		return errors.New("keylane: WorkerConfig.Handler is required")
+	if (c.Handler == nil) == (c.Reducer == nil) {
+		return errors.New("keylane: WorkerConfig needs exactly one of Handler and Reducer")
 	}
 	if err := c.Topology.setDefaults(); err != nil {
 		return err
@@ -144,8 +148,9 @@ type Worker struct {
 	cfg  WorkerConfig
 	nc   *nats.Conn
 	js   jetstream.JetStream
-	topo *Topology
-	log  *slog.Logger
+	topo  *Topology
+	state *State // the reducer's state; nil with a Handler
+	log   *slog.Logger
 
 	stats stats
 	bal   *balancer
@@ -185,6 +190,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.topo = topo
+	if w.cfg.Reducer != nil {
+		w.state = NewState(topo.State)
+	}
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {
 		return err

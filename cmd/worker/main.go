@@ -26,7 +26,6 @@ import (
 	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -135,14 +134,6 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	topo, err := kjs.Setup(ctx, js, c.worker.Topology)
-	if err != nil {
-		return err
-	}
 	if c.worker.ID == "" {
 		c.worker.ID = kjs.DefaultWorkerID() // known before the handler's tracker needs it
 	}
@@ -155,16 +146,10 @@ func run(ctx context.Context, args []string) error {
 		defer f.Close()
 		tracker = inventory.NewTracker(f, c.worker.ID)
 	}
-	c.worker.Handler = &inventory.Handler{State: kjs.NewState(topo.State), Hold: c.hold, Tracker: tracker}
+	h := &inventory.Handler{Hold: c.hold, Tracker: tracker}
+	c.worker.Reducer = h
 	if c.crashOn != "" {
-		h, crashOn := c.worker.Handler, c.crashOn
-		c.worker.Handler = kjs.HandlerFunc(func(ctx context.Context, j kjs.Job) ([]byte, error) {
-			if string(j.Payload) == crashOn {
-				log.Error("crashing on purpose", "job_id", j.ID, "attempt", j.Attempt)
-				os.Exit(99)
-			}
-			return h.Handle(ctx, j)
-		})
+		c.worker.Reducer = crashing{h, c.crashOn, log}
 	}
 	w, err := kjs.NewWorker(nc, c.worker)
 	if err != nil {
@@ -210,4 +195,20 @@ func serveMetrics(addr string, w *kjs.Worker, log *slog.Logger) (func(), error) 
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// crashing is the inventory reducer, exiting the process on one payload:
+// a job that takes down every worker that runs it, for tests.
+type crashing struct {
+	*inventory.Handler
+	on  string
+	log *slog.Logger
+}
+
+func (c crashing) Reduce(ctx context.Context, j kjs.Job, cur []byte) ([]byte, []byte, error) {
+	if string(j.Payload) == c.on {
+		c.log.Error("crashing on purpose", "job_id", j.ID, "attempt", j.Attempt)
+		os.Exit(99)
+	}
+	return c.Handler.Reduce(ctx, j, cur)
 }
