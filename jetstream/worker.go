@@ -145,9 +145,9 @@ type stats struct {
 // start it with Start, and stop it with Stop (graceful) or by cancelling the
 // context given to Run. Its methods are safe for concurrent use.
 type Worker struct {
-	cfg  WorkerConfig
-	nc   *nats.Conn
-	js   jetstream.JetStream
+	cfg   WorkerConfig
+	nc    *nats.Conn
+	js    jetstream.JetStream
 	topo  *Topology
 	state *State // the reducer's state; nil with a Handler
 	log   *slog.Logger
