@@ -148,6 +148,9 @@ func (b *balancer) loop() {
 	for {
 		b.mu.Lock()
 		memberDone := b.member.Done()
+		if b.stopping {
+			memberDone = nil // released on purpose: do not spin on it
+		}
 		b.mu.Unlock()
 		select {
 		case <-b.ctx.Done():

@@ -1,11 +1,13 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,11 +31,14 @@ var (
 	ErrClosed = errors.New("keylane: client closed")
 )
 
-var jobIDRE = regexp.MustCompile(`^[A-Za-z0-9_=-]([A-Za-z0-9_=.-]{0,254}[A-Za-z0-9_=-])?$`)
-
 // ValidateJobID reports why id cannot be used as a job ID, or nil.
 func ValidateJobID(id string) error {
-	if !jobIDRE.MatchString(id) {
+	ok := len(id) >= 1 && len(id) <= 256 && id[0] != '.' && id[len(id)-1] != '.'
+	for i := 0; ok && i < len(id); i++ {
+		c := id[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '=' || c == '-' || c == '.'
+	}
+	if !ok {
 		return fmt.Errorf("%w (got %q)", ErrBadJobID, id)
 	}
 	return nil
@@ -57,9 +62,11 @@ type Client struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	async  jetstream.JetStream
-	names  Names
-	n      int
-	stream string
+	names    Names
+	n        int
+	stream   string
+	subjects []string // partition subjects, by partition
+	expect   []string // the Nats-Expected-Stream header value, shared
 
 	mu      sync.Mutex
 	inbox   string
@@ -91,7 +98,13 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	return &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), waiters: map[string]chan *nats.Msg{}}, nil
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), waiters: map[string]chan *nats.Msg{}}
+	c.expect = []string{c.stream}
+	c.subjects = make([]string, n)
+	for p := range n {
+		c.subjects[p] = partition.Subject(cfg.Namespace, p)
+	}
+	return c, nil
 }
 
 // Partitions returns N, the partition count of the jobs stream.
@@ -140,17 +153,18 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 		return nil, err
 	}
 	p := partition.Of(r.Key, c.n)
-	m := &nats.Msg{Subject: partition.Subject(c.names.Namespace, p), Data: r.Payload, Header: nats.Header{}}
+	m := &nats.Msg{Subject: c.subjects[p], Data: r.Payload, Header: make(nats.Header, 4+len(r.Headers))}
 	for k, vs := range r.Headers {
 		m.Header[k] = append([]string(nil), vs...)
 	}
-	m.Header.Set(HeaderJobID, r.ID)
-	m.Header.Set(HeaderKey, r.Key)
+	// Our header names are canonical: set them without Header.Set's work.
+	m.Header[HeaderJobID] = []string{r.ID}
+	m.Header[HeaderKey] = []string{r.Key}
 	if r.Type != "" {
-		m.Header.Set(HeaderType, r.Type)
+		m.Header[HeaderType] = []string{r.Type}
 	}
 	if reply != "" {
-		m.Header.Set(HeaderReply, reply)
+		m.Header[HeaderReply] = []string{reply}
 	}
 	// Headers cost bytes too; leave room for the server's own.
 	size := len(m.Data) + len(m.Subject) + 64
@@ -203,15 +217,59 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.stream)); err != nil {
+	// Publish without waiting for the stream's ack: it comes to our inbox
+	// like the result does, and only an error in it matters. The result
+	// itself proves the job was stored. This saves a blocking round trip
+	// per call and the request machinery of a synchronous publish.
+	m.Header[expectStreamHeader] = c.expect
+	m.Reply = c.inbox + ackPrefix + token
+	if err := c.nc.PublishMsg(m); err != nil {
 		return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 	}
-	select {
-	case reply := <-ch:
-		return decodeReply(reply)
-	case <-ctx.Done():
-		return nil, errors.Join(fmt.Errorf("%w (job %s)", ErrNoReply, r.ID), ctx.Err())
+	for {
+		select {
+		case reply := <-ch:
+			if strings.HasPrefix(reply.Subject[len(c.inbox):], ackPrefix) {
+				if err := pubAckError(reply); err != nil {
+					return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+				}
+				continue
+			}
+			return decodeReply(reply)
+		case <-ctx.Done():
+			return nil, errors.Join(fmt.Errorf("%w (job %s)", ErrNoReply, r.ID), ctx.Err())
+		}
 	}
+}
+
+const (
+	// expectStreamHeader makes the server refuse a job that would land in
+	// another stream than ours.
+	expectStreamHeader = "Nats-Expected-Stream"
+	// ackPrefix starts the inbox token of a stream ack; result tokens are
+	// base 36 and never start with it.
+	ackPrefix = "_"
+)
+
+// pubAckError returns the error a stream ack carries, or nil for a good
+// ack (a duplicate included: the job was stored earlier under this ID).
+func pubAckError(m *nats.Msg) error {
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return jetstream.ErrNoStreamResponse
+	}
+	if !bytes.Contains(m.Data, []byte(`"error"`)) {
+		return nil
+	}
+	var resp struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return fmt.Errorf("bad stream ack %q: %w", m.Data, err)
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	return nil
 }
 
 func decodeReply(m *nats.Msg) ([]byte, error) {
@@ -238,7 +296,7 @@ func (c *Client) wait() (string, chan *nats.Msg, error) {
 		c.sub = sub
 	}
 	token := strconv.FormatUint(c.token.Add(1), 36)
-	ch := make(chan *nats.Msg, 1)
+	ch := make(chan *nats.Msg, 2) // the stream's ack and the result
 	c.waiters[token] = ch
 	return token, ch, nil
 }
@@ -250,7 +308,7 @@ func (c *Client) unwait(token string) {
 }
 
 func (c *Client) deliver(m *nats.Msg) {
-	token := m.Subject[len(c.inbox):]
+	token := strings.TrimPrefix(m.Subject[len(c.inbox):], ackPrefix)
 	c.mu.Lock()
 	ch := c.waiters[token]
 	c.mu.Unlock()
