@@ -59,9 +59,9 @@ type ClientConfig struct {
 
 // Client submits jobs. It is safe for concurrent use.
 type Client struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	async  jetstream.JetStream
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	async    jetstream.JetStream
 	names    Names
 	n        int
 	stream   string
