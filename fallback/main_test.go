@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/keylane/keylane/fallback"
-	"github.com/keylane/keylane/fallback/internal/redistest"
+	"github.com/keylane/keylane/internal/redistest"
 )
 
 // redisAddr is the shared redis-server started by TestMain; examples use it.

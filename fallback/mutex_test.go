@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keylane/keylane/fallback"
-	"github.com/keylane/keylane/fallback/internal/redistest"
+	"github.com/keylane/keylane/internal/redistest"
 )
 
 func TestExclusion(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/fallback"
-	"github.com/keylane/keylane/fallback/internal/redistest"
+	"github.com/keylane/keylane/internal/redistest"
 )
 
 func startServers(t *testing.T, n int) []*redistest.Server {

@@ -28,21 +28,24 @@ func Binary() string {
 	return "/usr/bin/redis-server"
 }
 
-// Server is one redis-server process without persistence
-// (--save "" --appendonly no). It is safe for concurrent use.
+// Server is one redis-server process, without persistence unless its extra
+// arguments turn it on. It is safe for concurrent use.
 type Server struct {
 	Addr string
 
-	mu   sync.Mutex
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	wait chan struct{}
+	mu    sync.Mutex
+	port  int
+	dir   string
+	extra []string
+	cmd   *exec.Cmd
+	wait  chan struct{}
 }
 
-// Start starts a server on a free port. dir holds its working files;
-// empty means a fresh temporary directory removed by Stop.
-func Start() (*Server, error) {
+// Start starts a server on a free port, its working files in a fresh
+// temporary directory that Stop removes. The server runs with --save ""
+// --appendonly no, then extra: redis-server lets a later option override an
+// earlier one, so "--appendonly", "yes" turns the log on.
+func Start(extra ...string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, err
@@ -54,7 +57,7 @@ func Start() (*Server, error) {
 			lastErr = err
 			continue
 		}
-		s := &Server{port: port, dir: dir, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		s := &Server{port: port, dir: dir, extra: extra, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -73,10 +76,10 @@ func freePort() (int, error) {
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command(Binary(),
-		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
-		"--dir", s.dir, "--protected-mode", "no", "--loglevel", "warning")
+		"--dir", s.dir, "--protected-mode", "no", "--loglevel", "warning"}
+	cmd := exec.Command(Binary(), append(args, s.extra...)...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -135,6 +138,16 @@ func (s *Server) kill(sig syscall.Signal) {
 	}
 	_ = cmd.Process.Signal(sig)
 	<-wait
+}
+
+// PID returns the process ID of the running server, or 0 if none runs.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
 
 // Kill sends SIGKILL and waits for the process to exit: no shutdown, no
