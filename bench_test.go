@@ -26,12 +26,13 @@ func BenchmarkFlashSale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	tracker := local.Tracker
 	run := func(b *testing.B, cfg inventory.SaleConfig) {
 		b.ReportAllocs()
 		cfg.SKUs, cfg.Purchases, cfg.Stock = 1, b.N, int64(b.N)/2+1
 		cfg.Timeout = 10 * time.Minute
 		b.ResetTimer()
-		v, err := inventory.RunSale(ctx, c, cfg, local.Tracker)
+		v, err := inventory.RunSale(ctx, c, cfg, tracker)
 		b.StopTimer()
 		if err != nil {
 			b.Fatal(err)
@@ -53,5 +54,18 @@ func BenchmarkFlashSale(b *testing.B) {
 	}
 	b.Run("submit-many", func(b *testing.B) {
 		run(b, inventory.SaleConfig{Buyers: 64, FireAndForget: true})
+	})
+	// Durable: the server fsyncs every write before acking it.
+	durable, err := inventory.StartLocal(ctx, inventory.LocalConfig{Workers: 3, SyncAlways: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer durable.Stop(ctx)
+	if c, err = durable.Client(ctx); err != nil {
+		b.Fatal(err)
+	}
+	tracker = durable.Tracker
+	b.Run("call-durable/buyers=64", func(b *testing.B) {
+		run(b, inventory.SaleConfig{Buyers: 64})
 	})
 }

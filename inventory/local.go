@@ -26,8 +26,13 @@ type LocalConfig struct {
 	Dir string
 	// Port of the embedded server. Defaults to a free port.
 	Port int
-	// SyncAlways makes the embedded server fsync every write.
+	// SyncAlways makes the embedded server fsync every write. Clients from
+	// Client then group-commit (see GroupCommit).
 	SyncAlways bool
+	// GroupCommit makes clients from Client coalesce concurrent submits
+	// into atomic batches (kjs.ClientConfig.GroupCommit). Set it with a
+	// separate server that fsyncs every write.
+	GroupCommit bool
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
@@ -53,6 +58,7 @@ type Local struct {
 	conns   []*nats.Conn
 	tmp     string
 	ns      string
+	group   bool
 }
 
 // StartLocal starts the server and the workers and waits until every
@@ -61,7 +67,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 3
 	}
-	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace}
+	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.GroupCommit || cfg.SyncAlways}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -146,7 +152,7 @@ func (l *Local) Client(ctx context.Context) (*kjs.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: l.ns})
+	return kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: l.ns, GroupCommit: l.group})
 }
 
 // Stop stops the workers gracefully, then the server.

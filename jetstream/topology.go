@@ -172,7 +172,16 @@ func Open(ctx context.Context, js jetstream.JetStream, namespace string, want in
 func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) (int, error) {
 	s, err := js.Stream(ctx, names.Jobs())
 	if err == nil {
-		return checkMeta(s.CachedInfo().Config, cfg.Partitions)
+		sc := s.CachedInfo().Config
+		n, err := checkMeta(sc, cfg.Partitions)
+		if err == nil && !sc.AllowAtomicPublish {
+			// Made by an older keylane: allow group commit (see
+			// ClientConfig.GroupCommit). A server before 2.12 refuses;
+			// clients then fall back to single publishes.
+			sc.AllowAtomicPublish = true
+			_, _ = js.UpdateStream(ctx, sc)
+		}
+		return n, err
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return 0, err
@@ -191,6 +200,8 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		Duplicates:  cfg.DuplicateWindow,
 		MaxBytes:    cfg.MaxBytes,
 		Discard:     jetstream.DiscardNew,
+		// Lets clients group-commit jobs in atomic batches.
+		AllowAtomicPublish: true,
 		Metadata: map[string]string{
 			MetaPartitions: strconv.Itoa(n),
 			MetaHash:       partition.HashName,
