@@ -8,12 +8,11 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Seats are booked through keylane: two buyers race for seat A7, the jobs
-// run one at a time on the partition owner, and State applies each booking
-// exactly once.
+// run one at a time on the partition owner, and the worker stores each
+// seat's holder, applying each booking exactly once.
 func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "keylane-example-")
@@ -23,18 +22,16 @@ func Example() {
 	nc, _ := nats.Connect(srv.ClientURL())
 	defer nc.Close()
 
-	js, _ := jetstream.New(nc)
-	topo, _ := keylane.Setup(ctx, js, keylane.TopologyConfig{})
-	seats := keylane.NewState(topo.State)
-	book := keylane.HandlerFunc(func(ctx context.Context, job keylane.Job) ([]byte, error) {
-		return seats.Apply(ctx, job, func(holder []byte) ([]byte, []byte, error) {
-			if holder != nil {
-				return holder, []byte("taken by " + string(holder)), nil
-			}
-			return job.Payload, []byte("booked"), nil
-		})
+	// A Reducer turns a seat's holder and a job into the new holder and
+	// the job's result. It has no other side effect, so the worker can
+	// group-commit a hot seat's queued jobs with one state write.
+	book := keylane.ReducerFunc(func(ctx context.Context, job keylane.Job, holder []byte) ([]byte, []byte, error) {
+		if holder != nil {
+			return holder, []byte("taken by " + string(holder)), nil
+		}
+		return job.Payload, []byte("booked"), nil
 	})
-	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{Handler: book})
+	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{Reducer: book})
 	_ = w.Start(ctx)
 	defer w.Stop(ctx)
 

@@ -12,15 +12,22 @@
 //	c, _ := keylane.NewClient(ctx, nc, keylane.ClientConfig{})
 //	res, err := c.Call(ctx, "sku:42", []byte("buy 1"))
 //
-// A worker process runs a Worker with a Handler:
+// A worker process runs a Worker with a Reducer, a pure function from a
+// key's state and a job to the new state and the job's result:
 //
-//	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{Handler: h})
+//	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{Reducer: r})
 //	err := w.Run(ctx, 30*time.Second)
 //
-// Handlers that keep per-key state through State get exactly-once effect:
-// updates are written with compare-and-set together with the job's stream
-// sequence and fencing token. Handlers with outside side effects get
-// Job.Fence and Job.Seq to make the same check in their own store.
+// The worker keeps each key's state in a KV bucket and group-commits: it
+// reduces a key's queued jobs in memory and stores the outcome with one
+// compare-and-set carrying the last job's stream sequence, the fencing
+// token and every job's result, so each job takes effect exactly once and a
+// hot key costs one write per group, not per job.
+//
+// Jobs with outside side effects use a Handler instead, which runs one job
+// at a time per key; State.Apply gives it the same exactly-once state
+// updates (one write per job), and Job.Fence and Job.Seq let it make the
+// same check in its own store.
 //
 // The types live in package github.com/keylane/keylane/jetstream; this
 // package re-exports them under the names a user reaches for first. The
@@ -42,6 +49,13 @@ type (
 	Job = kjs.Job
 	// Handler runs jobs.
 	Handler = kjs.Handler
+	// Reducer computes a key's next state and a job's result; the worker
+	// group-commits its jobs.
+	Reducer = kjs.Reducer
+	// ReducerFunc adapts a function to Reducer.
+	ReducerFunc = kjs.ReducerFunc
+	// CommitObserver, implemented by a Reducer, learns which runs were stored.
+	CommitObserver = kjs.CommitObserver
 	// HandlerFunc adapts a function to Handler.
 	HandlerFunc = kjs.HandlerFunc
 	// Mux routes jobs to handlers by type.
