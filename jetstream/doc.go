@@ -88,4 +88,38 @@
 // result is returned. A job whose fence is below the stored one comes from
 // a deposed owner: ErrStaleFence, nothing written, and the owner steps
 // down. See package lease for why fences, not leases, carry correctness.
+//
+// # Group commit
+//
+// A worker with a Reducer writes a key's state once per group of jobs, not
+// once per job. A lane runner takes up to 256 queued jobs of one key,
+// reduces them in stream order on the cached state, and stores the outcome
+// with one compare-and-set: the value, the last job's sequence, the fence
+// and every grouped job's result (StateEntry.Earlier). Only after that
+// write landed, and only while the lease is trusted, does it reply to and
+// ack each job. A group stops growing after 5 ms of reducing or 64 KiB of
+// results, so a slow reducer does not hold the first caller's reply.
+//
+// Failure cases:
+//
+//   - The write fails or times out: its outcome is unknown. Nothing was
+//     replied or acked; each job of the group goes through the one-job path
+//     (re-read, retries with backoff). A job the landed write covers is
+//     answered from the stored results without running again.
+//   - A reduce fails: the jobs before it are committed and answered first,
+//     then the failing job is retried alone (dead-lettered when permanent
+//     or out of attempts), then the rest continue. Order is kept.
+//   - The owner dies after the write, before the acks: the successor finds
+//     the group's sequences at or below the stored one and answers them
+//     from StateEntry.Earlier without running them.
+//   - A newer owner wrote the key: the CAS fails or the stored fence is
+//     higher; the group is dropped and this owner steps down.
+//
+// # Client group commit
+//
+// With ClientConfig.GroupCommit, concurrent Calls and Submits queue while a
+// few atomic batches are in flight and go out together as one JetStream
+// atomic batch, which a server with sync_interval: always stores with one
+// fsync. A refused or unacknowledged batch is resent job by job; the job
+// IDs (Nats-Msg-Id) make that safe.
 package jetstream
