@@ -65,7 +65,7 @@ func BenchmarkFlashSale(b *testing.B) {
 		b.Fatal(err)
 	}
 	tracker = durable.Tracker
-	b.Run("call-durable/buyers=64", func(b *testing.B) {
+	b.Run("durable-call/buyers=64", func(b *testing.B) {
 		run(b, inventory.SaleConfig{Buyers: 64})
 	})
 }
