@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+const natsModule = "github.com/nats-io/nats-server/v2"
+
+// natsServerBinary returns a nats-server executable of the version this
+// program was built with, so the separate server runs the same code as the
+// embedded one. It builds it once with the go command from the module
+// (go build inside this module, else go install module@version) and keeps
+// it under the user cache directory, keyed by version.
+func natsServerBinary(ctx context.Context) (string, error) {
+	version := moduleVersion(natsModule)
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(cache, "keylane-bench", "nats-server-"+version)
+	bin := filepath.Join(dir, "nats-server")
+	if _, err := os.Stat(bin); err == nil && version != "unknown" {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	built := filepath.Join(tmp, "nats-server")
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", built, natsModule).CombinedOutput()
+	if err != nil && version != "unknown" {
+		cmd := exec.CommandContext(ctx, "go", "install", natsModule+"@"+version)
+		cmd.Env = append(os.Environ(), "GOBIN="+tmp)
+		var more []byte
+		more, err = cmd.CombinedOutput()
+		out = append(out, more...)
+	}
+	if err != nil {
+		return "", fmt.Errorf("bench: build nats-server %s (or pass --nats-server): %w: %s", version, err, strings.TrimSpace(string(out)))
+	}
+	return bin, os.Rename(built, bin)
+}
+
+// moduleVersion returns the version of module path this program was built
+// with, or "unknown".
+func moduleVersion(path string) string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == path {
+				if d.Replace != nil {
+					d = d.Replace
+				}
+				return d.Version
+			}
+		}
+	}
+	return "unknown"
+}
+
+// natsServer is a nats-server process with JetStream on a free loopback
+// port and a store in a fresh directory.
+type natsServer struct {
+	*child
+	URL string
+	dir string
+}
+
+func startNATSServer(ctx context.Context, bin string, syncAlways bool) (*natsServer, error) {
+	dir, err := os.MkdirTemp("", "keylane-bench-nats-")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 3 {
+		s, err := tryNATSServer(ctx, bin, dir, syncAlways)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	_ = os.RemoveAll(dir)
+	return nil, lastErr
+}
+
+func tryNATSServer(ctx context.Context, bin, dir string, syncAlways bool) (*natsServer, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	sync := ""
+	if syncAlways {
+		sync = "sync_interval: always"
+	}
+	conf := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q, %s }\n", port, filepath.Join(dir, "js"), sync)
+	file := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		return nil, err
+	}
+	c, err := startChild(ctx, "", bin, "-c", file)
+	if err != nil {
+		return nil, err
+	}
+	s := &natsServer{child: c, URL: fmt.Sprintf("nats://127.0.0.1:%d", port), dir: dir}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		nc, err := nats.Connect(s.URL, nats.Timeout(time.Second))
+		if err == nil {
+			nc.Close()
+			return s, nil
+		}
+		select {
+		case <-c.done:
+			return nil, fmt.Errorf("bench: nats-server exited: %s", c.out)
+		default:
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			c.stop(time.Second)
+			return nil, errors.Join(fmt.Errorf("bench: nats-server not ready: %w", err), ctx.Err())
+		}
+		time.Sleep(10 * time.Millisecond) // polling with a deadline
+	}
+}
+
+// Stop stops the server and removes its store.
+func (s *natsServer) Stop() {
+	s.stop(10 * time.Second)
+	_ = os.RemoveAll(s.dir)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// binaryVersion runs bin --version and returns its first line.
+func binaryVersion(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return "unknown (" + err.Error() + ")"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
