@@ -1,18 +1,118 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/keylane/keylane/internal/redistest"
 )
+
+// TestQuick runs the whole harness, every workload and contender, with
+// tiny counts against the embedded placement, and checks that the table
+// has every row and that every row kept the invariant.
+func TestQuick(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	natsOnly := []string{"keylane", "raw JS"}
+	_, err := exec.LookPath(redistest.Binary())
+	redis := err == nil
+	cfg := Config{
+		Runs: 1, Purchases: 150, Duration: 500 * time.Millisecond,
+		Buyers: []int{8}, SKUs: 50, Placements: []Placement{Embedded},
+		Markdown: true, Progress: testWriter{t},
+	}
+	if !redis {
+		cfg.Only = natsOnly
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err = Run(ctx, cfg, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Markdown rows: | workload | NATS | contender | ... | invariant |
+	got := map[string]string{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(f) == len(columns) && f[0] != "workload" {
+			got[f[0]+"/"+f[2]+"/"+f[1]] = f[len(f)-1]
+		}
+	}
+	check := func(t *testing.T, names ...string) {
+		t.Helper()
+		for _, w := range []string{"hot b=8", "skewed b=64", "slow b=64", "hot b=8 fsync"} {
+			for _, name := range names {
+				place := "-"
+				if strings.HasPrefix(name, "keylane") || strings.HasPrefix(name, "raw JS") {
+					place = string(Embedded)
+				}
+				limit := name == rawRR || name == rawPC || name == luaRow
+				row := w + "/" + name + "/" + place
+				inv, ok := got[row]
+				switch {
+				case limit && w == "slow b=64":
+					if ok {
+						t.Errorf("row %s: limits have no slow row", row)
+					}
+				case !ok:
+					t.Errorf("row %s missing", row)
+				case inv != "ok":
+					t.Errorf("row %s: invariant %s", row, inv)
+				}
+			}
+		}
+	}
+	t.Run("nats", func(t *testing.T) {
+		check(t, "keylane Call", "keylane Submit", rawRR, rawPC)
+	})
+	t.Run("redis", func(t *testing.T) {
+		if !redis {
+			t.Skip("redis-server is not installed")
+		}
+		check(t, "fallback.Do", "redsync", "redsync tuned", "redislock", "redislock tuned", luaRow)
+	})
+}
+
+func TestOnly(t *testing.T) {
+	cfg := Config{Only: []string{"skewed", "Lua"}}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cfg.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plan) != 1 || plan[0].id() != "skewed b=64 | Lua EVALSHA" {
+		t.Fatalf("plan %v, want the skewed Lua row only", plan)
+	}
+	cfg.Only = []string{"nosuchthing"}
+	if _, err := cfg.plan(); err == nil {
+		t.Fatal("an --only term that names nothing was accepted")
+	}
+}
 
 func TestParseRSS(t *testing.T) {
 	rss, err := parseRSS(strings.NewReader("Name:\tx\nVmHWM:\t  900 kB\nVmRSS:\t  512 kB\n"))
 	if err != nil || rss != 512<<10 {
 		t.Fatalf("rss %d, %v; want %d", rss, err, 512<<10)
 	}
+}
+
+// testWriter logs each write, a progress line, to the test.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
 }
 
 // memShop keeps stock in memory; its bugs let a test break the invariant.

@@ -1,0 +1,118 @@
+// Command bench compares keylane with its peers in one interleaved run and
+// prints a table: keylane Call and Submit, fallback.Do, redsync and
+// redislock (default and tuned), and the limits of one atomic Lua script
+// and of a bare JetStream stream and consumer, on a hot key, a skewed sale,
+// a slow critical section and durable servers.
+//
+//	bench                         # everything, 3 interleaved runs
+//	bench --quick                 # 1 short run of everything
+//	bench --only hot,keylane      # the hot-key workloads, keylane's rows
+//	bench --markdown
+//
+// It needs redis-server on PATH (or REDIS_SERVER) and the go command, to
+// build the nats-server of the separate placement once (or --nats-server).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/keylane/keylane/internal/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	if len(args) > 0 {
+		// Hidden subcommands: the child processes of the separate placement.
+		switch args[0] {
+		case "worker", "rawjs":
+			fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+			url := fs.String("nats", "", "NATS server URL")
+			hold := fs.Duration("hold", 0, "simulated I/O inside the critical section")
+			if err := fs.Parse(args[1:]); err != nil {
+				return errUsage
+			}
+			if args[0] == "worker" {
+				return bench.ServeWorker(ctx, *url, *hold, out)
+			}
+			return bench.ServeRawJS(ctx, *url, out)
+		}
+	}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var cfg bench.Config
+	fs.IntVar(&cfg.Runs, "runs", 3, "runs of every workload and contender (the table shows the median)")
+	fs.IntVar(&cfg.Purchases, "purchases", 20_000, "at most this many purchases per run")
+	fs.DurationVar(&cfg.Duration, "duration", 4*time.Second, "no purchase starts after this long in a run")
+	buyers := fs.String("buyers", "8,64,256", "buyer counts of the hot-key workload")
+	fs.IntVar(&cfg.SKUs, "skus", 10_000, "SKUs of the skewed and slow workloads")
+	fs.Float64Var(&cfg.Skew, "skew", 1.1, "Zipf exponent of their demand")
+	fs.DurationVar(&cfg.Hold, "hold", time.Millisecond, "simulated I/O inside the critical section of the slow workload")
+	placement := fs.String("placement", "separate,embedded", "where NATS runs: separate (a nats-server process, workers in a child process), embedded (all in this process)")
+	only := fs.String("only", "", "comma-separated substrings: keep only the workloads and contenders (or kinds: keylane, peer, limit) they name")
+	quick := fs.Bool("quick", false, "1 run of at most 1000 purchases or 1s each (flags given explicitly win)")
+	fs.BoolVar(&cfg.Markdown, "markdown", false, "print the table as Markdown")
+	fs.StringVar(&cfg.NATSServer, "nats-server", "", "nats-server binary for the separate placement (default: built once from the module version, cached)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "bench: unexpected arguments:", fs.Args())
+		return errUsage
+	}
+	if *quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["runs"] {
+			cfg.Runs = 1
+		}
+		if !set["purchases"] {
+			cfg.Purchases = 1000
+		}
+		if !set["duration"] {
+			cfg.Duration = time.Second
+		}
+	}
+	for _, b := range strings.Split(*buyers, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(b))
+		if err != nil {
+			return fmt.Errorf("--buyers: %w", err)
+		}
+		cfg.Buyers = append(cfg.Buyers, n)
+	}
+	for _, p := range strings.Split(*placement, ",") {
+		cfg.Placements = append(cfg.Placements, bench.Placement(strings.TrimSpace(p)))
+	}
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+	}
+	cfg.CommandLine = bench.CommandLine(append([]string{"bench"}, args...))
+	cfg.Progress = os.Stderr
+	return bench.Run(ctx, cfg, out)
+}

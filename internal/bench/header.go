@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// header describes the machine, the servers and the settings of a bench.
+type header struct {
+	separate, embedded, redis bool
+	natsVersion               string
+	redisVersion              string
+}
+
+func (h *header) print(out io.Writer, cfg *Config) {
+	fmt.Fprintf(out, "command: %s\n", cfg.CommandLine)
+	fmt.Fprintf(out, "machine: %s, %d cores, Linux %s, %s\n", cpuModel(), runtime.NumCPU(), kernel(), runtime.Version())
+	if h.separate {
+		fmt.Fprintf(out, "nats-server (separate): %s\n", h.natsVersion)
+	}
+	if h.embedded {
+		fmt.Fprintf(out, "nats-server (embedded): v%s, in this process\n", server.VERSION)
+	}
+	if h.redis {
+		fmt.Fprintf(out, "redis-server: %s\n", h.redisVersion)
+	}
+	fmt.Fprintf(out, "runs: %d, interleaved (every row's run r before any run r+1, order rotated each round); each run at most %d purchases or %s of starting them, whichever first\n",
+		cfg.Runs, cfg.Purchases, cfg.Duration)
+	fmt.Fprintf(out, "workloads: hot = 1 SKU (stock 3/4 of the purchases); skewed = %d SKUs, zipf s=%.2f, stock %d each; slow = skewed with %s of I/O inside the critical section\n",
+		cfg.SKUs, cfg.Skew, max(1, cfg.Purchases/20), cfg.Hold)
+	fmt.Fprintln(out, settings)
+	fmt.Fprintln(out)
+}
+
+// cpuModel returns the first model name in /proc/cpuinfo.
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return runtime.GOARCH
+}
+
+func kernel() string {
+	b, err := os.ReadFile("/proc/sys/kernel/osrelease")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.TrimSpace(string(b))
+}
