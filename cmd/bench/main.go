@@ -7,7 +7,7 @@
 //	bench                         # everything, 3 interleaved runs
 //	bench --quick                 # 1 short run of everything
 //	bench --only hot,keylane      # the hot-key workloads, keylane's rows
-//	bench --markdown
+//	bench --markdown --chart hot.png
 //
 // It needs redis-server on PATH (or REDIS_SERVER) and the go command, to
 // build the nats-server of the separate placement once (or --nats-server).
@@ -75,6 +75,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	only := fs.String("only", "", "comma-separated substrings: keep only the workloads and contenders (or kinds: keylane, peer, limit) they name")
 	quick := fs.Bool("quick", false, "1 run of at most 1000 purchases or 1s each (flags given explicitly win)")
 	fs.BoolVar(&cfg.Markdown, "markdown", false, "print the table as Markdown")
+	fs.StringVar(&cfg.Chart, "chart", "", "draw jobs/s against buyers of the hot key into this PNG file")
 	fs.StringVar(&cfg.NATSServer, "nats-server", "", "nats-server binary for the separate placement (default: built once from the module version, cached)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

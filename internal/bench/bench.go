@@ -44,6 +44,9 @@ type Config struct {
 	Only []string
 	// Markdown prints the table as Markdown.
 	Markdown bool
+	// Chart, when set, is a PNG file to draw jobs/s against buyers of the
+	// hot-key workload in.
+	Chart string
 	// NATSServer is the nats-server binary of the separate placement.
 	// Defaults to one built from the module version this program uses.
 	NATSServer string
@@ -262,7 +265,7 @@ func kindName(k Kind) string {
 var ErrBroken = errors.New("bench: a contender broke the invariant or failed")
 
 // Run runs the plan, interleaved, and prints the header and the table to
-// out. It returns ErrBroken after printing if any
+// out (and draws the chart). It returns ErrBroken after printing if any
 // row is not ok.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	if err := cfg.setDefaults(); err != nil {
@@ -304,6 +307,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	rows := summarize(plan)
 	printTable(out, rows, cfg.Markdown)
+	if cfg.Chart != "" {
+		if err := drawChart(cfg.Chart, rows); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nchart: %s\n", cfg.Chart)
+	}
 	for _, r := range rows {
 		if !r.ok {
 			return ErrBroken
