@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -300,7 +301,7 @@ func checkTrace(t reporter, runs []inventory.Run, ps []purchase, rules traceRule
 	for key, rs := range byKey {
 		// One at a time: sweep the runs in start order, tracking the ends
 		// of those still running.
-		slices.SortFunc(rs, func(a, b inventory.Run) int { return cmpInt(a.Start, b.Start) })
+		slices.SortFunc(rs, func(a, b inventory.Run) int { return cmp.Compare(a.Start, b.Start) })
 		var running []int64
 		for _, r := range rs {
 			if rules.ignoreOverlap != nil && rules.ignoreOverlap(r) {
@@ -342,16 +343,6 @@ func checkTrace(t reporter, runs []inventory.Run, ps []purchase, rules traceRule
 		t.Errorf("... and %d more trace violations", errs-10)
 	}
 	return rep
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // replyCounter counts, on its own connection, every purchase reply the

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -38,7 +39,7 @@ func summarize(plan []*entry) []*row {
 			r.check += fmt.Sprintf(" (%d/%d runs)", broken, len(e.results))
 		}
 		byRate := slices.Clone(e.results)
-		slices.SortFunc(byRate, func(a, b Result) int { return cmpFloat(a.Rate(), b.Rate()) })
+		slices.SortFunc(byRate, func(a, b Result) int { return cmp.Compare(a.Rate(), b.Rate()) })
 		if len(byRate) > 0 {
 			r.med = byRate[(len(byRate)-1)/2]
 			r.lo, r.hi = byRate[0].Rate(), byRate[len(byRate)-1].Rate()
@@ -65,16 +66,6 @@ func summarize(plan []*entry) []*row {
 		}
 	}
 	return rows
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 var columns = []string{"workload", "NATS", "contender", "jobs/s", "min-max", "p50", "p99", "×best peer", "% of limit",
