@@ -183,8 +183,10 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 			size += len(k) + len(v) + 4
 		}
 	}
-	if max := c.nc.MaxPayload(); int64(size) > max {
-		return nil, fmt.Errorf("%w: %d bytes with headers, limit %d", ErrPayloadTooLarge, size, max)
+	// Leave room for what a dead letter adds, so a failing job can always
+	// be dead-lettered.
+	if max := c.nc.MaxPayload() - DeadLetterReserve; int64(size) > max {
+		return nil, fmt.Errorf("%w: %d bytes with headers, limit %d (max_payload less %d for a dead letter's headers)", ErrPayloadTooLarge, size, max, DeadLetterReserve)
 	}
 	return m, nil
 }

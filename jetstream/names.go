@@ -19,6 +19,9 @@ const (
 	HeaderSeq       = "Keylane-Seq"
 	HeaderPartition = "Keylane-Partition"
 	HeaderFence     = "Keylane-Fence"
+	// HeaderPayloadDropped on a dead letter gives the length of a payload
+	// left out because the dead letter would not have fit max_payload.
+	HeaderPayloadDropped = "Keylane-Payload-Dropped"
 )
 
 // Metadata keys written into the jobs stream's configuration.

