@@ -73,6 +73,9 @@ type Client struct {
 	stream   string
 	subjects []string // partition subjects, by partition
 	expect   []string // the Nats-Expected-Stream header value, shared
+	nHeader  []string // the Keylane-Partitions header value, shared
+
+	replyPrefix string // the topology's: workers reply nowhere else
 
 	mu      sync.Mutex
 	inbox   string
@@ -96,16 +99,17 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	if err != nil {
 		return nil, err
 	}
-	n, err := Open(ctx, js, cfg.Namespace, cfg.Partitions)
+	meta, err := Open(ctx, js, cfg.Namespace, cfg.Partitions)
 	if err != nil {
 		return nil, err
 	}
+	n := meta.Partitions
 	async, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
 	if err != nil {
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), waiters: map[string]chan *nats.Msg{}}
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]chan *nats.Msg{}}
 	c.expect = []string{c.stream}
 	if cfg.GroupCommit {
 		c.batch = newBatcher(c)
@@ -170,6 +174,7 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	// Our header names are canonical: set them without Header.Set's work.
 	m.Header[HeaderJobID] = []string{r.ID}
 	m.Header[HeaderKey] = []string{r.Key}
+	m.Header[HeaderPartitions] = c.nHeader
 	if r.Type != "" {
 		m.Header[HeaderType] = []string{r.Type}
 	}
@@ -321,7 +326,7 @@ func (c *Client) wait() (string, chan *nats.Msg, error) {
 		return "", nil, ErrClosed
 	}
 	if c.sub == nil {
-		c.inbox = c.nc.NewInbox() + "."
+		c.inbox = c.replyPrefix + nuid.Next() + "."
 		sub, err := c.nc.Subscribe(c.inbox+"*", c.deliver)
 		if err != nil {
 			return "", nil, err

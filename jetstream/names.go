@@ -22,6 +22,9 @@ const (
 	// HeaderPayloadDropped on a dead letter gives the length of a payload
 	// left out because the dead letter would not have fit max_payload.
 	HeaderPayloadDropped = "Keylane-Payload-Dropped"
+	// HeaderPartitions carries the partition count the client routed the
+	// job with; a worker refuses a job routed with another N.
+	HeaderPartitions = "Keylane-Partitions"
 )
 
 // Metadata keys written into the jobs stream's configuration.
@@ -29,6 +32,12 @@ const (
 	MetaPartitions = "keylane.partitions"
 	MetaHash       = "keylane.hash"
 	MetaVersion    = "keylane.version"
+	// MetaEpoch identifies the jobs stream (hex); see Meta.Epoch.
+	MetaEpoch = "keylane.epoch"
+	// MetaAdopted lists adopted epochs (hex, comma-separated).
+	MetaAdopted = "keylane.adopted"
+	// MetaReplyPrefix is where workers may reply.
+	MetaReplyPrefix = "keylane.reply-prefix"
 )
 
 // Names derives every NATS object name from a namespace.

@@ -352,9 +352,17 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("key %q belongs to partition %d, arrived on %d", key, p, o.p))
 		return
 	}
+	if n := h.Get(HeaderPartitions); n != "" && n != o.w.topo.nHeader {
+		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("routed by a client that counts %s partitions, the jobs stream has %d: re-open the client", n, o.w.topo.Partitions))
+		return
+	}
+	if reply := h.Get(HeaderReply); reply != "" && !validReply(reply, o.w.topo.Meta.ReplyPrefix) {
+		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("reply subject %q is not under the reply prefix %q", reply, o.w.topo.Meta.ReplyPrefix))
+		return
+	}
 	id := h.Get(HeaderJobID)
 	if id == "" {
-		id = "seq-" + strconv.FormatUint(meta.Sequence.Stream, 10)
+		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
 	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered}
 	t.job = Job{
@@ -367,9 +375,28 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 func (o *owner) malformed(msg jetstream.Msg, seq uint64, why error) {
 	o.w.stats.malformed.Add(1)
 	o.log.Warn("malformed message dead-lettered", "seq", seq, "err", why)
-	if o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, fmt.Errorf("malformed: %w", why), 0) && o.l.Trusted() {
-		_ = msg.Ack()
+	err := Permanent(fmt.Errorf("malformed: %w", why))
+	if !o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
+		return
 	}
+	// Tell a caller waiting on a proper reply subject why, then ack.
+	if reply := msg.Headers().Get(HeaderReply); reply != "" && validReply(reply, o.w.topo.Meta.ReplyPrefix) {
+		if perr := o.w.nc.PublishMsg(replyMsg(reply, nil, err, true)); perr != nil {
+			o.log.Warn("reply", "seq", seq, "err", perr)
+		}
+	}
+	_ = msg.Ack()
+}
+
+// replyMsg is the reply carrying a job's outcome.
+func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Data: res}
+	if herr != nil {
+		m.Header = nats.Header{}
+		m.Header.Set(HeaderError, herr.Error())
+		m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
+	}
+	return m
 }
 
 // maxGroup bounds how many queued jobs of one key a runner takes at once
@@ -610,12 +637,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 		cancel()
 	}
 	if reply := t.msg.Headers().Get(HeaderReply); reply != "" {
-		m := &nats.Msg{Subject: reply, Data: res}
-		if herr != nil {
-			m.Header = nats.Header{}
-			m.Header.Set(HeaderError, herr.Error())
-			m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
-		}
+		m := replyMsg(reply, res, herr, dead)
 		if !o.l.Trusted() {
 			o.w.stats.unacked.Add(1)
 			return false

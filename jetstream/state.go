@@ -219,11 +219,22 @@ const (
 	epochForeign                      // another stream: refuse
 )
 
+// adopt replaces the adopted epochs (they only grow).
+func (s *State) adopt(epochs []uint64) {
+	s.mu.Lock()
+	s.adopted = slices.Clone(epochs)
+	s.mu.Unlock()
+}
+
 func (s *State) epochOf(e StateEntry) epochRelation {
-	switch {
-	case s.epoch == 0 || e.Epoch == 0 || e.Epoch == s.epoch:
+	if s.epoch == 0 || e.Epoch == 0 || e.Epoch == s.epoch {
 		return epochSame
-	case slices.Contains(s.adopted, e.Epoch):
+	}
+	s.mu.Lock()
+	adopted := slices.Contains(s.adopted, e.Epoch)
+	s.mu.Unlock()
+	switch {
+	case adopted:
 		return epochAdopted
 	default:
 		return epochForeign

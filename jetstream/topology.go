@@ -2,10 +2,15 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/keylane/keylane/lease"
@@ -47,6 +52,13 @@ type TopologyConfig struct {
 	ResultsTTL time.Duration
 	// MaxBytes bounds the jobs stream's size; -1 is unlimited. Defaults to -1.
 	MaxBytes int64
+	// ReplyPrefix is the only subject prefix workers reply to: clients
+	// take their inboxes under it, and a job naming a reply subject outside
+	// it (or a wildcard) is dead-lettered as malformed, so whoever may
+	// submit a job cannot make workers publish elsewhere with their
+	// permissions. Fixed in the jobs stream's metadata when it is created.
+	// Defaults to "_INBOX.".
+	ReplyPrefix string
 }
 
 func (c *TopologyConfig) setDefaults() error {
@@ -85,7 +97,38 @@ func (c *TopologyConfig) setDefaults() error {
 	if c.MaxBytes == 0 {
 		c.MaxBytes = -1
 	}
+	if c.ReplyPrefix == "" {
+		c.ReplyPrefix = "_INBOX."
+	}
+	if err := validReplyPrefix(c.ReplyPrefix, c.Namespace); err != nil {
+		return err
+	}
 	return nil
+}
+
+// validReplyPrefix refuses reply prefixes that would let a job steer a
+// worker's reply into the server's APIs or keylane's own subjects.
+func validReplyPrefix(prefix, ns string) error {
+	bad := !strings.HasSuffix(prefix, ".") || strings.HasPrefix(prefix, "$") ||
+		strings.HasPrefix(prefix, ns+".") || strings.ContainsAny(prefix, "*> \t\r\n") || strings.Contains(prefix, "..") || prefix[0] == '.'
+	if bad {
+		return fmt.Errorf("keylane: reply prefix %q must end with '.', hold no wildcard or space, and not start with '$' or the namespace %q", prefix, ns+".")
+	}
+	return nil
+}
+
+// validReply reports whether a job's reply subject is a plain subject under
+// the topology's reply prefix.
+func validReply(reply, prefix string) bool {
+	if len(reply) <= len(prefix) || !strings.HasPrefix(reply, prefix) {
+		return false
+	}
+	for _, tok := range strings.Split(reply[len(prefix):], ".") {
+		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
+			return false
+		}
+	}
+	return true
 }
 
 // Topology is the set of NATS objects of one namespace, opened or created.
@@ -98,7 +141,19 @@ type Topology struct {
 	Members    jetstream.KeyValue
 	Results    jetstream.KeyValue
 	State      jetstream.KeyValue
-	js         jetstream.JetStream
+	// Meta is what the jobs stream's metadata fixes: N, the epoch, the
+	// adopted epochs and the reply prefix.
+	Meta    Meta
+	js      jetstream.JetStream
+	nHeader string // Partitions as a Keylane-Partitions header value
+}
+
+// NewState returns a State on the namespace's state bucket that ties
+// entries to the jobs stream's epoch (see ErrEpoch).
+func (t *Topology) NewState() *State {
+	s := NewState(t.State)
+	s.epoch, s.adopted = t.Meta.Epoch, t.Meta.Adopted
+	return s
 }
 
 // Setup creates, or opens and checks, everything a namespace needs: the jobs
@@ -110,11 +165,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*To
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	n, err := ensureJobs(ctx, js, names, &cfg)
+	meta, err := ensureJobs(ctx, js, names, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	t := &Topology{Names: names, Partitions: n, Config: cfg, js: js}
+	t := &Topology{Names: names, Partitions: meta.Partitions, Config: cfg, Meta: meta, js: js, nHeader: strconv.Itoa(meta.Partitions)}
 	t.Jobs, err = js.Stream(ctx, names.Jobs())
 	if err != nil {
 		return nil, err
@@ -151,49 +206,75 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*To
 	return t, nil
 }
 
+// Meta is what a jobs stream's metadata says about its namespace.
+type Meta struct {
+	// Partitions is N.
+	Partitions int
+	// Epoch identifies this jobs stream among every stream the namespace
+	// ever had: state entries record it, so a key's sequences are compared
+	// only with sequences of the same stream.
+	Epoch uint64
+	// Adopted lists the epochs of earlier jobs streams whose state this one
+	// carries on (after a repartition, or an explicit Adopt).
+	Adopted []uint64
+	// ReplyPrefix is where workers may reply (TopologyConfig.ReplyPrefix).
+	ReplyPrefix string
+}
+
 // Open reads an existing namespace for a client: it checks the jobs
-// stream's metadata and returns its partition count. A non-zero want that
-// differs from the stream's is refused with ErrPartitionMismatch.
-func Open(ctx context.Context, js jetstream.JetStream, namespace string, want int) (int, error) {
+// stream's metadata and returns it. A non-zero want that differs from the
+// stream's partition count is refused with ErrPartitionMismatch.
+func Open(ctx context.Context, js jetstream.JetStream, namespace string, want int) (Meta, error) {
 	cfg := TopologyConfig{Namespace: namespace, Partitions: want}
 	if err := cfg.setDefaults(); err != nil {
-		return 0, err
+		return Meta{}, err
 	}
 	s, err := js.Stream(ctx, Names{Namespace: cfg.Namespace}.Jobs())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, ErrNoTopology
+		return Meta{}, ErrNoTopology
 	}
 	if err != nil {
-		return 0, err
+		return Meta{}, err
 	}
-	return checkMeta(s.CachedInfo().Config, want)
+	return readMeta(s.CachedInfo(), want)
 }
 
-func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) (int, error) {
+// partitionSubjects lists the jobs stream's subjects: exactly one per
+// partition, so a publish to anything else (another N's partition, a typo)
+// is refused by the server instead of stored where no consumer reads it.
+func partitionSubjects(ns string, n int) []string {
+	subjects := make([]string, n)
+	for p := range subjects {
+		subjects[p] = partition.Subject(ns, p)
+	}
+	return subjects
+}
+
+func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) (Meta, error) {
 	s, err := js.Stream(ctx, names.Jobs())
 	if err == nil {
-		sc := s.CachedInfo().Config
-		n, err := checkMeta(sc, cfg.Partitions)
-		if err == nil && !sc.AllowAtomicPublish {
-			// Made by an older keylane: allow group commit (see
-			// ClientConfig.GroupCommit). A server before 2.12 refuses;
-			// clients then fall back to single publishes.
-			sc.AllowAtomicPublish = true
-			_, _ = js.UpdateStream(ctx, sc)
+		info := s.CachedInfo()
+		meta, err := readMeta(info, cfg.Partitions)
+		if err != nil {
+			return Meta{}, err
 		}
-		return n, err
+		return meta, upgradeJobs(ctx, js, info, meta, cfg)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, err
+		return Meta{}, err
 	}
 	n := cfg.Partitions
 	if n == 0 {
 		n = 16
 	}
+	epoch, err := newEpoch()
+	if err != nil {
+		return Meta{}, err
+	}
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        names.Jobs(),
 		Description: "keylane jobs, one subject per partition",
-		Subjects:    []string{partition.SubjectWildcard(cfg.Namespace)},
+		Subjects:    partitionSubjects(cfg.Namespace, n),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    cfg.Replicas,
@@ -203,9 +284,11 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		// Lets clients group-commit jobs in atomic batches.
 		AllowAtomicPublish: true,
 		Metadata: map[string]string{
-			MetaPartitions: strconv.Itoa(n),
-			MetaHash:       partition.HashName,
-			MetaVersion:    "1",
+			MetaPartitions:  strconv.Itoa(n),
+			MetaHash:        partition.HashName,
+			MetaVersion:     "2",
+			MetaEpoch:       formatEpoch(epoch),
+			MetaReplyPrefix: cfg.ReplyPrefix,
 		},
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
@@ -213,9 +296,81 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		return ensureJobs(ctx, js, names, cfg)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("keylane: create jobs stream: %w", err)
+		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
 	}
-	return n, nil
+	return Meta{Partitions: n, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix}, nil
+}
+
+// upgradeJobs brings a jobs stream made by an older keylane up to date: one
+// subject per partition instead of a wildcard, group commit allowed, and
+// its epoch written down. Every worker computes the same epoch for an old
+// stream (its creation time), so concurrent upgrades agree.
+func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {
+	sc := info.Config
+	want := partitionSubjects(cfg.Namespace, meta.Partitions)
+	_, hasEpoch := sc.Metadata[MetaEpoch]
+	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch {
+		return nil
+	}
+	sc.Subjects = want
+	// A server before 2.12 refuses atomic publish; clients then fall back
+	// to single publishes.
+	sc.AllowAtomicPublish = true
+	sc.Metadata = maps.Clone(sc.Metadata)
+	if !hasEpoch {
+		sc.Metadata[MetaEpoch] = formatEpoch(meta.Epoch)
+	}
+	if _, ok := sc.Metadata[MetaReplyPrefix]; !ok {
+		sc.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
+	}
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		sc.AllowAtomicPublish = false
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("keylane: upgrade jobs stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
+func newEpoch() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("keylane: epoch: %w", err)
+		}
+		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
+			return e, nil
+		}
+	}
+}
+
+func formatEpoch(e uint64) string { return strconv.FormatUint(e, 16) }
+
+func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
+	sc := info.Config
+	n, err := checkMeta(sc, want)
+	if err != nil {
+		return Meta{}, err
+	}
+	m := Meta{Partitions: n, ReplyPrefix: sc.Metadata[MetaReplyPrefix]}
+	if m.ReplyPrefix == "" {
+		m.ReplyPrefix = "_INBOX."
+	}
+	if v, ok := sc.Metadata[MetaEpoch]; ok {
+		if m.Epoch, err = strconv.ParseUint(v, 16, 64); err != nil || m.Epoch == 0 {
+			return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q", ErrPartitionMismatch, sc.Name, MetaEpoch, v)
+		}
+	} else {
+		m.Epoch = uint64(info.Created.UnixNano())
+	}
+	for _, v := range strings.FieldsFunc(sc.Metadata[MetaAdopted], func(r rune) bool { return r == ',' }) {
+		e, err := strconv.ParseUint(v, 16, 64)
+		if err != nil {
+			return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q", ErrPartitionMismatch, sc.Name, MetaAdopted, v)
+		}
+		m.Adopted = append(m.Adopted, e)
+	}
+	return m, nil
 }
 
 func checkMeta(sc jetstream.StreamConfig, want int) (int, error) {
@@ -265,4 +420,42 @@ func (t *Topology) consumerConfig(p int, ackWait time.Duration, maxAckPending in
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		Replicas:      t.Config.Replicas,
 	}
+}
+
+// AdoptEpoch makes the namespace's jobs stream carry on the state written
+// under an earlier jobs stream's epoch: keys written under it run again
+// (their held job IDs still answer retries; their sequences, which mean
+// nothing in this stream, are ignored). Use it after a jobs stream was
+// deleted and created again, once you know the old stream's jobs are gone
+// or re-submitted; workers refuse such keys with ErrEpoch until then.
+func AdoptEpoch(ctx context.Context, js jetstream.JetStream, namespace string, epoch uint64) error {
+	if epoch == 0 {
+		return errors.New("keylane: adopt: epoch 0")
+	}
+	s, err := js.Stream(ctx, Names{Namespace: namespace}.Jobs())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return ErrNoTopology
+	}
+	if err != nil {
+		return err
+	}
+	info := s.CachedInfo()
+	meta, err := readMeta(info, 0)
+	if err != nil {
+		return err
+	}
+	if epoch == meta.Epoch || slices.Contains(meta.Adopted, epoch) {
+		return nil
+	}
+	sc := info.Config
+	sc.Metadata = maps.Clone(sc.Metadata)
+	list := make([]string, 0, len(meta.Adopted)+1)
+	for _, e := range append(meta.Adopted, epoch) {
+		list = append(list, formatEpoch(e))
+	}
+	sc.Metadata[MetaAdopted] = strings.Join(list, ",")
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return fmt.Errorf("keylane: adopt epoch %s: %w", formatEpoch(epoch), err)
+	}
+	return nil
 }

@@ -202,7 +202,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	w.topo = topo
 	if w.cfg.Reducer != nil {
-		w.state = NewState(topo.State)
+		w.state = topo.NewState()
 	}
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {
@@ -269,6 +269,25 @@ func (w *Worker) leaseConfig() lease.Config {
 	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger}
 }
 
-// refreshEpoch re-reads the jobs stream's epoch and adopted epochs, so a
-// key held for ErrEpoch runs once an operator adopted its epoch.
-func (w *Worker) refreshEpoch(ctx context.Context) {}
+// refreshEpoch re-reads the jobs stream's adopted epochs, so a key held
+// for ErrEpoch runs once an operator adopted its epoch.
+func (w *Worker) refreshEpoch(ctx context.Context) {
+	if w.state == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	info, err := w.topo.Jobs.Info(ctx)
+	if err != nil {
+		return
+	}
+	meta, err := readMeta(info, w.topo.Partitions)
+	if err != nil || meta.Epoch != w.topo.Meta.Epoch {
+		return
+	}
+	w.state.adopt(meta.Adopted)
+}
+
+// requestTimeout bounds one request to the server that has no deadline of
+// its own.
+const requestTimeout = 5 * time.Second
