@@ -84,6 +84,8 @@ type (
 	SubmitOpt = kjs.SubmitOpt
 	// RemoteError is a handler's error as a caller of Call receives it.
 	RemoteError = kjs.RemoteError
+	// NoReplyError is Call's error when its context ended first.
+	NoReplyError = kjs.NoReplyError
 )
 
 // Errors callers check with errors.Is.
@@ -97,6 +99,9 @@ var (
 	ErrNoReply           = kjs.ErrNoReply
 	ErrNoResult          = kjs.ErrNoResult
 	ErrNoTopology        = kjs.ErrNoTopology
+	ErrDuplicate         = kjs.ErrDuplicate
+	ErrGap               = kjs.ErrGap
+	ErrEpoch             = kjs.ErrEpoch
 )
 
 // NewClient opens the namespace's jobs stream and returns a client.

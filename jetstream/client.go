@@ -24,8 +24,11 @@ var (
 	ErrPayloadTooLarge = errors.New("keylane: payload larger than the server's max_payload")
 	// ErrBadJobID is returned for a job ID keylane cannot carry.
 	ErrBadJobID = errors.New("keylane: job ID must be 1-256 characters of A-Z a-z 0-9 _ - = and inner dots")
-	// ErrNoReply is returned by Call when ctx ended before the result came.
-	// The job may still run: it was stored.
+	// ErrNoReply is returned (as a *NoReplyError naming the job) by Call
+	// when ctx ended before the job's outcome came. Call does not wait for
+	// the stream's ack before the outcome, so the job may or may not have
+	// been stored: call again with the same WithID to get its outcome
+	// without running it twice.
 	ErrNoReply = errors.New("keylane: no result before the context ended")
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("keylane: client closed")
@@ -84,6 +87,7 @@ type Client struct {
 	closed  bool
 	token   atomic.Uint64
 	batch   *batcher // nil unless GroupCommit
+	results jetstream.KeyValue
 }
 
 // NewClient opens the namespace's jobs stream, checks its partition
@@ -161,7 +165,8 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	if err := partition.ValidateKey(r.Key); err != nil {
 		return nil, err
 	}
-	if r.ID == "" {
+	explicit := r.ID != ""
+	if !explicit {
 		r.ID = nuid.Next()
 	} else if err := ValidateJobID(r.ID); err != nil {
 		return nil, err
@@ -180,6 +185,11 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	}
 	if reply != "" {
 		m.Header[HeaderReply] = []string{reply}
+	}
+	if explicit {
+		// The caller may retry with this ID: the worker keeps its outcome
+		// by ID (see ClientConfig's doc on retries).
+		m.Header[HeaderIdempotent] = oneHeader
 	}
 	// Headers cost bytes too; leave room for the server's own.
 	size := len(m.Data) + len(m.Subject) + 64
@@ -214,8 +224,12 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	if c.batch == nil {
-		if _, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.stream)); err != nil {
+		ack, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.stream))
+		if err != nil {
 			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+		}
+		if ack.Duplicate {
+			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 		}
 		return r.ID, nil
 	}
@@ -228,8 +242,12 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	c.batch.publish(m, token)
 	select {
 	case ack := <-ch:
-		if err := pubAckError(ack); err != nil {
+		dup, err := pubAckError(ack)
+		if err != nil {
 			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+		}
+		if dup {
+			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 		}
 		return r.ID, nil
 	case <-ctx.Done():
@@ -237,10 +255,17 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	}
 }
 
-// Call stores a job and waits for its handler's result. A handler error comes
-// back as a *RemoteError. If ctx ends first, Call returns an error wrapping
-// ErrNoReply and ctx.Err(); the job was stored and will still run. A retried
-// Call with the same WithID does not run the job twice.
+// Call stores a job and waits for its handler's result. A handler error
+// comes back as a *RemoteError. If ctx ends first, Call returns a
+// *NoReplyError (errors.Is ErrNoReply and ctx.Err()).
+//
+// Retries: a Call with the same WithID as an earlier one returns that
+// job's outcome, at once if it finished, when it finishes if it still runs,
+// and never runs it twice. Within the server's duplicate window the stream
+// drops the second publish and Call waits on the outcome the worker keeps
+// by ID (jobs with a caller's ID have their outcome stored in the results
+// bucket, for ResultsTTL); after it, the worker answers the new message
+// from the kept outcome.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) ([]byte, error) {
 	r := build(key, payload, opts)
 	token, ch, err := c.wait()
@@ -269,14 +294,21 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 		select {
 		case reply := <-ch:
 			if strings.HasPrefix(reply.Subject[len(c.inbox):], ackPrefix) {
-				if err := pubAckError(reply); err != nil {
+				dup, err := pubAckError(reply)
+				if err != nil {
 					return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+				}
+				if dup {
+					// Stored before, with the first call's reply subject:
+					// its outcome is kept by ID.
+					c.unwait(token)
+					return c.awaitOutcome(ctx, r.ID)
 				}
 				continue
 			}
 			return decodeReply(reply)
 		case <-ctx.Done():
-			return nil, errors.Join(fmt.Errorf("%w (job %s)", ErrNoReply, r.ID), ctx.Err())
+			return nil, &NoReplyError{JobID: r.ID, Err: ctx.Err()}
 		}
 	}
 }
@@ -291,25 +323,87 @@ const (
 )
 
 // pubAckError returns the error a stream ack carries, or nil for a good
-// ack (a duplicate included: the job was stored earlier under this ID).
-func pubAckError(m *nats.Msg) error {
+// ack, and whether the ack says the job was a duplicate (stored earlier
+// under this ID).
+func pubAckError(m *nats.Msg) (dup bool, err error) {
 	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return jetstream.ErrNoStreamResponse
+		return false, jetstream.ErrNoStreamResponse
 	}
-	if !bytes.Contains(m.Data, []byte(`"error"`)) {
-		return nil
+	hasErr, hasDup := bytes.Contains(m.Data, []byte(`"error"`)), bytes.Contains(m.Data, []byte(`"duplicate"`))
+	if !hasErr && !hasDup {
+		return false, nil
 	}
 	var resp struct {
-		Error *jetstream.APIError `json:"error"`
+		Error     *jetstream.APIError `json:"error"`
+		Duplicate bool                `json:"duplicate"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return fmt.Errorf("bad stream ack %q: %w", m.Data, err)
+		return false, fmt.Errorf("bad stream ack %q: %w", m.Data, err)
 	}
 	if resp.Error != nil {
-		return resp.Error
+		return false, resp.Error
 	}
-	return nil
+	return resp.Duplicate, nil
 }
+
+// awaitOutcome waits for the outcome the worker keeps under a job ID in
+// the results bucket: at once if the job finished, when it finishes if it
+// still runs.
+func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
+	kv, err := c.resultsBucket(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("keylane: job %s: %w", id, err)
+	}
+	watch, err := kv.Watch(ctx, id)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+		}
+		return nil, fmt.Errorf("keylane: job %s: watch its outcome: %w", id, err)
+	}
+	defer func() { _ = watch.Stop() }()
+	for {
+		select {
+		case e, ok := <-watch.Updates():
+			if !ok {
+				return nil, &NoReplyError{JobID: id, Err: errors.Join(errors.New("watch closed"), ctx.Err())}
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			res, rerr, ok := decodeResult(e.Value())
+			if !ok {
+				return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
+			}
+			return res, rerr
+		case <-ctx.Done():
+			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+		}
+	}
+}
+
+// resultsBucket opens the results bucket once.
+func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	kv := c.results
+	c.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	kv, err := c.js.KeyValue(rctx, c.names.Results())
+	if err != nil {
+		return nil, fmt.Errorf("results bucket: %w", err)
+	}
+	c.mu.Lock()
+	c.results = kv
+	c.mu.Unlock()
+	return kv, nil
+}
+
+// oneHeader is the value of flag headers.
+var oneHeader = []string{"1"}
 
 func decodeReply(m *nats.Msg) ([]byte, error) {
 	if msg := m.Header.Get(HeaderError); msg != "" {
@@ -436,3 +530,20 @@ func (c *Client) Close() {
 		_ = c.sub.Unsubscribe()
 	}
 }
+
+// ErrDuplicate is returned by Submit (with the job's ID) when the stream
+// already stored a job with this ID: nothing new was stored.
+var ErrDuplicate = errors.New("keylane: a job with this ID was stored before; nothing new stored")
+
+// NoReplyError is returned by Call when its context ended before the job's
+// outcome came. It wraps ErrNoReply and the context's error.
+type NoReplyError struct {
+	JobID string
+	Err   error
+}
+
+func (e *NoReplyError) Error() string {
+	return fmt.Sprintf("%v (job %s): %v", ErrNoReply, e.JobID, e.Err)
+}
+
+func (e *NoReplyError) Unwrap() []error { return []error{ErrNoReply, e.Err} }

@@ -125,7 +125,7 @@ func (b *batcher) done(id string, m *nats.Msg) {
 	b.sendLocked()
 	b.mu.Unlock()
 
-	ok := m != nil && pubAckError(m) == nil
+	ok := m != nil && ackOK(m)
 	if ok || (m != nil && len(sb.jobs) == 1) {
 		for _, j := range sb.jobs {
 			b.c.deliverTo(j.token, &nats.Msg{Subject: b.c.inbox + ackPrefix + j.token, Data: m.Data, Header: m.Header})
@@ -145,4 +145,10 @@ func (b *batcher) done(id string, m *nats.Msg) {
 			b.c.deliverTo(j.token, &nats.Msg{Subject: jm.Reply, Header: nats.Header{"Status": []string{"503"}}})
 		}
 	}
+}
+
+// ackOK reports whether a batch ack stored the batch.
+func ackOK(m *nats.Msg) bool {
+	_, err := pubAckError(m)
+	return err == nil
 }

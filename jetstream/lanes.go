@@ -12,8 +12,18 @@ type task struct {
 	msg      jetstream.Msg
 	job      Job
 	maybeDup bool // may have run before under an earlier owner
+	explicit bool // its ID was the caller's: its outcome is kept by ID
+
+	kept        *keptOutcome // an earlier run's outcome, found by ID
+	outcomeKept bool         // this run's outcome is stored already
 	progress time.Time
 	firstErr error // the error of a first run already made in a group
+}
+
+// keptOutcome is a job's outcome as stored by ID.
+type keptOutcome struct {
+	res []byte
+	err error
 }
 
 // lane holds the queued jobs of one key, in stream order.

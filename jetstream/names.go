@@ -25,6 +25,9 @@ const (
 	// HeaderPartitions carries the partition count the client routed the
 	// job with; a worker refuses a job routed with another N.
 	HeaderPartitions = "Keylane-Partitions"
+	// HeaderIdempotent marks a job whose ID the caller chose and may retry
+	// with: workers keep its outcome by ID for the results TTL.
+	HeaderIdempotent = "Keylane-Idempotent"
 )
 
 // Metadata keys written into the jobs stream's configuration.

@@ -364,7 +364,7 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	if id == "" {
 		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
-	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered}
+	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: h.Get(HeaderIdempotent) != ""}
 	t.job = Job{
 		ID: id, Key: key, Type: h.Get(HeaderType), Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
@@ -425,6 +425,16 @@ func (o *owner) runGroup(ts []*task) {
 		for k < len(ts) && !ts[k].maybeDup {
 			k++
 		}
+		// Jobs with a caller's ID may be retries of jobs that finished
+		// long ago: one concurrent look-up of their kept outcomes.
+		if i := o.firstKept(ts[:k]); i == 0 {
+			o.w.stats.fromResults.Add(1)
+			o.finish(ts[0], ts[0].kept.res, ts[0].kept.err, false)
+			ts = ts[1:]
+			continue
+		} else if i > 0 {
+			k = i
+		}
 		g := ts[:k]
 		for i, t := range g {
 			t.job.Attempt = 1
@@ -445,6 +455,11 @@ func (o *owner) runGroup(ts []*task) {
 				o.process(t)
 			}
 			ts = ts[k:]
+			continue
+		}
+		if !o.keepOutcomes(g[:n], out[:n]) {
+			o.w.stats.unacked.Add(int64(n))
+			ts = ts[n:]
 			continue
 		}
 		for i := range n {
@@ -468,7 +483,9 @@ func (o *owner) process(t *task) {
 	if o.ctx.Err() != nil {
 		return
 	}
-	if t.maybeDup && o.w.cfg.StoreResults {
+	if t.explicit || t.maybeDup && o.w.cfg.StoreResults {
+		// A job the caller may retry by ID (or a redelivery) that finished
+		// before is answered from its kept outcome.
 		if res, rerr, ok := o.storedResult(t.job.ID); ok {
 			o.w.stats.fromResults.Add(1)
 			o.finish(t, res, rerr, false)
@@ -629,12 +646,17 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 		o.w.stats.unacked.Add(1)
 		return false
 	}
-	if o.w.cfg.StoreResults {
-		ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
-		if _, err := o.w.topo.Results.Put(ctx, t.job.ID, encodeResult(res, herr, dead)); err != nil {
-			o.log.Warn("store result", "job_id", t.job.ID, "err", err)
-		}
+	if (o.w.cfg.StoreResults || t.explicit) && !t.outcomeKept {
+		// Kept before the ack: a retry by ID must find it, and a write that
+		// fails leaves the job unacked for another try rather than lose it.
+		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+		_, err := o.w.topo.Results.Put(ctx, t.job.ID, encodeResult(res, herr, dead))
 		cancel()
+		if err != nil {
+			o.log.Warn("store result; leaving the job unacked", "job_id", t.job.ID, "err", err)
+			o.w.stats.unacked.Add(1)
+			return false
+		}
 	}
 	if reply := t.msg.Headers().Get(HeaderReply); reply != "" {
 		m := replyMsg(reply, res, herr, dead)
@@ -791,4 +813,67 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 	}
 	res, rerr, ok := decodeResult(e.Value())
 	return res, rerr, ok
+}
+
+// firstKept looks up, concurrently, the kept outcomes of the tasks whose ID
+// the caller chose, and returns the index of the first task that has one
+// (an earlier run of the same job ID finished), or -1.
+func (o *owner) firstKept(ts []*task) int {
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		if t.explicit {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if res, rerr, ok := o.storedResult(t.job.ID); ok {
+					t.kept = &keptOutcome{res: res, err: rerr}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i, t := range ts {
+		if t.kept != nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// keepOutcomes stores, before anything is replied or acked, the outcomes of
+// the settled tasks that need it (all with StoreResults, else those with a
+// caller's ID), as concurrent publishes to the results bucket waited on
+// together. It reports false if any failed: the tasks then stay unacked
+// and are answered from the state entry when redelivered.
+func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
+	var futures []jetstream.PubAckFuture
+	subject := "$KV." + o.w.topo.Names.Results() + "."
+	for i, t := range ts {
+		if !o.w.cfg.StoreResults && !t.explicit {
+			continue
+		}
+		f, err := o.w.js.PublishAsync(subject+t.job.ID, encodeResult(out[i], nil, false))
+		if err != nil {
+			o.log.Warn("store result", "job_id", t.job.ID, "err", err)
+			return false
+		}
+		futures = append(futures, f)
+		t.outcomeKept = true
+	}
+	timeout := time.NewTimer(requestTimeout)
+	defer timeout.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			o.log.Warn("store result", "err", err)
+			return false
+		case <-timeout.C:
+			o.log.Warn("store result: no ack in time")
+			return false
+		case <-o.ctx.Done():
+			return false
+		}
+	}
+	return true
 }

@@ -79,8 +79,8 @@ func TestCallSubmitAndIdempotency(t *testing.T) {
 		t.Fatalf("Submit = %q, %v", id1, err)
 	}
 	id2, err := e.client.Submit(ctx(t), "seat:B1", []byte("x"), WithID("order-1"))
-	if err != nil || id2 != "order-1" {
-		t.Fatalf("duplicate Submit = %q, %v", id2, err)
+	if !errors.Is(err, ErrDuplicate) || id2 != "order-1" {
+		t.Fatalf("duplicate Submit = %q, %v; want order-1 and ErrDuplicate", id2, err)
 	}
 	// A Call after both proves they were processed (same key, in order).
 	if _, err := e.client.Call(ctx(t), "seat:B1", []byte("after")); err != nil {

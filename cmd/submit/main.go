@@ -217,6 +217,10 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	}
 	if cmd == "send" {
 		jobID, err := cl.Submit(ctx, *key, []byte(*payload), opts...)
+		if errors.Is(err, kjs.ErrDuplicate) {
+			fmt.Fprintln(out, jobID, "(duplicate: stored before, nothing new stored)")
+			return nil
+		}
 		if err != nil {
 			return err
 		}
