@@ -16,8 +16,8 @@ type task struct {
 
 	kept        *keptOutcome // an earlier run's outcome, found by ID
 	outcomeKept bool         // this run's outcome is stored already
-	progress time.Time
-	firstErr error // the error of a first run already made in a group
+	progress    time.Time
+	firstErr    error // the error of a first run already made in a group
 }
 
 // keptOutcome is a job's outcome as stored by ID.
