@@ -13,7 +13,8 @@
 // # The bucket
 //
 // EnsureBucket makes a KV bucket (a stream) with MaxAge = TTL, History 1,
-// and LimitMarkerTTL set. MaxAge is the lease TTL: the server removes an
+// and LimitMarkerTTL set, and a first revision taken from the wall clock
+// (see Fencing). MaxAge is the lease TTL: the server removes an
 // entry TTL after its last write. With limit markers on, the server then
 // writes a marker (header Nats-Marker-Reason: MaxAge, a subject rollup) in
 // its place, which watchers see as a KeyValuePurge operation: expiry is an
@@ -174,6 +175,32 @@
 // empty). A later tenure's Create comes after the earlier tenure's last
 // write, so its fence is strictly greater. Renews change the revision
 // (Revision) but not the fence: the fence names the tenure, not the write.
+//
+// Fences also grow across buckets. A bucket deleted and made again (an
+// operator's mistake, a rebuild) would start its sequence at 1 again, below
+// fences the old bucket handed out and that stores still keep next to
+// per-key state: they would refuse every write of the new owners. So when
+// EnsureBucket creates a bucket, it creates the stream itself, as nats.go
+// would for the KV bucket, plus FirstSeq = the wall clock in microseconds
+// since the Unix epoch (nats.go's KeyValueConfig has no FirstSeq). A lease
+// bucket takes far fewer than one write per microsecond, so every revision
+// of a bucket stays below the creation time of any later one: a fence from
+// a newer bucket is always greater than every fence from an older one.
+// This assumes the creating host's wall clock did not go back, between the
+// two creations, by more than the time from the old bucket's last write to
+// the new bucket's creation; and that the old bucket averaged under one
+// write per microsecond over its life. Fences stay below 2^53 (exact in a
+// float64) until the year 2255. Concurrent creators each ask for their own
+// FirstSeq; the server makes the stream once and refuses the others (name
+// in use), which then open that one.
+//
+// Not covered: a bucket created by something other than EnsureBucket (the
+// nats CLI, nats.go's CreateKeyValue, a bucket made before this scheme;
+// EnsureBucket opens those as they are), and a bucket restored from a
+// backup, whose sequence resumes where the backup was taken, below fences
+// handed out since. Purging the stream with a sequence after creation would
+// lift the floor too but race with the first Creates and delete live
+// leases, so it is not used.
 //
 // # Failure cases
 //

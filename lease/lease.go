@@ -158,9 +158,12 @@ func (l *Lease) Holder() string { return l.cfg.Holder }
 
 // Fence returns the revision of the Create that started this tenure. It is
 // a stream sequence, so it is strictly greater than the fence of every
-// earlier tenure of any key in the bucket. Renews do not change it: pass it
-// with every write that the lease protects and have the store refuse a
-// fence lower than the highest it has seen.
+// earlier tenure of any key in the bucket, and, for buckets that
+// EnsureBucket created, of every tenure in an earlier bucket of the same
+// name that was deleted since (their revisions start at the creation time
+// in microseconds). Renews do not change it: pass it with every write that
+// the lease protects and have the store refuse a fence lower than the
+// highest it has seen.
 func (l *Lease) Fence() uint64 { return l.fence }
 
 // Revision returns the revision of the entry's latest write by this lease
