@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -43,23 +44,29 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Println("holder:", l.Holder(), "fence:", l.Fence())
+	// The fence is the revision of the Create. A bucket made by
+	// EnsureBucket starts its revisions at its creation time in
+	// microseconds, so the number differs from run to run.
+	fmt.Println("holder:", l.Holder())
 
 	// Someone else tries while it is held.
 	_, err = lease.Acquire(ctx, kv, "p.0", lease.Config{Holder: "worker-2"})
-	fmt.Println(err)
+	var held *lease.HeldError
+	if errors.As(err, &held) {
+		fmt.Println("held by", held.Holder, "at the fence's revision:", held.Revision == l.Fence())
+	}
 
 	// Check before acting; pass the fence with every protected write.
 	if l.Trusted() {
-		fmt.Println("acting with fence", l.Fence())
+		fmt.Println("acting with the fence")
 	}
 	if err := l.Release(ctx); err != nil {
 		panic(err)
 	}
 	fmt.Println(l.Err())
 	// Output:
-	// holder: worker-1 fence: 1
-	// lease: held by another holder: key "p.0" held by "worker-1" at revision 1
-	// acting with fence 1
+	// holder: worker-1
+	// held by worker-1 at the fence's revision: true
+	// acting with the fence
 	// lease: released: key "p.0"
 }

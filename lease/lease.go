@@ -26,10 +26,10 @@ type Lease struct {
 	cfg    Config
 	logger *slog.Logger
 
-	// origin is the send time of the Create, with its monotonic reading;
-	// deadline is the trust deadline as an offset from it, so Trusted is a
-	// clock read and two atomic loads.
-	origin   time.Time
+	// clock is the clock of the trust window (bootClock, which counts
+	// suspended time); deadline is the reading of it at which the window
+	// closes, so Trusted is a clock read and an atomic load.
+	clock    clock
 	deadline atomic.Int64
 	revision atomic.Uint64
 
@@ -60,6 +60,11 @@ func Acquire(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config)
 
 // acquire is Acquire with a resolved Config.
 func acquire(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config) (*Lease, error) {
+	return acquireOn(ctx, kv, key, cfg, bootClock)
+}
+
+// acquireOn is acquire with the trust window kept on clk.
+func acquireOn(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config, clk clock) (*Lease, error) {
 	info := Info{Holder: cfg.Holder, Nonce: newNonce(), AcquiredAt: time.Now().UTC()}
 	value, err := info.encode()
 	if err != nil {
@@ -67,7 +72,7 @@ func acquire(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config)
 	}
 	// The window starts when the Create is sent: the server stamps the
 	// entry later than this, so it expires later than our window closes.
-	sent := time.Now()
+	sent := clk()
 	rev, err := kv.Create(ctx, key, value)
 	if err != nil {
 		if isConflict(err) {
@@ -79,7 +84,7 @@ func acquire(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config)
 			return nil, err
 		}
 	}
-	if elapsed := time.Since(sent); elapsed >= cfg.window() {
+	if elapsed := clk() - sent; elapsed >= cfg.window() {
 		// The window this Create opened closed before we heard back.
 		// Give the entry back instead of holding a lease we cannot trust.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.RenewEvery)
@@ -87,7 +92,7 @@ func acquire(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config)
 		cancel()
 		return nil, fmt.Errorf("%w: create of %q took %s, longer than the trust window %s", ErrExpired, key, elapsed, cfg.window())
 	}
-	return start(kv, key, cfg, info.Nonce, value, rev, sent), nil
+	return start(kv, key, cfg, info.Nonce, value, rev, sent, clk), nil
 }
 
 // heldBy reads the current holder of key for the error Acquire returns.
@@ -123,7 +128,7 @@ func resolveCreate(ctx context.Context, kv jetstream.KeyValue, key, nonce string
 
 // start builds the lease for a Create that landed at rev and starts its
 // watchdog.
-func start(kv jetstream.KeyValue, key string, cfg Config, nonce string, value []byte, rev uint64, sent time.Time) *Lease {
+func start(kv jetstream.KeyValue, key string, cfg Config, nonce string, value []byte, rev uint64, sent time.Duration, clk clock) *Lease {
 	wctx, cancel := context.WithCancel(context.Background())
 	l := &Lease{
 		kv:           kv,
@@ -133,7 +138,7 @@ func start(kv jetstream.KeyValue, key string, cfg Config, nonce string, value []
 		fence:        rev,
 		cfg:          cfg,
 		logger:       cfg.Logger.With(slog.String("lease", key), slog.String("holder", cfg.Holder), slog.Uint64("fence", rev)),
-		origin:       sent,
+		clock:        clk,
 		done:         make(chan struct{}),
 		stopWatchdog: cancel,
 		watchdogDone: make(chan struct{}),
@@ -153,9 +158,12 @@ func (l *Lease) Holder() string { return l.cfg.Holder }
 
 // Fence returns the revision of the Create that started this tenure. It is
 // a stream sequence, so it is strictly greater than the fence of every
-// earlier tenure of any key in the bucket. Renews do not change it: pass it
-// with every write that the lease protects and have the store refuse a
-// fence lower than the highest it has seen.
+// earlier tenure of any key in the bucket, and, for buckets that
+// EnsureBucket created, of every tenure in an earlier bucket of the same
+// name that was deleted since (their revisions start at the creation time
+// in microseconds). Renews do not change it: pass it with every write that
+// the lease protects and have the store refuse a fence lower than the
+// highest it has seen.
 func (l *Lease) Fence() uint64 { return l.fence }
 
 // Revision returns the revision of the entry's latest write by this lease
@@ -185,10 +193,12 @@ func (l *Lease) Err() error {
 }
 
 // Trusted reports whether the lease may still be acted on: it has not
-// ended and the monotonic clock has not reached TrustDeadline. It reads the
-// clock itself, so a process resumed after a long pause sees false at once,
-// before the watchdog had a chance to run; in that case it also ends the
-// lease with ErrExpired (closing Done). It costs a clock read and a few
+// ended and its trust window has not closed. The window is measured on a
+// clock that counts time the system spent suspended (CLOCK_BOOTTIME on
+// Linux). Trusted reads that clock itself, so a process resumed after a
+// long pause or a suspend sees false at once, before the watchdog had a
+// chance to run; in that case it also ends the lease with ErrExpired
+// (closing Done). It costs a clock read (a system call on Linux) and a few
 // atomic loads: call it before every acknowledgement.
 func (l *Lease) Trusted() bool {
 	select {
@@ -203,21 +213,32 @@ func (l *Lease) Trusted() bool {
 	return true
 }
 
-// inWindow reports whether the monotonic clock is before the trust deadline.
+// inWindow reports whether the lease's clock is before the trust deadline.
 func (l *Lease) inWindow() bool {
-	return time.Since(l.origin) < time.Duration(l.deadline.Load())
+	return l.clock() < l.trustDeadline()
 }
 
 // TrustDeadline returns the end of the trust window: the send time of the
-// last write known to have landed, plus TTL minus SafetyMargin. It carries a
-// monotonic clock reading, so compare it with time.Now, not with a time
-// that came from elsewhere.
+// last write known to have landed, plus TTL minus SafetyMargin. The window
+// is kept on a clock that counts suspended time; TrustDeadline maps its end
+// onto time.Now's clock as of the call, and carries a monotonic clock
+// reading, so compare it with time.Now, not with a time that came from
+// elsewhere. A suspend after the call brings the real end earlier than the
+// returned time (Go's monotonic clock stops during a suspend): ask Trusted
+// before acting, not the time.
 func (l *Lease) TrustDeadline() time.Time {
-	return l.origin.Add(time.Duration(l.deadline.Load()))
+	return time.Now().Add(l.trustDeadline() - l.clock())
 }
 
-func (l *Lease) setDeadline(sent time.Time) {
-	l.deadline.Store(int64(sent.Sub(l.origin) + l.cfg.window()))
+// trustDeadline is the reading of l.clock at which the window closes.
+func (l *Lease) trustDeadline() time.Duration {
+	return time.Duration(l.deadline.Load())
+}
+
+// setDeadline opens a window for a write sent at the reading sent of
+// l.clock.
+func (l *Lease) setDeadline(sent time.Duration) {
+	l.deadline.Store(int64(sent + l.cfg.window()))
 }
 
 // end finishes the lease with err unless it already ended, and reports

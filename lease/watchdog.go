@@ -10,29 +10,35 @@ import (
 
 // watchdog renews the lease until it is stopped or the lease ends. It is
 // the only writer of the lease's revision and deadline while it runs.
-func (l *Lease) watchdog(ctx context.Context, sent time.Time) {
+//
+// Times here are readings of l.clock, which counts suspended time. Go's
+// timers and context deadlines run on the monotonic clock, which does not:
+// after a suspend they fire late. So every wake-up and every reply is
+// checked against l.clock, and a timer only decides when to look again.
+func (l *Lease) watchdog(ctx context.Context, sent time.Duration) {
 	defer close(l.watchdogDone)
 	var (
 		// unknownSince is the send time of the first renew, since the last
-		// one known to have landed, whose outcome we do not know (zero if
-		// none). Every such renew expected the same revision, so at most
-		// one of them landed, and it was sent no earlier than this.
-		unknownSince time.Time
+		// one known to have landed, whose outcome we do not know (valid if
+		// unknown). Every such renew expected the same revision, so at
+		// most one of them landed, and it was sent no earlier than this.
+		unknownSince time.Duration
+		unknown      bool
 		lastErr      error
 		backoff      time.Duration
-		next         = sent.Add(l.cfg.RenewEvery)
+		next         = sent + l.cfg.RenewEvery
 	)
-	timer := time.NewTimer(time.Until(next))
+	timer := time.NewTimer(next - l.clock())
 	defer timer.Stop()
 	for {
-		deadline := l.TrustDeadline()
-		now := time.Now()
-		if !now.Before(deadline) {
+		deadline := l.trustDeadline()
+		now := l.clock()
+		if now >= deadline {
 			l.expire(lastErr)
 			return
 		}
-		if now.Before(next) {
-			timer.Reset(min(next.Sub(now), deadline.Sub(now)))
+		if now < next {
+			timer.Reset(min(next-now, deadline-now))
 			select {
 			case <-ctx.Done():
 				return
@@ -49,15 +55,11 @@ func (l *Lease) watchdog(ctx context.Context, sent time.Time) {
 		}
 
 		rev := l.revision.Load()
-		send := time.Now()
+		send := l.clock()
 		// Bound the attempt by the deadline (a reply after it could not
 		// extend the window anyway) and by one period, so that a request
 		// lost in a reconnect is retried while there is time.
-		attemptEnd := send.Add(l.cfg.RenewEvery)
-		if deadline.Before(attemptEnd) {
-			attemptEnd = deadline
-		}
-		actx, cancel := context.WithDeadline(ctx, attemptEnd)
+		actx, cancel := context.WithTimeout(ctx, min(l.cfg.RenewEvery, deadline-send))
 		newRev, err := l.kv.Update(actx, l.key, l.value, rev)
 		cancel()
 		if err == nil {
@@ -68,19 +70,19 @@ func (l *Lease) watchdog(ctx context.Context, sent time.Time) {
 		}
 		switch {
 		case err == nil:
-			if !time.Now().Before(deadline) {
+			if l.clock() >= deadline {
 				// The write may have reached the server after it had
 				// expired the previous entry, in which case the expiry
 				// marker (a rollup) can erase it: never trust it.
 				l.expire(errors.New("renew reply arrived after the trust deadline"))
 				return
 			}
-			unknownSince, lastErr, backoff = time.Time{}, nil, 0
+			unknown, lastErr, backoff = false, nil, 0
 			l.setDeadline(send)
-			next = send.Add(l.cfg.RenewEvery)
-			l.logger.Debug("lease renewed", slog.Uint64("revision", newRev), slog.Duration("rtt", time.Since(send)))
+			next = send + l.cfg.RenewEvery
+			l.logger.Debug("lease renewed", slog.Uint64("revision", newRev), slog.Duration("rtt", l.clock()-send))
 
-		case isConflict(err) && unknownSince.IsZero():
+		case isConflict(err) && !unknown:
 			// Every earlier write is accounted for, so the entry changed
 			// under us: someone else wrote, deleted or took the key.
 			l.lose(rev, err)
@@ -90,20 +92,20 @@ func (l *Lease) watchdog(ctx context.Context, sent time.Time) {
 			// An earlier renew with an unknown outcome may be what moved
 			// the revision. Read the entry: only this tenure writes its
 			// nonce.
-			gctx, cancel := context.WithDeadline(ctx, deadline)
+			gctx, cancel := context.WithTimeout(ctx, deadline-l.clock())
 			cur, ours, gerr := l.lookup(gctx)
 			cancel()
 			if ctx.Err() != nil {
 				return
 			}
 			switch {
-			case gerr == nil && ours && time.Now().Before(deadline):
+			case gerr == nil && ours && l.clock() < deadline:
 				l.revision.Store(cur)
 				// It was sent no earlier than unknownSince: start the
 				// window there.
 				l.setDeadline(unknownSince)
-				next = unknownSince.Add(l.cfg.RenewEvery)
-				unknownSince, lastErr, backoff = time.Time{}, nil, 0
+				next = unknownSince + l.cfg.RenewEvery
+				unknown, lastErr, backoff = false, nil, 0
 				l.logger.Info("lease renew outcome resolved: an earlier attempt landed", slog.Uint64("revision", cur))
 			case gerr == nil && !ours:
 				l.lose(rev, err)
@@ -113,19 +115,19 @@ func (l *Lease) watchdog(ctx context.Context, sent time.Time) {
 					lastErr = gerr
 				}
 				backoff = nextBackoff(backoff, l.cfg.RenewEvery/4)
-				next = time.Now().Add(backoff)
+				next = l.clock() + backoff
 			}
 
 		default:
 			// Timeout, disconnect, no responders: unknown, never lost.
-			if unknownSince.IsZero() {
-				unknownSince = send
+			if !unknown {
+				unknownSince, unknown = send, true
 			}
 			lastErr = err
 			backoff = nextBackoff(backoff, l.cfg.RenewEvery/4)
-			next = time.Now().Add(backoff)
+			next = l.clock() + backoff
 			l.logger.Warn("lease renew failed, outcome unknown; retrying",
-				slog.Uint64("revision", rev), slog.Any("err", err), slog.Duration("trusted_for", time.Until(deadline)))
+				slog.Uint64("revision", rev), slog.Any("err", err), slog.Duration("trusted_for", deadline-l.clock()))
 		}
 	}
 }
@@ -138,8 +140,8 @@ func (l *Lease) lose(rev uint64, cause error) {
 }
 
 func (l *Lease) expire(cause error) {
-	lastSent := l.TrustDeadline().Add(-l.cfg.window())
-	msg := fmt.Sprintf("no renew of %q landed within %s of the last one, sent %s ago", l.key, l.cfg.window(), time.Since(lastSent).Round(time.Millisecond))
+	lastSent := l.trustDeadline() - l.cfg.window()
+	msg := fmt.Sprintf("no renew of %q landed within %s of the last one, sent %s ago", l.key, l.cfg.window(), (l.clock() - lastSent).Round(time.Millisecond))
 	if cause != nil {
 		msg += fmt.Sprintf(" (%v)", cause)
 	}
