@@ -71,6 +71,14 @@ func TestCheckHistoryCatches(t *testing.T) {
 		{"a failed call that applied", append(cleanOps, failed(call("x", "k", "buy 1", "", 80, 90)), call("g", "k", "get", "stock 3", 95, 99)),
 			append(cleanRuns, run("w0", "x", "k", 6, 5, 81, 82, true), run("w0", "g", "k", 7, 5, 96, 97, true)), map[string]int64{"k": 3}, historyRules{}, ""},
 
+		// A group write timed out but landed: the tracer heard "not
+		// applied", the settling that followed answered b from the
+		// stored entry. The fold accepts b at its sequence only if the
+		// later replies agree.
+		{"unknown-outcome write that landed", cleanOps, withRun(cleanRuns, 2, run("w0", "b", "k", 3, 5, 26, 27, false)), final, historyRules{}, ""},
+		{"presumed applied but was not", with(with(cleanOps, 3, submit("r", "k", "restock 6", 22, 23)), 4, call("c", "k", "buy 2", "sold 6", 60, 70)),
+			withRun(cleanRuns, 2, run("w0", "b", "k", 3, 5, 26, 27, false)), map[string]int64{"k": 6}, historyRules{}, `got "sold 6", but the applied jobs in stream order give "sold 5"`},
+
 		// The stray-puller bug: a job acknowledged with an empty result
 		// and no effect.
 		{"lost job, empty success", with(cleanOps, 1, call("a", "k", "buy 1", "", 20, 2000)), without(cleanRuns, 1), map[string]int64{"k": 5}, historyRules{}, `acknowledged with reply ""`},

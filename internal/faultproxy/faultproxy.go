@@ -104,6 +104,12 @@ type Toxic struct {
 }
 
 // Remove takes the toxic off the proxy. Removing it twice is harmless.
+//
+// Remove blocks while the toxic holds data of connections that are dying:
+// toxiproxy tries to flush it, giving up on each chunk after 5s. After a
+// Cut, let a latency pass before removing its toxic (a cut connection's
+// toxics let go of their data within the latency), or remove it after
+// Restore.
 func (t *Toxic) Remove() {
 	_ = t.p.p.Toxics.RemoveToxic(context.Background(), t.name)
 }
@@ -123,6 +129,11 @@ func (p *Proxy) add(typ string, dir Direction, attrs string) (*Toxic, error) {
 }
 
 // Latency delays every chunk of data going dir by latency ± jitter.
+//
+// Do not Cut while a latency or bandwidth toxic holds data: toxiproxy
+// v2.5.0 then leaves the toxic's goroutine blocked for good, sending to a
+// link whose writer is gone. To lose data in flight, swallow it with
+// Timeout and then Cut.
 func (p *Proxy) Latency(dir Direction, latency, jitter time.Duration) (*Toxic, error) {
 	return p.add("latency", dir, fmt.Sprintf(`{"latency":%d,"jitter":%d}`, latency.Milliseconds(), jitter.Milliseconds()))
 }
@@ -154,6 +165,8 @@ func (p *Proxy) Close() {
 		return
 	}
 	p.closed = true
+	// Toxics first, while the connections are alive to take their data;
+	// see Toxic.Remove.
 	p.p.Toxics.ResetToxics(context.Background())
 	p.p.Stop()
 }

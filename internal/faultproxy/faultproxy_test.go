@@ -223,3 +223,38 @@ func TestBandwidth(t *testing.T) {
 		t.Errorf("50 KiB at 100 KB/s took %s", d)
 	}
 }
+
+// TestCutUnderLatency: a cut while data sits in a latency toxic, the toxic
+// removed while cut (once the latency passed), then a restore: the client
+// reconnects and works.
+func TestCutUnderLatency(t *testing.T) {
+	s := startServer(t)
+	p := startProxy(t, s)
+	echoer(t, s)
+	nc, disconnected, reconnected := connect(t, p)
+	for i := range 5 {
+		lat, err := p.Latency(Downstream, 150*time.Millisecond, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			_ = nc.Publish("echo", []byte("x"))
+		}
+		_, _ = nc.Request("echo", []byte("hi"), 50*time.Millisecond) // in flight when cut
+		p.Cut()
+		waitFor(t, disconnected, "disconnect after Cut")
+		time.Sleep(200 * time.Millisecond) // the cut connection's toxic lets go (see Toxic.Remove)
+		removing := time.Now()
+		lat.Remove()
+		if d := time.Since(removing); d > time.Second {
+			t.Errorf("round %d: removing the latency after a cut took %s", i, d)
+		}
+		if err := p.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, reconnected, "reconnect after Restore")
+		if d := roundTrip(t, nc); d > time.Second {
+			t.Errorf("round %d: round trip after restore took %s", i, d)
+		}
+	}
+}
