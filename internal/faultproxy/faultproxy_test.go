@@ -258,3 +258,35 @@ func TestCutUnderLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestSwallowThenCut: a timeout toxic swallows what the server sends,
+// then a cut drops the connection, the toxic goes, and a restore lets the
+// client back in; no goroutine of the dead link is left behind (TestMain
+// checks).
+func TestSwallowThenCut(t *testing.T) {
+	s := startServer(t)
+	p := startProxy(t, s)
+	echoer(t, s)
+	nc, disconnected, reconnected := connect(t, p)
+	for i := range 3 {
+		swallow, err := p.Timeout(Downstream, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nc.Request("echo", []byte("hi"), 100*time.Millisecond); err == nil {
+			t.Fatalf("round %d: a reply came through the timeout toxic", i)
+		}
+		p.Cut()
+		waitFor(t, disconnected, "disconnect after Cut")
+		removing := time.Now()
+		swallow.Remove()
+		if d := time.Since(removing); d > time.Second {
+			t.Errorf("round %d: removing the timeout toxic after a cut took %s", i, d)
+		}
+		if err := p.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, reconnected, "reconnect after Restore")
+		roundTrip(t, nc)
+	}
+}
