@@ -7,8 +7,11 @@
 //
 // Setup creates, idempotently, for a namespace ns (default "keylane"):
 //
-//	NS_JOBS     stream, subjects ns.jobs.<p>, WorkQueue retention, file storage,
-//	            duplicate window ≥ 2m; metadata keylane.partitions=N, keylane.hash
+//	NS_JOBS     stream, subjects ns.jobs.0 … ns.jobs.<N-1> (exactly the
+//	            partitions: the server refuses any other subject), WorkQueue
+//	            retention, file storage, duplicate window ≥ 2m; metadata
+//	            keylane.partitions=N, keylane.hash, keylane.epoch,
+//	            keylane.adopted, keylane.reply-prefix
 //	NS_DEAD     stream, subjects ns.dead.<p>: failed and malformed jobs
 //	NS_LEASES   KV, key p.<p>: partition leases (TTL = lease TTL, History 1)
 //	NS_MEMBERS  KV, key = worker ID: live workers (same TTL mechanism)
@@ -17,7 +20,15 @@
 //
 // Every client and worker reads N and the hash from the stream's metadata
 // and refuses a mismatch (ErrPartitionMismatch): a job routed with another N
-// would reach the wrong owner and break per-key exclusion.
+// would reach the wrong owner and break per-key exclusion. A client that
+// outlives a change of N is caught twice: a partition subject that no
+// longer exists is refused by the server at publish, and every job carries
+// the N it was routed with (Keylane-Partitions), which the worker checks;
+// a mismatch is dead-lettered and its caller told to re-open the client.
+//
+// The epoch is a random number fixed when the jobs stream is created (a
+// stream made by an older keylane gets its creation time). State entries
+// record it: sequences of one stream say nothing about another's.
 //
 // # Submitting
 //
@@ -80,14 +91,125 @@
 // compare-and-delete. Successors watching the lease bucket acquire at once:
 // a graceful hand-over takes milliseconds and runs no job twice.
 //
-// # Exactly-once effect
+// # No gaps: a job counts as applied only if its outcome is held
 //
-// State.Apply stores a key's value with compare-and-set on the KV revision,
-// together with the writing job's stream sequence, fence and result. A job
-// whose sequence is not above the stored one was applied before: its stored
-// result is returned. A job whose fence is below the stored one comes from
-// a deposed owner: ErrStaleFence, nothing written, and the owner steps
-// down. See package lease for why fences, not leases, carry correctness.
+// Earlier versions took "sequence ≤ the key's stored sequence" to mean
+// "applied". It was wrong: a delivery that never reached the worker (lost
+// with a connection or a consumer leader, or taken by anything else that
+// pulled once from p<p>, such as a deposed owner's iterator) came back
+// after AckWait, below the sequence later jobs of its key had written, and
+// was acked as applied with an empty result. Two mechanisms replace it.
+//
+// Delivery is gap-free. The owner checks every delivery's consumer
+// sequence: it must be the previous one plus one (redeliveries get new
+// delivery sequences too). A skipped delivery sequence, a reconnect of the
+// worker's connection (nats.Conn status CONNECTED after RECONNECTING) or
+// missed pull heartbeats stop dispatching at once — nothing delivered
+// after the gap runs — and the owner re-synchronises: the lanes drop what
+// is queued, what runs finishes and acks, and the consumer is deleted and
+// created again, which delivers every unacked job again from the ack floor,
+// in stream order. Re-synchronisations of one tenure are spaced by a
+// backoff (20ms doubling to 2s) and counted in Stats.Resyncs.
+// Tested by TestStrayPullerLosesNoJob (jetstream and e2e) and
+// e2e/TestWorkerConnectionCutMidDelivery (a fault proxy swallows deliveries,
+// then cuts the connection).
+//
+// Outcomes are held. A State entry carries, with the value, the outcomes
+// (stream sequence, job ID, result) of the key's last HeldJobs (1024) jobs,
+// at most HeldBytes (256 KiB) of them, written by the same compare-and-set.
+// A job whose ID the entry holds was applied: it is answered with its own
+// result and not run. A job at or below the stored sequence whose outcome
+// is not held never ran while later jobs of its key did: State returns
+// ErrGap, and the owner dead-letters it with that error (its caller gets a
+// dead-lettered RemoteError; Stats.Gaps counts it; the log says so at
+// ERROR). It is never answered as a success. With gap-free delivery this
+// happens only after a stream was restored from a backup (same epoch,
+// sequences behind the state). The held window covers every job a
+// partition can have applied but not acked (MaxInFlight, 1024 by default),
+// so a redelivery after a crash or hand-over always finds its outcome;
+// with results larger than 256 bytes on average the byte bound is reached
+// first, and an applied job redelivered after more than 256 KiB of later
+// results of its key is refused as a gap (loud, not silent; raise nothing
+// to fix it but StoreResults, which answers it from NS_RESULTS first).
+//
+// A job whose fence is below the stored one comes from a deposed owner:
+// ErrStaleFence, nothing written, and the owner steps down. See package
+// lease for why fences, not leases, carry correctness.
+//
+// # A re-created jobs stream
+//
+// Deleting and creating the jobs stream restarts its sequences at 1. Its
+// new epoch differs from the one recorded in existing state entries, so
+// State refuses such keys with ErrEpoch: the owner holds the job (it is not
+// the job's fault: it is neither retried towards MaxDeliver nor
+// dead-lettered), logs the two epochs at ERROR, and looks again with
+// backoff. AdoptEpoch(ctx, js, ns, oldEpoch) records the old epoch in the
+// stream's keylane.adopted metadata; workers re-read it on ErrEpoch, and
+// the keys' state then carries over: held job IDs still answer retries,
+// the old sequences are ignored. Tested by
+// TestRecreatedJobsStreamIsRefusedUntilAdopted. A re-created leases bucket
+// is package lease's: its revisions, hence fences, start above every
+// earlier bucket's.
+//
+// # Retries by job ID
+//
+// Exactly-once by job ID, and a retry's answer, for a job submitted with a
+// caller's ID (WithID, marked Keylane-Idempotent):
+//
+//   - within the server's duplicate window (TopologyConfig.DuplicateWindow,
+//     2 minutes by default) the stream drops the second publish; Submit
+//     returns ErrDuplicate, and Call watches the results bucket for the
+//     job's outcome (at once if it finished, when it finishes if not);
+//   - after it, for ResultsTTL (1 hour by default, the retry horizon): the
+//     worker stores the outcome of every such job in NS_RESULTS before it
+//     acks it (one batch of asynchronous publishes per group, so group
+//     commit stays), and looks a new job with a caller's ID up there before
+//     running it (concurrently per group); a hit is answered and acked
+//     without running. The state entry's held IDs answer the same
+//     question for the key's recent jobs at no round trip, and cover a
+//     server that lost its duplicate table in a restart (a WorkQueue stream
+//     deletes acked jobs, so the rebuilt table misses them).
+//
+// Jobs with generated IDs are retried only by keylane's own publishes; the
+// duplicate window and the held outcomes cover those. A results write that
+// fails leaves the job unacked: it is redelivered and answered from the
+// held outcome, never lost and never applied twice.
+//
+// # Replies
+//
+// A worker replies only to subjects under the topology's reply prefix
+// (TopologyConfig.ReplyPrefix, default "_INBOX.", fixed in the stream's
+// metadata; clients take their inboxes under it). A job whose
+// Keylane-Reply names anything else — the server's $JS/$KV/$SYS APIs, the
+// namespace's own subjects, a wildcard — is dead-lettered as malformed and
+// nobody is replied to: whoever may submit jobs cannot make workers
+// publish with their permissions. Tested by
+// TestInjectedReplySubjectIsDeadLettered.
+//
+// # Dead letters
+//
+// A dead letter always fits: the error text is cut to 1 KiB, clients leave
+// DeadLetterReserve (2 KiB) of max_payload free in every job, and a dead
+// letter that would still not fit (a foreign publisher) drops its payload
+// and says how long it was (Keylane-Payload-Dropped). A dead-letter write
+// that fails (the stream missing, a timeout) is retried with backoff while
+// the lease is trusted, logged at ERROR and counted in
+// Stats.DeadLetterErrors; the job stays at the head of its lane, unacked,
+// and later jobs of its key wait: a lane never passes a job that was
+// neither applied nor dead-lettered. Tested by
+// TestDeadLetterTooLargeStillFits and TestDeadLetterUnwritableHoldsTheLane.
+//
+// # Known limits
+//
+//   - A failing key still holds its partition once its queued jobs fill
+//     the partition's in-flight window (MaxInFlight = the consumer's
+//     MaxAckPending): the server stops delivering, and a delayed NAK does
+//     not free the window (the server keeps NAKed messages pending). Other
+//     keys flow until then; the head job's retries are bounded by
+//     MaxDeliver and Backoff.
+//   - A gracefully handing-over owner waits at most 2s for its acks to be
+//     applied before it releases; a successor may then see jobs again,
+//     which held outcomes answer without running for Reducers and State.
 //
 // # Group commit
 //
@@ -95,7 +217,7 @@
 // once per job. A lane runner takes up to 256 queued jobs of one key,
 // reduces them in stream order on the cached state, and stores the outcome
 // with one compare-and-set: the value, the last job's sequence, the fence
-// and every grouped job's result (StateEntry.Earlier). Only after that
+// and every grouped job's outcome (held in StateEntry.Recent). Only after that
 // write landed, and only while the lease is trusted, does it reply to and
 // ack each job. A group stops growing after 5 ms of reducing or 64 KiB of
 // results, so a slow reducer does not hold the first caller's reply.
@@ -110,8 +232,8 @@
 //     then the failing job is retried alone (dead-lettered when permanent
 //     or out of attempts), then the rest continue. Order is kept.
 //   - The owner dies after the write, before the acks: the successor finds
-//     the group's sequences at or below the stored one and answers them
-//     from StateEntry.Earlier without running them.
+//     the group's job IDs among the entry's held outcomes and answers them
+//     without running them.
 //   - A newer owner wrote the key: the CAS fails or the stored fence is
 //     higher; the group is dropped and this owner steps down.
 //
