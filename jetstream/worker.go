@@ -134,11 +134,13 @@ type Stats struct {
 	Lost         int64 // partition leases lost (not released)
 	Released     int64 // partition leases released gracefully
 	Owned        int64 // partitions owned now
+	Stuck        int64 // owners whose handlers kept running after the lease was lost (balance.go)
 }
 
 type stats struct {
 	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
 	acquired, lost, released, owned                                       atomic.Int64
+	stuck                                                                 atomic.Int64 // balance.go
 }
 
 // Worker owns partitions and runs their jobs. Create it with NewWorker,
@@ -247,6 +249,7 @@ func (w *Worker) Stats() Stats {
 		DeadLettered: s.dead.Load(), Malformed: s.malformed.Load(), Stale: s.stale.Load(),
 		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
 		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
+		Stuck: s.stuck.Load(), // balance.go
 	}
 }
 
