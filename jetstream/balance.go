@@ -45,14 +45,28 @@ type balancer struct {
 
 	mu        sync.Mutex
 	member    *lease.Lease
+	memberv   *view // the members bucket
+	leasev    *view // the leases bucket
 	members   map[string]bool
 	holders   []holder
 	stuck     map[int]map[string]bool // partition → workers with a stuck mark on it
 	owners    map[int]*owner
 	lapsed    map[*owner]*lapse // our owners whose lease ended while they still run
 	acquiring map[int]bool
-	synced    int // watchers that have delivered their initial values
 	stopping  bool
+}
+
+// view is a bucket the balancer follows through a KV watch. A watch's
+// channel closes when nats.go gives up on its ordered consumer (say the
+// consumer cannot be re-created after a server restart or while the
+// bucket's stream is missing); the balancer then watches again, with
+// backoff, and relearns the bucket from the new watch's initial values.
+// Until they are in, it does not reconcile.
+type view struct {
+	kv     jetstream.KeyValue
+	reset  func()                        // forgets what the bucket said; b.mu held
+	apply  func(jetstream.KeyValueEntry) // learns one entry; b.mu held
+	synced bool                          // the current watch delivered its initial values; b.mu
 }
 
 // lapse is an owner of ours whose lease ended before its run returned.
@@ -74,10 +88,7 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 		members: map[string]bool{}, holders: make([]holder, n), stuck: map[int]map[string]bool{},
 		owners: map[int]*owner{}, acquiring: map[int]bool{}, lapsed: map[*owner]*lapse{},
 	}
-	now := time.Now()
-	for p := range b.holders {
-		b.holders[p] = holder{free: true, since: now}
-	}
+	b.forgetLeases()
 	// A worker restarted with the same ID finds its old entry until it
 	// expires: wait for it, but not for a live twin.
 	rctx, cancel := context.WithTimeout(ctx, 2*w.cfg.Topology.LeaseTTL)
@@ -89,29 +100,92 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 	b.member = m
 	// The balancer outlives Start's ctx: it stops with Stop.
 	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	mw, err := w.topo.Members.WatchAll(b.ctx)
+	b.memberv = &view{kv: w.topo.Members, reset: func() { clear(b.members) }, apply: b.onMember}
+	b.leasev = &view{kv: w.topo.Leases, reset: b.forgetLeases, apply: b.onLease}
+	mw, mstop, err := b.open(b.memberv)
 	if err != nil {
 		b.cancel()
 		_ = m.Release(ctx)
 		return nil, err
 	}
-	lw, err := w.topo.Leases.WatchAll(b.ctx)
+	lw, lstop, err := b.open(b.leasev)
 	if err != nil {
+		mstop()
 		b.cancel()
-		_ = mw.Stop()
 		_ = m.Release(ctx)
 		return nil, err
 	}
 	b.wg.Add(3)
-	go b.watch(mw, b.onMember)
-	go b.watch(lw, b.onLease)
+	go b.follow(b.memberv, mw, mstop)
+	go b.follow(b.leasev, lw, lstop)
 	go b.loop()
 	return b, nil
 }
 
-func (b *balancer) watch(kw jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry)) {
+// open starts a watch of v's bucket. stop ends it, and the goroutine
+// nats.go keeps for the watch's context with it.
+func (b *balancer) open(v *view) (kw jetstream.KeyWatcher, stop func(), err error) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	kw, err = v.kv.WatchAll(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return kw, func() { _ = kw.Stop(); cancel() }, nil
+}
+
+// follow applies v's watch kw until Stop, and watches again whenever the
+// watch's channel closes: after a jittered backoff that doubles from
+// TTL/20 up to TTL while watches keep failing or closing early, and starts
+// over once one lived a TTL.
+func (b *balancer) follow(v *view, kw jetstream.KeyWatcher, stop func()) {
 	defer b.wg.Done()
-	defer func() { _ = kw.Stop() }()
+	ttl := b.w.cfg.Topology.LeaseTTL
+	bucket := v.kv.Bucket()
+	var backoff time.Duration
+	for {
+		opened := time.Now()
+		b.drain(v, kw)
+		stop()
+		if b.ctx.Err() != nil {
+			return
+		}
+		b.mu.Lock()
+		v.synced = false
+		b.mu.Unlock()
+		if time.Since(opened) >= ttl {
+			backoff = 0
+		}
+		backoff = nextBackoff(backoff, ttl)
+		b.w.log.Warn("bucket watch closed; watching it again", "bucket", bucket, "retry_in", backoff)
+		for {
+			t := time.NewTimer(backoff)
+			select {
+			case <-b.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			var err error
+			kw, stop, err = b.open(v)
+			if err == nil {
+				break
+			}
+			backoff = nextBackoff(backoff, ttl)
+			b.w.log.Warn("watch bucket", "bucket", bucket, "err", err, "retry_in", backoff)
+		}
+		// The new watch replays the bucket: forget what the old one said,
+		// including deletes and expiries it never delivered.
+		b.mu.Lock()
+		v.reset()
+		b.mu.Unlock()
+		b.w.log.Info("watching bucket again", "bucket", bucket)
+	}
+}
+
+// drain applies kw's entries to v until its channel closes or the
+// balancer stops.
+func (b *balancer) drain(v *view, kw jetstream.KeyWatcher) {
 	for {
 		select {
 		case <-b.ctx.Done():
@@ -122,14 +196,24 @@ func (b *balancer) watch(kw jetstream.KeyWatcher, apply func(jetstream.KeyValueE
 			}
 			b.mu.Lock()
 			if e == nil {
-				b.synced++
+				v.synced = true
 			} else {
-				apply(e)
+				v.apply(e)
 			}
 			b.mu.Unlock()
 			b.poke()
 		}
 	}
+}
+
+// forgetLeases marks every partition free as of now, with no stuck marks.
+// It runs with b.mu held.
+func (b *balancer) forgetLeases() {
+	now := time.Now()
+	for p := range b.holders {
+		b.holders[p] = holder{free: true, since: now}
+	}
+	clear(b.stuck)
 }
 
 // onMember and onLease run with b.mu held.
@@ -227,7 +311,7 @@ func (b *balancer) reregister() {
 func (b *balancer) reconcile() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.stopping || b.synced < 2 {
+	if b.stopping || !b.memberv.synced || !b.leasev.synced {
 		return
 	}
 	me := b.w.cfg.ID

@@ -13,6 +13,7 @@ import (
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -285,4 +286,71 @@ func (h *recordingHandler) WithGroup(name string) slog.Handler {
 		c.next = h.next.WithGroup(name)
 	}
 	return &c
+}
+
+// TestClosedWatcherIsRecreated deletes the members bucket under a running
+// worker and creates it again once nats.go has given up the worker's watch
+// of it (its ordered consumer cannot be re-created without the stream, so
+// the watch's channel closes). The worker must watch again and keep
+// balancing: a worker that joins afterwards gets its partitions. Before,
+// the view froze and the newcomer got nothing.
+func TestClosedWatcherIsRecreated(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 6})
+	logs := &logRecorder{}
+	// nats.go reports giving an ordered consumer up to the connection's
+	// error handler, then closes the watch.
+	gaveUp := make(chan struct{}, 1)
+	members := e.topo.Names.Members()
+	nc, err := nats.Connect(e.srv.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		// Only the members bucket's stream goes missing.
+		if strings.Contains(err.Error(), "stream not found: recreating ordered consumer") {
+			select {
+			case gaveUp <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	a, err := NewWorker(nc, WorkerConfig{Topology: e.topo.Config, Handler: echo(), ID: "wa", AckWait: 5 * time.Second, Logger: logs.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = a.Stop(sctx)
+	})
+	e.waitOwned(a)
+
+	// The fault: the bucket's stream is gone long enough for nats.go to
+	// give the watch up (it notices after two missed 5s heartbeats).
+	if err := e.js.DeleteKeyValue(ctx(t), members); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-gaveUp:
+	case <-time.After(30 * time.Second):
+		t.Fatal("nats.go did not give up wa's members watch within 30s")
+	}
+	if _, err := Setup(ctx(t), e.js, e.topo.Config); err != nil {
+		t.Fatal(err)
+	}
+
+	b := e.worker("wb", echo(), nil)
+	want := map[int]string{}
+	for p := range e.topo.Partitions {
+		want[p] = partition.Owner(p, []string{"wa", "wb"})
+	}
+	natstest.Eventually(t, 20*time.Second, "wa hands wb its partitions", func() bool {
+		return mapsEqual(owners(a, b), want)
+	})
+	if n := logs.count(slog.LevelWarn, "watch closed"); n != 1 {
+		t.Errorf("wa logged %d closed watches at WARN, want 1", n)
+	}
 }
