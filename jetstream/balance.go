@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,6 +23,19 @@ import (
 // orphan partition (free for a whole TTL with its desired owner not claiming
 // it). It learns the member set and the lease holders by watching the two
 // buckets, and re-checks every TTL/3 as a safety net.
+//
+// A handler that ignores its context keeps its owner running after the
+// lease is lost, and the worker cannot own the partition again until it
+// returns. If such a worker stayed the desired owner, the others would take
+// the partition as an orphan, hand it back after orphanHold TTLs to a
+// worker that cannot take it, and take it again a TTL later: it would
+// bounce, free a quarter of the time. So a worker whose owner outlives its
+// lease by stuckAfter publishes a stuck mark for the partition in the lease
+// bucket (key s.<p>.<worker>, a lease of its own, so it expires with a
+// crashed worker), and every balancer leaves marked workers out when it
+// computes the partition's desired owner. The mark is released when the
+// owner returns, and the partition goes back to its desired owner by an
+// ordinary hand-over.
 type balancer struct {
 	w      *Worker
 	ctx    context.Context
@@ -29,12 +45,34 @@ type balancer struct {
 
 	mu        sync.Mutex
 	member    *lease.Lease
+	memberv   *view // the members bucket
+	leasev    *view // the leases bucket
 	members   map[string]bool
 	holders   []holder
+	stuck     map[int]map[string]bool // partition → workers with a stuck mark on it
 	owners    map[int]*owner
+	lapsed    map[*owner]*lapse // our owners whose lease ended while they still run
 	acquiring map[int]bool
-	synced    int // watchers that have delivered their initial values
 	stopping  bool
+}
+
+// view is a bucket the balancer follows through a KV watch. A watch's
+// channel closes when nats.go gives up on its ordered consumer (say the
+// consumer cannot be re-created after a server restart or while the
+// bucket's stream is missing); the balancer then watches again, with
+// backoff, and relearns the bucket from the new watch's initial values.
+// Until they are in, it does not reconcile.
+type view struct {
+	kv     jetstream.KeyValue
+	reset  func()                        // forgets what the bucket said; b.mu held
+	apply  func(jetstream.KeyValueEntry) // learns one entry; b.mu held
+	synced bool                          // the current watch delivered its initial values; b.mu
+}
+
+// lapse is an owner of ours whose lease ended before its run returned.
+type lapse struct {
+	since  time.Time // when the balancer first saw the lease ended
+	marked bool      // holdStuckMark runs for it
 }
 
 type holder struct {
@@ -47,13 +85,10 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 	n := w.topo.Partitions
 	b := &balancer{
 		w: w, kick: make(chan struct{}, 1),
-		members: map[string]bool{}, holders: make([]holder, n),
-		owners: map[int]*owner{}, acquiring: map[int]bool{},
+		members: map[string]bool{}, holders: make([]holder, n), stuck: map[int]map[string]bool{},
+		owners: map[int]*owner{}, acquiring: map[int]bool{}, lapsed: map[*owner]*lapse{},
 	}
-	now := time.Now()
-	for p := range b.holders {
-		b.holders[p] = holder{free: true, since: now}
-	}
+	b.forgetLeases()
 	// A worker restarted with the same ID finds its old entry until it
 	// expires: wait for it, but not for a live twin.
 	rctx, cancel := context.WithTimeout(ctx, 2*w.cfg.Topology.LeaseTTL)
@@ -65,29 +100,92 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 	b.member = m
 	// The balancer outlives Start's ctx: it stops with Stop.
 	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	mw, err := w.topo.Members.WatchAll(b.ctx)
+	b.memberv = &view{kv: w.topo.Members, reset: func() { clear(b.members) }, apply: b.onMember}
+	b.leasev = &view{kv: w.topo.Leases, reset: b.forgetLeases, apply: b.onLease}
+	mw, mstop, err := b.open(b.memberv)
 	if err != nil {
 		b.cancel()
 		_ = m.Release(ctx)
 		return nil, err
 	}
-	lw, err := w.topo.Leases.WatchAll(b.ctx)
+	lw, lstop, err := b.open(b.leasev)
 	if err != nil {
+		mstop()
 		b.cancel()
-		_ = mw.Stop()
 		_ = m.Release(ctx)
 		return nil, err
 	}
 	b.wg.Add(3)
-	go b.watch(mw, b.onMember)
-	go b.watch(lw, b.onLease)
+	go b.follow(b.memberv, mw, mstop)
+	go b.follow(b.leasev, lw, lstop)
 	go b.loop()
 	return b, nil
 }
 
-func (b *balancer) watch(kw jetstream.KeyWatcher, apply func(jetstream.KeyValueEntry)) {
+// open starts a watch of v's bucket. stop ends it, and the goroutine
+// nats.go keeps for the watch's context with it.
+func (b *balancer) open(v *view) (kw jetstream.KeyWatcher, stop func(), err error) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	kw, err = v.kv.WatchAll(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return kw, func() { _ = kw.Stop(); cancel() }, nil
+}
+
+// follow applies v's watch kw until Stop, and watches again whenever the
+// watch's channel closes: after a jittered backoff that doubles from
+// TTL/20 up to TTL while watches keep failing or closing early, and starts
+// over once one lived a TTL.
+func (b *balancer) follow(v *view, kw jetstream.KeyWatcher, stop func()) {
 	defer b.wg.Done()
-	defer func() { _ = kw.Stop() }()
+	ttl := b.w.cfg.Topology.LeaseTTL
+	bucket := v.kv.Bucket()
+	var backoff time.Duration
+	for {
+		opened := time.Now()
+		b.drain(v, kw)
+		stop()
+		if b.ctx.Err() != nil {
+			return
+		}
+		b.mu.Lock()
+		v.synced = false
+		b.mu.Unlock()
+		if time.Since(opened) >= ttl {
+			backoff = 0
+		}
+		backoff = nextBackoff(backoff, ttl)
+		b.w.log.Warn("bucket watch closed; watching it again", "bucket", bucket, "retry_in", backoff)
+		for {
+			t := time.NewTimer(backoff)
+			select {
+			case <-b.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			var err error
+			kw, stop, err = b.open(v)
+			if err == nil {
+				break
+			}
+			backoff = nextBackoff(backoff, ttl)
+			b.w.log.Warn("watch bucket", "bucket", bucket, "err", err, "retry_in", backoff)
+		}
+		// The new watch replays the bucket: forget what the old one said,
+		// including deletes and expiries it never delivered.
+		b.mu.Lock()
+		v.reset()
+		b.mu.Unlock()
+		b.w.log.Info("watching bucket again", "bucket", bucket)
+	}
+}
+
+// drain applies kw's entries to v until its channel closes or the
+// balancer stops.
+func (b *balancer) drain(v *view, kw jetstream.KeyWatcher) {
 	for {
 		select {
 		case <-b.ctx.Done():
@@ -98,14 +196,24 @@ func (b *balancer) watch(kw jetstream.KeyWatcher, apply func(jetstream.KeyValueE
 			}
 			b.mu.Lock()
 			if e == nil {
-				b.synced++
+				v.synced = true
 			} else {
-				apply(e)
+				v.apply(e)
 			}
 			b.mu.Unlock()
 			b.poke()
 		}
 	}
+}
+
+// forgetLeases marks every partition free as of now, with no stuck marks.
+// It runs with b.mu held.
+func (b *balancer) forgetLeases() {
+	now := time.Now()
+	for p := range b.holders {
+		b.holders[p] = holder{free: true, since: now}
+	}
+	clear(b.stuck)
 }
 
 // onMember and onLease run with b.mu held.
@@ -118,6 +226,20 @@ func (b *balancer) onMember(e jetstream.KeyValueEntry) {
 }
 
 func (b *balancer) onLease(e jetstream.KeyValueEntry) {
+	if p, id, ok := parseStuckKey(e.Key()); ok {
+		if e.Operation() == jetstream.KeyValuePut {
+			if b.stuck[p] == nil {
+				b.stuck[p] = map[string]bool{}
+			}
+			b.stuck[p][id] = true
+		} else if b.stuck[p] != nil {
+			delete(b.stuck[p], id)
+			if len(b.stuck[p]) == 0 {
+				delete(b.stuck, p)
+			}
+		}
+		return
+	}
 	var p int
 	if _, err := fmt.Sscanf(e.Key(), "p.%d", &p); err != nil || p < 0 || p >= len(b.holders) {
 		return
@@ -189,7 +311,7 @@ func (b *balancer) reregister() {
 func (b *balancer) reconcile() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.stopping || b.synced < 2 {
+	if b.stopping || !b.memberv.synced || !b.leasev.synced {
 		return
 	}
 	me := b.w.cfg.ID
@@ -204,8 +326,11 @@ func (b *balancer) reconcile() {
 	ttl := b.w.cfg.Topology.LeaseTTL
 	now := time.Now()
 	for p := range b.holders {
-		desired := partition.Owner(p, members)
+		desired := partition.Owner(p, b.candidates(p, members))
 		if o := b.owners[p]; o != nil {
+			if b.lapse(p, o, now) {
+				continue
+			}
 			// An orphan we took because its desired owner did not claim it
 			// stays a while: handing it straight back to an owner that
 			// cannot take it would bounce it every TTL.
@@ -228,6 +353,149 @@ func (b *balancer) reconcile() {
 			go b.acquire(p, desired != me)
 		}
 	}
+}
+
+// candidates returns the members that may own p: all of them except those
+// with a stuck mark on p, unless every one has.
+func (b *balancer) candidates(p int, members []string) []string {
+	marked := b.stuck[p]
+	if len(marked) == 0 {
+		return members
+	}
+	out := make([]string, 0, len(members))
+	for _, m := range members {
+		if !marked[m] {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return members
+	}
+	return out
+}
+
+// lapse reports whether o's lease has ended while o still runs. Once it
+// has run stuckAfter past the end, lapse counts and logs it and starts
+// holdStuckMark. It runs with b.mu held.
+func (b *balancer) lapse(p int, o *owner, now time.Time) bool {
+	if !isClosed(o.l.Done()) {
+		return false
+	}
+	lp := b.lapsed[o]
+	if lp == nil {
+		b.lapsed[o] = &lapse{since: now}
+		return true
+	}
+	if lp.marked || now.Sub(lp.since) < stuckAfter(b.w.cfg.Topology.LeaseTTL) {
+		return true
+	}
+	lp.marked = true
+	b.w.stats.stuck.Add(1)
+	b.w.log.Warn("partition lease ended but its handlers have not returned (do they ignore their context?); publishing a stuck mark so another worker owns it meanwhile",
+		"partition", p, "stuck_for", now.Sub(lp.since).Round(time.Millisecond), "err", o.l.Err())
+	b.wg.Add(1)
+	go b.holdStuckMark(p, o, lp.since)
+	return true
+}
+
+// stuckAfter is how long an owner may keep running after its lease ended
+// before its worker marks the partition stuck. An owner whose handlers
+// honour their context returns within milliseconds; only a release that
+// cannot reach the server takes longer, and then no mark can be written
+// either.
+func stuckAfter(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// stuckKey is the lease-bucket key of worker id's stuck mark on partition
+// p. Worker IDs hold no '.', and the key does not start with "p.", so
+// older balancers ignore it.
+func stuckKey(p int, id string) string { return "s." + strconv.Itoa(p) + "." + id }
+
+func parseStuckKey(key string) (p int, id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "s.")
+	if !ok {
+		return 0, "", false
+	}
+	ps, id, ok := strings.Cut(rest, ".")
+	if !ok || id == "" {
+		return 0, "", false
+	}
+	p, err := strconv.Atoi(ps)
+	if err != nil || p < 0 {
+		return 0, "", false
+	}
+	return p, id, true
+}
+
+// holdStuckMark keeps worker's stuck mark on p until o returns: it takes
+// the mark's lease (again, with backoff, if it is lost) and releases it
+// when o is done. It logs at Error, at doubling intervals, how long o has
+// been stuck.
+func (b *balancer) holdStuckMark(p int, o *owner, since time.Time) {
+	defer b.wg.Done()
+	ttl := b.w.cfg.Topology.LeaseTTL
+	key := stuckKey(p, b.w.cfg.ID)
+	var mark *lease.Lease
+	defer func() {
+		if mark != nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), ttl)
+			if err := mark.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+				b.w.log.Warn("release stuck mark", "partition", p, "err", err)
+			}
+			cancel()
+		}
+		b.poke()
+	}()
+	remind := time.NewTimer(4 * stuckAfter(ttl))
+	defer remind.Stop()
+	every := 4 * stuckAfter(ttl)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	var backoff time.Duration
+	for {
+		var markDone <-chan struct{}
+		if mark != nil {
+			markDone = mark.Done()
+		}
+		select {
+		case <-o.done:
+			b.w.log.Warn("stuck partition's handlers returned; giving the partition back to balancing",
+				"partition", p, "stuck_for", time.Since(since).Round(time.Millisecond))
+			return
+		case <-b.ctx.Done():
+			return
+		case <-remind.C:
+			b.w.log.Error("partition handlers still running after the lease ended",
+				"partition", p, "stuck_for", time.Since(since).Round(time.Millisecond))
+			every = min(2*every, 5*time.Minute)
+			remind.Reset(every)
+		case <-markDone:
+			b.w.log.Warn("stuck mark lost; publishing it again", "partition", p, "err", mark.Err())
+			mark = nil
+			backoff = nextBackoff(backoff, ttl)
+			retry.Reset(backoff)
+		case <-retry.C:
+			ctx, cancel := context.WithTimeout(b.ctx, ttl)
+			l, err := lease.Acquire(ctx, b.w.topo.Leases, key, b.w.leaseConfig())
+			cancel()
+			if err != nil {
+				// Held: our mark from before a restart, which expires.
+				backoff = nextBackoff(backoff, ttl)
+				b.w.log.Warn("publish stuck mark", "partition", p, "err", err, "retry_in", backoff)
+				retry.Reset(backoff)
+				continue
+			}
+			mark, backoff = l, 0
+		}
+	}
+}
+
+// nextBackoff doubles d from ttl/20 up to ttl and returns it with up to
+// half of it taken off at random, so workers hit by one fault do not retry
+// in step.
+func nextBackoff(d, ttl time.Duration) time.Duration {
+	lo := max(ttl/20, 10*time.Millisecond)
+	d = min(max(2*d, lo), ttl)
+	return d - rand.N(d/2+1)
 }
 
 // orphanHold is how many TTLs a worker keeps an orphan partition before
@@ -267,6 +535,7 @@ func (b *balancer) acquire(p int, orphan bool) {
 		if b.owners[p] == o {
 			delete(b.owners, p)
 		}
+		delete(b.lapsed, o)
 		b.mu.Unlock()
 		b.poke()
 	}()
@@ -276,7 +545,10 @@ func (b *balancer) owned() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ps := make([]int, 0, len(b.owners))
-	for p := range b.owners {
+	for p, o := range b.owners {
+		if isClosed(o.l.Done()) {
+			continue // lost: not ours, even while its handlers wind down
+		}
 		ps = append(ps, p)
 	}
 	slices.Sort(ps)

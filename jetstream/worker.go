@@ -144,12 +144,17 @@ type Stats struct {
 	// DeadLetterErrors counts failed attempts to write a dead letter; the
 	// job stays in its lane, unacked, until one succeeds.
 	DeadLetterErrors int64
+	// Stuck counts owners whose handlers kept running after the lease was
+	// lost; the worker steps aside as the partition's desired owner until
+	// they return.
+	Stuck int64
 }
 
 type stats struct {
 	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
 	acquired, lost, released, owned                                       atomic.Int64
 	resyncs, gaps, deadErrors                                             atomic.Int64
+	stuck                                                                 atomic.Int64
 }
 
 // Worker owns partitions and runs their jobs. Create it with NewWorker,
@@ -259,6 +264,7 @@ func (w *Worker) Stats() Stats {
 		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
 		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
 		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(),
+		Stuck: s.stuck.Load(),
 	}
 }
 
