@@ -48,6 +48,15 @@
 // whole TTL (its desired owner is not claiming it); it hands over
 // partitions whose desired owner is someone else alive.
 //
+// A worker whose owner of p outlives its lost lease (a handler that
+// ignores its context) writes a stuck mark, a lease of its own under
+// s.<p>.<worker>, and every balancer leaves it out when it picks p's
+// desired owner, so p stays with one other worker instead of bouncing
+// between owners; the mark is released when the handler returns (logged at
+// WARN, then ERROR reminders; Stats.Stuck). A bucket watch whose channel
+// closes is opened again with a jittered backoff, and balancing pauses
+// until both buckets are re-learnt.
+//
 // On acquiring partition p, the owner deletes and re-creates the durable
 // consumer "p<p>": whatever the previous owner fetched and never acked is
 // delivered again at once and in stream order, instead of after AckWait.
