@@ -578,9 +578,13 @@ func (o *owner) process(t *task) {
 	}
 }
 
-// startsKey is the state-bucket key counting a redelivered job's starts.
+// startsKey is the results-bucket key counting a redelivered job's starts.
+// '/' never occurs in a job ID, so it cannot collide with a stored result.
+// The results bucket has a TTL, so a counter (and the purge marker that
+// forgetting it leaves) expires with it instead of staying for ever, as it
+// did in the TTL-less state bucket.
 func startsKey(jobID string) string {
-	return "s." + base64.RawURLEncoding.EncodeToString([]byte(jobID))
+	return "starts/" + base64.RawURLEncoding.EncodeToString([]byte(jobID))
 }
 
 // countStart records one more start of a possibly redelivered job and
@@ -589,7 +593,7 @@ func startsKey(jobID string) string {
 func (o *owner) countStart(jobID string) (int, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 	defer cancel()
-	kv, k := o.w.topo.State, startsKey(jobID)
+	kv, k := o.w.topo.Results, startsKey(jobID)
 	for range 8 {
 		var n int
 		var rev uint64
@@ -623,7 +627,7 @@ func (o *owner) countStart(jobID string) (int, error) {
 func (o *owner) forgetStarts(jobID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = o.w.topo.State.Purge(ctx, startsKey(jobID))
+	_ = o.w.topo.Results.Purge(ctx, startsKey(jobID))
 }
 
 func (o *owner) call(job Job) (res []byte, err error) {
