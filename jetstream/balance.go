@@ -43,17 +43,19 @@ type balancer struct {
 	wg     sync.WaitGroup
 	kick   chan struct{}
 
-	mu        sync.Mutex
-	member    *lease.Lease
-	memberv   *view // the members bucket
-	leasev    *view // the leases bucket
-	members   map[string]bool
-	holders   []holder
-	stuck     map[int]map[string]bool // partition → workers with a stuck mark on it
-	owners    map[int]*owner
-	lapsed    map[*owner]*lapse // our owners whose lease ended while they still run
-	acquiring map[int]bool
-	stopping  bool
+	mu      sync.Mutex
+	member  *lease.Lease
+	memberv *view // the members bucket
+	leasev  *view // the leases bucket
+	members map[string]bool
+	holders []holder
+	// memberSeen is when each member's last write was seen.
+	memberSeen map[string]time.Time
+	stuck      map[int]map[string]bool // partition → workers with a stuck mark on it
+	owners     map[int]*owner
+	lapsed     map[*owner]*lapse // our owners whose lease ended while they still run
+	acquiring  map[int]bool
+	stopping   bool
 }
 
 // view is a bucket the balancer follows through a KV watch. A watch's
@@ -78,14 +80,22 @@ type lapse struct {
 type holder struct {
 	id    string
 	free  bool
-	since time.Time
+	since time.Time // free since
+	seen  time.Time // when its last write was seen
 }
+
+// staleAfter is how long a lease or member entry may go unrewritten before
+// the balancer takes it as expired even without the server's expiry
+// marker. Live holders rewrite every TTL/3; a server that expires entries
+// while it recovers its store after a restart writes no marker, so
+// watchers would otherwise wait for ever on a dead worker's entries.
+func staleAfter(ttl time.Duration) time.Duration { return ttl + ttl/2 }
 
 func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 	n := w.topo.Partitions
 	b := &balancer{
 		w: w, kick: make(chan struct{}, 1),
-		members: map[string]bool{}, holders: make([]holder, n), stuck: map[int]map[string]bool{},
+		members: map[string]bool{}, memberSeen: map[string]time.Time{}, holders: make([]holder, n), stuck: map[int]map[string]bool{},
 		owners: map[int]*owner{}, acquiring: map[int]bool{}, lapsed: map[*owner]*lapse{},
 	}
 	b.forgetLeases()
@@ -220,8 +230,10 @@ func (b *balancer) forgetLeases() {
 func (b *balancer) onMember(e jetstream.KeyValueEntry) {
 	if e.Operation() == jetstream.KeyValuePut {
 		b.members[e.Key()] = true
+		b.memberSeen[e.Key()] = time.Now()
 	} else {
 		delete(b.members, e.Key())
+		delete(b.memberSeen, e.Key())
 	}
 }
 
@@ -253,7 +265,7 @@ func (b *balancer) onLease(e jetstream.KeyValueEntry) {
 		b.w.log.Warn("undecodable lease entry", "partition", p, "err", err)
 		return
 	}
-	b.holders[p] = holder{id: info.Holder}
+	b.holders[p] = holder{id: info.Holder, seen: time.Now()}
 }
 
 func (b *balancer) poke() {
@@ -315,6 +327,13 @@ func (b *balancer) reconcile() {
 		return
 	}
 	me := b.w.cfg.ID
+	ttl := b.w.cfg.Topology.LeaseTTL
+	now := time.Now()
+	for m := range b.members {
+		if m != me && now.Sub(b.memberSeen[m]) > staleAfter(ttl) {
+			delete(b.members, m) // expired without a marker
+		}
+	}
 	members := make([]string, 0, len(b.members)+1)
 	for m := range b.members {
 		members = append(members, m)
@@ -323,9 +342,10 @@ func (b *balancer) reconcile() {
 		members = append(members, me)
 	}
 	slices.Sort(members)
-	ttl := b.w.cfg.Topology.LeaseTTL
-	now := time.Now()
 	for p := range b.holders {
+		if h := b.holders[p]; !h.free && b.owners[p] == nil && !h.seen.IsZero() && now.Sub(h.seen) > staleAfter(ttl) {
+			b.holders[p] = holder{free: true, since: h.seen.Add(ttl)}
+		}
 		desired := partition.Owner(p, b.candidates(p, members))
 		if o := b.owners[p]; o != nil {
 			if b.lapse(p, o, now) {
