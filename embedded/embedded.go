@@ -10,6 +10,10 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// ErrStoreInUse is returned by Start when another server, in this process
+// or another, runs on the same StoreDir.
+var ErrStoreInUse = errors.New("embedded: store directory in use by another server")
+
 // Config says where the embedded server listens and stores.
 type Config struct {
 	// Host to listen on. Defaults to 127.0.0.1.
@@ -32,6 +36,12 @@ type Config struct {
 
 // Start starts a server and waits until it accepts connections. The caller
 // owns it: call Shutdown and then WaitForShutdown to stop it.
+//
+// The server holds an exclusive lock on StoreDir (a flock on a file in it)
+// until it has shut down, so a second server on the same directory, in this
+// process or another, is refused with ErrStoreInUse instead of corrupting
+// the first one's store. A Start right after WaitForShutdown of the previous
+// server on the directory succeeds.
 func Start(cfg Config) (*server.Server, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("embedded: StoreDir is required")
@@ -61,14 +71,22 @@ func Start(cfg Config) (*server.Server, error) {
 	if cfg.SyncAlways {
 		opts.SyncAlways = true
 	}
+	lock, err := lockStore(cfg.StoreDir, cfg.ReadyTimeout)
+	if err != nil {
+		return nil, err
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
+		lock.release()
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(cfg.ReadyTimeout) {
 		s.Shutdown()
+		s.WaitForShutdown()
+		lock.release()
 		return nil, fmt.Errorf("embedded: server on %s:%d not ready within %s", cfg.Host, cfg.Port, cfg.ReadyTimeout)
 	}
+	lock.keepUntilShutdown(s)
 	return s, nil
 }

@@ -3,11 +3,14 @@ package fallback_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/keylane/keylane/fallback"
 	"github.com/keylane/keylane/internal/redistest"
@@ -28,17 +31,50 @@ func startServers(t *testing.T, n int) []*redistest.Server {
 }
 
 func newRedLock(t *testing.T, srvs []*redistest.Server, cfg *fallback.Config) *fallback.RedLock {
+	rl, _ := newRedLockClients(t, srvs, cfg)
+	return rl
+}
+
+// newRedLockClients is newRedLock that also returns the clients, one per
+// server, for waitAccepting.
+func newRedLockClients(t *testing.T, srvs []*redistest.Server, cfg *fallback.Config) (*fallback.RedLock, []*redis.Client) {
 	t.Helper()
-	clients := make([]fallback.Client, len(srvs))
+	clients := make([]*redis.Client, len(srvs))
+	fc := make([]fallback.Client, len(srvs))
 	for i, s := range srvs {
 		clients[i] = newClient(t, s.Addr)
+		fc[i] = clients[i]
 	}
-	rl, err := fallback.NewRedLock(clients, cfg)
+	rl, err := fallback.NewRedLock(fc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rl.Close() })
-	return rl
+	return rl, clients
+}
+
+// waitAccepting waits until every running server of srvs answers through
+// its client in clients and has the lock scripts loaded, so that a timed
+// RedLock call after it finds a connection open and a script to run instead
+// of dialling a server that has just (re)started.
+func waitAccepting(t *testing.T, ctx context.Context, srvs []*redistest.Server, clients []*redis.Client) {
+	t.Helper()
+	for i, s := range srvs {
+		if s.PID() == 0 {
+			continue // killed by an earlier subtest
+		}
+		eventually(t, 10*time.Second, func() bool {
+			if clients[i].Ping(ctx).Err() != nil {
+				return false
+			}
+			for _, sc := range fallback.Scripts() {
+				if err := clients[i].ScriptLoad(ctx, sc.Src).Err(); err != nil {
+					return false
+				}
+			}
+			return true
+		}, fmt.Sprintf("node %d accepting commands", i))
+	}
 }
 
 // fencedResource accepts a write only with a fence above every fence it has
@@ -133,19 +169,40 @@ func TestRedLock(t *testing.T) {
 	})
 
 	// RestartWithoutPersistence: the documented failure of Redlock. Node 2
-	// restarts empty while A holds {0,1,2}; nodes 3 and 4 come back empty
-	// too. B then wins {2,3,4}, a quorum, while A still trusts its lock.
-	// The fence counters of {2,3,4} restarted from zero too, so B's fence is
-	// not above A's: a resource that checks fences refuses B.
+	// restarts empty before A locks; nodes 3 and 4 come back empty too
+	// while A holds. B then wins {2,3,4}, a quorum, while A still trusts its
+	// lock. The fence counters of {2,3,4} restarted from zero too, so B's
+	// fence is not above A's: a resource that checks fences refuses B.
 	t.Run("RestartWithoutPersistence", func(t *testing.T) {
+		// B must get its quorum before A's watchdog next renews (at a third
+		// of A's TTL) and finds the restarted nodes empty: the window is
+		// three restarts and B's acquisition, and A's TTL keeps it far
+		// longer than those take on a loaded machine.
+		const ttlA = 9 * time.Second
+		// A call to a live node under -race on a busy machine can take
+		// longer than the 50ms default NodeTimeout; this subtest is about
+		// restarted nodes, not slow ones. (Not for the other subtests: a
+		// dead node costs a whole NodeTimeout, as go-redis retries the dial.)
+		const nodeTimeout = time.Second
 		if err := srvs[2].Restart(); err != nil {
 			t.Fatal(err)
 		}
-		rlA := newRedLock(t, srvs, &fallback.Config{TTL: 3 * time.Second})
+		rlA, clientsA := newRedLockClients(t, srvs, &fallback.Config{TTL: ttlA, NodeTimeout: nodeTimeout})
+		waitAccepting(t, ctx, srvs, clientsA)
+		// Draw a fence once, so that A's fence is above the 1 that B draws
+		// from the restarted nodes even when this subtest runs alone.
+		warm, err := rlA.Mutex(key).TryLock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := warm.Unlock(ctx); err != nil {
+			t.Fatal(err)
+		}
 		a, err := rlA.Mutex(key).TryLock(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
+		locked := time.Now()
 		res := &fencedResource{}
 		if !res.write(a.Fence()) {
 			t.Fatal("A's write refused")
@@ -155,13 +212,14 @@ func TestRedLock(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		rlB := newRedLock(t, srvs, cfg)
+		rlB, clientsB := newRedLockClients(t, srvs, &fallback.Config{TTL: cfg.TTL, NodeTimeout: nodeTimeout})
+		waitAccepting(t, ctx, srvs, clientsB)
 		b, err := rlB.Mutex(key).TryLock(ctx)
 		if err != nil {
 			t.Fatalf("B did not get the quorum: %v", err)
 		}
 		if a.Err() != nil {
-			t.Fatalf("A already knew: %v", a.Err())
+			t.Fatalf("A already knew, %v after locking (its watchdog renews every %v): %v", time.Since(locked), ttlA/3, a.Err())
 		}
 		t.Logf("two holders at once: A fence %d (still trusted until %v), B fence %d",
 			a.Fence(), time.Until(a.ValidUntil()).Round(time.Millisecond), b.Fence())

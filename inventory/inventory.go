@@ -6,7 +6,8 @@
 // Jobs are small text commands, keyed by SKU:
 //
 //	set N       set the stock to N          -> "ok N"
-//	restock N   add N                       -> "ok <stock>"
+//	restock N   add N                       -> "ok <stock>"; a permanent
+//	            error if the stock would pass the largest int64
 //	buy N       deduct N if that many left  -> "sold <left>" or "soldout <left>"
 //	get         read the stock              -> "stock N"
 //	fail        always fails, retriably: a poison job for trying out
@@ -19,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +31,10 @@ import (
 // ErrBadCommand is returned (permanently) for a job that is not a command
 // of this handler.
 var ErrBadCommand = errors.New("inventory: bad command")
+
+// ErrOverflow is returned (permanently) for a restock that would take the
+// stock past the largest int64.
+var ErrOverflow = errors.New("inventory: stock overflow")
 
 // ErrPoison is the (retriable) error of the "fail" command.
 var ErrPoison = errors.New("inventory: poison job")
@@ -154,6 +160,9 @@ func (h *Handler) step(ctx context.Context, cmd Command, cur []byte) ([]byte, []
 		stock = cmd.N
 		out = append([]byte("ok "), strconv.FormatInt(stock, 10)...)
 	case "restock":
+		if stock > 0 && cmd.N > math.MaxInt64-stock {
+			return nil, nil, kjs.Permanent(fmt.Errorf("%w: restock %d onto %d", ErrOverflow, cmd.N, stock))
+		}
 		stock += cmd.N
 		out = append([]byte("ok "), strconv.FormatInt(stock, 10)...)
 	case "buy":

@@ -122,6 +122,9 @@ func run(ctx context.Context, args []string) error {
 			return fmt.Errorf("--listen port: %w", err)
 		}
 		s, err := embedded.Start(embedded.Config{Host: host, Port: p, StoreDir: c.data, SyncAlways: c.syncAlways})
+		if errors.Is(err, embedded.ErrStoreInUse) {
+			return fmt.Errorf("--data: %w; give each embedded server its own --data, or join the running one with --nats", err)
+		}
 		if err != nil {
 			return err
 		}
