@@ -16,6 +16,7 @@ type task struct {
 
 	kept        *keptOutcome // an earlier run's outcome, found by ID
 	outcomeKept bool         // this run's outcome is stored already
+	requeued    bool         // put back in its lane by the runner that took it
 	progress    time.Time
 	firstErr    error // the error of a first run already made in a group
 }
@@ -27,10 +28,37 @@ type keptOutcome struct {
 }
 
 // lane holds the queued jobs of one key, in stream order.
+//
+// While the key's head job fails and retries (stalled), the lane keeps at
+// most stalledKeep queued jobs; the others are handed back to the server
+// (the caller NAKs them with a delay) so they do not hold the partition's
+// in-flight window in memory. Every job the lane kept has a lower sequence
+// than every job handed back and not yet returned (handedBack), and a
+// returning job is taken back only when it is the lowest of those: the
+// key's order holds. A lane with jobs handed back stays registered even
+// when its queue is empty, so a later job cannot overtake them.
 type lane struct {
-	key   string
-	queue []*task
-	head  int
+	key        string
+	queue      []*task
+	head       int
+	active     bool            // in the ready list or held by a runner
+	stalled    bool            // its head job is retrying
+	handedBack map[uint64]bool // seq → the job's maybeDup when handed back
+}
+
+// stalledKeep is how many queued jobs a stalled key keeps in memory.
+const stalledKeep = 16
+
+func (ln *lane) queued() int { return len(ln.queue) - ln.head }
+
+func (ln *lane) lowestHandedBack() uint64 {
+	low := uint64(0)
+	for seq := range ln.handedBack {
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	return low
 }
 
 // lanes runs the jobs of one partition: one key's jobs at a time, in the
@@ -47,6 +75,8 @@ type lanes struct {
 	closed   bool             // no more tasks will be added
 	dropping bool             // drop queued tasks instead of running them
 	group    int              // most tasks handed to run at once
+	woken    bool             // waitRoom returns at once
+	room     *sync.Cond       // signalled when in-flight jobs finish
 	wg       sync.WaitGroup
 }
 
@@ -58,6 +88,7 @@ const laneBurst = 32
 func newLanes(runners, group int, run func([]*task)) *lanes {
 	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1)}
 	l.cond = sync.NewCond(&l.mu)
+	l.room = sync.NewCond(&l.mu)
 	l.wg.Add(runners)
 	for i := 0; i < runners; i++ {
 		go l.runner(run)
@@ -67,27 +98,94 @@ func newLanes(runners, group int, run func([]*task)) *lanes {
 
 // add queues t behind the earlier jobs of its key. It reports false for a
 // job already in flight here (a redelivery racing the original), which the
-// caller drops: the original's ack covers it.
-func (l *lanes) add(t *task) bool {
+// caller drops: the original's ack covers it. It reports handBack for a
+// job of a stalled key the lane does not keep: the caller NAKs it with a
+// delay, and the lane takes it when it comes back in its turn.
+func (l *lanes) add(t *task) (ok, handBack bool) {
+	ok, handBack, _ = l.addTo(t)
+	return ok, handBack
+}
+
+// addTo is add, also telling whether the job's key is stalled.
+func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return false
+		return false, false, false
 	}
 	if _, dup := l.inflight[t.job.Seq]; dup {
-		return false
+		return false, false, false
+	}
+	ln := l.byKey[t.job.Key]
+	if ln != nil {
+		if wasDup, back := ln.handedBack[t.job.Seq]; back {
+			if t.job.Seq != ln.lowestHandedBack() || ln.stalled && ln.queued() >= stalledKeep {
+				return true, true, ln.stalled // not its turn yet
+			}
+			delete(ln.handedBack, t.job.Seq)
+			t.maybeDup = wasDup // its redelivery was ours, not a crash's
+		} else if len(ln.handedBack) > 0 || ln.stalled && ln.queued() >= stalledKeep {
+			ln.handedBack[t.job.Seq] = t.maybeDup
+			return true, true, ln.stalled
+		}
 	}
 	t.progress = time.Now()
 	l.inflight[t.job.Seq] = t
-	if ln := l.byKey[t.job.Key]; ln != nil {
-		ln.queue = append(ln.queue, t)
-		return true
+	if ln == nil {
+		ln = &lane{key: t.job.Key, handedBack: map[uint64]bool{}}
+		l.byKey[t.job.Key] = ln
 	}
-	ln := &lane{key: t.job.Key, queue: []*task{t}}
-	l.byKey[t.job.Key] = ln
-	l.ready = append(l.ready, ln)
-	l.cond.Signal()
-	return true
+	ln.queue = append(ln.queue, t)
+	if !ln.active {
+		ln.active = true
+		l.ready = append(l.ready, ln)
+		l.cond.Signal()
+	}
+	return true, false, false
+}
+
+// stall marks key's lane as retrying its head job (or not) and returns the
+// queued jobs beyond stalledKeep, which the caller hands back to the
+// server; they are no longer in flight here.
+func (l *lanes) stall(key string, stalled bool) []*task {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.byKey[key]
+	if ln == nil {
+		return nil
+	}
+	ln.stalled = stalled
+	if !stalled || ln.queued() <= stalledKeep {
+		return nil
+	}
+	cut := ln.head + stalledKeep
+	back := append([]*task(nil), ln.queue[cut:]...)
+	clear(ln.queue[cut:])
+	ln.queue = ln.queue[:cut]
+	for _, t := range back {
+		delete(l.inflight, t.job.Seq)
+		ln.handedBack[t.job.Seq] = t.maybeDup
+	}
+	l.room.Broadcast()
+	return back
+}
+
+// waitRoom blocks while the lanes hold limit or more fetched jobs, until
+// wake or close.
+func (l *lanes) waitRoom(limit int) {
+	l.mu.Lock()
+	for len(l.inflight) >= limit && !l.closed && !l.woken {
+		l.room.Wait()
+	}
+	l.mu.Unlock()
+}
+
+// wake ends every waitRoom, now and later.
+func (l *lanes) wake() {
+	l.mu.Lock()
+	l.woken = true
+	l.room.Broadcast()
+	l.mu.Unlock()
 }
 
 func (l *lanes) runner(run func([]*task)) {
@@ -132,7 +230,10 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 		ln.queue, ln.head = nil, 0
 	}
 	if ln.head == len(ln.queue) {
-		delete(l.byKey, ln.key)
+		ln.queue, ln.head, ln.active = ln.queue[:0], 0, false
+		if len(ln.handedBack) == 0 {
+			delete(l.byKey, ln.key)
+		}
 		return nil
 	}
 	if n >= laneBurst && len(l.ready) > 0 {
@@ -156,9 +257,36 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 func (l *lanes) done(ts []*task) {
 	l.mu.Lock()
 	for _, t := range ts {
+		if t.requeued {
+			t.requeued = false
+			continue
+		}
 		delete(l.inflight, t.job.Seq)
 	}
+	l.room.Broadcast()
 	l.mu.Unlock()
+}
+
+// requeue puts tasks a runner took from key's lane but did not run back at
+// the front of the lane, in order; they stay in flight, and the lane's next
+// take (or a stall's hand-back) sees them again.
+func (l *lanes) requeue(key string, ts []*task) {
+	if len(ts) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.byKey[key]
+	if ln == nil || l.dropping {
+		return // dropped with the lanes: the next consumer delivers them again
+	}
+	q := make([]*task, 0, len(ts)+ln.queued())
+	for _, t := range ts {
+		t.requeued = true
+		q = append(q, t)
+	}
+	ln.queue = append(q, ln.queue[ln.head:]...)
+	ln.head = 0
 }
 
 // touch calls fn for every in-flight task whose last progress is older than
@@ -193,6 +321,7 @@ func (l *lanes) pending() int {
 func (l *lanes) close(drop bool) {
 	l.mu.Lock()
 	l.closed = true
+	l.room.Broadcast()
 	if drop {
 		l.dropping = true
 		for _, ln := range l.ready {

@@ -44,7 +44,7 @@ func TestLanesOneAtATimeInOrder(t *testing.T) {
 	for i := 0; i < perKey; i++ {
 		for k := 0; k < keys; k++ {
 			seq++
-			if !l.add(newTask(fmt.Sprintf("k%d", k), seq)) {
+			if ok, _ := l.add(newTask(fmt.Sprintf("k%d", k), seq)); !ok {
 				t.Fatalf("add refused seq %d", seq)
 			}
 		}
@@ -100,10 +100,10 @@ func TestLanesRefuseDuplicateInFlight(t *testing.T) {
 	block := make(chan struct{})
 	var runs atomic.Int64
 	l := newLanes(2, 1, one(func(*task) { runs.Add(1); <-block }))
-	if !l.add(newTask("a", 7)) {
+	if ok, _ := l.add(newTask("a", 7)); !ok {
 		t.Fatal("first add refused")
 	}
-	if l.add(newTask("a", 7)) {
+	if ok, _ := l.add(newTask("a", 7)); ok {
 		t.Fatal("a redelivery of an in-flight sequence was queued")
 	}
 	close(block)
@@ -145,7 +145,7 @@ func TestLanesCloseDropsQueued(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("runs = %d after a dropping close, want only the running one", runs.Load())
 	}
-	if l.add(newTask("a", 99)) {
+	if ok, _ := l.add(newTask("a", 99)); ok {
 		t.Fatal("add after close accepted")
 	}
 }

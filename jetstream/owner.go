@@ -43,6 +43,31 @@ type owner struct {
 	since         time.Time     // when the lease was taken
 	prevDelivered uint64        // last stream sequence the previous consumer delivered
 	maxAcked      atomic.Uint64 // highest stream sequence acked
+	ln            *lanes        // the lanes of the current consumer generation
+}
+
+// How long a handed-back job stays with the server before it is delivered
+// again: while its key is stalled, long enough that the redeliveries (which
+// the server sends before new messages) leave room for the other keys;
+// once the key recovered and only waits for a lower job to return, short.
+const (
+	stalledHandBackDelay = time.Second
+	turnHandBackDelay    = 100 * time.Millisecond
+)
+
+// handBack returns a fetched job to the server for later delivery, without
+// running it: NAK with a delay. The server keeps it pending (it still
+// counts against MaxPending), but this worker's memory and MaxInFlight do
+// not hold it.
+func (o *owner) handBack(t *task, stalled bool) {
+	o.w.stats.handedBack.Add(1)
+	d := turnHandBackDelay
+	if stalled {
+		d = stalledHandBackDelay
+	}
+	if err := t.msg.NakWithDelay(d); err != nil {
+		o.log.Debug("hand back", "job_id", t.job.ID, "err", err)
+	}
 }
 
 func newOwner(w *Worker, p int, l *lease.Lease) *owner {
@@ -83,6 +108,7 @@ func (o *owner) run() {
 			return
 		}
 		ln := newLanes(o.w.cfg.Concurrency, group, run)
+		o.ln = ln
 		why := o.fetch(cons, ln)
 		if why == nil {
 			ln.close(o.ctx.Err() != nil)
@@ -168,20 +194,24 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 			case <-o.l.Done():
 				o.cancel()
 				it.Stop()
+				ln.wake()
 				return
 			case <-o.abortCh:
 				o.cancel()
 				it.Stop()
+				ln.wake()
 				return
 			case st := <-status:
 				if st == nats.CONNECTED {
 					err := errReconnected
 					resync.CompareAndSwap(nil, &err)
 					it.Stop()
+					ln.wake()
 					return
 				}
 			case <-o.handoverCh:
 				it.Drain()
+				ln.wake()
 				// A hand-over can still turn into loss or abort while draining.
 				select {
 				case <-o.l.Done():
@@ -215,6 +245,10 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 
 	var delivered uint64 // the consumer's last delivery sequence seen
 	for {
+		// Hold at most MaxInFlight jobs in memory; the server's window
+		// (MaxPending) is larger, so jobs a stalled key hands back do not
+		// stop the others.
+		ln.waitRoom(o.w.cfg.MaxInFlight)
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			break
@@ -227,6 +261,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 		if errors.Is(err, jetstream.ErrNoHeartbeat) {
 			resync.CompareAndSwap(nil, &err)
 			it.Stop()
+			ln.wake()
 			continue
 		}
 		if err != nil {
@@ -241,6 +276,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 				gap := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, meta.Sequence.Consumer, delivered, meta.Sequence.Stream)
 				resync.CompareAndSwap(nil, &gap)
 				it.Stop()
+				ln.wake()
 				continue
 			}
 			delivered = meta.Sequence.Consumer
@@ -324,7 +360,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return nil, err
 	}
-	cfg := topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxInFlight)
+	cfg := topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxPending)
 	cfg.Metadata = map[string]string{metaDelivered: strconv.FormatUint(o.prevDelivered, 10)}
 	return topo.Jobs.CreateOrUpdateConsumer(ctx, cfg)
 }
@@ -369,7 +405,9 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		ID: id, Key: key, Type: h.Get(HeaderType), Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
 	}
-	ln.add(t)
+	if _, back, stalled := ln.addTo(t); back {
+		o.handBack(t, stalled)
+	}
 }
 
 func (o *owner) malformed(msg jetstream.Msg, seq uint64, why error) {
@@ -417,9 +455,9 @@ func (o *owner) runGroup(ts []*task) {
 			return
 		}
 		if ts[0].maybeDup {
+			o.ln.requeue(ts[0].job.Key, ts[1:]) // process may retry: let a stall see the rest
 			o.process(ts[0])
-			ts = ts[1:]
-			continue
+			return
 		}
 		k := 1
 		for k < len(ts) && !ts[k].maybeDup {
@@ -450,12 +488,13 @@ func (o *owner) runGroup(ts []*task) {
 		if werr != nil {
 			// Unknown outcome, or another writer: settle each job alone;
 			// a re-read tells which ones the write covered.
-			o.log.Warn("group commit failed; settling jobs one by one", "key", g[0].job.Key, "jobs", k, "err", werr)
-			for _, t := range g {
-				o.process(t)
-			}
-			ts = ts[k:]
-			continue
+			// The head goes through the one-job path (re-read, retries with
+			// backoff); the rest go back to the lane and are grouped again
+			// after a re-read, which settles those the write covered.
+			o.log.Warn("group commit failed; settling the head alone", "key", g[0].job.Key, "jobs", k, "err", werr)
+			o.ln.requeue(ts[0].job.Key, ts[1:])
+			o.process(ts[0])
+			return
 		}
 		if !o.keepOutcomes(g[:n], out[:n]) {
 			o.w.stats.unacked.Add(int64(n))
@@ -471,8 +510,9 @@ func (o *owner) runGroup(ts []*task) {
 		ts = ts[n:]
 		if n < k && (rerr != nil || n == 0) {
 			ts[0].firstErr = rerr
+			o.ln.requeue(ts[0].job.Key, ts[1:]) // process retries: let a stall see the rest
 			o.process(ts[0])
-			ts = ts[1:]
+			return
 		}
 	}
 }
@@ -513,6 +553,7 @@ func (o *owner) process(t *task) {
 			return
 		}
 	}
+	stalled := false
 	for attempt := first; ; attempt++ {
 		t.job.Attempt = attempt
 		var res []byte
@@ -566,6 +607,15 @@ func (o *owner) process(t *task) {
 				return
 			}
 			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "attempt", attempt, "err", err)
+		}
+		if !stalled {
+			// Keep a few of the key's queued jobs; hand the rest back so
+			// they do not hold the partition's window while this retries.
+			stalled = true
+			defer o.ln.stall(t.job.Key, false)
+			for _, bt := range o.ln.stall(t.job.Key, true) {
+				o.handBack(bt, true)
+			}
 		}
 		timer := time.NewTimer(o.w.cfg.Backoff(max(attempt, 1)))
 		select {

@@ -38,9 +38,15 @@ type WorkerConfig struct {
 	// once. Jobs of one key never run at the same time whatever this is.
 	// Defaults to 8.
 	Concurrency int
-	// MaxInFlight is how many fetched, unfinished jobs one partition may
-	// hold (the consumer's MaxAckPending). It bounds memory. Defaults to 1024.
+	// MaxInFlight is how many fetched, unfinished jobs one partition holds
+	// in memory. It bounds memory. Defaults to 1024.
 	MaxInFlight int
+	// MaxPending is the partition's window on the server (the consumer's
+	// MaxAckPending): jobs delivered and not acked, including those a
+	// failing key handed back while its head job retries. Other keys of
+	// the partition keep flowing until a failing key has about
+	// MaxPending−MaxInFlight jobs handed back. Defaults to 16×MaxInFlight.
+	MaxPending int
 	// MaxDeliver is how many times a failing job runs before it is moved to
 	// the dead-letter stream. Defaults to 5.
 	MaxDeliver int
@@ -96,6 +102,12 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.MaxDeliver == 0 {
 		c.MaxDeliver = 5
 	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 16 * c.MaxInFlight
+	}
+	if c.MaxPending < c.MaxInFlight {
+		return fmt.Errorf("keylane: MaxPending %d is below MaxInFlight %d", c.MaxPending, c.MaxInFlight)
+	}
 	if c.Concurrency < 1 || c.MaxInFlight < 1 || c.MaxDeliver < 1 {
 		return errors.New("keylane: Concurrency, MaxInFlight and MaxDeliver must be positive")
 	}
@@ -144,6 +156,8 @@ type Stats struct {
 	// DeadLetterErrors counts failed attempts to write a dead letter; the
 	// job stays in its lane, unacked, until one succeeds.
 	DeadLetterErrors int64
+	// HandedBack counts jobs a stalled key handed back to the server.
+	HandedBack int64
 	// Stuck counts owners whose handlers kept running after the lease was
 	// lost; the worker steps aside as the partition's desired owner until
 	// they return.
@@ -153,7 +167,7 @@ type Stats struct {
 type stats struct {
 	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
 	acquired, lost, released, owned                                       atomic.Int64
-	resyncs, gaps, deadErrors                                             atomic.Int64
+	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
 	stuck                                                                 atomic.Int64
 }
 
@@ -263,7 +277,7 @@ func (w *Worker) Stats() Stats {
 		DeadLettered: s.dead.Load(), Malformed: s.malformed.Load(), Stale: s.stale.Load(),
 		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
 		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
-		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(),
+		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(), HandedBack: s.handedBack.Load(),
 		Stuck: s.stuck.Load(),
 	}
 }
