@@ -21,7 +21,8 @@ type Config struct {
 	// Port to listen on; -1 picks a free port. Defaults to 4222 when zero.
 	Port int
 	// StoreDir holds JetStream's files. Required: keylane's promises depend
-	// on jobs being on disk.
+	// on jobs being on disk. One server at a time may use it: Start locks
+	// it through the file keylane.lock inside.
 	StoreDir string
 	// SyncAlways makes the server fsync every write before acknowledging it
 	// (nats-server's sync_interval: always). Defaults to false, the server's
