@@ -208,14 +208,30 @@
 // neither applied nor dead-lettered. Tested by
 // TestDeadLetterTooLargeStillFits and TestDeadLetterUnwritableHoldsTheLane.
 //
+// # A failing key does not hold its partition
+//
+// The server's window for a partition (the consumer's MaxAckPending) is
+// shared by all its keys, and a delayed NAK does not free it: nats-server
+// keeps a NAKed message pending until it is acked. So the worker keeps two
+// windows: it holds at most MaxInFlight fetched jobs in memory (it stops
+// reading the pull iterator when full), and the server's window is the
+// larger MaxPending (16×MaxInFlight by default). When a key's head job
+// fails and retries, its lane keeps 16 queued jobs and hands the rest back
+// with a NAK delayed by 1s (the server sends redeliveries before new
+// messages; a short delay would let a stalled key's hand-backs crowd the
+// others out); its later arrivals are handed back too. A returning job is
+// taken only when it is the lowest of the key's handed-back jobs, so the
+// key's order holds; once the head settles, the rest come back in turn
+// (100ms re-NAKs while waiting for a lower one). Other keys of the
+// partition keep flowing until the failing key has about
+// MaxPending−MaxInFlight jobs handed back; past that the server delivers
+// nothing new to the partition until the head settles, which MaxDeliver
+// and Backoff bound. Counted in Stats.HandedBack. Tested by
+// TestFailingKeyDoesNotStallItsPartition (a 400-job backlog on a window of
+// 64, another key's calls answered within a second).
+//
 // # Known limits
 //
-//   - A failing key still holds its partition once its queued jobs fill
-//     the partition's in-flight window (MaxInFlight = the consumer's
-//     MaxAckPending): the server stops delivering, and a delayed NAK does
-//     not free the window (the server keeps NAKed messages pending). Other
-//     keys flow until then; the head job's retries are bounded by
-//     MaxDeliver and Backoff.
 //   - A gracefully handing-over owner waits at most 2s for its acks to be
 //     applied before it releases; a successor may then see jobs again,
 //     which held outcomes answer without running for Reducers and State.
