@@ -96,7 +96,9 @@
 //
 // Stop leaves the member set, stops fetching (draining the fetch buffer
 // into the lanes), lets every fetched job finish and be acked, waits until
-// the server has no ack pending, and releases the leases with
+// the server has applied the highest ack (the ack floor reached it, or the
+// WorkQueue stream no longer holds it) for as long as that takes within
+// Stop's deadline (and at most AckWait), and releases the leases with
 // compare-and-delete. Successors watching the lease bucket acquire at once:
 // a graceful hand-over takes milliseconds and runs no job twice.
 //
@@ -229,12 +231,6 @@
 // and Backoff bound. Counted in Stats.HandedBack. Tested by
 // TestFailingKeyDoesNotStallItsPartition (a 400-job backlog on a window of
 // 64, another key's calls answered within a second).
-//
-// # Known limits
-//
-//   - A gracefully handing-over owner waits at most 2s for its acks to be
-//     applied before it releases; a successor may then see jobs again,
-//     which held outcomes answer without running for Reducers and State.
 //
 // # Group commit
 //

@@ -300,29 +300,71 @@ func isClosed(ch <-chan struct{}) bool {
 	}
 }
 
-// settle waits, briefly, until the server has applied our acks, so the
-// successor (which deletes and re-creates the consumer) runs no job we
-// finished. Acks are applied in order, so it is enough that the consumer's
-// ack floor reached the highest sequence we acked. Jobs the server sent
-// after the fetch was drained never reached us; they stay unacked above
-// the floor and go to the successor, for their first run.
+// settle waits until the server has applied our acks, so the successor
+// (which deletes and re-creates the consumer) runs no job we finished. Acks
+// of one connection are applied in order, so it is enough that the highest
+// sequence we acked is applied: the consumer's ack floor reached it, or (a
+// lower job handed back or never delivered keeps the floor down) the
+// WorkQueue stream no longer holds it. It waits as long as it needs, until
+// Stop's drain deadline aborts the owner, the lease is lost, or AckWait
+// passes (by then the server redelivers what it holds anyway). Jobs the
+// server sent after the fetch was drained never reached us; they stay
+// unacked and go to the successor, for their first run.
 func (o *owner) settle(cons jetstream.Consumer) {
 	want := o.maxAcked.Load()
 	if want == 0 {
 		return
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		info, err := cons.Info(ctx)
-		cancel()
-		if err != nil || info.AckFloor.Stream >= want || time.Now().After(deadline) {
-			if err == nil && info.AckFloor.Stream < want {
-				o.log.Warn("hand-over: acks not applied in time", "ack_floor", info.AckFloor.Stream, "want", want)
-			}
+	stop := make(chan struct{})
+	go func() {
+		select {
+		case <-o.abortCh:
+		case <-o.l.Done():
+		case <-stop:
 			return
 		}
-		time.Sleep(2 * time.Millisecond)
+		close(stop)
+	}()
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+	}()
+	if !settleAcks(o.w.topo.Jobs, cons, want, stop, o.w.cfg.AckWait) {
+		o.log.Warn("hand-over: acks not applied before the drain ended", "want", want)
+	}
+}
+
+// settleAcks waits until the ack of stream sequence want is applied; it
+// reports false if stop closed or limit passed first.
+func settleAcks(stream jetstream.Stream, cons jetstream.Consumer, want uint64, stop <-chan struct{}, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	pause := 2 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		info, err := cons.Info(ctx)
+		applied := err == nil && info.AckFloor.Stream >= want
+		if !applied && err == nil {
+			_, gerr := stream.GetMsg(ctx, want)
+			applied = errors.Is(gerr, jetstream.ErrMsgNotFound)
+		}
+		cancel()
+		if applied {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-stop:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		pause = min(2*pause, 100*time.Millisecond)
 	}
 }
 
