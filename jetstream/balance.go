@@ -579,6 +579,11 @@ func (b *balancer) owned() []int {
 // those still draining when ctx ends), and waits for every goroutine.
 func (b *balancer) stop(ctx context.Context) error {
 	b.mu.Lock()
+	if b.stopping { // stopped by a topology reload already
+		b.mu.Unlock()
+		b.wg.Wait()
+		return nil
+	}
 	b.stopping = true
 	owners := make([]*owner, 0, len(b.owners))
 	for _, o := range b.owners {

@@ -104,6 +104,17 @@ func (o *owner) run() {
 		cons, err = o.resetConsumer()
 		if err != nil {
 			o.log.Error("partition consumer", "err", err)
+			// Hold the lease a moment before handing it back, so a missing
+			// or replaced stream does not make partitions spin between
+			// acquire and release.
+			t := time.NewTimer(time.Second)
+			select {
+			case <-t.C:
+			case <-o.abortCh:
+			case <-o.handoverCh:
+			case <-o.l.Done():
+			}
+			t.Stop()
 			o.release()
 			return
 		}
@@ -160,6 +171,9 @@ func (b *resyncBackoff) wait(ctx context.Context, abort, handover <-chan struct{
 	}
 	return false
 }
+
+// errTopologyChanged is why an owner does not consume a replaced stream.
+var errTopologyChanged = errors.New("the jobs stream was replaced (repartition): reloading the topology")
 
 // errDeliveryGap and errReconnected say why a partition re-synchronises.
 var (
@@ -388,6 +402,16 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
 	defer cancel()
 	topo := o.w.topo
+	// Never consume a jobs stream of another epoch than this worker's
+	// topology (a repartition replaced it): the worker reloads first.
+	info, err := topo.Jobs.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("jobs stream: %w", err)
+	}
+	if meta, err := readMeta(info, 0); err != nil || meta.Epoch != topo.Meta.Epoch {
+		o.w.requestReload()
+		return nil, errTopologyChanged
+	}
 	name := topo.Names.Consumer(o.p)
 	if old, err := topo.Jobs.Consumer(ctx, name); err == nil {
 		info := old.CachedInfo()

@@ -188,6 +188,12 @@ type Worker struct {
 	mu      sync.Mutex
 	started bool
 	stopped bool
+
+	// The topology watcher: it reloads the topology when the jobs stream
+	// is replaced (Repartition).
+	reload    chan struct{}
+	watchStop chan struct{}
+	watchDone chan struct{}
 }
 
 // NewWorker checks cfg and returns a worker that has not started. The
@@ -228,8 +234,108 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.started = true
+	w.reload, w.watchStop, w.watchDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go w.watchTopology()
 	w.log.Info("worker started", "partitions", topo.Partitions, "namespace", topo.Names.Namespace)
 	return nil
+}
+
+// requestReload asks the topology watcher to look at the jobs stream now.
+func (w *Worker) requestReload() {
+	select {
+	case w.reload <- struct{}{}:
+	default:
+	}
+}
+
+// watchTopology looks at the jobs stream every lease TTL (and when an
+// owner asks) and reloads the topology when the stream was replaced by
+// another epoch: a repartition. Owners never consume a stream of another
+// epoch than the worker's topology (resetConsumer checks).
+func (w *Worker) watchTopology() {
+	defer close(w.watchDone)
+	t := time.NewTicker(w.cfg.Topology.LeaseTTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.watchStop:
+			return
+		case <-t.C:
+		case <-w.reload:
+		}
+		if meta, ok := w.replacedBy(); ok {
+			w.reloadTopology(meta)
+		}
+	}
+}
+
+// replacedBy reports the jobs stream's metadata when its epoch is not the
+// worker's.
+func (w *Worker) replacedBy() (Meta, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	w.mu.Lock()
+	topo := w.topo
+	w.mu.Unlock()
+	s, err := w.js.Stream(ctx, topo.Names.Jobs())
+	if err != nil {
+		return Meta{}, false
+	}
+	meta, err := readMeta(s.CachedInfo(), 0)
+	return meta, err == nil && meta.Epoch != topo.Meta.Epoch
+}
+
+// reloadTopology hands every partition over, opens the new jobs stream
+// (never creating one: only Repartition does that) and balances again.
+func (w *Worker) reloadTopology(meta Meta) {
+	w.mu.Lock()
+	bal := w.bal
+	w.mu.Unlock()
+	w.log.Warn("jobs stream replaced; reloading the topology", "partitions", meta.Partitions, "epoch", formatEpoch(meta.Epoch))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*w.cfg.Topology.LeaseTTL)
+	_ = bal.stop(ctx)
+	cancel()
+	cfg := w.cfg.Topology
+	cfg.Partitions = 0 // follow the stream
+	pause := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		var topo *Topology
+		_, err := Open(ctx, w.js, cfg.Namespace, 0)
+		if err == nil {
+			topo, err = Setup(ctx, w.js, cfg)
+		}
+		if err == nil {
+			w.mu.Lock()
+			if w.stopped {
+				w.mu.Unlock()
+				cancel()
+				return
+			}
+			w.topo = topo
+			if w.cfg.Reducer != nil {
+				w.state = topo.NewState()
+			}
+			bctx, bcancel := context.WithTimeout(context.Background(), 3*w.cfg.Topology.LeaseTTL)
+			w.bal, err = startBalancer(bctx, w)
+			bcancel()
+			w.mu.Unlock()
+		}
+		cancel()
+		if err == nil {
+			w.log.Info("topology reloaded", "partitions", topo.Partitions)
+			return
+		}
+		w.log.Warn("reload topology", "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-w.watchStop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
 }
 
 // Stop stops gracefully: it leaves the member set, stops fetching, finishes
@@ -244,7 +350,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.stopped = true
 	w.mu.Unlock()
-	err := w.bal.stop(ctx)
+	close(w.watchStop)
+	<-w.watchDone
+	w.mu.Lock()
+	bal := w.bal
+	w.mu.Unlock()
+	err := bal.stop(ctx)
 	w.log.Info("worker stopped", "released", w.stats.released.Load())
 	return err
 }
@@ -263,10 +374,13 @@ func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 
 // Owned returns the partitions this worker owns now.
 func (w *Worker) Owned() []int {
-	if w.bal == nil {
+	w.mu.Lock()
+	bal := w.bal
+	w.mu.Unlock()
+	if bal == nil {
 		return nil
 	}
-	return w.bal.owned()
+	return bal.owned()
 }
 
 // Stats returns the worker's counters.
@@ -283,7 +397,11 @@ func (w *Worker) Stats() Stats {
 }
 
 // Topology returns the namespace's objects; nil before Start.
-func (w *Worker) Topology() *Topology { return w.topo }
+func (w *Worker) Topology() *Topology {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.topo
+}
 
 func (w *Worker) leaseConfig() lease.Config {
 	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger}

@@ -1,0 +1,161 @@
+// Command keylane is the operator's tool for a keylane namespace.
+//
+//	keylane repartition --to 32        # drain, switch to 32 partitions, resume; state is kept
+//	keylane adopt --epoch 5f3c…         # carry state over from a re-created jobs stream
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	var exit exitError
+	switch {
+	case errors.As(err, &exit):
+		os.Exit(int(exit))
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "keylane:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError is a non-zero exit that has already been explained.
+type exitError int
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+const usage = `usage: keylane <command> [flags]
+
+commands:
+  repartition  change the partition count: freeze, drain (workers must run), switch, resume; every key's state is kept
+  adopt        carry the state of a deleted and re-created jobs stream over (workers hold such keys with ErrEpoch until then)
+
+run "keylane <command> -h" for flags.`
+
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(errOut, usage)
+		return exitError(2)
+	}
+	switch args[0] {
+	case "repartition":
+		return repartition(ctx, args[1:], out)
+	case "adopt":
+		return adopt(ctx, args[1:], out)
+	case "-h", "--help", "help":
+		fmt.Fprintln(out, usage)
+		return nil
+	}
+	fmt.Fprintln(errOut, usage)
+	return exitError(2)
+}
+
+type conn struct {
+	url, namespace string
+}
+
+func (c *conn) register(fs *flag.FlagSet) {
+	url := os.Getenv("NATS_URL")
+	if url == "" {
+		url = nats.DefaultURL
+	}
+	fs.StringVar(&c.url, "nats", url, "NATS URL (env NATS_URL)")
+	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
+}
+
+func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(c.url, nats.Name("keylane-cli"), nats.Timeout(5*time.Second))
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+func repartition(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("repartition", flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	to := fs.Int("to", 0, "the new partition count (required)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the workers to drain the old stream; if it passes, nothing changes")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	if *to <= 0 || *timeout <= 0 {
+		return errors.New("repartition: --to must be a positive partition count and --timeout positive")
+	}
+	nc, js, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	before, err := kjs.Open(ctx, js, c.namespace, 0)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "namespace %s: %d partitions -> %d; freezing, draining\n", c.namespace, before.Partitions, *to)
+	last := time.Time{}
+	err = kjs.Repartition(ctx, js, c.namespace, *to, func(left uint64) {
+		if time.Since(last) >= time.Second || left == 0 {
+			fmt.Fprintf(out, "  %d jobs left to drain\n", left)
+			last = time.Now()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	after, err := kjs.Open(ctx, js, c.namespace, *to)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "namespace %s: %d partitions, epoch %x (adopts %x); workers reload within a lease TTL; re-open clients\n", c.namespace, after.Partitions, after.Epoch, after.Adopted)
+	return nil
+}
+
+func adopt(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("adopt", flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	epoch := fs.String("epoch", "", "the old jobs stream's epoch, in hex, as the workers' ErrEpoch log names it (required)")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	e, err := strconv.ParseUint(*epoch, 16, 64)
+	if err != nil || e == 0 {
+		return fmt.Errorf("adopt: --epoch %q is not a hex epoch", *epoch)
+	}
+	nc, js, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := kjs.AdoptEpoch(ctx, js, c.namespace, e); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "namespace %s adopts epoch %x: keys written under it run again\n", c.namespace, e)
+	return nil
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natstest"
+	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestRepartitionCommand runs `keylane repartition` against a live
+// namespace with a worker, and `keylane adopt`.
+func TestRepartitionCommand(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := kjs.NewWorker(nc, kjs.WorkerConfig{
+		Topology: kjs.TopologyConfig{Namespace: "cli", Partitions: 4, LeaseTTL: time.Second},
+		Reducer: kjs.ReducerFunc(func(_ context.Context, _ kjs.Job, cur []byte) ([]byte, []byte, error) {
+			return append(cur, 'x'), nil, nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop(context.Background()) }()
+	c, err := kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Call(ctx, "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"repartition", "--nats", srv.ClientURL(), "--namespace", "cli", "--to", "8"}, &out, &out); err != nil {
+		t.Fatalf("repartition: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "8 partitions") {
+		t.Fatalf("output:\n%s", out.String())
+	}
+	js, _ := jetstream.New(nc)
+	meta, err := kjs.Open(ctx, js, "cli", 8)
+	if err != nil || len(meta.Adopted) != 1 {
+		t.Fatalf("after repartition: %+v, %v", meta, err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"adopt", "--nats", srv.ClientURL(), "--namespace", "cli", "--epoch", "abc"}, &out, &out); err != nil {
+		t.Fatalf("adopt: %v\n%s", err, out.String())
+	}
+	if meta, _ := kjs.Open(ctx, js, "cli", 8); len(meta.Adopted) != 2 {
+		t.Fatalf("adopted %x", meta.Adopted)
+	}
+	for _, args := range [][]string{nil, {"nope"}, {"repartition"}, {"repartition", "--to", "-1"}, {"adopt", "--epoch", "zz"}} {
+		if err := run(ctx, args, &out, &out); err == nil {
+			t.Errorf("run(%q) succeeded", args)
+		}
+	}
+}
