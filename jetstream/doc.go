@@ -162,6 +162,24 @@
 // is package lease's: its revisions, hence fences, start above every
 // earlier bucket's.
 //
+// # Changing N
+//
+// Repartition (the command: keylane repartition --to N) changes the
+// partition count while workers run: it freezes the jobs stream (its
+// subjects move off the partitions, so new jobs are refused at once and
+// consumers keep draining what is stored), waits until the workers
+// drained it (if the wait ends first it unfreezes, and nothing changed),
+// then replaces it with a stream of the new N whose epoch adopts the old
+// one and whose sequences continue after the old last one. Workers look at
+// the stream's epoch every lease TTL, and at once when an owner finds it
+// changed (an owner never consumes a stream of another epoch than its
+// worker's topology); they hand their partitions over, open the new
+// topology (never creating a stream) and balance the new N. State stays in
+// the state bucket, keyed by resource key, so every key keeps its state.
+// Clients must be opened again; an old client's jobs are refused. Tested
+// by TestRepartitionKeepsEveryKeysState and cmd/keylane's
+// TestRepartitionCommand.
+//
 // # Retries by job ID
 //
 // Exactly-once by job ID, and a retry's answer, for a job submitted with a
