@@ -107,14 +107,17 @@ func TestExpiry(t *testing.T) {
 }
 
 func TestWatchdogKeepsLock(t *testing.T) {
-	const ttl = 300 * time.Millisecond
+	// A TTL of 300ms left a renewal 100ms of slack, which a loaded machine
+	// (the whole suite under -race) sometimes used up: "lock lost". The
+	// watchdog is what is tested, not a tight TTL.
+	const ttl = time.Second
 	l, _ := newLocker(t, &fallback.Config{TTL: ttl})
 	key := uniqueKey(t)
 	ctx := ctxT(t, 10*time.Second)
 	var lk *fallback.Lock
 	start := time.Now()
 	err := l.Do(ctx, key, func(ctx context.Context, fence uint64) error {
-		work := time.NewTimer(5 * ttl) // the critical section: 5×TTL of work
+		work := time.NewTimer(3 * ttl) // the critical section: 3×TTL of work
 		defer work.Stop()
 		select {
 		case <-ctx.Done():
@@ -134,7 +137,7 @@ func TestWatchdogKeepsLock(t *testing.T) {
 	if lk != nil {
 		t.Fatal("second holder got the lock")
 	}
-	if time.Since(start) < 5*ttl {
+	if time.Since(start) < 3*ttl {
 		t.Fatal("section too short")
 	}
 }
