@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -45,19 +44,11 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 	if err := partition.ValidateCount(n); err != nil {
 		return err
 	}
-	names := Names{Namespace: namespace}
-	s, err := js.Stream(ctx, names.Jobs())
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return ErrNoTopology
-	}
+	s, meta, err := openJobs(ctx, js, namespace)
 	if err != nil {
 		return err
 	}
 	info := s.CachedInfo()
-	meta, err := readMeta(info, 0)
-	if err != nil {
-		return err
-	}
 	if meta.Partitions == n {
 		return nil
 	}

@@ -229,14 +229,28 @@ func Open(ctx context.Context, js jetstream.JetStream, namespace string, want in
 	if err := cfg.setDefaults(); err != nil {
 		return Meta{}, err
 	}
-	s, err := js.Stream(ctx, Names{Namespace: cfg.Namespace}.Jobs())
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return Meta{}, ErrNoTopology
-	}
+	s, _, err := openJobs(ctx, js, cfg.Namespace)
 	if err != nil {
 		return Meta{}, err
 	}
 	return readMeta(s.CachedInfo(), want)
+}
+
+// openJobs opens the namespace's jobs stream and reads its metadata; a
+// missing stream is ErrNoTopology.
+func openJobs(ctx context.Context, js jetstream.JetStream, namespace string) (jetstream.Stream, Meta, error) {
+	s, err := js.Stream(ctx, Names{Namespace: namespace}.Jobs())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, Meta{}, ErrNoTopology
+	}
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	meta, err := readMeta(s.CachedInfo(), 0)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	return s, meta, nil
 }
 
 // partitionSubjects lists the jobs stream's subjects: exactly one per
@@ -432,18 +446,11 @@ func AdoptEpoch(ctx context.Context, js jetstream.JetStream, namespace string, e
 	if epoch == 0 {
 		return errors.New("keylane: adopt: epoch 0")
 	}
-	s, err := js.Stream(ctx, Names{Namespace: namespace}.Jobs())
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return ErrNoTopology
-	}
+	s, meta, err := openJobs(ctx, js, namespace)
 	if err != nil {
 		return err
 	}
 	info := s.CachedInfo()
-	meta, err := readMeta(info, 0)
-	if err != nil {
-		return err
-	}
 	if epoch == meta.Epoch || slices.Contains(meta.Adopted, epoch) {
 		return nil
 	}
