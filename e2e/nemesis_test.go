@@ -43,9 +43,6 @@ func TestNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("nemesis: skipped in -short")
 	}
-	if os.Getenv("KEYLANE_NEMESIS") == "" {
-		t.Skip("nemesis: set KEYLANE_NEMESIS=45s to run it (not yet in the default run)")
-	}
 	runFor := nemesisDefault
 	if v := os.Getenv("KEYLANE_NEMESIS"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -192,15 +189,19 @@ func TestNemesis(t *testing.T) {
 		}
 		t.Logf("nemesis %d: %s (%s)", n, what, time.Since(began).Round(time.Millisecond))
 	}
+	stopping := time.Now()
 	if err := stopLoad(); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("nemesis done: %v; %d ops", counts, len(h.all()))
+	t.Logf("nemesis done: %v; %d ops; the load stopped in %s", counts, len(h.all()), time.Since(stopping).Round(time.Millisecond))
 
 	// Heal: everything is running and connected again; wait for the
 	// partitions to settle on the live workers and the stream to drain.
+	healing := time.Now()
 	c.waitBalanced(25 * time.Second)
+	balanced := time.Since(healing)
 	final := settle(t, c, h, keys, 30*time.Second)
+	t.Logf("healed: balanced after %s, stream drained after %s", balanced.Round(time.Millisecond), time.Since(healing).Round(time.Millisecond))
 	c.stopGraceful(15 * time.Second)
 	rep := checkHistory(t, h.all(), readTraces(t, c.traceFiles()), final, historyRules{lossy: killed})
 	t.Logf("history: %s", rep)
