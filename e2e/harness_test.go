@@ -305,14 +305,15 @@ func desired(members []string) map[int]string {
 }
 
 // waitBalanced waits until each partition is held by its desired owner
-// among the live workers, as read from the lease bucket.
+// among the live workers, as read from the lease bucket itself (leaseHolders),
+// not from the test's watch on it.
 func (c *cluster) waitBalanced(timeout time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		want := desired(c.live())
-		got := c.leases.holders()
-		ok := true
+		got, err := c.leaseHolders()
+		ok := err == nil
 		for p, w := range want {
 			if got[p] != w {
 				ok = false
@@ -322,10 +323,41 @@ func (c *cluster) waitBalanced(timeout time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("partitions not balanced within %s: holders %v, want %v", timeout, got, want)
+			c.t.Fatalf("partitions not balanced within %s: holders in the bucket %v (read error %v), as the test's watch saw them %v; want %v",
+				timeout, got, err, c.leases.holders(), want)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// leaseHolders reads every partition's lease entry from the bucket now. A
+// watch can be wrong where this is not: a server that restarts expires
+// entries while it recovers its store without writing an expiry marker, so
+// a watcher never hears that a dead worker's leases are gone; and a watch
+// whose ordered consumer is lost in a restart stops seeing changes at all.
+func (c *cluster) leaseHolders() (map[int]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	kv, err := c.js.KeyValue(ctx, c.names.Leases())
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[int]string, partitions)
+	for p := range partitions {
+		e, err := kv.Get(ctx, "p."+strconv.Itoa(p))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // free (deleted, purged or expired)
+		}
+		if err != nil {
+			return m, fmt.Errorf("lease of partition %d: %w", p, err)
+		}
+		info, err := lease.Decode(e.Value())
+		if err != nil {
+			return m, fmt.Errorf("lease of partition %d: %w", p, err)
+		}
+		m[p] = info.Holder
+	}
+	return m, nil
 }
 
 // ownedBy returns the partitions w holds now.

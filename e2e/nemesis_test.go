@@ -1,13 +1,17 @@
 package e2e
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -21,9 +25,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// nemesisWorkers is how many workers run at once under the nemesis.
-const nemesisWorkers = 3
-
 // TestNemesis runs a sale on a few hot keys, through Call and Submit, while
 // a nemesis picks faults at random: SIGKILL a worker (and start a new
 // one), SIGSTOP one (sometimes past its lease TTL), cut one's connection
@@ -31,18 +32,18 @@ const nemesisWorkers = 3
 // store). Then it heals everything, lets the jobs settle and checks the
 // history. It has its own server, so restarts touch no other test.
 //
-// KEYLANE_NEMESIS sets how long the faults go on (e.g. 60s) and turns the
-// test on: it is not yet part of the default run, because not every seed
-// passes yet (see the faults issue's closing note);
-// KEYLANE_SEED replays the nemesis's choices (not their exact timing).
+// Each run draws a fresh seed and logs it; KEYLANE_SEED replays the
+// nemesis's choices (not their exact timing). The faults go on for
+// nemesisDefault, or for KEYLANE_NEMESIS (e.g. 5m for a long soak). Every
+// step has a deadline, so a hang fails the test with the step's name, the
+// workers' process states and a dump of the test process's goroutines;
+// with the default duration the whole test is bounded by about 2.5
+// minutes.
 func TestNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("nemesis: skipped in -short")
 	}
-	if os.Getenv("KEYLANE_NEMESIS") == "" {
-		t.Skip("nemesis: set KEYLANE_NEMESIS=60s to run it (not yet in the default run)")
-	}
-	runFor := 60 * time.Second
+	runFor := nemesisDefault
 	if v := os.Getenv("KEYLANE_NEMESIS"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -58,7 +59,7 @@ func TestNemesis(t *testing.T) {
 		}
 		seed = s
 	}
-	t.Logf("nemesis seed %d (KEYLANE_SEED=%d to replay)", seed, seed)
+	t.Logf("nemesis seed %d for %s (KEYLANE_SEED=%d KEYLANE_NEMESIS=%s to replay)", seed, runFor, seed, runFor)
 	rng := rand.New(rand.NewPCG(seed, seed^0x6e656d65736973))
 
 	srv := startRestartable(t)
@@ -87,7 +88,7 @@ func TestNemesis(t *testing.T) {
 
 	keys := []string{"nemesis:0", "nemesis:1", "nemesis:2"}
 	h := newHistory("nemesis", func() *kjs.Client { return c.client })
-	h.timeout = 20 * time.Second
+	h.timeout = nemesisOpTimeout
 	for _, k := range keys {
 		if o := h.call(k, "set 1000"); o.Err != nil || o.Reply != "ok 1000" {
 			t.Fatalf("set %s: %v", k, o)
@@ -115,11 +116,16 @@ func TestNemesis(t *testing.T) {
 			}
 		}()
 	}
-	stopLoad := sync.OnceFunc(func() { close(stop); load.Wait() })
-	t.Cleanup(stopLoad)
+	// Each op is bounded by h.timeout, so the load stops within it.
+	stopLoad := sync.OnceValue(func() error {
+		close(stop)
+		return boundedWait(nemesisOpTimeout+5*time.Second, "the load to stop", func() error { load.Wait(); return nil })
+	})
+	t.Cleanup(func() { _ = stopLoad() })
 
 	// The nemesis: one fault at a time, each healed before the next, a
-	// bounded number of them.
+	// bounded number of them; every step within stepLimit.
+	const stepLimit = 30 * time.Second
 	var killed bool
 	end := time.Now().Add(runFor)
 	counts := map[string]int{}
@@ -130,56 +136,144 @@ func TestNemesis(t *testing.T) {
 			t.Fatal("no worker alive")
 		}
 		w := live[rng.IntN(len(live))]
+		var what string
+		var step func() error
 		switch f := rng.IntN(10); {
 		case f < 3: // SIGKILL and replace
 			counts["kill"]++
 			killed = true
-			if err := w.signal(syscall.SIGKILL); err != nil {
-				t.Fatalf("SIGKILL %s: %v", w.id, err)
+			what = fmt.Sprintf("kill %s", w.id)
+			step = func() error {
+				if err := w.signal(syscall.SIGKILL); err != nil {
+					return fmt.Errorf("SIGKILL: %w", err)
+				}
+				if !w.waitExit(10 * time.Second) {
+					return errors.New("did not die of SIGKILL within 10s")
+				}
+				proxies.close(w.id)
+				return nil
 			}
-			if !w.waitExit(10 * time.Second) {
-				t.Fatalf("%s did not die of SIGKILL", w.id)
-			}
-			proxies.close(w.id)
-			startOne()
-			t.Logf("nemesis %d: killed %s, started a new worker", n, w.id)
 		case f < 6: // pause, sometimes past the lease TTL
 			counts["pause"]++
 			d := []time.Duration{300 * time.Millisecond, time.Second, leaseTTL + time.Second}[rng.IntN(3)]
-			if err := w.signal(syscall.SIGSTOP); err != nil {
-				t.Fatalf("SIGSTOP %s: %v", w.id, err)
+			what = fmt.Sprintf("pause %s for %s", w.id, d)
+			step = func() error {
+				if err := w.signal(syscall.SIGSTOP); err != nil {
+					return fmt.Errorf("SIGSTOP: %w", err)
+				}
+				waitFor(t, d)
+				if err := w.signal(syscall.SIGCONT); err != nil {
+					return fmt.Errorf("SIGCONT: %w", err)
+				}
+				return nil
 			}
-			waitFor(t, d)
-			if err := w.signal(syscall.SIGCONT); err != nil {
-				t.Fatalf("SIGCONT %s: %v", w.id, err)
-			}
-			t.Logf("nemesis %d: paused %s for %s", n, w.id, d)
 		case f < 9: // cut its connection
 			counts["cut"]++
 			d := []time.Duration{200 * time.Millisecond, time.Second, leaseTTL + time.Second}[rng.IntN(3)]
-			p := proxies.get(w.id)
-			p.Cut()
-			waitFor(t, d)
-			if err := p.Restore(); err != nil {
-				t.Fatal(err)
+			what = fmt.Sprintf("cut %s's connection for %s", w.id, d)
+			step = func() error {
+				p := proxies.get(w.id)
+				p.Cut()
+				waitFor(t, d)
+				return p.Restore()
 			}
-			t.Logf("nemesis %d: cut %s's connection for %s", n, w.id, d)
 		default: // restart the server
 			counts["restart"]++
-			srv.restart(t)
-			t.Logf("nemesis %d: restarted the NATS server", n)
+			what = "restart the NATS server"
+			step = func() error { return srv.restart(20 * time.Second) }
 		}
+		began := time.Now()
+		runStep(t, c, stepLimit, fmt.Sprintf("nemesis %d: %s", n, what), step)
+		if strings.HasPrefix(what, "kill ") {
+			startOne()
+		}
+		t.Logf("nemesis %d: %s (%s)", n, what, time.Since(began).Round(time.Millisecond))
 	}
-	stopLoad()
-	t.Logf("nemesis done: %v; %d ops", counts, len(h.all()))
+	stopping := time.Now()
+	if err := stopLoad(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("nemesis done: %v; %d ops; the load stopped in %s", counts, len(h.all()), time.Since(stopping).Round(time.Millisecond))
 
 	// Heal: everything is running and connected again; wait for the
 	// partitions to settle on the live workers and the stream to drain.
-	c.waitBalanced(60 * time.Second)
-	final := settle(t, c, h, keys, 90*time.Second)
-	c.stopGraceful(20 * time.Second)
+	healing := time.Now()
+	c.waitBalanced(25 * time.Second)
+	balanced := time.Since(healing)
+	final := settle(t, c, h, keys, 30*time.Second)
+	t.Logf("healed: balanced after %s, stream drained after %s", balanced.Round(time.Millisecond), time.Since(healing).Round(time.Millisecond))
+	c.stopGraceful(15 * time.Second)
 	rep := checkHistory(t, h.all(), readTraces(t, c.traceFiles()), final, historyRules{lossy: killed})
 	t.Logf("history: %s", rep)
+}
+
+const (
+	// nemesisWorkers is how many workers run at once under the nemesis.
+	nemesisWorkers = 3
+	// nemesisDefault is how long the faults go on when KEYLANE_NEMESIS
+	// does not say.
+	nemesisDefault = 45 * time.Second
+	// nemesisOpTimeout bounds each Call and Submit of the load.
+	nemesisOpTimeout = 15 * time.Second
+)
+
+// runStep runs one nemesis step and fails the test if it returns an error
+// or does not return within limit. A step that hangs is reported, with the
+// workers' process states and the test process's goroutines, instead of
+// hanging the test.
+func runStep(t *testing.T, c *cluster, limit time.Duration, what string, step func() error) {
+	t.Helper()
+	err := boundedWait(limit, what, step)
+	if err == nil {
+		return
+	}
+	if errors.Is(err, errStepTimeout) {
+		t.Logf("worker processes: %s", c.procStates())
+		t.Logf("goroutines of the test process:\n%s", goroutines())
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
+var errStepTimeout = errors.New("did not finish in time")
+
+// boundedWait runs f on its own goroutine and waits up to limit for it.
+// After a timeout f is left running: the test fails and its Cleanup ends
+// the processes f waits on.
+func boundedWait(limit time.Duration, what string, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		return fmt.Errorf("%s: %w within %s", what, errStepTimeout, limit)
+	}
+}
+
+// goroutines returns the stacks of every goroutine of the test process.
+func goroutines() string {
+	var b strings.Builder
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 2)
+	return b.String()
+}
+
+// procStates reports each live worker's process state from /proc ("T" is
+// stopped, "D" is in an uninterruptible wait).
+func (c *cluster) procStates() string {
+	var parts []string
+	for _, w := range c.liveWorkers() {
+		state := "?"
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", w.cmd.Process.Pid)); err == nil {
+			// pid (comm) state ...: comm may hold spaces, so cut after ')'.
+			if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+				state = string(b[i+2])
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s pid %d state %s", w.id, w.cmd.Process.Pid, state))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // restartable is an in-process NATS server that can be restarted on the
@@ -205,34 +299,46 @@ func startRestartable(t *testing.T) *restartable {
 	}
 	r.s, r.port = s, addr.Port
 	t.Cleanup(func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		r.s.Shutdown()
-		r.s.WaitForShutdown()
+		err := boundedWait(20*time.Second, "shut the NATS server down", func() error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.s != nil {
+				r.s.Shutdown()
+				r.s.WaitForShutdown()
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
 	})
 	return r
 }
 
 func (r *restartable) url() string { return "nats://127.0.0.1:" + strconv.Itoa(r.port) }
 
-// restart shuts the server down and starts it again on its port and store.
-func (r *restartable) restart(t *testing.T) {
-	t.Helper()
+// restart shuts the server down and starts it again on its port and store,
+// trying for up to limit: the port can stay taken for a moment (a client
+// reconnecting to the empty port may get it as its own source port and
+// connect to itself until its connect timeout).
+func (r *restartable) restart(limit time.Duration) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.s.Shutdown()
 	r.s.WaitForShutdown()
-	var err error
-	for range 50 { // the port may linger for a moment
-		var s *server.Server
-		s, err = embedded.Start(embedded.Config{Port: r.port, StoreDir: r.dir, ServerName: "keylane-nemesis"})
+	r.s = nil
+	deadline := time.Now().Add(limit)
+	for {
+		s, err := embedded.Start(embedded.Config{Port: r.port, StoreDir: r.dir, ServerName: "keylane-nemesis", ReadyTimeout: 5 * time.Second})
 		if err == nil {
 			r.s = s
-			return
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("restart the NATS server on port %d: %w", r.port, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("restart the NATS server on port %d: %v", r.port, err)
 }
 
 // proxySet holds each worker's fault proxy.
