@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,7 +84,7 @@ type Client struct {
 	mu      sync.Mutex
 	inbox   string
 	sub     *nats.Subscription
-	waiters map[string]chan *nats.Msg
+	waiters map[string]*waiter
 	closed  bool
 	token   atomic.Uint64
 	batch   *batcher // nil unless GroupCommit
@@ -113,7 +114,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]chan *nats.Msg{}}
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}}
 	c.expect = []string{c.stream}
 	if cfg.GroupCommit {
 		c.batch = newBatcher(c)
@@ -233,7 +234,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		}
 		return r.ID, nil
 	}
-	token, ch, err := c.wait()
+	token, w, err := c.wait()
 	if err != nil {
 		return "", err
 	}
@@ -241,7 +242,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	m.Header[expectStreamHeader] = c.expect
 	c.batch.publish(m, token)
 	select {
-	case ack := <-ch:
+	case ack := <-w.ack:
 		dup, err := pubAckError(ack)
 		if err != nil {
 			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
@@ -268,7 +269,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 // from the kept outcome.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) ([]byte, error) {
 	r := build(key, payload, opts)
-	token, ch, err := c.wait()
+	token, w, err := c.wait()
 	if err != nil {
 		return nil, err
 	}
@@ -277,41 +278,113 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	if err != nil {
 		return nil, err
 	}
+	// The worker keeps a Call's outcome by ID, so a reply lost with a
+	// connection is recovered from it.
+	m.Header[HeaderKeepOutcome] = oneHeader
 	// Publish without waiting for the stream's ack: it comes to our inbox
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
 	m.Header[expectStreamHeader] = c.expect
-	if c.batch != nil {
-		c.batch.publish(m, token)
-	} else {
-		m.Reply = c.inbox + ackPrefix + token
-		if err := c.nc.PublishMsg(m); err != nil {
-			return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+	status := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(status)
+	publish := func(m *nats.Msg) {
+		if c.batch != nil {
+			c.batch.publish(m, token)
+			return
 		}
+		m.Reply = c.inbox + ackPrefix + token
+		// A failed publish (disconnected, buffer full) is like a lost one:
+		// the ack timer publishes again.
+		_ = c.nc.PublishMsg(m)
 	}
+	publish(m)
+	// No stream ack within ackWait: the publish, or its ack, was lost (a
+	// reconnect, a stream leader change). Publish again with the same job
+	// ID; the stream drops it if it has the job, and the copy asks the
+	// worker to look the ID up before running it.
+	ackWait := callAckWait
+	ackTimer := time.NewTimer(ackWait)
+	defer ackTimer.Stop()
+	acked := false
+	republish := func() {
+		again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: maps.Clone(m.Header)}
+		again.Header[HeaderIdempotent] = oneHeader
+		publish(again)
+		ackWait = min(2*ackWait, maxCallAckWait)
+		ackTimer.Reset(ackWait)
+	}
+	var recovered chan outcome
 	for {
 		select {
-		case reply := <-ch:
-			if strings.HasPrefix(reply.Subject[len(c.inbox):], ackPrefix) {
-				dup, err := pubAckError(reply)
-				if err != nil {
-					return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
-				}
-				if dup {
-					// Stored before, with the first call's reply subject:
-					// its outcome is kept by ID.
-					c.unwait(token)
-					return c.awaitOutcome(ctx, r.ID)
+		case ack := <-w.ack:
+			dup, err := pubAckError(ack)
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				// No stream leader right now (an election: the timer
+				// publishes again), or no stream at all (say so at once).
+				if c.streamGone(ctx) {
+					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, ErrNoTopology)
 				}
 				continue
 			}
+			if err != nil {
+				return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+			}
+			if dup && !acked {
+				// Stored before, by an earlier call with this ID (or our own
+				// earlier copy): its outcome is kept by ID.
+				return c.awaitOutcome(ctx, r.ID)
+			}
+			acked = true
+			ackTimer.Stop()
+		case <-ackTimer.C:
+			if !acked {
+				republish()
+			}
+		case <-status:
+			// The reply may have been lost while we were away: look for
+			// the kept outcome too, and publish again if unacked.
+			if !acked {
+				republish()
+			}
+			if recovered == nil {
+				recovered = make(chan outcome, 1)
+				go func() {
+					res, err := c.awaitOutcome(ctx, r.ID)
+					recovered <- outcome{res, err}
+				}()
+			}
+		case o := <-recovered:
+			return o.res, o.err
+		case reply := <-w.result:
 			return decodeReply(reply)
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: r.ID, Err: ctx.Err()}
 		}
 	}
 }
+
+// streamGone reports whether the jobs stream does not exist (as opposed to
+// having no leader for a moment).
+func (c *Client) streamGone(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	_, err := c.js.Stream(ctx, c.stream)
+	return errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// outcome is a job's result or error.
+type outcome struct {
+	res []byte
+	err error
+}
+
+// How long Call waits for the stream's ack before it publishes the job
+// again, doubling up to the maximum.
+const (
+	callAckWait    = time.Second
+	maxCallAckWait = 5 * time.Second
+)
 
 const (
 	// expectStreamHeader makes the server refuse a job that would land in
@@ -413,7 +486,15 @@ func decodeReply(m *nats.Msg) ([]byte, error) {
 	return m.Data, nil
 }
 
-func (c *Client) wait() (string, chan *nats.Msg, error) {
+// waiter receives one job's stream acks and its result, on separate
+// channels: re-publishes bring extra acks, which must never crowd out the
+// result.
+type waiter struct {
+	ack    chan *nats.Msg
+	result chan *nats.Msg
+}
+
+func (c *Client) wait() (string, *waiter, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -429,9 +510,9 @@ func (c *Client) wait() (string, chan *nats.Msg, error) {
 		c.sub = sub
 	}
 	token := strconv.FormatUint(c.token.Add(1), 36)
-	ch := make(chan *nats.Msg, 2) // the stream's ack and the result
-	c.waiters[token] = ch
-	return token, ch, nil
+	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1)}
+	c.waiters[token] = w
+	return token, w, nil
 }
 
 func (c *Client) unwait(token string) {
@@ -447,20 +528,29 @@ func (c *Client) deliver(m *nats.Msg) {
 			c.batch.done(id, m)
 			return
 		}
-		token = rest
+		c.deliverTo(rest, m)
+		return
 	}
 	c.deliverTo(token, m)
 }
 
+// deliverTo hands m to token's waiter: an ack (its subject carries the ack
+// prefix) or the result. Extra ones (re-publishes, redelivered jobs) are
+// dropped: the first one won.
 func (c *Client) deliverTo(token string, m *nats.Msg) {
 	c.mu.Lock()
-	ch := c.waiters[token]
+	w := c.waiters[token]
 	c.mu.Unlock()
-	if ch != nil {
-		select {
-		case ch <- m:
-		default: // a duplicate reply (redelivered job): the first one won
-		}
+	if w == nil {
+		return
+	}
+	ch := w.result
+	if strings.HasPrefix(m.Subject[min(len(c.inbox), len(m.Subject)):], ackPrefix) {
+		ch = w.ack
+	}
+	select {
+	case ch <- m:
+	default:
 	}
 }
 

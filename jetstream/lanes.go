@@ -12,7 +12,8 @@ type task struct {
 	msg      jetstream.Msg
 	job      Job
 	maybeDup bool // may have run before under an earlier owner
-	explicit bool // its ID was the caller's: its outcome is kept by ID
+	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
+	keep     bool // keep its outcome by ID (a Call)
 
 	kept        *keptOutcome // an earlier run's outcome, found by ID
 	outcomeKept bool         // this run's outcome is stored already

@@ -28,6 +28,9 @@ const (
 	// HeaderIdempotent marks a job whose ID the caller chose and may retry
 	// with: workers keep its outcome by ID for the results TTL.
 	HeaderIdempotent = "Keylane-Idempotent"
+	// HeaderKeepOutcome asks the worker to keep the job's outcome by ID
+	// (every Call does, so a reply lost with a connection is recovered).
+	HeaderKeepOutcome = "Keylane-Keep-Outcome"
 )
 
 // Metadata keys written into the jobs stream's configuration.

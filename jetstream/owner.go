@@ -466,7 +466,7 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	if id == "" {
 		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
-	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: h.Get(HeaderIdempotent) != ""}
+	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: h.Get(HeaderIdempotent) != "", keep: h.Get(HeaderKeepOutcome) != ""}
 	t.job = Job{
 		ID: id, Key: key, Type: h.Get(HeaderType), Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
@@ -766,7 +766,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 		o.w.stats.unacked.Add(1)
 		return false
 	}
-	if (o.w.cfg.StoreResults || t.explicit) && !t.outcomeKept {
+	if (o.w.cfg.StoreResults || t.explicit || t.keep) && !t.outcomeKept {
 		// Kept before the ack: a retry by ID must find it, and a write that
 		// fails leaves the job unacked for another try rather than lose it.
 		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
@@ -969,7 +969,7 @@ func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
 	var futures []jetstream.PubAckFuture
 	subject := "$KV." + o.w.topo.Names.Results() + "."
 	for i, t := range ts {
-		if !o.w.cfg.StoreResults && !t.explicit {
+		if !o.w.cfg.StoreResults && !t.explicit && !t.keep {
 			continue
 		}
 		f, err := o.w.js.PublishAsync(subject+t.job.ID, encodeResult(out[i], nil, false))
