@@ -46,12 +46,14 @@ func startOnCluster(t *testing.T, ns string, staggered bool) (*natscluster.Clust
 	nc = natscluster.Start(t, natscluster.Options{})
 	urls := nc.URLs()
 	c = clusterOn(t, urls, ns, "--nats", urls, "--replicas", "3")
+	var ws []*workerProc
 	for i := range clusterWorkers {
-		w := c.startWorker(fmt.Sprintf("%s-w%d", ns, i))
+		ws = append(ws, c.startWorker(fmt.Sprintf("%s-w%d", ns, i)))
 		if staggered && i == 0 {
-			c.waitNamespace(w, 60*time.Second)
+			c.waitNamespace(60*time.Second, ws...)
 		}
 	}
+	c.waitNamespace(60*time.Second, ws...)
 	c.client = c.openClient()
 	t.Cleanup(c.client.Close)
 	c.leases = watchLeases(t, c.js, c.names)
@@ -61,8 +63,8 @@ func startOnCluster(t *testing.T, ns string, staggered bool) (*natscluster.Clust
 }
 
 // waitNamespace waits until the namespace's state bucket, the last object
-// a worker's setup makes, exists; it fails at once if w exits.
-func (c *cluster) waitNamespace(w *workerProc, timeout time.Duration) {
+// a worker's setup makes, exists; it fails at once if one of ws exits.
+func (c *cluster) waitNamespace(timeout time.Duration, ws ...*workerProc) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -72,8 +74,10 @@ func (c *cluster) waitNamespace(w *workerProc, timeout time.Duration) {
 		if err == nil {
 			return
 		}
-		if w.exited() {
-			c.t.Fatalf("worker %s exited while setting up the namespace: %v\n%s", w.id, w.exitErr, tail(w.stderr, 20))
+		for _, w := range ws {
+			if w.exited() {
+				c.t.Fatalf("worker %s exited while setting up the namespace: %v\n%s", w.id, w.exitErr, tail(w.stderr, 20))
+			}
 		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
 			c.t.Fatalf("namespace %s not set up within %s: %v", c.ns, timeout, err)

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -12,14 +13,21 @@ import (
 	kjs "github.com/keylane/keylane/jetstream"
 )
 
+// maxClusterStall bounds the longest stall of the sale: a Raft election
+// takes up to 9s (nats-server's maximum election timeout), and a partition
+// may then wait out a lease TTL or two; beyond that, nothing should keep
+// every Call of a key waiting.
+const maxClusterStall = 15 * time.Second
+
 // TestClusterSale runs keylane as users do in production: three worker
 // processes on a three-node NATS cluster with every stream, bucket and
 // consumer at three replicas. It checks that the namespace really is R3,
 // then runs a sale of Calls on a few hot keys while it SIGKILLs the node
 // that leads the jobs stream and later restarts it, and checks the
 // history (every acknowledged job applied exactly once, per key in stream
-// order, final stock = the fold) and logs the longest stall: the largest
-// gap between consecutive successful Call returns.
+// order, final stock = the fold), that no Call hung until its timeout, and
+// that the longest stall (the largest gap between consecutive successful
+// Call returns) stays within maxClusterStall.
 //
 // The workers start one after another (startOnCluster): at once, they do
 // not start at all (TestClusterConcurrentStart).
@@ -93,11 +101,15 @@ func TestClusterSale(t *testing.T) {
 	}
 	t.Logf("%s: cluster healthy; consumer leaders now: %s", at(), consumerLeaders(ctx, nc, c))
 	waitFor(t, 5*time.Second)
-	stopLoad()
+	// No new Call starts after this: the stall window ends here, not when
+	// the last hung Call gives up.
 	end := time.Now()
+	stopLoad()
 	t.Logf("%s: load stopped", at())
 
-	logCalls(t, h.all(), start, end)
+	if hung, stall := logCalls(t, h.all(), start, end); hung > 0 || stall > maxClusterStall {
+		t.Errorf("%d Calls got no reply nor error within their %s timeout (hung), longest stall %s (bound %s)", hung, h.timeout, stall.Round(time.Millisecond), maxClusterStall)
+	}
 	c.requireAlive()
 	c.waitBalanced(60 * time.Second)
 	final := settle(t, c, h, keys, 90*time.Second)
@@ -108,7 +120,9 @@ func TestClusterSale(t *testing.T) {
 // failures by message, the slowest Call, and the longest stall overall
 // and per key (the largest gap between consecutive successful returns,
 // from the start of the load to its end).
-func logCalls(t *testing.T, ops []histOp, start, end time.Time) {
+// It returns how many Calls hung until their timeout, and the longest
+// stall.
+func logCalls(t *testing.T, ops []histOp, start, end time.Time) (hung int, longest time.Duration) {
 	t.Helper()
 	var ok []time.Time
 	okByKey := map[string][]time.Time{}
@@ -120,6 +134,9 @@ func logCalls(t *testing.T, ops []histOp, start, end time.Time) {
 		}
 		if o.Return.Sub(o.Invoke) > slowest.Return.Sub(slowest.Invoke) {
 			slowest = o
+		}
+		if errors.Is(o.Err, context.DeadlineExceeded) {
+			hung++
 		}
 		if o.Err != nil {
 			failed[strings.ReplaceAll(o.Err.Error(), o.ID, "<job>")]++
@@ -139,6 +156,7 @@ func logCalls(t *testing.T, ops []histOp, start, end time.Time) {
 	for _, msg := range slices.Sorted(maps.Keys(failed)) {
 		t.Logf("  %d calls failed with: %s", failed[msg], msg)
 	}
+	return hung, stall
 }
 
 // longestGap returns the largest gap between consecutive times of ts
