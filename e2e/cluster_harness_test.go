@@ -145,6 +145,8 @@ func checkR3(t *testing.T, c *cluster, timeout time.Duration) {
 		}})
 	}
 	for _, o := range objs {
+		var seen error // the last answer that was not the deadline's
+		var seenCl *jetstream.ClusterInfo
 		for {
 			replicas, cl, err := o.info()
 			if err == nil && replicas == 3 && peers(cl) == 3 && cl.Leader != "" {
@@ -154,8 +156,11 @@ func checkR3(t *testing.T, c *cluster, timeout time.Duration) {
 				t.Errorf("%s: configured with %d replicas, want 3", o.what, replicas)
 				break
 			}
+			if ctx.Err() == nil {
+				seen, seenCl = err, cl
+			}
 			if ctx.Err() != nil {
-				t.Errorf("%s: not three peers with a leader within %s: err %v, cluster info %+v", o.what, timeout, err, cl)
+				t.Errorf("%s: not three peers with a leader within %s: last err %v, cluster info %+v", o.what, timeout, seen, seenCl)
 				break
 			}
 			time.Sleep(50 * time.Millisecond) // polling with a deadline
