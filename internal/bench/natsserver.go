@@ -8,68 +8,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/internal/natscluster"
 	"github.com/nats-io/nats.go"
 )
 
-const natsModule = "github.com/nats-io/nats-server/v2"
-
 // natsServerBinary returns a nats-server executable of the version this
 // program was built with, so the separate server runs the same code as the
-// embedded one. It builds it once with the go command from the module
-// (go build inside this module, else go install module@version) and keeps
-// it under the user cache directory, keyed by version.
+// embedded one (natscluster.Binary builds and caches it).
 func natsServerBinary(ctx context.Context) (string, error) {
-	version := moduleVersion(natsModule)
-	cache, err := os.UserCacheDir()
+	bin, err := natscluster.Binary(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("bench: %w (or pass --nats-server)", err)
 	}
-	dir := filepath.Join(cache, "keylane-bench", "nats-server-"+version)
-	bin := filepath.Join(dir, "nats-server")
-	if _, err := os.Stat(bin); err == nil && version != "unknown" {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	built := filepath.Join(tmp, "nats-server")
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", built, natsModule).CombinedOutput()
-	if err != nil && version != "unknown" {
-		cmd := exec.CommandContext(ctx, "go", "install", natsModule+"@"+version)
-		cmd.Env = append(os.Environ(), "GOBIN="+tmp)
-		var more []byte
-		more, err = cmd.CombinedOutput()
-		out = append(out, more...)
-	}
-	if err != nil {
-		return "", fmt.Errorf("bench: build nats-server %s (or pass --nats-server): %w: %s", version, err, strings.TrimSpace(string(out)))
-	}
-	return bin, os.Rename(built, bin)
-}
-
-// moduleVersion returns the version of module path this program was built
-// with, or "unknown".
-func moduleVersion(path string) string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range bi.Deps {
-			if d.Path == path {
-				if d.Replace != nil {
-					d = d.Replace
-				}
-				return d.Version
-			}
-		}
-	}
-	return "unknown"
+	return bin, nil
 }
 
 // natsServer is a nats-server process with JetStream on a free loopback

@@ -1,0 +1,257 @@
+package natscluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TB is the part of *testing.T and *testing.B the harness uses.
+type TB interface {
+	Helper()
+	Cleanup(func())
+	TempDir() string
+	Failed() bool
+	Logf(format string, args ...any)
+	Fatalf(format string, args ...any)
+}
+
+// Options configure Start.
+type Options struct {
+	// Nodes is the number of servers. Defaults to 3.
+	Nodes int
+	// Binary is the nats-server executable. Defaults to one built from the
+	// nats-server module version in go.mod (see Binary).
+	Binary string
+	// Name is the cluster's name; server names are Name-0, Name-1, ….
+	// Defaults to "keylane".
+	Name string
+	// StartTimeout bounds the wait for the cluster to become healthy.
+	// Defaults to 60s.
+	StartTimeout time.Duration
+}
+
+// System account credentials: the meta leader step-down is a system
+// account request. Clients that give no credentials are the application
+// user (no_auth_user), whose account has JetStream.
+const (
+	sysUser     = "sys"
+	sysPassword = "sys"
+)
+
+// Cluster is a running set of nats-server processes routed into one
+// cluster with JetStream. Its methods are safe for concurrent use, but
+// only Start may call the test's Fatalf: the rest return errors.
+type Cluster struct {
+	name  string
+	dir   string
+	nodes []*Node
+
+	nc  *nats.Conn // application account, for the JetStream API
+	js  jetstream.JetStream
+	sys *nats.Conn // system account, for the meta step-down
+}
+
+// Start runs opts.Nodes nats-server processes on free loopback ports,
+// each with its own store under t.TempDir(), routed to each other, and
+// waits until the cluster is healthy (WaitHealthy). Every process is
+// killed when the test ends, also when it fails; a failed test gets the
+// tail of every node's log.
+func Start(t TB, opts Options) *Cluster {
+	t.Helper()
+	if opts.Nodes == 0 {
+		opts.Nodes = 3
+	}
+	if opts.Name == "" {
+		opts.Name = "keylane"
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout+5*time.Minute)
+	defer cancel()
+	if opts.Binary == "" {
+		bin, err := cachedBinary(ctx)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		opts.Binary = bin
+	}
+	// The directory first: its removal is a clean-up that must run after
+	// the processes are gone.
+	c := &Cluster{name: opts.Name, dir: t.TempDir()}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range c.nodes {
+				t.Logf("---- %s (%s), last lines of its log:\n%s", n.name, n.URL(), n.tail(30))
+			}
+		}
+		for _, n := range c.nodes {
+			n.kill()
+		}
+	})
+
+	var err error
+	for range 3 { // another process may take a port between pick and bind
+		if err = c.launch(ctx, opts); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		for _, n := range c.nodes {
+			n.kill()
+		}
+	}
+	if err != nil {
+		t.Fatalf("natscluster: start: %v", err)
+	}
+
+	connOpts := []nats.Option{
+		nats.Name("natscluster"), nats.Timeout(2 * time.Second),
+		nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
+		// A paused server holds the connection open; find out quickly.
+		nats.PingInterval(500 * time.Millisecond), nats.MaxPingsOutstanding(2),
+	}
+	if c.nc, err = nats.Connect(c.URLs(), connOpts...); err != nil {
+		t.Fatalf("natscluster: connect: %v", err)
+	}
+	t.Cleanup(c.nc.Close)
+	if c.sys, err = nats.Connect(c.URLs(), append(connOpts, nats.UserInfo(sysUser, sysPassword))...); err != nil {
+		t.Fatalf("natscluster: connect as system user: %v", err)
+	}
+	t.Cleanup(c.sys.Close)
+	if c.js, err = jetstream.New(c.nc); err != nil {
+		t.Fatalf("natscluster: %v", err)
+	}
+
+	hctx, hcancel := context.WithTimeout(context.Background(), opts.StartTimeout)
+	defer hcancel()
+	if err := c.WaitHealthy(hctx); err != nil {
+		t.Fatalf("natscluster: %v", err)
+	}
+	return c
+}
+
+// launch picks ports, writes each node's configuration and starts the
+// processes, and waits until each accepts clients.
+func (c *Cluster) launch(ctx context.Context, opts Options) error {
+	ports, err := freePorts(3 * opts.Nodes)
+	if err != nil {
+		return err
+	}
+	c.nodes = make([]*Node, opts.Nodes)
+	var routes []string
+	for i := range c.nodes {
+		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[3*i+1]))
+	}
+	for i := range c.nodes {
+		dir := filepath.Join(c.dir, "n"+strconv.Itoa(i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		n := &Node{
+			index: i, name: opts.Name + "-" + strconv.Itoa(i), bin: opts.Binary, dir: dir,
+			conf: filepath.Join(dir, "nats.conf"), log: filepath.Join(dir, "nats.log"),
+			clientPort: ports[3*i], routePort: ports[3*i+1], httpPort: ports[3*i+2],
+		}
+		if err := os.WriteFile(n.conf, []byte(n.config(opts.Name, routes)), 0o644); err != nil {
+			return err
+		}
+		c.nodes[i] = n
+	}
+	for _, n := range c.nodes {
+		if err := n.start(); err != nil {
+			return err
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyWait)
+	defer cancel()
+	for _, n := range c.nodes {
+		if err := n.waitReady(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// config is the node's nats-server configuration: loopback only, a
+// monitoring port, explicit routes to every node, JetStream in the
+// application account, and a system account for the meta step-down.
+func (n *Node) config(cluster string, routes []string) string {
+	return fmt.Sprintf(`server_name: %q
+listen: "127.0.0.1:%d"
+http: "127.0.0.1:%d"
+cluster {
+  name: %q
+  listen: "127.0.0.1:%d"
+  routes: [%s]
+}
+jetstream {
+  store_dir: %q
+  max_memory_store: 256MB
+  max_file_store: 4GB
+}
+accounts {
+  SYS: { users: [{ user: %q, password: %q }] }
+  APP: { jetstream: enabled, users: [{ user: "app", password: "app" }] }
+}
+system_account: SYS
+no_auth_user: "app"
+`, n.name, n.clientPort, n.httpPort, cluster, n.routePort, strings.Join(routes, ", "), n.StoreDir(), sysUser, sysPassword)
+}
+
+// freePorts returns n distinct loopback ports that were free a moment ago.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+// URLs is every node's client URL, comma-separated, for nats.Connect or a
+// worker's --nats.
+func (c *Cluster) URLs() string {
+	urls := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		urls[i] = n.URL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Nodes returns every node, in index order.
+func (c *Cluster) Nodes() []*Node { return append([]*Node(nil), c.nodes...) }
+
+// Node returns node i.
+func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
+
+// NodeNamed returns the node with server name name, or nil.
+func (c *Cluster) NodeNamed(name string) *Node {
+	for _, n := range c.nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// errNotHealthy wraps what WaitHealthy last saw.
+var errNotHealthy = errors.New("natscluster: not healthy")

@@ -1,0 +1,262 @@
+package natscluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natscluster"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Bounds the tests hold the cluster to. Elections on loopback take well
+// under a second; these leave room for a loaded machine under -race.
+const (
+	electionBound = 15 * time.Second
+	healthyBound  = 60 * time.Second
+)
+
+func connect(t *testing.T, c *natscluster.Cluster) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(c.URLs(), nats.Timeout(2*time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		// A paused server holds the connection open: notice within a
+		// second or two, not the default minutes.
+		nats.PingInterval(500*time.Millisecond), nats.MaxPingsOutstanding(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func ctxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// createR3 makes an R3 stream S on subject s.
+func createR3(t *testing.T, js jetstream.JetStream) jetstream.Stream {
+	t.Helper()
+	s, err := js.CreateStream(ctxFor(t, 10*time.Second), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(s.CachedInfo().Cluster.Replicas) + 1; got != 3 {
+		t.Fatalf("stream S has %d peers, want 3", got)
+	}
+	return s
+}
+
+// publishUntilAck publishes with an ack until one succeeds or d passes,
+// and returns how long it took.
+func publishUntilAck(t *testing.T, js jetstream.JetStream, payload string, d time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(d)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err := js.Publish(ctx, "s", []byte(payload), jetstream.WithMsgID(payload))
+		cancel()
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no acknowledged publish within %s: %v", d, err)
+		}
+	}
+}
+
+func TestStreamSurvivesLeaderKill(t *testing.T) {
+	c := natscluster.Start(t, natscluster.Options{})
+	js := connect(t, c)
+	createR3(t, js)
+	for i := range 10 {
+		publishUntilAck(t, js, "before-"+strconv.Itoa(i), 5*time.Second)
+	}
+
+	old, err := c.StreamLeader(ctxFor(t, 5*time.Second), "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	if err := old.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if old.Running() {
+		t.Fatalf("%s still running after Kill", old.Name())
+	}
+	leader, err := c.WaitStreamLeader(ctxFor(t, electionBound), "S", old)
+	if err != nil {
+		t.Fatalf("no new stream leader within %s of killing %s: %v", electionBound, old.Name(), err)
+	}
+	elected := time.Since(killed)
+	acked := publishUntilAck(t, js, "after", electionBound)
+	t.Logf("killed %s; %s leads after %s; first acknowledged publish %s later", old.Name(), leader.Name(), elected.Round(time.Millisecond), acked.Round(time.Millisecond))
+
+	info, err := js.Stream(ctxFor(t, 5*time.Second), "S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.CachedInfo().State.Msgs; got != 11 {
+		t.Errorf("stream has %d messages, want the 11 acknowledged", got)
+	}
+	// The kill is healed by a restart on the same store.
+	if err := old.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctxFor(t, healthyBound)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRestartRejoins(t *testing.T) {
+	c := natscluster.Start(t, natscluster.Options{})
+	js := connect(t, c)
+	createR3(t, js)
+	for _, how := range []string{"stop", "kill"} {
+		t.Run(how, func(t *testing.T) {
+			leader, err := c.StreamLeader(ctxFor(t, 5*time.Second), "S")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A follower, so the stream keeps its leader and takes
+			// writes the node must catch up on.
+			n := c.Node((leader.Index() + 1) % 3)
+			down := n.Stop
+			if how == "kill" {
+				down = n.Kill
+			}
+			if err := down(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WaitHealthy(ctxFor(t, time.Second)); !errors.Is(err, natscluster.ErrNotRunning) {
+				t.Errorf("WaitHealthy with %s down: %v, want ErrNotRunning", n.Name(), err)
+			}
+			for i := range 20 {
+				publishUntilAck(t, js, how+"-while-down-"+strconv.Itoa(i), electionBound)
+			}
+			start := time.Now()
+			if err := n.Restart(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			// Healthy means the node's /healthz says its copy of S is
+			// current: it caught up.
+			if err := c.WaitHealthy(ctxFor(t, healthyBound)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s %s, restarted, healthy again after %s", how, n.Name(), time.Since(start).Round(time.Millisecond))
+			// The leader marks the peer current once it has heard from
+			// it since: a moment after the node's own health says so.
+			deadline := time.Now().Add(electionBound)
+			for {
+				s, err := js.Stream(ctxFor(t, 5*time.Second), "S")
+				if err != nil {
+					t.Fatal(err)
+				}
+				cl := s.CachedInfo().Cluster
+				peers := []string{cl.Leader}
+				for _, p := range cl.Replicas {
+					if p.Current && !p.Offline {
+						peers = append(peers, p.Name)
+					}
+				}
+				if slices.Contains(peers, n.Name()) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s not a current peer of S within %s of being healthy: leader %s, replicas %s", n.Name(), electionBound, cl.Leader, peerList(cl.Replicas))
+				}
+				time.Sleep(50 * time.Millisecond) // polling with a deadline
+			}
+		})
+	}
+}
+
+func TestStepDown(t *testing.T) {
+	c := natscluster.Start(t, natscluster.Options{})
+	js := connect(t, c)
+	s := createR3(t, js)
+	if _, err := s.CreateOrUpdateConsumer(ctxFor(t, 10*time.Second), jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name     string
+		leader   func(context.Context) (*natscluster.Node, error)
+		stepDown func(context.Context) (*natscluster.Node, error)
+	}{
+		{"meta", c.MetaLeader, c.StepDownMeta},
+		{"stream", func(ctx context.Context) (*natscluster.Node, error) { return c.StreamLeader(ctx, "S") },
+			func(ctx context.Context) (*natscluster.Node, error) { return c.StepDownStream(ctx, "S") }},
+		{"consumer", func(ctx context.Context) (*natscluster.Node, error) { return c.ConsumerLeader(ctx, "S", "C") },
+			func(ctx context.Context) (*natscluster.Node, error) { return c.StepDownConsumer(ctx, "S", "C") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 2 {
+				before, err := tc.leader(ctxFor(t, 5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				after, err := tc.stepDown(ctxFor(t, electionBound))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if after == before {
+					t.Fatalf("step-down returned the old leader %s", before.Name())
+				}
+				now, err := tc.leader(ctxFor(t, 5*time.Second))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if now == before {
+					t.Errorf("%s leader still %s after the step-down", tc.name, before.Name())
+				}
+				t.Logf("%s leader %s -> %s in %s", tc.name, before.Name(), after.Name(), time.Since(start).Round(time.Millisecond))
+			}
+		})
+	}
+	publishUntilAck(t, js, "after-step-downs", electionBound)
+}
+
+func TestPauseResume(t *testing.T) {
+	c := natscluster.Start(t, natscluster.Options{})
+	js := connect(t, c)
+	createR3(t, js)
+	n := c.Node(0)
+	if err := n.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.MetaLeader(t.Context()); !errors.Is(err, natscluster.ErrPaused) {
+		t.Errorf("MetaLeader with %s paused: %v, want ErrPaused", n.Name(), err)
+	}
+	// Two of three still make a quorum.
+	publishUntilAck(t, js, "while-paused", electionBound)
+	if err := n.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitHealthy(ctxFor(t, healthyBound)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func peerList(ps []*jetstream.PeerInfo) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("%s(current=%t offline=%t lag=%d)", p.Name, p.Current, p.Offline, p.Lag))
+	}
+	return strings.Join(out, ", ")
+}
