@@ -39,8 +39,10 @@ type TopologyConfig struct {
 	// A non-zero value that differs from the stream's is refused with
 	// ErrPartitionMismatch.
 	Partitions int
-	// Replicas of every stream and bucket. Defaults to 1 (embedded server);
-	// use 3 on a cluster.
+	// Replicas of every stream and bucket. Zero means "whatever the
+	// existing jobs stream has", and 1 when it is created (embedded
+	// server); use 3 on a cluster. A non-zero value that differs from an
+	// existing object's is refused with ErrReplicasMismatch.
 	Replicas int
 	// DuplicateWindow is how long the server remembers job IDs to drop
 	// duplicate submits. Defaults to 2 minutes; never less than 2 minutes.
@@ -73,10 +75,7 @@ func (c *TopologyConfig) setDefaults() error {
 			return err
 		}
 	}
-	if c.Replicas == 0 {
-		c.Replicas = 1
-	}
-	if c.Replicas < 1 || c.Replicas > 5 {
+	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("keylane: replicas must be 1..5, got %d", c.Replicas)
 	}
 	if c.DuplicateWindow == 0 {
@@ -141,6 +140,9 @@ type Topology struct {
 	Members    jetstream.KeyValue
 	Results    jetstream.KeyValue
 	State      jetstream.KeyValue
+	// Replicas is the jobs stream's replica count, which every object of
+	// the namespace has.
+	Replicas int
 	// Meta is what the jobs stream's metadata fixes: N, the epoch, the
 	// adopted epochs and the reply prefix.
 	Meta    Meta
@@ -156,14 +158,54 @@ func (t *Topology) NewState() *State {
 	return s
 }
 
+// ErrReplicasMismatch is returned when an object of the namespace exists
+// with another replica count than configured: consumers and buckets of
+// mixed replica counts fail in ways that look like anything but this.
+var ErrReplicasMismatch = errors.New("keylane: replica count differs from the namespace's")
+
 // Setup creates, or opens and checks, everything a namespace needs: the jobs
 // stream, the dead-letter stream and the leases, members, results and state
-// buckets. It is idempotent; run it as often as you like. The per-partition
-// consumers are made by the partition owner when it takes the lease.
+// buckets. It is idempotent and safe to run from many workers at once: each
+// attempt bounds every request (setupAttemptTimeout), and an attempt that
+// fails for any reason but a mismatch (partition count, replicas, bucket
+// settings, bad config) is made again with backoff until ctx ends; an
+// object a concurrent creator made is opened and checked. The
+// per-partition consumers are made by the partition owner when it takes
+// the lease.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	pause := 100 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
+		t, err := setupOnce(actx, js, cfg)
+		cancel()
+		if err == nil || permanentSetupError(err) {
+			return t, err
+		}
+		timer := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, fmt.Errorf("keylane: setup of namespace %s: %w (last attempt: %w)", cfg.Namespace, ctx.Err(), err)
+		case <-timer.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// setupAttemptTimeout bounds one attempt of Setup. A cluster that is
+// electing leaders, or a create racing another creator's, may not answer
+// one request; the next attempt finds what the other made.
+const setupAttemptTimeout = 5 * time.Second
+
+func permanentSetupError(err error) bool {
+	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) ||
+		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig)
+}
+
+func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
 	names := Names{Namespace: cfg.Namespace}
 	meta, err := ensureJobs(ctx, js, names, &cfg)
 	if err != nil {
@@ -174,7 +216,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*To
 	if err != nil {
 		return nil, err
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	t.Replicas = t.Jobs.CachedInfo().Config.Replicas
+	cfg.Replicas = t.Replicas // everything follows the jobs stream
+	t.Config.Replicas = t.Replicas
+	if err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        names.Dead(),
 		Description: "keylane dead letters: the original job plus error headers",
 		Subjects:    []string{partition.DeadWildcard(cfg.Namespace)},
@@ -203,7 +248,33 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*To
 	}); err != nil {
 		return nil, err
 	}
+	for _, b := range []string{names.Leases(), names.Members(), names.Results(), names.State()} {
+		if err := checkReplicas(ctx, js, "KV_"+b, cfg.Replicas); err != nil {
+			return nil, err
+		}
+	}
 	return t, nil
+}
+
+// ensureStream creates a stream, or checks an existing one's replicas.
+func ensureStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig) error {
+	_, err := js.CreateStream(ctx, sc)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return checkReplicas(ctx, js, sc.Name, sc.Replicas)
+	}
+	return err
+}
+
+// checkReplicas refuses an existing stream with another replica count.
+func checkReplicas(ctx context.Context, js jetstream.JetStream, name string, want int) error {
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return err
+	}
+	if got := s.CachedInfo().Config.Replicas; got != want {
+		return fmt.Errorf("%w: %s has %d replicas, the namespace %d (configure Replicas %d, or 0 to follow it)", ErrReplicasMismatch, name, got, want, got)
+	}
+	return nil
 }
 
 // Meta is what a jobs stream's metadata says about its namespace.
@@ -272,6 +343,9 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		if err != nil {
 			return Meta{}, err
 		}
+		if cfg.Replicas != 0 && info.Config.Replicas != cfg.Replicas {
+			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
+		}
 		return meta, upgradeJobs(ctx, js, info, meta, cfg)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -280,6 +354,10 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	n := cfg.Partitions
 	if n == 0 {
 		n = 16
+	}
+	replicas := cfg.Replicas
+	if replicas == 0 {
+		replicas = 1
 	}
 	epoch, err := newEpoch()
 	if err != nil {
@@ -291,7 +369,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		Subjects:    partitionSubjects(cfg.Namespace, n),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+		Replicas:    replicas,
 		Duplicates:  cfg.DuplicateWindow,
 		MaxBytes:    cfg.MaxBytes,
 		Discard:     jetstream.DiscardNew,
@@ -432,7 +510,7 @@ func (t *Topology) consumerConfig(p int, ackWait time.Duration, maxAckPending in
 		MaxDeliver:    -1,
 		MaxAckPending: maxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-		Replicas:      t.Config.Replicas,
+		Replicas:      t.Replicas,
 	}
 }
 
