@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -43,7 +44,7 @@ func main() {
 type config struct {
 	url, listen, data, logLevel, trace, statsFile, metrics, crashOn string
 	syncAlways                                                      bool
-	drain                                                           time.Duration
+	drain, ping                                                     time.Duration
 	hold                                                            time.Duration
 	worker                                                          kjs.WorkerConfig
 }
@@ -78,7 +79,8 @@ func parse(args []string) (config, error) {
 	fs.BoolVar(&c.syncAlways, "sync-always", os.Getenv("KEYLANE_SYNC_ALWAYS") == "1", "embedded server fsyncs every write (env KEYLANE_SYNC_ALWAYS=1)")
 	fs.StringVar(&c.worker.Topology.Namespace, "namespace", env("KEYLANE_NAMESPACE", "keylane"), "namespace (env KEYLANE_NAMESPACE)")
 	fs.IntVar(&c.worker.Topology.Partitions, "partitions", envInt("KEYLANE_PARTITIONS", 0), "partitions: 0 takes the stream's, or 16 when creating (env KEYLANE_PARTITIONS)")
-	fs.IntVar(&c.worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", 1), "replicas of streams and buckets (env KEYLANE_REPLICAS)")
+	fs.IntVar(&c.worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", -1), "replicas of streams and buckets when creating them; an existing namespace with another count is refused. Default: 3 when --nats names more than one server (a cluster), else what exists, or 1 when creating (env KEYLANE_REPLICAS)")
+	fs.DurationVar(&c.ping, "ping-interval", envDur("KEYLANE_PING_INTERVAL", 2*time.Second), "how often the connection checks the server; a worker on a paused or cut-off node notices within two of these (env KEYLANE_PING_INTERVAL)")
 	fs.DurationVar(&c.worker.Topology.LeaseTTL, "lease-ttl", envDur("KEYLANE_LEASE_TTL", 10*time.Second), "partition lease TTL (env KEYLANE_LEASE_TTL)")
 	fs.IntVar(&c.worker.Concurrency, "concurrency", envInt("KEYLANE_CONCURRENCY", 8), "keys of one partition run at once (env KEYLANE_CONCURRENCY)")
 	fs.IntVar(&c.worker.MaxInFlight, "max-in-flight", envInt("KEYLANE_MAX_IN_FLIGHT", 1024), "fetched, unfinished jobs per partition (env KEYLANE_MAX_IN_FLIGHT)")
@@ -95,6 +97,15 @@ func parse(args []string) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	if c.worker.Topology.Replicas < 0 {
+		c.worker.Topology.Replicas = 0 // follow the namespace, 1 when creating
+		if strings.Count(c.url, ",") > 0 {
+			c.worker.Topology.Replicas = 3 // a cluster
+		}
+	}
+	if c.ping <= 0 {
+		return c, fmt.Errorf("--ping-interval must be positive, got %s", c.ping)
 	}
 	return c, nil
 }
@@ -132,7 +143,7 @@ func run(ctx context.Context, args []string) error {
 		url = s.ClientURL()
 		log.Info("embedded NATS started", "url", url, "data", c.data)
 	}
-	nc, err := nats.Connect(url, nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))
+	nc, err := nats.Connect(url, nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.PingInterval(c.ping), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		return err
 	}
