@@ -172,6 +172,10 @@ func (b *resyncBackoff) wait(ctx context.Context, abort, handover <-chan struct{
 	return false
 }
 
+// pullExpiry is how long one pull request lives; the server heartbeats
+// every half of it and a missed pair re-synchronises the partition.
+const pullExpiry = 5 * time.Second
+
 // errTopologyChanged is why an owner does not consume a replaced stream.
 var errTopologyChanged = errors.New("the jobs stream was replaced (repartition): reloading the topology")
 
@@ -189,7 +193,10 @@ var (
 // the gap, and the caller re-creates the consumer.
 func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 	batch := min(o.w.cfg.MaxInFlight, 256)
-	it, err := cons.Messages(jetstream.PullMaxMessages(batch))
+	// A short pull expiry means heartbeats every PullExpiry/2: a pull
+	// request lost with a consumer leader (a cluster) or a connection is
+	// noticed in seconds and re-synchronised, not at a 30s expiry.
+	it, err := cons.Messages(jetstream.PullMaxMessages(batch), jetstream.PullExpiry(pullExpiry))
 	if err != nil {
 		// Treat it like a broken delivery: try again after a pause.
 		return fmt.Errorf("fetch: %w", err)
@@ -428,7 +435,25 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	}
 	cfg := topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxPending)
 	cfg.Metadata = map[string]string{metaDelivered: strconv.FormatUint(o.prevDelivered, 10)}
-	return topo.Jobs.CreateOrUpdateConsumer(ctx, cfg)
+	cons, err := topo.Jobs.CreateOrUpdateConsumer(ctx, cfg)
+	if err != nil || topo.Replicas < 2 {
+		return cons, err
+	}
+	// A replicated consumer answers pulls only once it has a leader; a
+	// pull sent before is lost until it expires.
+	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		info, err := cons.Info(ctx)
+		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
+			return cons, nil
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("consumer %s has no leader: %w", name, ctx.Err())
+		case <-t.C:
+		}
+	}
 }
 
 // metaDelivered is the consumer metadata key that records the highest
