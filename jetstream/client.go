@@ -325,6 +325,9 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				if c.streamGone(ctx) {
 					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, ErrNoTopology)
 				}
+				if !acked {
+					ackTimer.Reset(noLeaderPause)
+				}
 				continue
 			}
 			if err != nil {
@@ -383,7 +386,10 @@ type outcome struct {
 // again, doubling up to the maximum.
 const (
 	callAckWait    = time.Second
-	maxCallAckWait = 5 * time.Second
+	maxCallAckWait = 2 * time.Second
+	// noLeaderPause is how soon Call publishes again after the stream
+	// answered that it has no leader (an election: seconds on a cluster).
+	noLeaderPause = 250 * time.Millisecond
 )
 
 const (

@@ -791,14 +791,9 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 		o.w.stats.unacked.Add(1)
 		return false
 	}
-	if (o.w.cfg.StoreResults || t.explicit || t.keep) && !t.outcomeKept {
-		// Kept before the ack: a retry by ID must find it, and a write that
-		// fails leaves the job unacked for another try rather than lose it.
-		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
-		_, err := o.w.topo.Results.Put(ctx, t.job.ID, encodeResult(res, herr, dead))
-		cancel()
-		if err != nil {
-			o.log.Warn("store result; leaving the job unacked", "job_id", t.job.ID, "err", err)
+	if !t.outcomeKept {
+		// Kept before the reply and the ack: a retry by ID must find it.
+		if !o.keepEncoded([]*task{t}, func(int) []byte { return encodeResult(res, herr, dead) }) {
 			o.w.stats.unacked.Add(1)
 			return false
 		}
@@ -987,23 +982,60 @@ func (o *owner) firstKept(ts []*task) int {
 
 // keepOutcomes stores, before anything is replied or acked, the outcomes of
 // the settled tasks that need it (all with StoreResults, else those with a
-// caller's ID), as concurrent publishes to the results bucket waited on
-// together. It reports false if any failed: the tasks then stay unacked
-// and are answered from the state entry when redelivered.
+// caller's ID or from a Call), as concurrent publishes to the results
+// bucket waited on together. A failed batch (the bucket electing a leader)
+// is tried again with backoff while the lease is trusted: the jobs are
+// applied, and their callers wait for these outcomes. It reports false only
+// when the tenure ended first; the jobs then stay unacked and are answered
+// from the state entry when redelivered.
 func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
-	var futures []jetstream.PubAckFuture
-	subject := "$KV." + o.w.topo.Names.Results() + "."
+	return o.keepEncoded(ts, func(i int) []byte { return encodeResult(out[i], nil, false) })
+}
+
+// keepEncoded is keepOutcomes with each task's outcome already encoded.
+func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
+	var idx []int
 	for i, t := range ts {
-		if !o.w.cfg.StoreResults && !t.explicit && !t.keep {
-			continue
+		if o.w.cfg.StoreResults || t.explicit || t.keep {
+			idx = append(idx, i)
 		}
-		f, err := o.w.js.PublishAsync(subject+t.job.ID, encodeResult(out[i], nil, false))
-		if err != nil {
-			o.log.Warn("store result", "job_id", t.job.ID, "err", err)
+	}
+	if len(idx) == 0 {
+		return true
+	}
+	subject := "$KV." + o.w.topo.Names.Results() + "."
+	for try := 1; ; try++ {
+		if err := o.publishOutcomes(subject, ts, value, idx); err == nil {
+			for _, i := range idx {
+				ts[i].outcomeKept = true
+			}
+			return true
+		} else {
+			o.log.Warn("store results; trying again", "jobs", len(idx), "try", try, "err", err)
+		}
+		timer := time.NewTimer(o.w.cfg.Backoff(try))
+		select {
+		case <-timer.C:
+		case <-o.ctx.Done():
+			timer.Stop()
 			return false
 		}
+		if !o.l.Trusted() {
+			return false
+		}
+	}
+}
+
+// publishOutcomes publishes the outcomes of ts[idx] asynchronously and
+// waits for every ack.
+func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(idx))
+	for _, i := range idx {
+		f, err := o.w.js.PublishAsync(subject+ts[i].job.ID, value(i))
+		if err != nil {
+			return err
+		}
 		futures = append(futures, f)
-		t.outcomeKept = true
 	}
 	timeout := time.NewTimer(requestTimeout)
 	defer timeout.Stop()
@@ -1011,14 +1043,12 @@ func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			o.log.Warn("store result", "err", err)
-			return false
+			return err
 		case <-timeout.C:
-			o.log.Warn("store result: no ack in time")
-			return false
+			return errors.New("no ack in time")
 		case <-o.ctx.Done():
-			return false
+			return o.ctx.Err()
 		}
 	}
-	return true
+	return nil
 }
