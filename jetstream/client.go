@@ -315,6 +315,24 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 		ackTimer.Reset(ackWait)
 	}
 	var recovered chan outcome
+	rctx, stopRecovery := context.WithCancel(ctx)
+	var recovery sync.WaitGroup
+	defer func() { stopRecovery(); recovery.Wait() }() // no watcher outlives Call
+	recover := func() {
+		if recovered == nil {
+			recovered = make(chan outcome, 1)
+			recovery.Go(func() {
+				res, err := c.awaitOutcome(rctx, r.ID)
+				recovered <- outcome{res, err}
+			})
+		}
+	}
+	// A stored job whose reply has not come within replyWait may have lost
+	// it on the worker's side (a reply sent while its connection or lease
+	// was failing): look for the kept outcome as well.
+	replyTimer := time.NewTimer(time.Hour)
+	replyTimer.Stop()
+	defer replyTimer.Stop()
 	for {
 		select {
 		case ack := <-w.ack:
@@ -338,8 +356,13 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				// earlier copy): its outcome is kept by ID.
 				return c.awaitOutcome(ctx, r.ID)
 			}
+			if !acked {
+				replyTimer.Reset(replyWait)
+			}
 			acked = true
 			ackTimer.Stop()
+		case <-replyTimer.C:
+			recover()
 		case <-ackTimer.C:
 			if !acked {
 				republish()
@@ -350,13 +373,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			if !acked {
 				republish()
 			}
-			if recovered == nil {
-				recovered = make(chan outcome, 1)
-				go func() {
-					res, err := c.awaitOutcome(ctx, r.ID)
-					recovered <- outcome{res, err}
-				}()
-			}
+			recover()
 		case o := <-recovered:
 			return o.res, o.err
 		case reply := <-w.result:
@@ -387,6 +404,9 @@ type outcome struct {
 const (
 	callAckWait    = time.Second
 	maxCallAckWait = 2 * time.Second
+	// replyWait is how long Call waits for the reply of a stored job
+	// before it also watches the results bucket for the kept outcome.
+	replyWait = 5 * time.Second
 	// noLeaderPause is how soon Call publishes again after the stream
 	// answered that it has no leader (an election: seconds on a cluster).
 	noLeaderPause = 250 * time.Millisecond
