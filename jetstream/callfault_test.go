@@ -111,3 +111,36 @@ func TestCallRecoversALostReply(t *testing.T) {
 		t.Fatal("Call never recovered the reply it lost")
 	}
 }
+
+// TestSubmitRepublishesALostPublish: Submit's publish is lost on the way;
+// Submit publishes it again (same job ID) instead of failing a job the
+// caller would then retry blind.
+func TestSubmitRepublishesALostPublish(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	c, nc, p := e.proxiedClient()
+	swallow, err := p.Timeout(faultproxy.Upstream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := nc.Stats().OutMsgs
+	done := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := c.Submit(cctx, "k", nil, WithID("lost-once"))
+		done <- err
+	}()
+	natstest.Eventually(t, 5*time.Second, "the job published (and swallowed)", func() bool { return nc.Stats().OutMsgs > sent })
+	swallow.Remove()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("submit = %v", err)
+		}
+	case <-time.After(18 * time.Second):
+		t.Fatal("Submit never published the lost job again")
+	}
+	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 1 {
+		t.Fatalf("%d jobs stored, want 1", n)
+	}
+}

@@ -225,11 +225,11 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	if c.batch == nil {
-		ack, err := c.js.PublishMsg(ctx, m, jetstream.WithExpectStream(c.stream))
+		dup, err := c.publish(ctx, m)
 		if err != nil {
 			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 		}
-		if ack.Duplicate {
+		if dup {
 			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 		}
 		return r.ID, nil
@@ -617,7 +617,15 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			out[i].Err = err
+			if !retryablePublish(err) {
+				out[i].Err = err
+				continue
+			}
+			// Lost with a connection or a leader: publish it again, with
+			// its ID, until it is stored or ctx ends.
+			if _, err := c.publish(ctx, f.Msg()); err != nil {
+				out[i].Err = err
+			}
 		case <-ctx.Done():
 			return out, ctx.Err()
 		}
@@ -625,11 +633,56 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 	return out, ctx.Err()
 }
 
+// publish stores m and waits for the stream's ack, publishing it again with
+// backoff (its job ID makes that safe) while the failure is one a
+// reconnect or an election cures, until ctx ends. Each attempt is bounded.
+// It reports whether the stream had the job already.
+func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error) {
+	pause := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, requestTimeout)
+		ack, err := c.js.PublishMsg(actx, m, jetstream.WithExpectStream(c.stream))
+		cancel()
+		if err == nil {
+			return ack.Duplicate, nil
+		}
+		if !retryablePublish(err) || ctx.Err() != nil {
+			return false, err
+		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && c.streamGone(ctx) {
+			return false, fmt.Errorf("%w: %w", err, ErrNoTopology)
+		}
+		if try == 1 {
+			// A copy that may follow an earlier one asks the worker to
+			// look its ID up before running it.
+			m.Header[HeaderIdempotent] = oneHeader
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// retryablePublish tells failures that publishing again may cure: no
+// stream leader, a timeout, a connection being re-established.
+func retryablePublish(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoResponders)
+}
+
 // Backlog returns how many jobs the namespace's stream holds: stored and
 // not yet finished (a job leaves the stream when its handler finished and
 // it was acked, or it was dead-lettered). It asks the server for stream
 // info and runs no job.
 func (c *Client) Backlog(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	s, err := c.js.Stream(ctx, c.stream)
 	if err != nil {
 		return 0, err
