@@ -5,7 +5,11 @@
 //
 // # Topology
 //
-// Setup creates, idempotently, for a namespace ns (default "keylane"):
+// Setup creates, idempotently and safely from many workers at once (each
+// attempt bounded, retried with backoff, what a concurrent creator made
+// opened and checked), for a namespace ns (default "keylane"), with every
+// object at the jobs stream's replica count (ErrReplicasMismatch for an
+// explicit other one):
 //
 //	NS_JOBS     stream, subjects ns.jobs.0 … ns.jobs.<N-1> (exactly the
 //	            partitions: the server refuses any other subject), WorkQueue
@@ -38,6 +42,21 @@
 // stream has stored it. Call adds a Keylane-Reply header naming a
 // per-client inbox and waits for the worker's reply. SubmitMany publishes
 // asynchronously with a bounded window.
+//
+// Clients survive leader changes and reconnects. Every request to the
+// server is bounded. A publish whose ack does not come (lost with a
+// connection or a stream leader) is published again with the same job ID
+// (1s, doubling to 2s; 250ms after a "no stream leader" answer) until the
+// caller's context ends; the stream drops a copy it has, and a copy asks
+// the worker to look the ID up first (Keylane-Idempotent). Submit and
+// SubmitMany do the same for failures a reconnect or an election cures. A
+// missing stream is ErrNoTopology at once. Every Call's outcome is kept by
+// ID (Keylane-Keep-Outcome), so a Call whose reply is lost — its own
+// connection dropped, or the reply is 5s late for a stored job — also
+// watches the results bucket and returns the kept outcome. Tested by
+// TestCallRepublishesALostPublish, TestCallRecoversALostReply and
+// TestSubmitRepublishesALostPublish (a fault proxy swallows or cuts), and
+// on three nodes by e2e/TestClusterSale (KEYLANE_CLUSTER=1).
 //
 // # Owning a partition
 //
