@@ -447,39 +447,58 @@ func pubAckError(m *nats.Msg) (dup bool, err error) {
 
 // awaitOutcome waits for the outcome the worker keeps under a job ID in
 // the results bucket: at once if the job finished, when it finishes if it
-// still runs.
+// still runs. It watches the key and also reads it with bounded requests
+// every outcomePoll, so a watch that stalls while the bucket elects a
+// leader (a cluster) does not make the caller wait out its deadline.
 func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 	kv, err := c.resultsBucket(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("keylane: job %s: %w", id, err)
-	}
-	watch, err := kv.Watch(ctx, id)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
 		}
-		return nil, fmt.Errorf("keylane: job %s: watch its outcome: %w", id, err)
+		return nil, fmt.Errorf("keylane: job %s: %w", id, err)
 	}
-	defer func() { _ = watch.Stop() }()
+	var updates <-chan jetstream.KeyValueEntry
+	if watch, err := kv.Watch(ctx, id); err == nil {
+		defer func() { _ = watch.Stop() }()
+		updates = watch.Updates()
+	}
+	poll := time.NewTimer(0)
+	defer poll.Stop()
 	for {
+		var e jetstream.KeyValueEntry
 		select {
-		case e, ok := <-watch.Updates():
+		case u, ok := <-updates:
 			if !ok {
-				return nil, &NoReplyError{JobID: id, Err: errors.Join(errors.New("watch closed"), ctx.Err())}
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				updates = nil // closed: keep polling
 				continue
 			}
-			res, rerr, ok := decodeResult(e.Value())
-			if !ok {
-				return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
+			e = u
+		case <-poll.C:
+			gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			got, err := kv.Get(gctx, id)
+			cancel()
+			if err == nil {
+				e = got
 			}
-			return res, rerr
+			poll.Reset(outcomePoll)
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
 		}
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		res, rerr, ok := decodeResult(e.Value())
+		if !ok {
+			return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
+		}
+		return res, rerr
 	}
 }
+
+// outcomePoll is how often awaitOutcome reads the results bucket besides
+// watching it.
+const outcomePoll = time.Second
 
 // resultsBucket opens the results bucket once.
 func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) {
