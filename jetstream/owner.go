@@ -286,7 +286,14 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 			continue
 		}
 		if err != nil {
+			// Anything else the iterator reports (a closed connection, a
+			// failed pull) is met with a re-sync, which the tenure spaces
+			// out with backoff: never a loop that retries at once.
 			o.log.Debug("partition fetch", "err", err)
+			fetchErr := fmt.Errorf("fetch: %w", err)
+			resync.CompareAndSwap(nil, &fetchErr)
+			it.Stop()
+			ln.wake()
 			continue
 		}
 		if resync.Load() != nil {
