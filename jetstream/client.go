@@ -451,20 +451,16 @@ func pubAckError(m *nats.Msg) (dup bool, err error) {
 // every outcomePoll, so a watch that stalls while the bucket elects a
 // leader (a cluster) does not make the caller wait out its deadline.
 func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
-	kv, err := c.resultsBucket(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
-		}
-		return nil, fmt.Errorf("keylane: job %s: %w", id, err)
-	}
+	var kv jetstream.KeyValue
 	var updates <-chan jetstream.KeyValueEntry
-	if watch, err := kv.Watch(ctx, id); err == nil {
-		defer func() { _ = watch.Stop() }()
-		updates = watch.Updates()
-	}
 	poll := time.NewTimer(0)
 	defer poll.Stop()
+	var stopWatch func()
+	defer func() {
+		if stopWatch != nil {
+			stopWatch()
+		}
+	}()
 	for {
 		var e jetstream.KeyValueEntry
 		select {
@@ -475,13 +471,24 @@ func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 			}
 			e = u
 		case <-poll.C:
+			poll.Reset(outcomePoll)
+			if kv == nil {
+				// The bucket may be electing a leader: try again next time.
+				var err error
+				if kv, err = c.resultsBucket(ctx); err != nil {
+					continue
+				}
+				if watch, err := kv.Watch(ctx, id); err == nil {
+					stopWatch = func() { _ = watch.Stop() }
+					updates = watch.Updates()
+				}
+			}
 			gctx, cancel := context.WithTimeout(ctx, requestTimeout)
 			got, err := kv.Get(gctx, id)
 			cancel()
 			if err == nil {
 				e = got
 			}
-			poll.Reset(outcomePoll)
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
 		}
