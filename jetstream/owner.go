@@ -343,24 +343,19 @@ func (o *owner) settle(cons jetstream.Consumer) {
 	if want == 0 {
 		return
 	}
-	stop := make(chan struct{})
+	// Stop settling on abort (Stop's deadline) or lease loss. cancel is
+	// idempotent: the watcher and the return may both call it.
+	stop, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	go func() {
 		select {
 		case <-o.abortCh:
 		case <-o.l.Done():
-		case <-stop:
-			return
+		case <-stop.Done():
 		}
-		close(stop)
+		cancel()
 	}()
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-	}()
-	if !settleAcks(o.w.topo.Jobs, cons, want, stop, o.w.cfg.AckWait) {
+	if !settleAcks(o.w.topo.Jobs, cons, want, stop.Done(), o.w.cfg.AckWait) {
 		o.log.Warn("hand-over: acks not applied before the drain ended", "want", want)
 	}
 }
