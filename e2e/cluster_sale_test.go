@@ -334,35 +334,52 @@ func stepDownConsumers(ctx context.Context, r *saleRun) {
 	}
 }
 
-// cutOffWorker cuts the proxied worker's connection for two lease TTLs,
-// so its leases lapse, then restores it. It logs whether the worker's
-// partitions moved and whether it renewed a lease during the cut: the
-// worker's client learns the other nodes' addresses from the server and
-// may reconnect to them around the proxy.
+// cutOffWorker cuts the proxied worker off for two lease TTLs, so its
+// leases lapse, then restores it. A Cut alone is no cut-off: it closes the
+// worker's connection, and its client reconnects at once to a node it
+// learned of from the server's INFO (connect_urls), around the proxy. So
+// the proxy first turns into a black hole both ways, as a pulled cable
+// does: the connection stays open and silent, and the client notices only
+// when its pings go unanswered (two ping intervals). After two lease TTLs
+// a Cut drops the silent connection, and Restore lets the worker back.
+//
+// It logs whether the worker's partitions moved and whether the worker
+// put a lease entry during the fault: a put means it was not cut off.
 func cutOffWorker(_ context.Context, r *saleRun) {
 	t := r.t
 	t.Helper()
 	id := fmt.Sprintf("%s-w%d", r.c.ns, clusterWorkers-1)
 	owned := r.c.ownedBy(id)
-	r.proxy.Cut()
+	var holes []*faultproxy.Toxic
+	for _, dir := range []faultproxy.Direction{faultproxy.Upstream, faultproxy.Downstream} {
+		hole, err := r.proxy.Timeout(dir, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holes = append(holes, hole)
+	}
 	cutAt := time.Now()
 	r.logf("cut %s off (it held partitions %v)", id, owned)
 	waitFor(t, 2*leaseTTL)
+	r.proxy.Cut()
 	if err := r.proxy.Restore(); err != nil {
 		t.Fatal(err)
+	}
+	for _, hole := range holes {
+		hole.Remove()
 	}
 	restoredAt := time.Now()
 	r.logf("restored %s's proxy", id)
 	taken, _ := r.c.leases.takenOver(owned, id, cutAt)
-	renewals := 0
+	puts := 0
 	r.c.leases.mu.Lock()
 	for _, e := range r.c.leases.events {
 		if e.holder == id && e.at.After(cutAt) && e.at.Before(restoredAt) {
-			renewals++
+			puts++
 		}
 	}
 	r.c.leases.mu.Unlock()
-	r.logf("during the cut: %d of %s's %d partitions taken over (%v), %d lease puts by %s", len(taken), id, len(owned), slices.Sorted(maps.Keys(taken)), renewals, id)
+	r.logf("during the cut: %d of %s's %d partitions taken over (%v), %d lease puts by %s", len(taken), id, len(owned), slices.Sorted(maps.Keys(taken)), puts, id)
 }
 
 // logCalls logs what the Calls of the load saw: how many succeeded, the
@@ -388,7 +405,11 @@ func logCalls(t *testing.T, ops []histOp, start, end time.Time) (hung int, longe
 			hung++
 		}
 		if o.Err != nil {
-			failed[strings.ReplaceAll(o.Err.Error(), o.ID, "<job>")]++
+			msg := strings.ReplaceAll(o.Err.Error(), o.ID, "<job>")
+			if failed[msg] < 3 {
+				t.Logf("  failed: %s", o) // the job IDs to look up in the traces and logs
+			}
+			failed[msg]++
 			nfailed++
 			continue
 		}
