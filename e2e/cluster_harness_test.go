@@ -36,6 +36,14 @@ func skipUnlessCluster(t *testing.T) {
 // creates the namespace alone and the others start once it is there.
 func startOnCluster(t *testing.T, ns string, staggered bool) (*natscluster.Cluster, *cluster) {
 	t.Helper()
+	return startOnClusterWith(t, ns, staggered, nil)
+}
+
+// startOnClusterWith is startOnCluster with extra flags for worker i from
+// extra (nil: none), called once the cluster runs and before worker i
+// starts: "--nats" through a fault proxy, say (a later flag wins).
+func startOnClusterWith(t *testing.T, ns string, staggered bool, extra func(nc *natscluster.Cluster, i int) []string) (*natscluster.Cluster, *cluster) {
+	t.Helper()
 	var nc *natscluster.Cluster
 	var c *cluster
 	// The first TempDir registers the removal of every temporary
@@ -48,7 +56,11 @@ func startOnCluster(t *testing.T, ns string, staggered bool) (*natscluster.Clust
 	c = clusterOn(t, urls, ns, "--nats", urls, "--replicas", "3")
 	var ws []*workerProc
 	for i := range clusterWorkers {
-		ws = append(ws, c.startWorker(fmt.Sprintf("%s-w%d", ns, i)))
+		var args []string
+		if extra != nil {
+			args = extra(nc, i)
+		}
+		ws = append(ws, c.startWorkerWith(fmt.Sprintf("%s-w%d", ns, i), args...))
 		if staggered && i == 0 {
 			c.waitNamespace(60*time.Second, ws...)
 		}
