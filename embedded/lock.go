@@ -57,7 +57,16 @@ func lockStore(dir string, wait time.Duration) (*storeLock, error) {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
+		// Try the lock and look for its holder under held's mutex, which
+		// release holds while it drops a lock: a lock released between the
+		// two would otherwise look held by nobody we could wait for.
+		held.Lock()
 		err := tryLock(f)
+		var released <-chan struct{}
+		if errors.Is(err, errLocked) {
+			released = stoppingLocked(fi)
+		}
+		held.Unlock()
 		if err == nil {
 			break
 		}
@@ -65,7 +74,6 @@ func lockStore(dir string, wait time.Duration) (*storeLock, error) {
 			f.Close()
 			return nil, fmt.Errorf("embedded: locking %s: %w", f.Name(), err)
 		}
-		released := stopping(fi)
 		if released == nil {
 			return nil, inUse(dir, f)
 		}
@@ -98,12 +106,10 @@ func inUse(dir string, f *os.File) error {
 	return fmt.Errorf("%w: %s", ErrStoreInUse, dir)
 }
 
-// stopping returns the channel closed when a server of this process that
-// is shutting down releases the lock file fi, or nil if no such server
-// holds it.
-func stopping(fi os.FileInfo) <-chan struct{} {
-	held.Lock()
-	defer held.Unlock()
+// stoppingLocked returns the channel closed when a server of this process
+// that is shutting down releases the lock file fi, or nil if no such server
+// holds it. The caller holds held's mutex.
+func stoppingLocked(fi os.FileInfo) <-chan struct{} {
 	for _, l := range held.locks {
 		if os.SameFile(l.fi, fi) && l.srv != nil && !l.srv.Running() {
 			return l.released
