@@ -220,6 +220,14 @@ type traceRules struct {
 	// ignoreOverlap leaves runs out of the one-at-a-time check (a paused
 	// worker's run spans its pause by design).
 	ignoreOverlap func(inventory.Run) bool
+	// unknownWrite tells runs whose state write may have landed although
+	// the run was logged as not applied: a paused worker's write reached
+	// the server before the pause and its answer came after SIGCONT, when
+	// the worker no longer trusted its lease (context canceled). The
+	// successor then answered the job from the held outcome without running
+	// it. A purchase with a good reply and only such runs counts as applied;
+	// the stock check vouches for exactly-once.
+	unknownWrite func(inventory.Run) bool
 }
 
 // traceReport is what checkTrace found, for logging.
@@ -291,7 +299,11 @@ func checkTrace(t reporter, runs []inventory.Run, ps []purchase, rules traceRule
 			}
 		}
 		if applied == 0 {
-			if rules.mayLoseApplied {
+			unknown := rules.unknownWrite != nil && p.err == nil && p.reply != ""
+			for _, r := range rs {
+				unknown = unknown && rules.unknownWrite(r)
+			}
+			if rules.mayLoseApplied || unknown {
 				rep.lostApplied++
 			} else {
 				report("purchase %s has no applied run: %+v", p.id, rs)
