@@ -32,10 +32,15 @@ func TestFenceGrowsAcrossRecreatedBucket(t *testing.T) {
 	if err := e.js.DeleteKeyValue(ctx, bucketName); err != nil {
 		t.Fatal(err)
 	}
-	kv, err := lease.EnsureBucket(ctx, e.js, lease.BucketConfig{Name: bucketName, TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Right after a delete, the server may still be removing the old
+	// store and refuse the create ("error creating store for stream", seen
+	// on a loaded machine); keylane's Setup retries that, so do we.
+	var kv jetstream.KeyValue
+	var err error
+	natstest.Eventually(t, 10*time.Second, "the bucket created again", func() bool {
+		kv, err = lease.EnsureBucket(ctx, e.js, lease.BucketConfig{Name: bucketName, TTL: ttl})
+		return err == nil
+	})
 	for _, key := range []string{"p.0", "p.1"} {
 		l := acquire(t, kv, key, config(t, "new"))
 		if l.Fence() <= old.Fence() {
