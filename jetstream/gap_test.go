@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -56,10 +57,13 @@ func TestStrayPullerLosesNoJob(t *testing.T) {
 	}
 
 	// The stray: pull until it holds one job, never ack it.
-	cons, err := e.js.Consumer(ctx(t), e.topo.Names.Jobs(), e.topo.Names.Consumer(0))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The owner makes the consumer just after it takes the partition.
+	var cons jetstream.Consumer
+	natstest.Eventually(t, 10*time.Second, "the partition's consumer exists", func() bool {
+		var err error
+		cons, err = e.js.Consumer(ctx(t), e.topo.Names.Jobs(), e.topo.Names.Consumer(0))
+		return err == nil
+	})
 	deadline := time.Now().Add(20 * time.Second)
 	var stray jetstream.Msg
 	for stray == nil && time.Now().Before(deadline) {
