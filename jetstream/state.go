@@ -125,21 +125,6 @@ func (e StateEntry) Held(id string) ([]byte, bool) {
 	return nil, false
 }
 
-// ResultOf returns the result held for the job at stream sequence seq.
-//
-// Deprecated: use Held; sequences are not comparable across epochs.
-func (e StateEntry) ResultOf(seq uint64) ([]byte, bool) {
-	if seq == e.Seq {
-		return e.Result, true
-	}
-	for _, r := range e.Recent {
-		if r.Seq == seq {
-			return r.Result, true
-		}
-	}
-	return nil, false
-}
-
 // UpdateFunc computes a key's next value and the job's result from the
 // current value (nil if none). Returning an error writes nothing.
 type UpdateFunc func(current []byte) (next, result []byte, err error)
