@@ -16,7 +16,7 @@ import (
 func TestClusterConcurrentStart(t *testing.T) {
 	skipUnlessCluster(t)
 	start := time.Now()
-	_, c := startOnCluster(t, "e2e-cluster-start", false)
+	nc, c := startOnCluster(t, "e2e-cluster-start", false)
 	t.Logf("%d workers balanced %d partitions in %s, cluster start included", clusterWorkers, partitions, time.Since(start).Round(time.Millisecond))
-	checkR3(t, c, 30*time.Second)
+	checkR3(t, nc, c, 30*time.Second)
 }
