@@ -139,7 +139,39 @@
 // is queued, what runs finishes and acks, and the consumer is deleted and
 // created again, which delivers every unacked job again from the ack floor,
 // in stream order. Re-synchronisations of one tenure are spaced by a
-// backoff (20ms doubling to 2s) and counted in Stats.Resyncs.
+// backoff (20ms doubling to 1s) and counted in Stats.Resyncs.
+//
+// Re-creating the consumer in a cluster. After a node dies, the jobs
+// stream, the buckets, the meta group and the consumers it led elect new
+// leaders; nats-server's election timeout is 4-9s (randomised, not
+// configurable). A request sent meanwhile gets no answer at all, so each
+// request of a re-creation has its own short deadline (2s; the old
+// consumer's info 500ms) and a failed attempt that waiting may cure (a
+// timeout, no responders, a 503 "no leader", a connection being
+// re-established) is tried again with the backoff for as long as the
+// tenure lasts; the lease stays with the owner meanwhile, or lapses if the
+// leases bucket is electing too. A missing or replaced stream ends the
+// tenure at once. (Until this was found, one 10s request covered the whole
+// re-creation: a request lost in the election was waited out, and the
+// tenure then ended, for 5-8s of extra stall: e2e/TestClusterSale
+// leader-kill.) Two cluster effects remain and are bounded, not removed:
+//
+//   - The old consumer may be leaderless (its leader died). Its info is
+//     then not waited for: the owner deletes it (a meta request, which
+//     needs no consumer leader) and takes the stream's last sequence after
+//     the delete as the delivered mark, so every job up to it is treated
+//     as maybe delivered before (looked up, never assumed new).
+//   - The new consumer is a new R3 Raft group, whose first leader is a
+//     peer the server believes online. The server learns of a SIGKILLed
+//     node only when its heartbeats have been missing for 90s, so for that
+//     long it prefers the dead node one time in three, and the group waits
+//     an election timeout. The owner waits 2s for the leader, then deletes
+//     and creates the consumer again, which draws again.
+//
+// Measured on three nodes under a sale (TestClusterSale, lease TTL 2s): a
+// partition resumes 0-2.5s after the meta group, the stream and the
+// buckets have leaders again, up to 6s when every lease lapsed and a new
+// consumer first drew the dead node; the elections themselves take 4-9s.
 // Tested by TestStrayPullerLosesNoJob (jetstream and e2e) and
 // e2e/TestWorkerConnectionCutMidDelivery (a fault proxy swallows deliveries,
 // then cuts the connection).
