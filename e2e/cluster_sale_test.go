@@ -84,10 +84,7 @@ var saleScenarios = []saleScenario{
 //
 // The workers start one after another (startOnCluster): at once, they do
 // not start at all (TestClusterConcurrentStart).
-//
-// KEYLANE_CLUSTER=1 turns it on: it does not pass on today's code yet (see
-// the cluster issue: Calls hanging on a lost publish, partitions stalling
-// after consumer-leader changes).
+
 func TestClusterSale(t *testing.T) {
 	skipUnlessCluster(t)
 	for _, sc := range saleScenarios {

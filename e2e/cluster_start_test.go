@@ -9,10 +9,10 @@ import (
 // fresh three-node cluster with --replicas 3, as a deployment does, and
 // checks that they all come up and balance the partitions, on R3 objects.
 //
-// It fails on today's code (KEYLANE_CLUSTER=1 turns it on): the workers
-// race to create the same R3 streams, and a create or update of a stream
-// whose creation is still in flight in the meta layer gets no reply, so
-// setup ends in "context deadline exceeded" and the worker exits.
+// It failed before setup retried (see the cluster issue): the workers
+// raced to create the same R3 streams, and a create or update of a stream
+// whose creation was still in flight in the meta layer got no reply, so
+// setup ended in "context deadline exceeded" and the worker exited.
 func TestClusterConcurrentStart(t *testing.T) {
 	skipUnlessCluster(t)
 	start := time.Now()

@@ -56,7 +56,7 @@
 // watches the results bucket and returns the kept outcome. Tested by
 // TestCallRepublishesALostPublish, TestCallRecoversALostReply and
 // TestSubmitRepublishesALostPublish (a fault proxy swallows or cuts), and
-// on three nodes by e2e/TestClusterSale (KEYLANE_CLUSTER=1).
+// on three nodes by e2e/TestClusterSale.
 //
 // # Owning a partition
 //

@@ -74,19 +74,15 @@ func (c *Cluster) StreamLeader(ctx context.Context, stream string) (*Node, error
 	return c.leaderNode("stream "+stream, info.Cluster.Leader)
 }
 
-// ConsumerLeader returns the leader of a consumer, from its consumer info.
+// ConsumerLeader returns the leader of a consumer, as the node that leads
+// it reports (ConsumerPeers: a consumer info request may be answered by a
+// member without cluster information).
 func (c *Cluster) ConsumerLeader(ctx context.Context, stream, consumer string) (*Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestWait)
-	defer cancel()
-	cons, err := c.js.Consumer(ctx, stream, consumer)
+	_, leader, _, err := c.ConsumerPeers(ctx, stream, consumer)
 	if err != nil {
-		return nil, fmt.Errorf("natscluster: consumer %s/%s: %w", stream, consumer, err)
+		return nil, err
 	}
-	info := cons.CachedInfo()
-	if info.Cluster == nil {
-		return nil, fmt.Errorf("%w: consumer %s/%s has no cluster info", ErrNoLeader, stream, consumer)
-	}
-	return c.leaderNode("consumer "+stream+"/"+consumer, info.Cluster.Leader)
+	return c.leaderNode("consumer "+stream+"/"+consumer, leader)
 }
 
 func (c *Cluster) leaderNode(group, name string) (*Node, error) {
