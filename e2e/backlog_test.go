@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
-	kjs "github.com/keylane/keylane/jetstream"
 )
 
 // TestBacklogMemoryBounded stores a backlog of jobs with no worker running,
@@ -38,9 +38,9 @@ func TestBacklogMemoryBounded(t *testing.T) {
 	start := time.Now()
 	const chunk = 20_000
 	for sent := 0; sent < backlog; sent += chunk {
-		reqs := make([]kjs.Request, min(chunk, backlog-sent))
+		reqs := make([]keylane.Request, min(chunk, backlog-sent))
 		for i := range reqs {
-			reqs[i] = kjs.Request{Key: fmt.Sprintf("sku:%d", (sent+i)%1000), Payload: []byte("restock 1")}
+			reqs[i] = keylane.Request{Key: fmt.Sprintf("sku:%d", (sent+i)%1000), Payload: []byte("restock 1")}
 		}
 		out, err := c.client.SubmitMany(ctx, reqs)
 		if err != nil {

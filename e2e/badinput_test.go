@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -31,16 +31,16 @@ func TestBadInput(t *testing.T) {
 			name    string
 			key     string
 			payload []byte
-			opts    []kjs.SubmitOpt
+			opts    []keylane.SubmitOpt
 			want    error
 		}{
 			{"empty key", "", []byte("get"), nil, partition.ErrEmptyKey},
 			{"1025-byte key", strings.Repeat("k", 1025), []byte("get"), nil, partition.ErrKeyTooLong},
-			{"payload over max_payload", "sku:0", make([]byte, int(c.nc.MaxPayload())+1), nil, kjs.ErrPayloadTooLarge},
-			{"payload at max_payload once headers count", "sku:0", make([]byte, int(c.nc.MaxPayload())-40), nil, kjs.ErrPayloadTooLarge},
-			{"job ID with a space", "sku:0", []byte("get"), []kjs.SubmitOpt{kjs.WithID("bad id")}, kjs.ErrBadJobID},
-			{"job ID with a leading dot", "sku:0", []byte("get"), []kjs.SubmitOpt{kjs.WithID(".x")}, kjs.ErrBadJobID},
-			{"job ID too long", "sku:0", []byte("get"), []kjs.SubmitOpt{kjs.WithID(strings.Repeat("a", 257))}, kjs.ErrBadJobID},
+			{"payload over max_payload", "sku:0", make([]byte, int(c.nc.MaxPayload())+1), nil, keylane.ErrPayloadTooLarge},
+			{"payload at max_payload once headers count", "sku:0", make([]byte, int(c.nc.MaxPayload())-40), nil, keylane.ErrPayloadTooLarge},
+			{"job ID with a space", "sku:0", []byte("get"), []keylane.SubmitOpt{keylane.WithID("bad id")}, keylane.ErrBadJobID},
+			{"job ID with a leading dot", "sku:0", []byte("get"), []keylane.SubmitOpt{keylane.WithID(".x")}, keylane.ErrBadJobID},
+			{"job ID too long", "sku:0", []byte("get"), []keylane.SubmitOpt{keylane.WithID(strings.Repeat("a", 257))}, keylane.ErrBadJobID},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				if _, err := c.client.Submit(ctx, tc.key, tc.payload, tc.opts...); !errors.Is(err, tc.want) {
@@ -49,7 +49,7 @@ func TestBadInput(t *testing.T) {
 				if _, err := c.client.Call(ctx, tc.key, tc.payload, tc.opts...); !errors.Is(err, tc.want) {
 					t.Errorf("Call: got %v, want %v", err, tc.want)
 				}
-				out, err := c.client.SubmitMany(ctx, []kjs.Request{{Key: tc.key, Payload: tc.payload, ID: idOf(tc.opts)}})
+				out, err := c.client.SubmitMany(ctx, []keylane.Request{{Key: tc.key, Payload: tc.payload, ID: idOf(tc.opts)}})
 				if err != nil || len(out) != 1 || !errors.Is(out[0].Err, tc.want) {
 					t.Errorf("SubmitMany: got %+v, %v; want %v", out, err, tc.want)
 				}
@@ -62,15 +62,15 @@ func TestBadInput(t *testing.T) {
 
 	t.Run("partition mismatch", func(t *testing.T) {
 		for _, n := range []int{partitions * 2, 1} {
-			cl, err := kjs.NewClient(ctx, c.nc, kjs.ClientConfig{Namespace: c.ns, Partitions: n})
-			if !errors.Is(err, kjs.ErrPartitionMismatch) {
+			cl, err := keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns, Partitions: n})
+			if !errors.Is(err, keylane.ErrPartitionMismatch) {
 				t.Errorf("client with %d partitions: got %v, want ErrPartitionMismatch", n, err)
 			}
 			if cl != nil {
 				cl.Close()
 			}
 		}
-		cl, err := kjs.NewClient(ctx, c.nc, kjs.ClientConfig{Namespace: c.ns, Partitions: partitions})
+		cl, err := keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns, Partitions: partitions})
 		if err != nil {
 			t.Fatalf("client with the right count: %v", err)
 		}
@@ -78,17 +78,17 @@ func TestBadInput(t *testing.T) {
 	})
 
 	t.Run("unknown command", func(t *testing.T) {
-		res, err := c.call("sku:0", "explode", kjs.WithID("explode-1"))
-		var re *kjs.RemoteError
+		res, err := c.call("sku:0", "explode", keylane.WithID("explode-1"))
+		var re *keylane.RemoteError
 		if !errors.As(err, &re) || !re.Permanent || !re.DeadLettered {
 			t.Fatalf("explode: got %q, %v (%+v); want a permanent, dead-lettered RemoteError", res, err, re)
 		}
-		m := c.waitDeadLetter(10*time.Second, "explode-1", func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(kjs.HeaderJobID) == "explode-1" })
-		if a := m.Header.Get(kjs.HeaderAttempts); a != "1" {
-			t.Errorf("explode: %s = %q, want 1 (a permanent error is not retried)", kjs.HeaderAttempts, a)
+		m := c.waitDeadLetter(10*time.Second, "explode-1", func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(keylane.HeaderJobID) == "explode-1" })
+		if a := m.Header.Get(keylane.HeaderAttempts); a != "1" {
+			t.Errorf("explode: %s = %q, want 1 (a permanent error is not retried)", keylane.HeaderAttempts, a)
 		}
-		if e := m.Header.Get(kjs.HeaderError); !strings.Contains(e, "unknown operation") {
-			t.Errorf("explode: %s = %q", kjs.HeaderError, e)
+		if e := m.Header.Get(keylane.HeaderError); !strings.Contains(e, "unknown operation") {
+			t.Errorf("explode: %s = %q", keylane.HeaderError, e)
 		}
 	})
 
@@ -110,10 +110,10 @@ func TestBadInput(t *testing.T) {
 			name string
 			msg  *nats.Msg
 		}{
-			{"no key header", &nats.Msg{Header: nats.Header{kjs.HeaderJobID: {"raw-nokey"}}, Data: []byte("buy 1")}},
-			{"key of another partition", &nats.Msg{Header: nats.Header{kjs.HeaderJobID: {"raw-wrongp"}, kjs.HeaderKey: {elsewhere}}, Data: []byte("buy 1")}},
+			{"no key header", &nats.Msg{Header: nats.Header{keylane.HeaderJobID: {"raw-nokey"}}, Data: []byte("buy 1")}},
+			{"key of another partition", &nats.Msg{Header: nats.Header{keylane.HeaderJobID: {"raw-wrongp"}, keylane.HeaderKey: {elsewhere}}, Data: []byte("buy 1")}},
 			{"binary garbage", &nats.Msg{Data: garbage}},
-			{"key not UTF-8", &nats.Msg{Header: nats.Header{kjs.HeaderKey: {"\xff\xfe\x01garbage"}}, Data: garbage[:64]}},
+			{"key not UTF-8", &nats.Msg{Header: nats.Header{keylane.HeaderKey: {"\xff\xfe\x01garbage"}}, Data: garbage[:64]}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				tc.msg.Subject = subject
@@ -122,12 +122,12 @@ func TestBadInput(t *testing.T) {
 					t.Fatal(err)
 				}
 				seq := strconv.FormatUint(ack.Sequence, 10)
-				m := c.waitDeadLetter(10*time.Second, "seq "+seq, func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(kjs.HeaderSeq) == seq })
-				if e := m.Header.Get(kjs.HeaderError); !strings.HasPrefix(e, "malformed") {
-					t.Errorf("%s = %q, want it to start with \"malformed\"", kjs.HeaderError, e)
+				m := c.waitDeadLetter(10*time.Second, "seq "+seq, func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(keylane.HeaderSeq) == seq })
+				if e := m.Header.Get(keylane.HeaderError); !strings.HasPrefix(e, "malformed") {
+					t.Errorf("%s = %q, want it to start with \"malformed\"", keylane.HeaderError, e)
 				}
-				if got := m.Header.Get(kjs.HeaderPartition); got != strconv.Itoa(p) {
-					t.Errorf("%s = %q, want %d", kjs.HeaderPartition, got, p)
+				if got := m.Header.Get(keylane.HeaderPartition); got != strconv.Itoa(p) {
+					t.Errorf("%s = %q, want %d", keylane.HeaderPartition, got, p)
 				}
 				if string(m.Data) != string(tc.msg.Data) {
 					t.Errorf("dead letter body differs from the message")
@@ -150,7 +150,7 @@ func TestBadInput(t *testing.T) {
 		t.Errorf("purchase after bad input: %q, want \"sold 2\"", res)
 	}
 	c.stopGraceful(15 * time.Second)
-	var total kjs.Stats
+	var total keylane.Stats
 	for _, id := range []int{0, 1, 2} {
 		st := readStats(t, c.worker(id))
 		total.Malformed += st.Malformed
@@ -161,8 +161,8 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func idOf(opts []kjs.SubmitOpt) string {
-	var r kjs.Request
+func idOf(opts []keylane.SubmitOpt) string {
+	var r keylane.Request
 	for _, o := range opts {
 		o(&r)
 	}

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/faultproxy"
 	"github.com/keylane/keylane/internal/natscluster"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/keylane/keylane/partition"
 )
 
@@ -149,7 +149,7 @@ func runSale(t *testing.T, sc saleScenario) {
 	}()
 
 	keys := []string{"cluster:0", "cluster:1", "cluster:2"}
-	h := newHistory("cluster", func() *kjs.Client { return c.client })
+	h := newHistory("cluster", func() *keylane.Client { return c.client })
 	h.timeout = 30 * time.Second
 	for _, k := range keys {
 		if o := h.call(k, "set 100000"); o.Err != nil || o.Reply != "ok 100000" {

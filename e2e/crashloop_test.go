@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,21 +21,21 @@ func TestCrashLoopJob(t *testing.T) {
 	key := "sku:crashy"
 	c.setStock([]string{key}, []int64{10})
 
-	crash := c.callAsync(key, "crash", kjs.WithID("crash-1"))
-	after := c.callAsync(key, "buy 1", kjs.WithID("after-crash"))
+	crash := c.callAsync(key, "crash", keylane.WithID("crash-1"))
+	after := c.callAsync(key, "buy 1", keylane.WithID("after-crash"))
 
 	// The first run is not counted (it costs nothing on the common path);
 	// the second owner records a restart and runs it (attempt 1 of
 	// MaxDeliver=1 counted); the third finds one recorded restart, which
 	// reaches MaxDeliver, and dead-letters the job without running it.
 	dl := c.waitDeadLetter(30*time.Second, "the crashing job", func(m *jetstream.RawStreamMsg) bool {
-		return m.Header.Get(kjs.HeaderJobID) == "crash-1"
+		return m.Header.Get(keylane.HeaderJobID) == "crash-1"
 	})
-	if e := dl.Header.Get(kjs.HeaderError); !strings.Contains(e, "restarted 1 times") {
+	if e := dl.Header.Get(keylane.HeaderError); !strings.Contains(e, "restarted 1 times") {
 		t.Errorf("dead letter error %q, want it to count one restart", e)
 	}
 	r := <-crash
-	var re *kjs.RemoteError
+	var re *keylane.RemoteError
 	if !errors.As(r.err, &re) || !re.DeadLettered {
 		t.Fatalf("crashing job: %q, %v; want a dead-lettered RemoteError", r.res, r.err)
 	}
@@ -52,5 +52,5 @@ func TestCrashLoopJob(t *testing.T) {
 	if dead != 2 {
 		t.Fatalf("%d workers died, want 2 (one per start before the limit)", dead)
 	}
-	t.Logf("crash loop ended after %d dead workers; dead letter: %s", dead, dl.Header.Get(kjs.HeaderError))
+	t.Logf("crash loop ended after %d dead workers; dead letter: %s", dead, dl.Header.Get(keylane.HeaderError))
 }

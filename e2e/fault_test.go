@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/faultproxy"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,7 +99,7 @@ func checkCluster(t *testing.T, c *cluster, h *history, final map[string]int64, 
 func TestStrayPullerLosesNoJob(t *testing.T) {
 	c := startCluster(t, "e2e-stray", 1, "--ack-wait", faultAckWait.String())
 	const key = "stray:0"
-	h := newHistory("stray", func() *kjs.Client { return c.client })
+	h := newHistory("stray", func() *keylane.Client { return c.client })
 	if o := h.call(key, "set 1000"); o.Err != nil || o.Reply != "ok 1000" {
 		t.Fatalf("set: %v", o)
 	}
@@ -136,7 +136,7 @@ func TestStrayPullerLosesNoJob(t *testing.T) {
 		}
 		for m := range batch.Messages() {
 			meta, _ := m.Metadata()
-			s := stolen{id: m.Headers().Get(kjs.HeaderJobID)}
+			s := stolen{id: m.Headers().Get(keylane.HeaderJobID)}
 			if meta != nil {
 				s.seq = meta.Sequence.Stream
 			}
@@ -195,7 +195,7 @@ func TestWorkerConnectionCutMidDelivery(t *testing.T) {
 	defer proxy.Close()
 	c := startCluster(t, "e2e-cut", 1, "--ack-wait", faultAckWait.String(), "--nats", proxy.URL())
 	const key = "cut:0"
-	h := newHistory("cut", func() *kjs.Client { return c.client })
+	h := newHistory("cut", func() *keylane.Client { return c.client })
 	if o := h.call(key, "set 100000"); o.Err != nil || o.Reply != "ok 100000" {
 		t.Fatalf("set: %v", o)
 	}

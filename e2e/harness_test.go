@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -36,13 +36,13 @@ const (
 type cluster struct {
 	t     *testing.T
 	ns    string
-	names kjs.Names
+	names keylane.Names
 	dir   string
 	args  []string // extra worker flags
 
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	client *kjs.Client
+	client *keylane.Client
 	leases *leaseLog
 
 	mu      sync.Mutex
@@ -65,7 +65,7 @@ type workerProc struct {
 // desired owner. Everything is stopped when the test ends.
 func startCluster(t *testing.T, ns string, n int, args ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ns: ns, names: kjs.Names{Namespace: ns}, dir: t.TempDir(), args: args}
+	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args}
 	nc, err := nats.Connect(natsURL, nats.Name("e2e-"+ns), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
@@ -275,12 +275,12 @@ func (c *cluster) traceFiles() []string {
 }
 
 // openClient polls until the first worker has created the namespace.
-func (c *cluster) openClient() *kjs.Client {
+func (c *cluster) openClient() *keylane.Client {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		cl, err := kjs.NewClient(ctx, c.nc, kjs.ClientConfig{Namespace: c.ns})
+		cl, err := keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns})
 		cancel()
 		if err == nil {
 			if cl.Partitions() != partitions {
@@ -288,7 +288,7 @@ func (c *cluster) openClient() *kjs.Client {
 			}
 			return cl
 		}
-		if !errors.Is(err, kjs.ErrNoTopology) || time.Now().After(deadline) {
+		if !errors.Is(err, keylane.ErrNoTopology) || time.Now().After(deadline) {
 			c.t.Fatalf("open client on %s: %v", c.ns, err)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -374,13 +374,13 @@ func (c *cluster) ownedBy(id string) []int {
 
 // readStats reads a worker's final counters (written when it exits
 // gracefully).
-func readStats(t *testing.T, w *workerProc) kjs.Stats {
+func readStats(t *testing.T, w *workerProc) keylane.Stats {
 	t.Helper()
 	b, err := os.ReadFile(w.stats)
 	if err != nil {
 		t.Fatalf("stats of %s: %v", w.id, err)
 	}
-	var s kjs.Stats
+	var s keylane.Stats
 	if err := json.Unmarshal(b, &s); err != nil {
 		t.Fatalf("stats of %s: %v (%s)", w.id, err, b)
 	}
@@ -403,7 +403,7 @@ type leaseLog struct {
 	cur    map[int]string
 }
 
-func watchLeases(t *testing.T, js jetstream.JetStream, names kjs.Names) *leaseLog {
+func watchLeases(t *testing.T, js jetstream.JetStream, names keylane.Names) *leaseLog {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	// The client can open the jobs stream before the first worker's Setup
@@ -575,7 +575,7 @@ func (c *cluster) jobsLastSeq() uint64 {
 }
 
 // call runs one command with a bounded wait.
-func (c *cluster) call(key, payload string, opts ...kjs.SubmitOpt) (string, error) {
+func (c *cluster) call(key, payload string, opts ...keylane.SubmitOpt) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := c.client.Call(ctx, key, []byte(payload), opts...)
@@ -583,7 +583,7 @@ func (c *cluster) call(key, payload string, opts ...kjs.SubmitOpt) (string, erro
 }
 
 // mustCall runs a command and fails the test on an error.
-func (c *cluster) mustCall(key, payload string, opts ...kjs.SubmitOpt) string {
+func (c *cluster) mustCall(key, payload string, opts ...keylane.SubmitOpt) string {
 	c.t.Helper()
 	res, err := c.call(key, payload, opts...)
 	if err != nil {

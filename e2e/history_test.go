@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/inventory"
-	kjs "github.com/keylane/keylane/jetstream"
 )
 
 // histOp is one call a test made, as the caller saw it.
@@ -42,16 +42,16 @@ func (o histOp) String() string {
 // history records every Call and Submit a test makes through it. It is
 // safe for concurrent use.
 type history struct {
-	client  func() *kjs.Client // the client to use now (a test may replace it)
-	prefix  string             // job IDs are prefix-<n>
-	timeout time.Duration      // bounds each op
+	client  func() *keylane.Client // the client to use now (a test may replace it)
+	prefix  string                 // job IDs are prefix-<n>
+	timeout time.Duration          // bounds each op
 	next    atomic.Int64
 
 	mu  sync.Mutex
 	ops []histOp
 }
 
-func newHistory(prefix string, client func() *kjs.Client) *history {
+func newHistory(prefix string, client func() *keylane.Client) *history {
 	return &history{client: client, prefix: prefix, timeout: callTimeout}
 }
 
@@ -69,7 +69,7 @@ func (h *history) record(o histOp) {
 func (h *history) call(key, payload string) histOp {
 	o := histOp{ID: h.newID(), Key: key, Payload: payload, Call: true, Invoke: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
-	res, err := h.client().Call(ctx, key, []byte(payload), kjs.WithID(o.ID))
+	res, err := h.client().Call(ctx, key, []byte(payload), keylane.WithID(o.ID))
 	cancel()
 	o.Reply, o.Err, o.Return = string(res), err, time.Now()
 	h.record(o)
@@ -80,7 +80,7 @@ func (h *history) call(key, payload string) histOp {
 func (h *history) submit(key, payload string) histOp {
 	o := histOp{ID: h.newID(), Key: key, Payload: payload, Invoke: time.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
-	_, err := h.client().Submit(ctx, key, []byte(payload), kjs.WithID(o.ID))
+	_, err := h.client().Submit(ctx, key, []byte(payload), keylane.WithID(o.ID))
 	cancel()
 	o.Err, o.Return = err, time.Now()
 	h.record(o)

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/inventory"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/nats-io/nats.go"
 )
 
@@ -75,7 +75,7 @@ func (b *buyers) run() {
 		}
 		p := purchase{id: b.prefix + "-" + strconv.Itoa(i), sku: b.pick(i), start: time.Now()}
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		res, err := b.c.client.Call(ctx, b.skus[p.sku], []byte("buy 1"), kjs.WithID(p.id))
+		res, err := b.c.client.Call(ctx, b.skus[p.sku], []byte("buy 1"), keylane.WithID(p.id))
 		cancel()
 		p.reply, p.err, p.end = string(res), err, time.Now()
 		b.mu.Lock()

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/faultproxy"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -87,7 +87,7 @@ func TestNemesis(t *testing.T) {
 	c.waitBalanced(30 * time.Second)
 
 	keys := []string{"nemesis:0", "nemesis:1", "nemesis:2"}
-	h := newHistory("nemesis", func() *kjs.Client { return c.client })
+	h := newHistory("nemesis", func() *keylane.Client { return c.client })
 	h.timeout = nemesisOpTimeout
 	for _, k := range keys {
 		if o := h.call(k, "set 1000"); o.Err != nil || o.Reply != "ok 1000" {
@@ -386,7 +386,7 @@ func (ps *proxySet) closeAll() {
 // the leases and waits for balance.
 func clusterOn(t *testing.T, url, ns string, args ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ns: ns, names: kjs.Names{Namespace: ns}, dir: t.TempDir(), args: args}
+	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args}
 	nc, err := nats.Connect(url, nats.Name("e2e-"+ns), nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {

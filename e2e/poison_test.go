@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -21,7 +21,7 @@ type callResult struct {
 	at  time.Time
 }
 
-func (c *cluster) callAsync(key, payload string, opts ...kjs.SubmitOpt) <-chan callResult {
+func (c *cluster) callAsync(key, payload string, opts ...keylane.SubmitOpt) <-chan callResult {
 	ch := make(chan callResult, 1)
 	go func() {
 		res, err := c.call(key, payload, opts...)
@@ -77,27 +77,27 @@ func TestPoisonJob(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for i := 1; i < chain; i++ {
-		if _, err := c.client.Submit(ctx, poisonKey, []byte("fail"), kjs.WithID(fmt.Sprintf("poison-%d", i))); err != nil {
+		if _, err := c.client.Submit(ctx, poisonKey, []byte("fail"), keylane.WithID(fmt.Sprintf("poison-%d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	lastPoison := fmt.Sprintf("poison-%d", chain)
 	submitted := time.Now()
-	poisonCh := c.callAsync(poisonKey, "fail", kjs.WithID(lastPoison))
+	poisonCh := c.callAsync(poisonKey, "fail", keylane.WithID(lastPoison))
 	// The purchase on the same key must be stored after the poison job.
 	c.waitStored(partition.Subject(c.ns, pp), lastPoison, 10*time.Second)
-	afterCh := c.callAsync(poisonKey, "buy 1", kjs.WithID("after-poison"))
+	afterCh := c.callAsync(poisonKey, "buy 1", keylane.WithID("after-poison"))
 
 	b := c.startBuyers(32, skus, "poison-others", 500, func(i int) int { return i % len(skus) })
 	ps := b.wait()
 	poison := receive(t, poisonCh, lastPoison)
 	after := receive(t, afterCh, "after-poison")
 
-	var re *kjs.RemoteError
+	var re *keylane.RemoteError
 	if !errors.As(poison.err, &re) {
 		t.Fatalf("poison job: got %q, %v; want a *RemoteError", poison.res, poison.err)
 	}
-	if !re.DeadLettered || !errors.Is(poison.err, kjs.ErrPermanent) || !strings.Contains(re.Message, "poison") {
+	if !re.DeadLettered || !errors.Is(poison.err, keylane.ErrPermanent) || !strings.Contains(re.Message, "poison") {
 		t.Errorf("poison job: RemoteError %+v, want dead-lettered and permanent with the handler's error", re)
 	}
 	t.Logf("poison job %s answered %s after submit: %v", lastPoison, poison.at.Sub(submitted).Round(time.Millisecond), poison.err)
@@ -130,23 +130,23 @@ func TestPoisonJob(t *testing.T) {
 	dead := c.deadLetters()
 	for i := 1; i <= chain; i++ {
 		id := fmt.Sprintf("poison-%d", i)
-		i := slices.IndexFunc(dead, func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(kjs.HeaderJobID) == id })
+		i := slices.IndexFunc(dead, func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(keylane.HeaderJobID) == id })
 		if i < 0 {
 			t.Errorf("%s is not on the dead-letter stream %s", id, c.names.Dead())
 			continue
 		}
 		h := dead[i].Header
-		if e := h.Get(kjs.HeaderError); !strings.Contains(e, "poison") {
-			t.Errorf("%s: %s = %q, want the handler's error", id, kjs.HeaderError, e)
+		if e := h.Get(keylane.HeaderError); !strings.Contains(e, "poison") {
+			t.Errorf("%s: %s = %q, want the handler's error", id, keylane.HeaderError, e)
 		}
-		if a := h.Get(kjs.HeaderAttempts); a != "3" {
-			t.Errorf("%s: %s = %q, want 3", id, kjs.HeaderAttempts, a)
+		if a := h.Get(keylane.HeaderAttempts); a != "3" {
+			t.Errorf("%s: %s = %q, want 3", id, keylane.HeaderAttempts, a)
 		}
-		if w := h.Get(kjs.HeaderWorker); !slices.Contains(workers, w) {
-			t.Errorf("%s: %s = %q, want one of %v", id, kjs.HeaderWorker, w, workers)
+		if w := h.Get(keylane.HeaderWorker); !slices.Contains(workers, w) {
+			t.Errorf("%s: %s = %q, want one of %v", id, keylane.HeaderWorker, w, workers)
 		}
-		if k := h.Get(kjs.HeaderKey); k != poisonKey {
-			t.Errorf("%s: %s = %q, want %q", id, kjs.HeaderKey, k, poisonKey)
+		if k := h.Get(keylane.HeaderKey); k != poisonKey {
+			t.Errorf("%s: %s = %q, want %q", id, keylane.HeaderKey, k, poisonKey)
 		}
 		if string(dead[i].Data) != "fail" {
 			t.Errorf("%s: dead letter body %q, want the original job", id, dead[i].Data)
@@ -190,7 +190,7 @@ func (c *cluster) waitStored(subject, id string, timeout time.Duration) {
 	}
 	for {
 		m, err := s.GetLastMsgForSubject(ctx, subject)
-		if err == nil && m.Header.Get(kjs.HeaderJobID) == id {
+		if err == nil && m.Header.Get(keylane.HeaderJobID) == id {
 			return
 		}
 		if ctx.Err() != nil {

@@ -25,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 )
 
 // ErrBadCommand is returned (permanently) for a job that is not a command
@@ -43,7 +43,7 @@ var ErrPoison = errors.New("inventory: poison job")
 type Handler struct {
 	// State stores the stock when the handler runs as a Handler. A worker
 	// running it as a Reducer keeps the stock itself and ignores State.
-	State *kjs.State
+	State *keylane.State
 	// Hold is a pause between reading and writing the stock, to simulate a
 	// slow critical section in tests and demos. Defaults to none.
 	Hold time.Duration
@@ -86,10 +86,10 @@ func Parse(payload []byte) (Command, error) {
 
 // Reduce implements keylane's Reducer, the fast path: the worker keeps the
 // stock and group-commits a SKU's queued purchases with one state write.
-func (h *Handler) Reduce(ctx context.Context, job kjs.Job, cur []byte) ([]byte, []byte, error) {
+func (h *Handler) Reduce(ctx context.Context, job keylane.Job, cur []byte) ([]byte, []byte, error) {
 	cmd, err := Parse(job.Payload)
 	if err != nil {
-		return nil, nil, kjs.Permanent(err)
+		return nil, nil, keylane.Permanent(err)
 	}
 	if h.Tracker != nil {
 		h.Tracker.Start(job)
@@ -100,7 +100,7 @@ func (h *Handler) Reduce(ctx context.Context, job kjs.Job, cur []byte) ([]byte, 
 
 // Committed implements keylane's CommitObserver: it tells the tracker
 // whether a run's outcome was stored.
-func (h *Handler) Committed(job kjs.Job, applied bool) {
+func (h *Handler) Committed(job keylane.Job, applied bool) {
 	if h.Tracker != nil {
 		h.Tracker.Outcome(job, applied)
 	}
@@ -108,10 +108,10 @@ func (h *Handler) Committed(job kjs.Job, applied bool) {
 
 // Handle implements keylane's Handler: the same commands, each applied
 // with its own state write through State.Apply.
-func (h *Handler) Handle(ctx context.Context, job kjs.Job) ([]byte, error) {
+func (h *Handler) Handle(ctx context.Context, job keylane.Job) ([]byte, error) {
 	cmd, err := Parse(job.Payload)
 	if err != nil {
-		return nil, kjs.Permanent(err)
+		return nil, keylane.Permanent(err)
 	}
 	var applied bool
 	if h.Tracker != nil {
@@ -161,7 +161,7 @@ func (h *Handler) step(ctx context.Context, cmd Command, cur []byte) ([]byte, []
 		out = append([]byte("ok "), strconv.FormatInt(stock, 10)...)
 	case "restock":
 		if stock > 0 && cmd.N > math.MaxInt64-stock {
-			return nil, nil, kjs.Permanent(fmt.Errorf("%w: restock %d onto %d", ErrOverflow, cmd.N, stock))
+			return nil, nil, keylane.Permanent(fmt.Errorf("%w: restock %d onto %d", ErrOverflow, cmd.N, stock))
 		}
 		stock += cmd.N
 		out = append([]byte("ok "), strconv.FormatInt(stock, 10)...)

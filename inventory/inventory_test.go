@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 )
 
 func TestParse(t *testing.T) {
@@ -91,7 +91,7 @@ func TestRestockOverflow(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cur := encode(tc.stock)
-			job := kjs.Job{Key: "sku:1", Payload: []byte("restock " + strconv.FormatInt(tc.restock, 10))}
+			job := keylane.Job{Key: "sku:1", Payload: []byte("restock " + strconv.FormatInt(tc.restock, 10))}
 			next, out, err := h.Reduce(t.Context(), job, cur)
 			if tc.ok {
 				if err != nil || decode(next) != tc.stock+tc.restock {
@@ -102,7 +102,7 @@ func TestRestockOverflow(t *testing.T) {
 			if err == nil {
 				t.Fatalf("restock %d onto %d accepted: stock %s, result %q", tc.restock, tc.stock, next, out)
 			}
-			if !errors.Is(err, ErrOverflow) || !errors.Is(err, kjs.ErrPermanent) {
+			if !errors.Is(err, ErrOverflow) || !errors.Is(err, keylane.ErrPermanent) {
 				t.Fatalf("restock %d onto %d: %v; want a permanent ErrOverflow", tc.restock, tc.stock, err)
 			}
 			if next != nil {
@@ -134,7 +134,7 @@ func TestRestockOverflowChangesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			res, err := c.Call(ctx, "sku:big", []byte("restock 10"))
-			var re *kjs.RemoteError
+			var re *keylane.RemoteError
 			if !errors.As(err, &re) || !re.Permanent {
 				t.Fatalf("restock 10 onto %d = %q, %v; want a permanent remote error", stock, res, err)
 			}

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -30,13 +30,13 @@ type LocalConfig struct {
 	// Client then group-commit (see GroupCommit).
 	SyncAlways bool
 	// GroupCommit makes clients from Client coalesce concurrent submits
-	// into atomic batches (kjs.ClientConfig.GroupCommit). Set it with a
+	// into atomic batches (keylane.ClientConfig.GroupCommit). Set it with a
 	// separate server that fsyncs every write.
 	GroupCommit bool
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
-	Topology kjs.TopologyConfig
+	Topology keylane.TopologyConfig
 	// Concurrency per partition. Defaults as in WorkerConfig.
 	Concurrency int
 	// Hold is the handler's pause inside the critical section.
@@ -54,7 +54,7 @@ type Local struct {
 	Server  *server.Server // nil when URL was given
 	URL     string
 	Tracker *Tracker
-	Workers []*kjs.Worker
+	Workers []*keylane.Worker
 	conns   []*nats.Conn
 	tmp     string
 	ns      string
@@ -95,21 +95,21 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			return nil, err
 		}
 		l.conns = append(l.conns, nc)
-		wcfg := kjs.WorkerConfig{Reducer: &Handler{Hold: cfg.Hold, Tracker: l.Tracker}}
+		wcfg := keylane.WorkerConfig{Reducer: &Handler{Hold: cfg.Hold, Tracker: l.Tracker}}
 		if cfg.PerJobWrites {
 			js, err := jetstream.New(nc)
 			if err != nil {
 				l.Stop(ctx)
 				return nil, err
 			}
-			topo, err := kjs.Setup(ctx, js, cfg.Topology)
+			topo, err := keylane.Setup(ctx, js, cfg.Topology)
 			if err != nil {
 				l.Stop(ctx)
 				return nil, err
 			}
-			wcfg = kjs.WorkerConfig{Handler: &Handler{State: kjs.NewState(topo.State), Hold: cfg.Hold, Tracker: l.Tracker}}
+			wcfg = keylane.WorkerConfig{Handler: &Handler{State: keylane.NewState(topo.State), Hold: cfg.Hold, Tracker: l.Tracker}}
 		}
-		w, err := kjs.NewWorker(nc, kjs.WorkerConfig{
+		w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
 			Topology:    cfg.Topology,
 			Handler:     wcfg.Handler,
 			Reducer:     wcfg.Reducer,
@@ -146,13 +146,13 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 }
 
 // Client connects a new client to the deployment; it is closed by Stop.
-func (l *Local) Client(ctx context.Context) (*kjs.Client, error) {
+func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 	nc, err := nats.Connect(l.URL, nats.Name("keylane-client"))
 	if err != nil {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: l.ns, GroupCommit: l.group})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, GroupCommit: l.group})
 }
 
 // Stop stops the workers gracefully, then the server.

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 	"github.com/nats-io/nuid"
 )
 
@@ -143,7 +143,7 @@ func round(d time.Duration) time.Duration {
 // RunSale stocks the SKUs, runs the purchases through c and checks the
 // result. tr, if not nil, is the tracker the handlers share (in-process
 // workers), for the per-key concurrency and order checks.
-func RunSale(ctx context.Context, c *kjs.Client, cfg SaleConfig, tr *Tracker) (Verdict, error) {
+func RunSale(ctx context.Context, c *keylane.Client, cfg SaleConfig, tr *Tracker) (Verdict, error) {
 	cfg.setDefaults()
 	if !cfg.Even && cfg.Skew <= 1 {
 		return Verdict{Config: cfg}, fmt.Errorf("inventory: zipf skew must be above 1 (got %g); set Even for even demand", cfg.Skew)
@@ -237,7 +237,7 @@ func RunSale(ctx context.Context, c *kjs.Client, cfg SaleConfig, tr *Tracker) (V
 	return v, nil
 }
 
-func callAll(ctx context.Context, c *kjs.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string, v *Verdict) ([]time.Duration, error) {
+func callAll(ctx context.Context, c *keylane.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string, v *Verdict) ([]time.Duration, error) {
 	lat := make([]time.Duration, len(picks))
 	var next atomic.Int64
 	var sold, refused, failed atomic.Int64
@@ -253,7 +253,7 @@ func callAll(ctx context.Context, c *kjs.Client, cfg SaleConfig, picks []int, ru
 					return
 				}
 				t0 := time.Now()
-				res, err := c.Call(ctx, sku(picks[i]), []byte("buy 1"), kjs.WithID(runID+"-"+strconv.Itoa(i)))
+				res, err := c.Call(ctx, sku(picks[i]), []byte("buy 1"), keylane.WithID(runID+"-"+strconv.Itoa(i)))
 				lat[i] = time.Since(t0)
 				switch {
 				case err != nil:
@@ -281,13 +281,13 @@ func callAll(ctx context.Context, c *kjs.Client, cfg SaleConfig, picks []int, ru
 	return lat, nil
 }
 
-func submitAll(ctx context.Context, c *kjs.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string) error {
+func submitAll(ctx context.Context, c *keylane.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string) error {
 	const chunk = 4096
 	for lo := 0; lo < len(picks); lo += chunk {
 		hi := min(lo+chunk, len(picks))
-		reqs := make([]kjs.Request, 0, hi-lo)
+		reqs := make([]keylane.Request, 0, hi-lo)
 		for i := lo; i < hi; i++ {
-			reqs = append(reqs, kjs.Request{Key: sku(picks[i]), Payload: []byte("buy 1"), ID: runID + "-" + strconv.Itoa(i)})
+			reqs = append(reqs, keylane.Request{Key: sku(picks[i]), Payload: []byte("buy 1"), ID: runID + "-" + strconv.Itoa(i)})
 		}
 		out, err := c.SubmitMany(ctx, reqs)
 		if err != nil {
@@ -302,7 +302,7 @@ func submitAll(ctx context.Context, c *kjs.Client, cfg SaleConfig, picks []int, 
 	return nil
 }
 
-func stock(ctx context.Context, c *kjs.Client, key string) (int64, error) {
+func stock(ctx context.Context, c *keylane.Client, key string) (int64, error) {
 	res, err := c.Call(ctx, key, []byte("get"))
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", key, err)

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 )
 
 // Tracker watches handler runs in one process: the most runs of one key seen
@@ -54,7 +54,7 @@ func NewTracker(out io.Writer, worker string) *Tracker {
 }
 
 // Start records the start of a run.
-func (t *Tracker) Start(job kjs.Job) {
+func (t *Tracker) Start(job keylane.Job) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	k := t.keys[job.Key]
@@ -77,7 +77,7 @@ func (t *Tracker) Start(job kjs.Job) {
 }
 
 // End records the end of a run.
-func (t *Tracker) End(job kjs.Job) {
+func (t *Tracker) End(job keylane.Job) {
 	end := time.Now().UnixNano()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -94,7 +94,7 @@ func (t *Tracker) End(job kjs.Job) {
 
 // Outcome records whether an ended run's state write took effect, which
 // may be known only after End (group commit), and logs the run.
-func (t *Tracker) Outcome(job kjs.Job, applied bool) {
+func (t *Tracker) Outcome(job keylane.Job, applied bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.pending[job.Seq]

@@ -1,7 +1,19 @@
-// Package jetstream is keylane on NATS JetStream: the namespace's streams
-// and buckets, the client that submits jobs, the worker that owns
-// partitions and runs them, and State for per-key state with exactly-once
-// effect. Most users reach it through the root package keylane.
+// Package jetstream writes down how keylane runs on NATS JetStream: the
+// namespace's streams and buckets, the client that submits jobs, the
+// worker that owns partitions and runs them, and State for per-key state
+// with exactly-once effect — each failure case, what keylane does about
+// it, and the test that covers it. The code is in the root package
+// keylane.
+//
+// Why the code left this package: it was the public API, under a name
+// that clashes with nats.go's jetstream, so every file that used both
+// imported one under an alias, and the root package was a file of aliases
+// over it. The root package is now the API (as River's is), and nothing
+// here is left that a user would import on its own: topology setup and
+// inspection (Setup, Open, Topology, Names, Meta), the wire vocabulary and
+// the operator's functions (Repartition, AdoptEpoch) are part of that API
+// and are used with the client and worker. This package stays the place
+// engineers from etcd or NATS read first.
 //
 // # Topology
 //

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
-	"github.com/keylane/keylane/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -17,10 +17,10 @@ func TestCollectorReportsWorkerCounters(t *testing.T) {
 	nc := natstest.Connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w, err := jetstream.NewWorker(nc, jetstream.WorkerConfig{
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
 		ID:       "m1",
-		Topology: jetstream.TopologyConfig{Partitions: 2, LeaseTTL: time.Second},
-		Handler: jetstream.HandlerFunc(func(_ context.Context, j jetstream.Job) ([]byte, error) {
+		Topology: keylane.TopologyConfig{Partitions: 2, LeaseTTL: time.Second},
+		Handler: keylane.HandlerFunc(func(_ context.Context, j keylane.Job) ([]byte, error) {
 			return j.Payload, nil
 		}),
 	})
@@ -31,7 +31,7 @@ func TestCollectorReportsWorkerCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(ctx)
-	c, err := jetstream.NewClient(ctx, nc, jetstream.ClientConfig{})
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

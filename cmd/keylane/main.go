@@ -16,7 +16,7 @@ import (
 	"syscall"
 	"time"
 
-	kjs "github.com/keylane/keylane/jetstream"
+	"github.com/keylane/keylane"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -111,13 +111,13 @@ func repartition(ctx context.Context, args []string, out io.Writer) error {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	before, err := kjs.Open(ctx, js, c.namespace, 0)
+	before, err := keylane.Open(ctx, js, c.namespace, 0)
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "namespace %s: %d partitions -> %d; freezing, draining\n", c.namespace, before.Partitions, *to)
 	last := time.Time{}
-	err = kjs.Repartition(ctx, js, c.namespace, *to, func(left uint64) {
+	err = keylane.Repartition(ctx, js, c.namespace, *to, func(left uint64) {
 		if time.Since(last) >= time.Second || left == 0 {
 			fmt.Fprintf(out, "  %d jobs left to drain\n", left)
 			last = time.Now()
@@ -126,7 +126,7 @@ func repartition(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	after, err := kjs.Open(ctx, js, c.namespace, *to)
+	after, err := keylane.Open(ctx, js, c.namespace, *to)
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func adopt(ctx context.Context, args []string, out io.Writer) error {
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if err := kjs.AdoptEpoch(ctx, js, c.namespace, e); err != nil {
+	if err := keylane.AdoptEpoch(ctx, js, c.namespace, e); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "namespace %s adopts epoch %x: keys written under it run again\n", c.namespace, e)

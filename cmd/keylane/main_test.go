@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -19,9 +19,9 @@ func TestRepartitionCommand(t *testing.T) {
 	nc := natstest.Connect(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := kjs.NewWorker(nc, kjs.WorkerConfig{
-		Topology: kjs.TopologyConfig{Namespace: "cli", Partitions: 4, LeaseTTL: time.Second},
-		Reducer: kjs.ReducerFunc(func(_ context.Context, _ kjs.Job, cur []byte) ([]byte, []byte, error) {
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
+		Topology: keylane.TopologyConfig{Namespace: "cli", Partitions: 4, LeaseTTL: time.Second},
+		Reducer: keylane.ReducerFunc(func(_ context.Context, _ keylane.Job, cur []byte) ([]byte, []byte, error) {
 			return append(cur, 'x'), nil, nil
 		}),
 	})
@@ -32,7 +32,7 @@ func TestRepartitionCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = w.Stop(context.Background()) }()
-	c, err := kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: "cli"})
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: "cli"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestRepartitionCommand(t *testing.T) {
 		t.Fatalf("output:\n%s", out.String())
 	}
 	js, _ := jetstream.New(nc)
-	meta, err := kjs.Open(ctx, js, "cli", 8)
+	meta, err := keylane.Open(ctx, js, "cli", 8)
 	if err != nil || len(meta.Adopted) != 1 {
 		t.Fatalf("after repartition: %+v, %v", meta, err)
 	}
@@ -56,7 +56,7 @@ func TestRepartitionCommand(t *testing.T) {
 	if err := run(ctx, []string{"adopt", "--nats", srv.ClientURL(), "--namespace", "cli", "--epoch", "abc"}, &out, &out); err != nil {
 		t.Fatalf("adopt: %v\n%s", err, out.String())
 	}
-	if meta, _ := kjs.Open(ctx, js, "cli", 8); len(meta.Adopted) != 2 {
+	if meta, _ := keylane.Open(ctx, js, "cli", 8); len(meta.Adopted) != 2 {
 		t.Fatalf("adopted %x", meta.Adopted)
 	}
 	for _, args := range [][]string{nil, {"nope"}, {"repartition"}, {"repartition", "--to", "-1"}, {"adopt", "--epoch", "zz"}} {

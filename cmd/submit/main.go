@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/inventory"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/nats-io/nats.go"
 )
 
@@ -99,13 +99,13 @@ func (c *common) logger() *slog.Logger {
 
 // connect returns a client, starting an in-process deployment when no URL
 // was given, and a function that tears everything down.
-func (c *common) connect(ctx context.Context, hold time.Duration) (*kjs.Client, *inventory.Local, func(), error) {
+func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Client, *inventory.Local, func(), error) {
 	if c.url != "" {
 		nc, err := nats.Connect(c.url, nats.Name("keylane-submit"))
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		cl, err := kjs.NewClient(ctx, nc, kjs.ClientConfig{Namespace: c.namespace, Partitions: c.partitions})
+		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions})
 		if err != nil {
 			nc.Close()
 			return nil, nil, nil, err
@@ -114,7 +114,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*kjs.Client, 
 	}
 	local, err := inventory.StartLocal(ctx, inventory.LocalConfig{
 		Workers:  c.workers,
-		Topology: kjs.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions},
+		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions},
 		Hold:     hold,
 		Logger:   c.logger(),
 	})
@@ -208,16 +208,16 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	defer done()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	var opts []kjs.SubmitOpt
+	var opts []keylane.SubmitOpt
 	if *id != "" {
-		opts = append(opts, kjs.WithID(*id))
+		opts = append(opts, keylane.WithID(*id))
 	}
 	if *typ != "" {
-		opts = append(opts, kjs.WithType(*typ))
+		opts = append(opts, keylane.WithType(*typ))
 	}
 	if cmd == "send" {
 		jobID, err := cl.Submit(ctx, *key, []byte(*payload), opts...)
-		if errors.Is(err, kjs.ErrDuplicate) {
+		if errors.Is(err, keylane.ErrDuplicate) {
 			fmt.Fprintln(out, jobID, "(duplicate: stored before, nothing new stored)")
 			return nil
 		}

@@ -22,9 +22,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/inventory"
-	kjs "github.com/keylane/keylane/jetstream"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,7 +46,7 @@ type config struct {
 	syncAlways                                                      bool
 	drain, ping                                                     time.Duration
 	hold                                                            time.Duration
-	worker                                                          kjs.WorkerConfig
+	worker                                                          keylane.WorkerConfig
 }
 
 func env(name, def string) string {
@@ -149,7 +149,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	defer nc.Close()
 	if c.worker.ID == "" {
-		c.worker.ID = kjs.DefaultWorkerID() // known before the handler's tracker needs it
+		c.worker.ID = keylane.DefaultWorkerID() // known before the handler's tracker needs it
 	}
 	var tracker *inventory.Tracker
 	if c.trace != "" {
@@ -165,7 +165,7 @@ func run(ctx context.Context, args []string) error {
 	if c.crashOn != "" {
 		c.worker.Reducer = crashing{h, c.crashOn, log}
 	}
-	w, err := kjs.NewWorker(nc, c.worker)
+	w, err := keylane.NewWorker(nc, c.worker)
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func run(ctx context.Context, args []string) error {
 
 // serveMetrics serves the worker's Prometheus metrics on addr until the
 // returned function is called.
-func serveMetrics(addr string, w *kjs.Worker, log *slog.Logger) (func(), error) {
+func serveMetrics(addr string, w *keylane.Worker, log *slog.Logger) (func(), error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.New(w), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
@@ -219,7 +219,7 @@ type crashing struct {
 	log *slog.Logger
 }
 
-func (c crashing) Reduce(ctx context.Context, j kjs.Job, cur []byte) ([]byte, []byte, error) {
+func (c crashing) Reduce(ctx context.Context, j keylane.Job, cur []byte) ([]byte, []byte, error) {
 	if string(j.Payload) == c.on {
 		c.log.Error("crashing on purpose", "job_id", j.ID, "attempt", j.Attempt)
 		os.Exit(99)

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/inventory"
-	kjs "github.com/keylane/keylane/jetstream"
 )
 
 // workers is how many keylane workers every placement runs.
@@ -27,7 +27,7 @@ type keylaneSale struct {
 	srv    *natsServer      // separate
 	worker *child           // separate
 	nc     *nats.Conn       // separate
-	client *kjs.Client
+	client *keylane.Client
 	pids   [2]int
 }
 
@@ -62,7 +62,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	// As inventory.Local's clients: group commit when every write is synced.
-	k.client, err = kjs.NewClient(ctx, k.nc, kjs.ClientConfig{GroupCommit: env.Durable})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{GroupCommit: env.Durable})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
 }
@@ -91,19 +91,19 @@ func (k *keylaneSale) Teardown(ctx context.Context) {
 }
 
 // keylaneQueue is a queue through a keylane Client.
-type keylaneQueue struct{ c *kjs.Client }
+type keylaneQueue struct{ c *keylane.Client }
 
 func (q keylaneQueue) call(ctx context.Context, key string, payload []byte, id string) ([]byte, error) {
 	if id == "" {
 		return q.c.Call(ctx, key, payload)
 	}
-	return q.c.Call(ctx, key, payload, kjs.WithID(id))
+	return q.c.Call(ctx, key, payload, keylane.WithID(id))
 }
 
 func (q keylaneQueue) submit(ctx context.Context, keys []string, payload []byte, ids []string) error {
-	reqs := make([]kjs.Request, len(keys))
+	reqs := make([]keylane.Request, len(keys))
 	for i, k := range keys {
-		reqs[i] = kjs.Request{Key: k, Payload: payload}
+		reqs[i] = keylane.Request{Key: k, Payload: payload}
 		if ids != nil {
 			reqs[i].ID = ids[i]
 		}

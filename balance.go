@@ -1,0 +1,614 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keylane/keylane/lease"
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// balancer decides which partitions this worker should own. The desired
+// owner of partition p is the live member with the highest rendezvous hash
+// (partition.Owner). The balancer acquires free partitions it is desired
+// for, hands over those it owns but is no longer desired for, and takes an
+// orphan partition (free for a whole TTL with its desired owner not claiming
+// it). It learns the member set and the lease holders by watching the two
+// buckets, and re-checks every TTL/3 as a safety net.
+//
+// A handler that ignores its context keeps its owner running after the
+// lease is lost, and the worker cannot own the partition again until it
+// returns. If such a worker stayed the desired owner, the others would take
+// the partition as an orphan, hand it back after orphanHold TTLs to a
+// worker that cannot take it, and take it again a TTL later: it would
+// bounce, free a quarter of the time. So a worker whose owner outlives its
+// lease by stuckAfter publishes a stuck mark for the partition in the lease
+// bucket (key s.<p>.<worker>, a lease of its own, so it expires with a
+// crashed worker), and every balancer leaves marked workers out when it
+// computes the partition's desired owner. The mark is released when the
+// owner returns, and the partition goes back to its desired owner by an
+// ordinary hand-over.
+type balancer struct {
+	w      *Worker
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kick   chan struct{}
+
+	mu      sync.Mutex
+	member  *lease.Lease
+	memberv *view // the members bucket
+	leasev  *view // the leases bucket
+	members map[string]bool
+	holders []holder
+	// memberSeen is when each member's last write was seen.
+	memberSeen map[string]time.Time
+	stuck      map[int]map[string]bool // partition → workers with a stuck mark on it
+	owners     map[int]*owner
+	lapsed     map[*owner]*lapse // our owners whose lease ended while they still run
+	acquiring  map[int]bool
+	stopping   bool
+}
+
+// view is a bucket the balancer follows through a KV watch. A watch's
+// channel closes when nats.go gives up on its ordered consumer (say the
+// consumer cannot be re-created after a server restart or while the
+// bucket's stream is missing); the balancer then watches again, with
+// backoff, and relearns the bucket from the new watch's initial values.
+// Until they are in, it does not reconcile.
+type view struct {
+	kv     jetstream.KeyValue
+	reset  func()                        // forgets what the bucket said; b.mu held
+	apply  func(jetstream.KeyValueEntry) // learns one entry; b.mu held
+	synced bool                          // the current watch delivered its initial values; b.mu
+}
+
+// lapse is an owner of ours whose lease ended before its run returned.
+type lapse struct {
+	since  time.Time // when the balancer first saw the lease ended
+	marked bool      // holdStuckMark runs for it
+}
+
+type holder struct {
+	id    string
+	free  bool
+	since time.Time // free since
+	seen  time.Time // when its last write was seen
+}
+
+// staleAfter is how long a lease or member entry may go unrewritten before
+// the balancer takes it as expired even without the server's expiry
+// marker. Live holders rewrite every TTL/3; a server that expires entries
+// while it recovers its store after a restart writes no marker, so
+// watchers would otherwise wait for ever on a dead worker's entries.
+func staleAfter(ttl time.Duration) time.Duration { return ttl + ttl/2 }
+
+func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
+	n := w.topo.Partitions
+	b := &balancer{
+		w: w, kick: make(chan struct{}, 1),
+		members: map[string]bool{}, memberSeen: map[string]time.Time{}, holders: make([]holder, n), stuck: map[int]map[string]bool{},
+		owners: map[int]*owner{}, acquiring: map[int]bool{}, lapsed: map[*owner]*lapse{},
+	}
+	b.forgetLeases()
+	// A worker restarted with the same ID finds its old entry until it
+	// expires: wait for it, but not for a live twin.
+	rctx, cancel := context.WithTimeout(ctx, 2*w.cfg.Topology.LeaseTTL)
+	m, err := lease.Campaign(rctx, w.topo.Members, w.cfg.ID, w.leaseConfig())
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("keylane: register member %s (is another worker running with this ID?): %w", w.cfg.ID, err)
+	}
+	b.member = m
+	// The balancer outlives Start's ctx: it stops with Stop.
+	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	b.memberv = &view{kv: w.topo.Members, reset: func() { clear(b.members) }, apply: b.onMember}
+	b.leasev = &view{kv: w.topo.Leases, reset: b.forgetLeases, apply: b.onLease}
+	mw, mstop, err := b.open(b.memberv)
+	if err != nil {
+		b.cancel()
+		_ = m.Release(ctx)
+		return nil, err
+	}
+	lw, lstop, err := b.open(b.leasev)
+	if err != nil {
+		mstop()
+		b.cancel()
+		_ = m.Release(ctx)
+		return nil, err
+	}
+	b.wg.Add(3)
+	go b.follow(b.memberv, mw, mstop)
+	go b.follow(b.leasev, lw, lstop)
+	go b.loop()
+	return b, nil
+}
+
+// open starts a watch of v's bucket. stop ends it, and the goroutine
+// nats.go keeps for the watch's context with it.
+func (b *balancer) open(v *view) (kw jetstream.KeyWatcher, stop func(), err error) {
+	ctx, cancel := context.WithCancel(b.ctx)
+	kw, err = v.kv.WatchAll(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	return kw, func() { _ = kw.Stop(); cancel() }, nil
+}
+
+// follow applies v's watch kw until Stop, and watches again whenever the
+// watch's channel closes: after a jittered backoff that doubles from
+// TTL/20 up to TTL while watches keep failing or closing early, and starts
+// over once one lived a TTL.
+func (b *balancer) follow(v *view, kw jetstream.KeyWatcher, stop func()) {
+	defer b.wg.Done()
+	ttl := b.w.cfg.Topology.LeaseTTL
+	bucket := v.kv.Bucket()
+	var backoff time.Duration
+	for {
+		opened := time.Now()
+		b.drain(v, kw)
+		stop()
+		if b.ctx.Err() != nil {
+			return
+		}
+		b.mu.Lock()
+		v.synced = false
+		b.mu.Unlock()
+		if time.Since(opened) >= ttl {
+			backoff = 0
+		}
+		backoff = nextBackoff(backoff, ttl)
+		b.w.log.Warn("bucket watch closed; watching it again", "bucket", bucket, "retry_in", backoff)
+		for {
+			t := time.NewTimer(backoff)
+			select {
+			case <-b.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			var err error
+			kw, stop, err = b.open(v)
+			if err == nil {
+				break
+			}
+			backoff = nextBackoff(backoff, ttl)
+			b.w.log.Warn("watch bucket", "bucket", bucket, "err", err, "retry_in", backoff)
+		}
+		// The new watch replays the bucket: forget what the old one said,
+		// including deletes and expiries it never delivered.
+		b.mu.Lock()
+		v.reset()
+		b.mu.Unlock()
+		b.w.log.Info("watching bucket again", "bucket", bucket)
+	}
+}
+
+// drain applies kw's entries to v until its channel closes or the
+// balancer stops.
+func (b *balancer) drain(v *view, kw jetstream.KeyWatcher) {
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case e, ok := <-kw.Updates():
+			if !ok {
+				return
+			}
+			b.mu.Lock()
+			if e == nil {
+				v.synced = true
+			} else {
+				v.apply(e)
+			}
+			b.mu.Unlock()
+			b.poke()
+		}
+	}
+}
+
+// forgetLeases marks every partition free as of now, with no stuck marks.
+// It runs with b.mu held.
+func (b *balancer) forgetLeases() {
+	now := time.Now()
+	for p := range b.holders {
+		b.holders[p] = holder{free: true, since: now}
+	}
+	clear(b.stuck)
+}
+
+// onMember and onLease run with b.mu held.
+func (b *balancer) onMember(e jetstream.KeyValueEntry) {
+	if e.Operation() == jetstream.KeyValuePut {
+		b.members[e.Key()] = true
+		b.memberSeen[e.Key()] = time.Now()
+	} else {
+		delete(b.members, e.Key())
+		delete(b.memberSeen, e.Key())
+	}
+}
+
+func (b *balancer) onLease(e jetstream.KeyValueEntry) {
+	if p, id, ok := parseStuckKey(e.Key()); ok {
+		if e.Operation() == jetstream.KeyValuePut {
+			if b.stuck[p] == nil {
+				b.stuck[p] = map[string]bool{}
+			}
+			b.stuck[p][id] = true
+		} else if b.stuck[p] != nil {
+			delete(b.stuck[p], id)
+			if len(b.stuck[p]) == 0 {
+				delete(b.stuck, p)
+			}
+		}
+		return
+	}
+	var p int
+	if _, err := fmt.Sscanf(e.Key(), "p.%d", &p); err != nil || p < 0 || p >= len(b.holders) {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		b.holders[p] = holder{free: true, since: time.Now()}
+		return
+	}
+	info, err := lease.Decode(e.Value())
+	if err != nil {
+		b.w.log.Warn("undecodable lease entry", "partition", p, "err", err)
+		return
+	}
+	b.holders[p] = holder{id: info.Holder, seen: time.Now()}
+}
+
+func (b *balancer) poke() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (b *balancer) loop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.w.cfg.Topology.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		b.mu.Lock()
+		memberDone := b.member.Done()
+		if b.stopping {
+			memberDone = nil // released on purpose: do not spin on it
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.kick:
+		case <-t.C:
+		case <-memberDone:
+			b.reregister()
+		}
+		b.reconcile()
+	}
+}
+
+// reregister puts the worker back into the member set after its entry was
+// lost (for example while the process was paused).
+func (b *balancer) reregister() {
+	b.mu.Lock()
+	stopping := b.stopping
+	b.mu.Unlock()
+	if stopping {
+		return
+	}
+	b.w.log.Warn("member entry lost; registering again", "err", b.member.Err())
+	ctx, cancel := context.WithTimeout(b.ctx, 2*b.w.cfg.Topology.LeaseTTL)
+	defer cancel()
+	m, err := lease.Campaign(ctx, b.w.topo.Members, b.w.cfg.ID, b.w.leaseConfig())
+	if err != nil {
+		b.w.log.Error("register member again", "err", err)
+		return
+	}
+	b.mu.Lock()
+	b.member = m
+	b.mu.Unlock()
+}
+
+func (b *balancer) reconcile() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopping || !b.memberv.synced || !b.leasev.synced {
+		return
+	}
+	me := b.w.cfg.ID
+	ttl := b.w.cfg.Topology.LeaseTTL
+	now := time.Now()
+	for m := range b.members {
+		if m != me && now.Sub(b.memberSeen[m]) > staleAfter(ttl) {
+			delete(b.members, m) // expired without a marker
+		}
+	}
+	members := make([]string, 0, len(b.members)+1)
+	for m := range b.members {
+		members = append(members, m)
+	}
+	if !b.members[me] {
+		members = append(members, me)
+	}
+	slices.Sort(members)
+	for p := range b.holders {
+		if h := b.holders[p]; !h.free && b.owners[p] == nil && !h.seen.IsZero() && now.Sub(h.seen) > staleAfter(ttl) {
+			b.holders[p] = holder{free: true, since: h.seen.Add(ttl)}
+		}
+		desired := partition.Owner(p, b.candidates(p, members))
+		if o := b.owners[p]; o != nil {
+			if b.lapse(p, o, now) {
+				continue
+			}
+			// An orphan we took because its desired owner did not claim it
+			// stays a while: handing it straight back to an owner that
+			// cannot take it would bounce it every TTL.
+			settled := !o.orphan || now.Sub(o.since) >= orphanHold*ttl
+			if desired != me && b.members[desired] && settled {
+				o.handOver()
+			}
+			continue
+		}
+		if b.acquiring[p] {
+			continue
+		}
+		h := b.holders[p]
+		if !h.free {
+			continue
+		}
+		if desired == me || now.Sub(h.since) >= ttl {
+			b.acquiring[p] = true
+			b.wg.Add(1)
+			go b.acquire(p, desired != me)
+		}
+	}
+}
+
+// candidates returns the members that may own p: all of them except those
+// with a stuck mark on p, unless every one has.
+func (b *balancer) candidates(p int, members []string) []string {
+	marked := b.stuck[p]
+	if len(marked) == 0 {
+		return members
+	}
+	out := make([]string, 0, len(members))
+	for _, m := range members {
+		if !marked[m] {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return members
+	}
+	return out
+}
+
+// lapse reports whether o's lease has ended while o still runs. Once it
+// has run stuckAfter past the end, lapse counts and logs it and starts
+// holdStuckMark. It runs with b.mu held.
+func (b *balancer) lapse(p int, o *owner, now time.Time) bool {
+	if !isClosed(o.l.Done()) {
+		return false
+	}
+	lp := b.lapsed[o]
+	if lp == nil {
+		b.lapsed[o] = &lapse{since: now}
+		return true
+	}
+	if lp.marked || now.Sub(lp.since) < stuckAfter(b.w.cfg.Topology.LeaseTTL) {
+		return true
+	}
+	lp.marked = true
+	b.w.stats.stuck.Add(1)
+	b.w.log.Warn("partition lease ended but its handlers have not returned (do they ignore their context?); publishing a stuck mark so another worker owns it meanwhile",
+		"partition", p, "stuck_for", now.Sub(lp.since).Round(time.Millisecond), "err", o.l.Err())
+	b.wg.Add(1)
+	go b.holdStuckMark(p, o, lp.since)
+	return true
+}
+
+// stuckAfter is how long an owner may keep running after its lease ended
+// before its worker marks the partition stuck. An owner whose handlers
+// honour their context returns within milliseconds; only a release that
+// cannot reach the server takes longer, and then no mark can be written
+// either.
+func stuckAfter(ttl time.Duration) time.Duration { return ttl / 3 }
+
+// stuckKey is the lease-bucket key of worker id's stuck mark on partition
+// p. Worker IDs hold no '.', and the key does not start with "p.", so
+// older balancers ignore it.
+func stuckKey(p int, id string) string { return "s." + strconv.Itoa(p) + "." + id }
+
+func parseStuckKey(key string) (p int, id string, ok bool) {
+	rest, ok := strings.CutPrefix(key, "s.")
+	if !ok {
+		return 0, "", false
+	}
+	ps, id, ok := strings.Cut(rest, ".")
+	if !ok || id == "" {
+		return 0, "", false
+	}
+	p, err := strconv.Atoi(ps)
+	if err != nil || p < 0 {
+		return 0, "", false
+	}
+	return p, id, true
+}
+
+// holdStuckMark keeps worker's stuck mark on p until o returns: it takes
+// the mark's lease (again, with backoff, if it is lost) and releases it
+// when o is done. It logs at Error, at doubling intervals, how long o has
+// been stuck.
+func (b *balancer) holdStuckMark(p int, o *owner, since time.Time) {
+	defer b.wg.Done()
+	ttl := b.w.cfg.Topology.LeaseTTL
+	key := stuckKey(p, b.w.cfg.ID)
+	var mark *lease.Lease
+	defer func() {
+		if mark != nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), ttl)
+			if err := mark.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
+				b.w.log.Warn("release stuck mark", "partition", p, "err", err)
+			}
+			cancel()
+		}
+		b.poke()
+	}()
+	remind := time.NewTimer(4 * stuckAfter(ttl))
+	defer remind.Stop()
+	every := 4 * stuckAfter(ttl)
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	var backoff time.Duration
+	for {
+		var markDone <-chan struct{}
+		if mark != nil {
+			markDone = mark.Done()
+		}
+		select {
+		case <-o.done:
+			b.w.log.Warn("stuck partition's handlers returned; giving the partition back to balancing",
+				"partition", p, "stuck_for", time.Since(since).Round(time.Millisecond))
+			return
+		case <-b.ctx.Done():
+			return
+		case <-remind.C:
+			b.w.log.Error("partition handlers still running after the lease ended",
+				"partition", p, "stuck_for", time.Since(since).Round(time.Millisecond))
+			every = min(2*every, 5*time.Minute)
+			remind.Reset(every)
+		case <-markDone:
+			b.w.log.Warn("stuck mark lost; publishing it again", "partition", p, "err", mark.Err())
+			mark = nil
+			backoff = nextBackoff(backoff, ttl)
+			retry.Reset(backoff)
+		case <-retry.C:
+			ctx, cancel := context.WithTimeout(b.ctx, ttl)
+			l, err := lease.Acquire(ctx, b.w.topo.Leases, key, b.w.leaseConfig())
+			cancel()
+			if err != nil {
+				// Held: our mark from before a restart, which expires.
+				backoff = nextBackoff(backoff, ttl)
+				b.w.log.Warn("publish stuck mark", "partition", p, "err", err, "retry_in", backoff)
+				retry.Reset(backoff)
+				continue
+			}
+			mark, backoff = l, 0
+		}
+	}
+}
+
+// nextBackoff doubles d from ttl/20 up to ttl and returns it with up to
+// half of it taken off at random, so workers hit by one fault do not retry
+// in step.
+func nextBackoff(d, ttl time.Duration) time.Duration {
+	lo := max(ttl/20, 10*time.Millisecond)
+	d = min(max(2*d, lo), ttl)
+	return d - rand.N(d/2+1)
+}
+
+// orphanHold is how many TTLs a worker keeps an orphan partition before
+// handing it to its desired owner.
+const orphanHold = 3
+
+func (b *balancer) acquire(p int, orphan bool) {
+	defer b.wg.Done()
+	ctx, cancel := context.WithTimeout(b.ctx, b.w.cfg.Topology.LeaseTTL)
+	l, err := lease.Acquire(ctx, b.w.topo.Leases, b.w.topo.Names.LeaseKey(p), b.w.leaseConfig())
+	cancel()
+	b.mu.Lock()
+	delete(b.acquiring, p)
+	if err != nil {
+		b.mu.Unlock()
+		if !errors.Is(err, lease.ErrHeld) && b.ctx.Err() == nil {
+			b.w.log.Warn("acquire partition", "partition", p, "err", err)
+		}
+		return
+	}
+	if b.stopping {
+		b.mu.Unlock()
+		_ = l.Release(context.WithoutCancel(b.ctx))
+		return
+	}
+	o := newOwner(b.w, p, l)
+	o.orphan, o.since = orphan, time.Now()
+	b.owners[p] = o
+	b.holders[p] = holder{id: b.w.cfg.ID}
+	b.mu.Unlock()
+	b.w.stats.acquired.Add(1)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		o.run()
+		b.mu.Lock()
+		if b.owners[p] == o {
+			delete(b.owners, p)
+		}
+		delete(b.lapsed, o)
+		b.mu.Unlock()
+		b.poke()
+	}()
+}
+
+func (b *balancer) owned() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps := make([]int, 0, len(b.owners))
+	for p, o := range b.owners {
+		if isClosed(o.l.Done()) {
+			continue // lost: not ours, even while its handlers wind down
+		}
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// stop leaves the member set, hands every owned partition over (aborting
+// those still draining when ctx ends), and waits for every goroutine.
+func (b *balancer) stop(ctx context.Context) error {
+	b.mu.Lock()
+	if b.stopping { // stopped by a topology reload already
+		b.mu.Unlock()
+		b.wg.Wait()
+		return nil
+	}
+	b.stopping = true
+	owners := make([]*owner, 0, len(b.owners))
+	for _, o := range b.owners {
+		owners = append(owners, o)
+	}
+	member := b.member
+	b.mu.Unlock()
+
+	// Leave first, so the others recompute the desired owners while we drain.
+	rerr := member.Release(ctx)
+	for _, o := range owners {
+		o.handOver()
+	}
+	for _, o := range owners {
+		select {
+		case <-o.done:
+		case <-ctx.Done():
+			o.abort()
+			<-o.done
+		}
+	}
+	b.cancel()
+	b.wg.Wait()
+	if rerr != nil && !errors.Is(rerr, lease.ErrLost) && !errors.Is(rerr, lease.ErrReleased) {
+		return rerr
+	}
+	return nil
+}

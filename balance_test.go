@@ -1,0 +1,185 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/lease"
+	"github.com/keylane/keylane/partition"
+)
+
+func owners(ws ...*Worker) map[int]string {
+	m := map[int]string{}
+	for _, w := range ws {
+		for _, p := range w.Owned() {
+			m[p] = w.ID()
+		}
+	}
+	return m
+}
+
+// TestBalancingMovesOnlyWhatMust starts two workers, adds a third and stops
+// one, checking each time that partitions end where rendezvous hashing
+// puts them and that only those that had to move moved.
+func TestBalancingMovesOnlyWhatMust(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 12})
+	a := e.worker("wa", echo(), nil)
+	b := e.worker("wb", echo(), nil)
+	want := func(members ...string) map[int]string {
+		m := map[int]string{}
+		for p := 0; p < 12; p++ {
+			m[p] = partition.Owner(p, members)
+		}
+		return m
+	}
+	natstest.Eventually(t, 10*time.Second, "two workers settle on rendezvous owners", func() bool {
+		return mapsEqual(owners(a, b), want("wa", "wb"))
+	})
+	before := owners(a, b)
+	c := e.worker("wc", echo(), nil)
+	natstest.Eventually(t, 10*time.Second, "three workers settle", func() bool {
+		return mapsEqual(owners(a, b, c), want("wa", "wb", "wc"))
+	})
+	after := owners(a, b, c)
+	for p, o := range after {
+		if before[p] != o && o != "wc" {
+			t.Errorf("partition %d moved from %s to %s; only moves to the new worker are needed", p, before[p], o)
+		}
+	}
+	// Graceful stop: the successors take over quickly.
+	start := time.Now()
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Stop(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 5*time.Second, "survivors own everything again", func() bool {
+		return mapsEqual(owners(a, b), want("wa", "wb"))
+	})
+	t.Logf("graceful hand-over of %d partitions took %s", countOf(after, "wc"), time.Since(start))
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("graceful hand-over took %s, want well under a second", d)
+	}
+}
+
+func countOf(m map[int]string, v string) int {
+	n := 0
+	for _, o := range m {
+		if o == v {
+			n++
+		}
+	}
+	return n
+}
+
+func mapsEqual(a, b map[int]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLeaseLossCancelsHandlersAndSkipsAck takes a partition's lease away
+// from its owner behind its back: the running handler's context must be
+// cancelled, its job must not be acked, and it must run again once the
+// worker owns the partition again.
+func TestLeaseLossCancelsHandlersAndSkipsAck(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2})
+	var runs, cancelled atomic.Int64
+	started := make(chan struct{}, 4)
+	w := e.worker("w1", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
+		if runs.Add(1) == 1 {
+			started <- struct{}{}
+			<-ctx.Done()
+			cancelled.Add(1)
+			return nil, ctx.Err()
+		}
+		return []byte("second run"), nil
+	}), nil)
+	e.waitOwned(w)
+	key := keyIn(1, 2, "seat:")
+	callErr := make(chan error, 1)
+	var res []byte
+	go func() {
+		var err error
+		res, err = e.client.Call(context.Background(), key, nil)
+		callErr <- err
+	}()
+	<-started
+	// Someone else takes the lease: delete it and create our own entry.
+	lkey := e.topo.Names.LeaseKey(1)
+	_, rev, err := lease.Read(ctx(t), e.topo.Leases, lkey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.topo.Leases.Delete(ctx(t), lkey); err != nil {
+		t.Fatal(err)
+	}
+	thief, err := lease.Acquire(ctx(t), e.topo.Leases, lkey, lease.Config{Holder: "thief", TTL: e.topo.Config.LeaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if thief.Fence() <= rev {
+		t.Fatalf("thief fence %d not above the owner's %d", thief.Fence(), rev)
+	}
+	natstest.Eventually(t, 5*time.Second, "handler context cancelled", func() bool { return cancelled.Load() == 1 })
+	if slices.Contains(w.Owned(), 1) {
+		natstest.Eventually(t, 5*time.Second, "worker steps down", func() bool { return !slices.Contains(w.Owned(), 1) })
+	}
+	// The thief leaves; the worker takes the partition back and the job,
+	// never acked, runs again.
+	if err := thief.Release(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-callErr:
+		if err != nil || string(res) != "second run" {
+			t.Fatalf("Call = %q, %v", res, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("job never ran again after the lease came back")
+	}
+	// The reply goes out before the ack and the count: wait for them.
+	natstest.Eventually(t, 5*time.Second, "one acked job", func() bool { return w.Stats().Succeeded == 1 })
+	if s := w.Stats(); s.Lost < 1 || s.Succeeded != 1 {
+		t.Fatalf("stats %+v: want a lost lease and one acked job", s)
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("runs = %d, want 2", runs.Load())
+	}
+}
+
+// TestRestartWithSameIDWaitsForOldEntry: a worker that crashed and comes
+// back under the same ID registers once its old member entry expires; a
+// live twin is refused with a clear error.
+func TestRestartWithSameIDWaitsForOldEntry(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	// A crashed worker's member entry, left to expire.
+	old, err := lease.Acquire(ctx(t), e.topo.Members, "w1", lease.Config{Holder: "w1", TTL: e.topo.Config.LeaseTTL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Orphan()
+	start := time.Now()
+	w := e.worker("w1", echo(), nil)
+	e.waitOwned(w)
+	t.Logf("registered %s after the old entry", time.Since(start))
+	twin, err := NewWorker(natstest.Connect(t, e.srv), WorkerConfig{Topology: e.topo.Config, Handler: echo(), ID: "w1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := twin.Start(ctx(t)); err == nil || !errors.Is(err, lease.ErrNotAcquired) {
+		_ = twin.Stop(ctx(t))
+		t.Fatalf("a live twin started: %v", err)
+	}
+}

@@ -1,0 +1,146 @@
+package keylane
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/faultproxy"
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/nats-io/nats.go"
+)
+
+// proxiedClient returns a client whose connection runs through a fault
+// proxy in front of the test's server.
+func (e *env) proxiedClient() (*Client, *nats.Conn, *faultproxy.Proxy) {
+	e.t.Helper()
+	p, err := faultproxy.New(e.srv.ClientURL())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(p.Close)
+	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(nc.Close)
+	c, err := NewClient(ctx(e.t), nc, ClientConfig{Namespace: e.ns})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(c.Close)
+	return c, nc, p
+}
+
+// TestCallRepublishesALostPublish: the job's publish never reaches the
+// server (swallowed on the way). Call must publish it again, with the same
+// job ID, instead of waiting for its deadline.
+func TestCallRepublishesALostPublish(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, countReducer })
+	e.waitOwned(w)
+	c, nc, p := e.proxiedClient()
+	swallow, err := p.Timeout(faultproxy.Upstream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := nc.Stats().OutMsgs
+	done := make(chan error, 1)
+	var res []byte
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var err error
+		res, err = c.Call(cctx, "k", nil)
+		done <- err
+	}()
+	natstest.Eventually(t, 5*time.Second, "the job published (and swallowed)", func() bool { return nc.Stats().OutMsgs > sent })
+	swallow.Remove()
+	select {
+	case err := <-done:
+		if err != nil || string(res) != "1" {
+			t.Fatalf("call = %q, %v; want 1", res, err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Call never published the lost job again")
+	}
+	if got, _ := NewState(e.topo.State).Get(ctx(t), "k"); string(got.Value) != "1" {
+		t.Fatalf("value %q: the job applied %s times", got.Value, got.Value)
+	}
+}
+
+// TestCallRecoversALostReply: the worker replies while the caller's
+// connection is down. Call must get the outcome once it is back, from the
+// outcome the worker kept, instead of waiting for its deadline.
+func TestCallRecoversALostReply(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	gated := ReducerFunc(func(ctx context.Context, job Job, cur []byte) ([]byte, []byte, error) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		return countReducer(ctx, job, cur)
+	})
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, gated })
+	e.waitOwned(w)
+	c, _, p := e.proxiedClient()
+	done := make(chan error, 1)
+	var res []byte
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var err error
+		res, err = c.Call(cctx, "k", nil)
+		done <- err
+	}()
+	<-entered
+	p.Cut()
+	close(release)
+	natstest.Eventually(t, 10*time.Second, "the job finished and was answered into the void", func() bool { return w.Stats().Succeeded == 1 })
+	if err := p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil || string(res) != "1" {
+			t.Fatalf("call = %q, %v; want 1", res, err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Call never recovered the reply it lost")
+	}
+}
+
+// TestSubmitRepublishesALostPublish: Submit's publish is lost on the way;
+// Submit publishes it again (same job ID) instead of failing a job the
+// caller would then retry blind.
+func TestSubmitRepublishesALostPublish(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	c, nc, p := e.proxiedClient()
+	swallow, err := p.Timeout(faultproxy.Upstream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := nc.Stats().OutMsgs
+	done := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := c.Submit(cctx, "k", nil, WithID("lost-once"))
+		done <- err
+	}()
+	natstest.Eventually(t, 5*time.Second, "the job published (and swallowed)", func() bool { return nc.Stats().OutMsgs > sent })
+	swallow.Remove()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("submit = %v", err)
+		}
+	case <-time.After(18 * time.Second):
+		t.Fatal("Submit never published the lost job again")
+	}
+	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 1 {
+		t.Fatalf("%d jobs stored, want 1", n)
+	}
+}

@@ -1,0 +1,154 @@
+package keylane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// env is one test's server, namespace and client.
+type env struct {
+	t      *testing.T
+	srv    *server.Server
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	ns     string
+	topo   *Topology
+	client *Client
+}
+
+func newEnv(t *testing.T, tc TopologyConfig) *env {
+	t.Helper()
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.Partitions == 0 {
+		tc.Partitions = 4
+	}
+	if tc.LeaseTTL == 0 {
+		tc.LeaseTTL = time.Second
+	}
+	topo, err := Setup(ctx(t), js, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ctx(t), nc, ClientConfig{Namespace: topo.Names.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return &env{t: t, srv: srv, nc: nc, js: js, ns: topo.Names.Namespace, topo: topo, client: c}
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// worker starts a worker on its own connection; it is stopped gracefully
+// when the test ends unless the test stopped it.
+func (e *env) worker(id string, h Handler, mod func(*WorkerConfig)) *Worker {
+	e.t.Helper()
+	nc := natstest.Connect(e.t, e.srv)
+	cfg := WorkerConfig{
+		Topology: e.topo.Config,
+		Handler:  h,
+		ID:       id,
+		AckWait:  5 * time.Second,
+		Backoff:  func(int) time.Duration { return 10 * time.Millisecond },
+	}
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	w, err := NewWorker(nc, cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := w.Start(ctx(e.t)); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	return w
+}
+
+// waitOwned waits until the workers together own every partition.
+func (e *env) waitOwned(ws ...*Worker) {
+	e.t.Helper()
+	natstest.Eventually(e.t, 10*time.Second, "every partition owned", func() bool {
+		seen := map[int]bool{}
+		for _, w := range ws {
+			for _, p := range w.Owned() {
+				if seen[p] {
+					return false // two owners during a hand-over: wait
+				}
+				seen[p] = true
+			}
+		}
+		return len(seen) == e.topo.Partitions
+	})
+}
+
+func (e *env) streamMsgs(name string) uint64 {
+	e.t.Helper()
+	s, err := e.js.Stream(ctx(e.t), name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(ctx(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// deadLetters returns the messages on the dead-letter stream.
+func (e *env) deadLetters() []*jetstream.RawStreamMsg {
+	e.t.Helper()
+	s, err := e.js.Stream(ctx(e.t), e.topo.Names.Dead())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := s.Info(ctx(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		raw, err := s.GetMsg(ctx(e.t), seq)
+		if err != nil {
+			continue
+		}
+		out = append(out, raw)
+	}
+	return out
+}
+
+// keyIn returns a key that hashes to partition p.
+func keyIn(p, n int, prefix string) string {
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("%s%d", prefix, i)
+		if partition.Of(k, n) == p {
+			return k
+		}
+	}
+}

@@ -1,0 +1,82 @@
+package keylane
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+)
+
+// step adds one to a key's counter, as a group reducer.
+func step(_ int, cur []byte) ([]byte, []byte, error) {
+	n, _ := strconv.Atoi(string(cur))
+	return []byte(strconv.Itoa(n + 1)), []byte("now " + strconv.Itoa(n+1)), nil
+}
+
+// A job at or below the key's stored sequence counts as applied only if the
+// entry holds that job's own outcome. Anything else is a gap (a delivery
+// that never reached the worker, a restored stream) and must be an error,
+// never an empty success.
+func TestStateSeqBelowStoredIsNotAppliedWithoutItsOutcome(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	s := NewState(e.topo.State)
+	if _, err := s.Apply(ctx(t), Job{ID: "later", Key: "k", Seq: 11, Fence: 5}, add(1)); err != nil {
+		t.Fatal(err)
+	}
+	// Seq 10 was delivered, lost on the way, and redelivered after 11 ran.
+	res, err := s.Apply(ctx(t), Job{ID: "lost", Key: "k", Seq: 10, Fence: 5}, add(100))
+	if !errors.Is(err, ErrGap) {
+		t.Fatalf("lost job below the stored seq = %q, %v; want ErrGap", res, err)
+	}
+	// The group path says the same.
+	out := make([][]byte, 1)
+	n, rerr, werr := NewState(e.topo.State).group(ctx(t), []Job{{ID: "lost", Key: "k", Seq: 10, Fence: 5}}, out, step)
+	if n != 0 || !errors.Is(rerr, ErrGap) || werr != nil {
+		t.Fatalf("group with the lost job: n %d rerr %v werr %v; want ErrGap for it", n, rerr, werr)
+	}
+	if got, _ := s.Get(ctx(t), "k"); string(got.Value) != "1" {
+		t.Fatalf("value = %q, want 1 (nothing applied)", got.Value)
+	}
+}
+
+// Redeliveries of jobs applied earlier, in an earlier write, are answered
+// with their own results.
+func TestStateHoldsOutcomesOfEarlierWrites(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	s := NewState(e.topo.State)
+	for seq := uint64(1); seq <= 5; seq++ {
+		if _, err := s.Apply(ctx(t), Job{ID: "j" + string(rune('0'+seq)), Key: "k", Seq: seq, Fence: 5}, add(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := uint64(1); seq <= 5; seq++ {
+		res, err := NewState(e.topo.State).Apply(ctx(t), Job{ID: "j" + string(rune('0'+seq)), Key: "k", Seq: seq, Fence: 5}, add(100))
+		if err != nil || string(res) != "now "+string(rune('0'+seq)) {
+			t.Fatalf("redelivered seq %d = %q, %v; want its own result", seq, res, err)
+		}
+	}
+}
+
+// The same job ID submitted again after the server's duplicate window (a
+// new stream sequence) takes effect once and returns the first outcome.
+func TestStateSameJobIDAfterDuplicateWindowAppliesOnce(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	s := NewState(e.topo.State)
+	if _, err := s.Apply(ctx(t), Job{ID: "order-1", Key: "k", Seq: 3, Fence: 5}, add(2)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply(ctx(t), Job{ID: "order-2", Key: "k", Seq: 4, Fence: 5}, add(1)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := NewState(e.topo.State).Apply(ctx(t), Job{ID: "order-1", Key: "k", Seq: 90, Fence: 5}, add(2))
+	if err != nil || string(res) != "now 2" {
+		t.Fatalf("retried order-1 = %q, %v; want the first outcome", res, err)
+	}
+	out := make([][]byte, 2)
+	n, _, werr := NewState(e.topo.State).group(ctx(t), []Job{{ID: "order-2", Key: "k", Seq: 91, Fence: 5}, {ID: "order-3", Key: "k", Seq: 92, Fence: 5}}, out, step)
+	if werr != nil || n != 2 || string(out[0]) != "now 3" {
+		t.Fatalf("group with retried order-2: n %d out %q werr %v", n, out, werr)
+	}
+	if got, _ := s.Get(ctx(t), "k"); string(got.Value) != "4" {
+		t.Fatalf("value = %q, want 4 (2+1, retries not applied, then order-3)", got.Value)
+	}
+}

@@ -1,0 +1,114 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Job is one unit of work as a handler sees it.
+type Job struct {
+	// ID is the job's idempotency key (the Nats-Msg-Id it was submitted with).
+	ID string
+	// Key is the resource key; jobs of one key never run at the same time.
+	Key string
+	// Type routes the job to a handler in a Mux; empty when not given.
+	Type string
+	// Payload is the submitted body.
+	Payload []byte
+	// Partition is the partition the key hashes to.
+	Partition int
+	// Seq is the job's stream sequence: jobs of one key run in Seq order.
+	Seq uint64
+	// Fence is the fencing token of the lease under which this run happens.
+	// It strictly increases across owners of a partition. Stores outside
+	// keylane should refuse writes carrying a fence lower than one they have
+	// seen for the same key.
+	Fence uint64
+	// Attempt counts runs of this job by this owner, from 1.
+	Attempt int
+	// Headers are the message headers as submitted.
+	Headers nats.Header
+}
+
+// Handler runs one job. The context is cancelled when the worker loses the
+// partition's lease or shuts down hard; a handler that sees it cancelled
+// should stop without side effects, since its result will not be acked.
+// A returned error is retried in place with backoff; wrap it with Permanent
+// to dead-letter at once.
+type Handler interface {
+	Handle(ctx context.Context, job Job) ([]byte, error)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, job Job) ([]byte, error)
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, job Job) ([]byte, error) { return f(ctx, job) }
+
+// ErrPermanent marks an error that retrying cannot fix: the job goes to the
+// dead-letter stream at once.
+var ErrPermanent = errors.New("keylane: permanent error")
+
+// ErrUnknownType is returned (permanently) by a Mux for a job type it has no
+// handler for.
+var ErrUnknownType = errors.New("keylane: unknown job type")
+
+// Permanent wraps err so that errors.Is(err, ErrPermanent) holds.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return e.err.Error() }
+func (e *permanentError) Unwrap() []error      { return []error{e.err, ErrPermanent} }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// Mux routes jobs to handlers by Job.Type. An unknown type is a permanent
+// error, so the job is dead-lettered and the caller of Call gets a clear
+// error. Register handlers before the worker starts; Mux is not safe for
+// concurrent registration.
+type Mux struct {
+	handlers map[string]Handler
+}
+
+// NewMux returns an empty Mux.
+func NewMux() *Mux { return &Mux{handlers: map[string]Handler{}} }
+
+// HandleType registers h for job type typ.
+func (m *Mux) HandleType(typ string, h Handler) { m.handlers[typ] = h }
+
+// Handle implements Handler.
+func (m *Mux) Handle(ctx context.Context, job Job) ([]byte, error) {
+	h, ok := m.handlers[job.Type]
+	if !ok {
+		return nil, Permanent(fmt.Errorf("%w %q", ErrUnknownType, job.Type))
+	}
+	return h.Handle(ctx, job)
+}
+
+// RemoteError is a handler's error as a caller of Call receives it.
+type RemoteError struct {
+	// Message is the handler's error text.
+	Message string
+	// Permanent reports whether the handler marked it permanent.
+	Permanent bool
+	// DeadLettered reports whether the job was moved to the dead-letter stream.
+	DeadLettered bool
+}
+
+func (e *RemoteError) Error() string {
+	if e.DeadLettered {
+		return "keylane: job failed (dead-lettered): " + e.Message
+	}
+	return "keylane: job failed: " + e.Message
+}
+
+// Is lets errors.Is(err, ErrPermanent) see a remote permanent error.
+func (e *RemoteError) Is(target error) bool { return target == ErrPermanent && e.Permanent }

@@ -1,0 +1,338 @@
+package keylane
+
+import (
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// task is one fetched job waiting in, or running from, its key's lane.
+type task struct {
+	msg      jetstream.Msg
+	job      Job
+	maybeDup bool // may have run before under an earlier owner
+	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
+	keep     bool // keep its outcome by ID (a Call)
+
+	kept        *keptOutcome // an earlier run's outcome, found by ID
+	outcomeKept bool         // this run's outcome is stored already
+	requeued    bool         // put back in its lane by the runner that took it
+	progress    time.Time
+	firstErr    error // the error of a first run already made in a group
+}
+
+// keptOutcome is a job's outcome as stored by ID.
+type keptOutcome struct {
+	res []byte
+	err error
+}
+
+// lane holds the queued jobs of one key, in stream order.
+//
+// While the key's head job fails and retries (stalled), the lane keeps at
+// most stalledKeep queued jobs; the others are handed back to the server
+// (the caller NAKs them with a delay) so they do not hold the partition's
+// in-flight window in memory. Every job the lane kept has a lower sequence
+// than every job handed back and not yet returned (handedBack), and a
+// returning job is taken back only when it is the lowest of those: the
+// key's order holds. A lane with jobs handed back stays registered even
+// when its queue is empty, so a later job cannot overtake them.
+type lane struct {
+	key        string
+	queue      []*task
+	head       int
+	active     bool            // in the ready list or held by a runner
+	stalled    bool            // its head job is retrying
+	handedBack map[uint64]bool // seq → the job's maybeDup when handed back
+}
+
+// stalledKeep is how many queued jobs a stalled key keeps in memory.
+const stalledKeep = 16
+
+func (ln *lane) queued() int { return len(ln.queue) - ln.head }
+
+func (ln *lane) lowestHandedBack() uint64 {
+	low := uint64(0)
+	for seq := range ln.handedBack {
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	return low
+}
+
+// lanes runs the jobs of one partition: one key's jobs at a time, in the
+// order they were fetched, and different keys on up to `runners` goroutines.
+// A fixed pool of runners takes ready lanes; no goroutine is started per job.
+// A runner takes up to `group` queued jobs of its lane at once (for group
+// commit) and runs them in order.
+type lanes struct {
+	mu       sync.Mutex
+	cond     *sync.Cond
+	byKey    map[string]*lane
+	ready    []*lane
+	inflight map[uint64]*task // by stream sequence: every fetched, unfinished job
+	closed   bool             // no more tasks will be added
+	dropping bool             // drop queued tasks instead of running them
+	group    int              // most tasks handed to run at once
+	woken    bool             // waitRoom returns at once
+	room     *sync.Cond       // signalled when in-flight jobs finish
+	wg       sync.WaitGroup
+}
+
+// fairness: a runner hands a busy lane back after this many runs (of one
+// job, or one group) when other lanes are waiting, so one hot key cannot
+// starve the rest.
+const laneBurst = 32
+
+func newLanes(runners, group int, run func([]*task)) *lanes {
+	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1)}
+	l.cond = sync.NewCond(&l.mu)
+	l.room = sync.NewCond(&l.mu)
+	l.wg.Add(runners)
+	for i := 0; i < runners; i++ {
+		go l.runner(run)
+	}
+	return l
+}
+
+// add queues t behind the earlier jobs of its key. It reports false for a
+// job already in flight here (a redelivery racing the original), which the
+// caller drops: the original's ack covers it. It reports handBack for a
+// job of a stalled key the lane does not keep: the caller NAKs it with a
+// delay, and the lane takes it when it comes back in its turn.
+func (l *lanes) add(t *task) (ok, handBack bool) {
+	ok, handBack, _ = l.addTo(t)
+	return ok, handBack
+}
+
+// addTo is add, also telling whether the job's key is stalled.
+func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false, false, false
+	}
+	if _, dup := l.inflight[t.job.Seq]; dup {
+		return false, false, false
+	}
+	ln := l.byKey[t.job.Key]
+	if ln != nil {
+		if wasDup, back := ln.handedBack[t.job.Seq]; back {
+			if t.job.Seq != ln.lowestHandedBack() || ln.stalled && ln.queued() >= stalledKeep {
+				return true, true, ln.stalled // not its turn yet
+			}
+			delete(ln.handedBack, t.job.Seq)
+			t.maybeDup = wasDup // its redelivery was ours, not a crash's
+		} else if len(ln.handedBack) > 0 || ln.stalled && ln.queued() >= stalledKeep {
+			ln.handedBack[t.job.Seq] = t.maybeDup
+			return true, true, ln.stalled
+		}
+	}
+	t.progress = time.Now()
+	l.inflight[t.job.Seq] = t
+	if ln == nil {
+		ln = &lane{key: t.job.Key, handedBack: map[uint64]bool{}}
+		l.byKey[t.job.Key] = ln
+	}
+	ln.queue = append(ln.queue, t)
+	if !ln.active {
+		ln.active = true
+		l.ready = append(l.ready, ln)
+		l.cond.Signal()
+	}
+	return true, false, false
+}
+
+// stall marks key's lane as retrying its head job (or not) and returns the
+// queued jobs beyond stalledKeep, which the caller hands back to the
+// server; they are no longer in flight here.
+func (l *lanes) stall(key string, stalled bool) []*task {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.byKey[key]
+	if ln == nil {
+		return nil
+	}
+	ln.stalled = stalled
+	if !stalled || ln.queued() <= stalledKeep {
+		return nil
+	}
+	cut := ln.head + stalledKeep
+	back := append([]*task(nil), ln.queue[cut:]...)
+	clear(ln.queue[cut:])
+	ln.queue = ln.queue[:cut]
+	for _, t := range back {
+		delete(l.inflight, t.job.Seq)
+		ln.handedBack[t.job.Seq] = t.maybeDup
+	}
+	l.room.Broadcast()
+	return back
+}
+
+// waitRoom blocks while the lanes hold limit or more fetched jobs, until
+// wake or close.
+func (l *lanes) waitRoom(limit int) {
+	l.mu.Lock()
+	for len(l.inflight) >= limit && !l.closed && !l.woken {
+		l.room.Wait()
+	}
+	l.mu.Unlock()
+}
+
+// wake ends every waitRoom, now and later.
+func (l *lanes) wake() {
+	l.mu.Lock()
+	l.woken = true
+	l.room.Broadcast()
+	l.mu.Unlock()
+}
+
+func (l *lanes) runner(run func([]*task)) {
+	defer l.wg.Done()
+	buf := make([]*task, 0, l.group)
+	for {
+		l.mu.Lock()
+		for len(l.ready) == 0 && !l.closed {
+			l.cond.Wait()
+		}
+		if len(l.ready) == 0 {
+			l.mu.Unlock()
+			return
+		}
+		ln := l.ready[0]
+		l.ready[0] = nil
+		l.ready = l.ready[1:]
+		l.mu.Unlock()
+		for n := 0; ; {
+			ts := l.next(ln, n, buf[:0])
+			if len(ts) == 0 {
+				break
+			}
+			run(ts)
+			l.done(ts)
+			n++
+			clear(ts)
+		}
+	}
+}
+
+// next pops ln's next tasks (at most l.group) into buf, retires ln when it
+// is empty, and hands ln back to the ready queue after a burst when other
+// lanes wait; it returns no task in both cases.
+func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dropping {
+		for _, t := range ln.queue[ln.head:] {
+			delete(l.inflight, t.job.Seq)
+		}
+		ln.queue, ln.head = nil, 0
+	}
+	if ln.head == len(ln.queue) {
+		ln.queue, ln.head, ln.active = ln.queue[:0], 0, false
+		if len(ln.handedBack) == 0 {
+			delete(l.byKey, ln.key)
+		}
+		return nil
+	}
+	if n >= laneBurst && len(l.ready) > 0 {
+		l.ready = append(l.ready, ln)
+		l.cond.Signal()
+		return nil
+	}
+	k := min(l.group, len(ln.queue)-ln.head)
+	buf = append(buf, ln.queue[ln.head:ln.head+k]...)
+	clear(ln.queue[ln.head : ln.head+k])
+	ln.head += k
+	if ln.head == len(ln.queue) {
+		ln.queue, ln.head = ln.queue[:0], 0
+	} else if ln.head > 64 && ln.head*2 > len(ln.queue) {
+		ln.queue = append(ln.queue[:0:0], ln.queue[ln.head:]...)
+		ln.head = 0
+	}
+	return buf
+}
+
+func (l *lanes) done(ts []*task) {
+	l.mu.Lock()
+	for _, t := range ts {
+		if t.requeued {
+			t.requeued = false
+			continue
+		}
+		delete(l.inflight, t.job.Seq)
+	}
+	l.room.Broadcast()
+	l.mu.Unlock()
+}
+
+// requeue puts tasks a runner took from key's lane but did not run back at
+// the front of the lane, in order; they stay in flight, and the lane's next
+// take (or a stall's hand-back) sees them again.
+func (l *lanes) requeue(key string, ts []*task) {
+	if len(ts) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ln := l.byKey[key]
+	if ln == nil || l.dropping {
+		return // dropped with the lanes: the next consumer delivers them again
+	}
+	q := make([]*task, 0, len(ts)+ln.queued())
+	for _, t := range ts {
+		t.requeued = true
+		q = append(q, t)
+	}
+	ln.queue = append(q, ln.queue[ln.head:]...)
+	ln.head = 0
+}
+
+// touch calls fn for every in-flight task whose last progress is older than
+// age, and restarts its clock. Used to send InProgress for jobs that wait or
+// run long, so the server does not redeliver them.
+func (l *lanes) touch(age time.Duration, fn func(*task)) {
+	now := time.Now()
+	var due []*task
+	l.mu.Lock()
+	for _, t := range l.inflight {
+		if now.Sub(t.progress) >= age {
+			t.progress = now
+			due = append(due, t)
+		}
+	}
+	l.mu.Unlock()
+	for _, t := range due {
+		fn(t)
+	}
+}
+
+// pending returns how many fetched jobs are not finished.
+func (l *lanes) pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inflight)
+}
+
+// close stops the runners once every queued job has run (drop=false), or
+// once the running ones return, dropping the queued ones (drop=true). It
+// waits for the runners to exit.
+func (l *lanes) close(drop bool) {
+	l.mu.Lock()
+	l.closed = true
+	l.room.Broadcast()
+	if drop {
+		l.dropping = true
+		for _, ln := range l.ready {
+			for _, t := range ln.queue[ln.head:] {
+				delete(l.inflight, t.job.Seq)
+			}
+			ln.queue, ln.head = nil, 0
+		}
+	}
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	l.wg.Wait()
+}

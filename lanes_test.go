@@ -1,0 +1,214 @@
+package keylane
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func newTask(key string, seq uint64) *task {
+	return &task{job: Job{Key: key, Seq: seq}}
+}
+
+// TestLanesOneAtATimeInOrder feeds interleaved jobs of a few keys and checks
+// that each key ran one job at a time, in order, while different keys ran
+// in parallel.
+func TestLanesOneAtATimeInOrder(t *testing.T) {
+	const keys, perKey = 6, 200
+	var mu sync.Mutex
+	running := map[string]int{}
+	last := map[string]uint64{}
+	maxPerKey, maxTotal, total := 0, 0, 0
+	var order atomic.Int64
+	l := newLanes(4, 1, one(func(tk *task) {
+		mu.Lock()
+		running[tk.job.Key]++
+		total++
+		maxPerKey = max(maxPerKey, running[tk.job.Key])
+		maxTotal = max(maxTotal, total)
+		if tk.job.Seq <= last[tk.job.Key] {
+			order.Add(1)
+		}
+		last[tk.job.Key] = tk.job.Seq
+		mu.Unlock()
+		time.Sleep(50 * time.Microsecond)
+		mu.Lock()
+		running[tk.job.Key]--
+		total--
+		mu.Unlock()
+	}))
+	seq := uint64(0)
+	for i := 0; i < perKey; i++ {
+		for k := 0; k < keys; k++ {
+			seq++
+			if ok, _ := l.add(newTask(fmt.Sprintf("k%d", k), seq)); !ok {
+				t.Fatalf("add refused seq %d", seq)
+			}
+		}
+	}
+	l.close(false)
+	if maxPerKey != 1 {
+		t.Fatalf("max concurrent runs of one key = %d, want 1", maxPerKey)
+	}
+	if maxTotal < 2 {
+		t.Fatalf("different keys never ran in parallel (max %d)", maxTotal)
+	}
+	if maxTotal > 4 {
+		t.Fatalf("%d runs at once with 4 runners", maxTotal)
+	}
+	if n := order.Load(); n != 0 {
+		t.Fatalf("%d runs out of order", n)
+	}
+	if l.pending() != 0 {
+		t.Fatalf("%d tasks left in flight", l.pending())
+	}
+}
+
+// TestLanesHotKeyDoesNotStarve checks that with one runner a hot key with a
+// long queue yields to a cold key after a burst.
+func TestLanesHotKeyDoesNotStarve(t *testing.T) {
+	var mu sync.Mutex
+	var ran []string
+	gate := make(chan struct{})
+	l := newLanes(1, 1, one(func(tk *task) {
+		<-gate
+		mu.Lock()
+		ran = append(ran, tk.job.Key)
+		mu.Unlock()
+	}))
+	for i := 1; i <= 200; i++ {
+		l.add(newTask("hot", uint64(i)))
+	}
+	l.add(newTask("cold", 1000))
+	close(gate)
+	l.close(false)
+	for i, k := range ran {
+		if k == "cold" {
+			if i > laneBurst+1 {
+				t.Fatalf("cold key ran at position %d, after more than one burst of the hot key", i)
+			}
+			return
+		}
+	}
+	t.Fatal("cold key never ran")
+}
+
+func TestLanesRefuseDuplicateInFlight(t *testing.T) {
+	block := make(chan struct{})
+	var runs atomic.Int64
+	l := newLanes(2, 1, one(func(*task) { runs.Add(1); <-block }))
+	if ok, _ := l.add(newTask("a", 7)); !ok {
+		t.Fatal("first add refused")
+	}
+	if ok, _ := l.add(newTask("a", 7)); ok {
+		t.Fatal("a redelivery of an in-flight sequence was queued")
+	}
+	close(block)
+	l.close(false)
+	if runs.Load() != 1 {
+		t.Fatalf("runs = %d, want 1", runs.Load())
+	}
+}
+
+func TestLanesCloseDropsQueued(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var runs atomic.Int64
+	l := newLanes(1, 1, one(func(*task) {
+		if runs.Add(1) == 1 {
+			close(started)
+			<-release
+		}
+	}))
+	for i := 1; i <= 10; i++ {
+		l.add(newTask("a", uint64(i)))
+	}
+	<-started
+	closed := make(chan struct{})
+	go func() { l.close(true); close(closed) }()
+	// Let the running job finish only once close has marked the lanes
+	// dropping, so the queued ones must be dropped, not run.
+	for {
+		l.mu.Lock()
+		dropping := l.dropping
+		l.mu.Unlock()
+		if dropping {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(release)
+	<-closed
+	if runs.Load() != 1 {
+		t.Fatalf("runs = %d after a dropping close, want only the running one", runs.Load())
+	}
+	if ok, _ := l.add(newTask("a", 99)); ok {
+		t.Fatal("add after close accepted")
+	}
+}
+
+func one(fn func(*task)) func([]*task) {
+	return func(ts []*task) {
+		if len(ts) != 1 {
+			panic(fmt.Sprintf("got %d tasks with group 1", len(ts)))
+		}
+		fn(ts[0])
+	}
+}
+
+// TestLanesGroups checks that with a group size a runner gets several
+// queued jobs of one key at once, in order, never more than the group and
+// never two keys mixed, and that every job runs exactly once.
+func TestLanesGroups(t *testing.T) {
+	const keys, perKey, group = 3, 300, 16
+	var mu sync.Mutex
+	seen := map[uint64]int{}
+	last := map[string]uint64{}
+	biggest, bad := 0, ""
+	gate := make(chan struct{})
+	l := newLanes(2, group, func(ts []*task) {
+		<-gate
+		mu.Lock()
+		defer mu.Unlock()
+		biggest = max(biggest, len(ts))
+		if len(ts) > group {
+			bad = fmt.Sprintf("group of %d", len(ts))
+		}
+		for _, tk := range ts {
+			if tk.job.Key != ts[0].job.Key {
+				bad = "keys mixed in one group"
+			}
+			if tk.job.Seq <= last[tk.job.Key] {
+				bad = fmt.Sprintf("key %s: seq %d after %d", tk.job.Key, tk.job.Seq, last[tk.job.Key])
+			}
+			last[tk.job.Key] = tk.job.Seq
+			seen[tk.job.Seq]++
+		}
+	})
+	seq := uint64(0)
+	for i := 0; i < perKey; i++ {
+		for k := 0; k < keys; k++ {
+			seq++
+			l.add(newTask(fmt.Sprintf("k%d", k), seq))
+		}
+	}
+	close(gate)
+	l.close(false)
+	if bad != "" {
+		t.Fatal(bad)
+	}
+	if biggest < 2 {
+		t.Fatalf("largest group %d: queued jobs were never grouped", biggest)
+	}
+	if len(seen) != keys*perKey {
+		t.Fatalf("%d jobs ran, want %d", len(seen), keys*perKey)
+	}
+	for s, n := range seen {
+		if n != 1 {
+			t.Fatalf("seq %d ran %d times", s, n)
+		}
+	}
+}

@@ -1,0 +1,562 @@
+package keylane
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrStaleFence is returned by State.Apply when the key was last written
+// under a newer fence than the job's: a newer owner of the partition exists,
+// so this worker must not write, reply or ack.
+var ErrStaleFence = errors.New("keylane: stale fence: a newer owner has written this key")
+
+var errTooManyWriters = errors.New("too many concurrent writers")
+
+// ErrBadState is returned when a state entry cannot be decoded.
+var ErrBadState = errors.New("keylane: malformed state entry")
+
+// State keeps one value per resource key in a KV bucket and applies updates
+// with exactly-once effect. Each entry records, beside the value, the
+// fence and stream sequence of the last job that wrote it, the jobs
+// stream's epoch, and the outcomes (job ID and result) of the key's most
+// recent jobs. Apply writes with compare-and-set on the entry's revision,
+// so:
+//
+//   - a job whose outcome the entry holds was applied already (a
+//     redelivery, or the same job ID submitted again after the server's
+//     duplicate window): Apply returns the held result and writes nothing;
+//   - a job at or below the stored sequence whose outcome is not held never
+//     ran while later jobs of its key did: Apply returns ErrGap and writes
+//     nothing (the worker re-synchronises its partition; see doc.go);
+//   - a job whose fence is below the stored one comes from a stale owner:
+//     Apply returns ErrStaleFence and writes nothing;
+//   - an entry written under another jobs stream (re-created) gets ErrEpoch
+//     until the stream adopts the old epoch (see Adopt);
+//   - a concurrent writer makes the CAS fail: Apply re-reads and decides
+//     again.
+//
+// The held outcomes are a window of the key's last HeldJobs jobs, at most
+// HeldBytes of IDs and results; it covers every job of the key a partition
+// can hold unacknowledged (MaxInFlight), so every redelivery finds its own
+// outcome.
+//
+// Since jobs of one key run one at a time on the partition owner, the owner
+// caches the last revision it wrote and usually needs one round trip per
+// job. State is safe for concurrent use.
+type State struct {
+	kv      jetstream.KeyValue
+	epoch   uint64   // the jobs stream's epoch; 0: not checked
+	adopted []uint64 // epochs of earlier streams this one took over
+	keep    int      // outcomes held per key
+	mu      sync.Mutex
+	cache   map[string]cachedEntry
+}
+
+// Bounds of the outcomes a state entry holds: the last HeldJobs jobs of the
+// key, and no more than HeldBytes of their IDs and results.
+const (
+	HeldJobs  = 1024
+	HeldBytes = 256 << 10
+)
+
+type cachedEntry struct {
+	rev   uint64
+	fence uint64
+	entry StateEntry
+}
+
+const maxCached = 1 << 16
+
+// NewState returns a State on kv (usually Topology.State) that does not
+// check epochs. Workers use Topology.NewState, which does.
+func NewState(kv jetstream.KeyValue) *State {
+	return &State{kv: kv, keep: HeldJobs, cache: map[string]cachedEntry{}}
+}
+
+// StateEntry is a decoded state entry.
+type StateEntry struct {
+	// Value is the application's value; nil for a key never written.
+	Value []byte
+	// Seq and Fence are those of the last job applied to the key.
+	Seq, Fence uint64
+	// Epoch identifies the jobs stream Seq belongs to (see Topology.Epoch);
+	// zero in entries written before keylane recorded it.
+	Epoch uint64
+	// JobID and Result are the last applied job's ID and result.
+	JobID  string
+	Result []byte
+	// Recent holds the outcomes of the jobs applied before the last one,
+	// oldest first: a bounded window (see State) of the key's history that
+	// lets a redelivered or retried job be answered with its own result.
+	Recent []AppliedResult
+}
+
+// AppliedResult is the outcome of one applied job.
+type AppliedResult struct {
+	Seq    uint64
+	ID     string
+	Result []byte
+}
+
+// Held returns the result of the job with the given ID if the entry holds
+// its outcome: the job was applied. Job IDs are unique per job (the
+// idempotency key), so a redelivery and a retry by ID both find it.
+func (e StateEntry) Held(id string) ([]byte, bool) {
+	if id == "" {
+		return nil, false
+	}
+	if id == e.JobID {
+		return e.Result, true
+	}
+	for i := len(e.Recent) - 1; i >= 0; i-- {
+		if e.Recent[i].ID == id {
+			return e.Recent[i].Result, true
+		}
+	}
+	return nil, false
+}
+
+// UpdateFunc computes a key's next value and the job's result from the
+// current value (nil if none). Returning an error writes nothing.
+type UpdateFunc func(current []byte) (next, result []byte, err error)
+
+// Apply runs fn against the key's current value and stores its output with
+// compare-and-set, together with job.Seq, job.Fence and the job's outcome.
+// It returns fn's result, or the held result when the job had already been
+// applied (a redelivery, or the same job ID submitted again). A job whose
+// sequence is at or below the stored one without a held outcome gets
+// ErrGap and writes nothing.
+func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, error) {
+	k := StateKey(job.Key)
+	for attempt := 0; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		cur, rev, err := s.current(ctx, k, job.Fence, attempt > 0)
+		if err != nil {
+			return nil, err
+		}
+		if res, applied, err := s.check(cur, rev, job); err != nil || applied {
+			return res, err
+		}
+		next, result, err := fn(cur.Value)
+		if err != nil {
+			return nil, err
+		}
+		e := s.next(cur, next, job.Fence, []Job{job}, [][]byte{result})
+		// The worker cancels ctx the moment its lease is no longer trusted;
+		// check as late as possible before writing.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		err = s.write(ctx, k, rev, e)
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			if attempt > 8 {
+				return nil, fmt.Errorf("keylane: state %q: %w: %w", job.Key, errTooManyWriters, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("keylane: state %q: %w", job.Key, err)
+		}
+		return result, nil
+	}
+}
+
+// check decides, before running, what a job may do against the key's
+// current entry: it was applied (its held result), it must not run
+// (ErrStaleFence, ErrGap, ErrEpoch), or it runs (neither).
+func (s *State) check(cur StateEntry, rev uint64, job Job) (res []byte, applied bool, err error) {
+	if rev == 0 {
+		return nil, false, nil
+	}
+	if cur.Fence > job.Fence {
+		return nil, false, fmt.Errorf("%w (job fence %d, stored fence %d)", ErrStaleFence, job.Fence, cur.Fence)
+	}
+	if res, ok := cur.Held(job.ID); ok {
+		return res, true, nil
+	}
+	switch s.epochOf(cur) {
+	case epochSame:
+		if job.Seq <= cur.Seq {
+			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d, applied up to seq %d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, cur.Seq)
+		}
+	case epochForeign:
+		return nil, false, fmt.Errorf("%w (key %q written under epoch %x, the jobs stream is epoch %x)", ErrEpoch, job.Key, cur.Epoch, s.epoch)
+	}
+	return nil, false, nil
+}
+
+type epochRelation int
+
+const (
+	epochSame    epochRelation = iota // sequences compare
+	epochAdopted                      // an earlier stream this one took over: only IDs compare
+	epochForeign                      // another stream: refuse
+)
+
+// adopt replaces the adopted epochs (they only grow).
+func (s *State) adopt(epochs []uint64) {
+	s.mu.Lock()
+	s.adopted = slices.Clone(epochs)
+	s.mu.Unlock()
+}
+
+func (s *State) epochOf(e StateEntry) epochRelation {
+	if s.epoch == 0 || e.Epoch == 0 || e.Epoch == s.epoch {
+		return epochSame
+	}
+	s.mu.Lock()
+	adopted := slices.Contains(s.adopted, e.Epoch)
+	s.mu.Unlock()
+	switch {
+	case adopted:
+		return epochAdopted
+	default:
+		return epochForeign
+	}
+}
+
+// next builds the entry that follows cur once jobs (in stream order, all
+// under fence) applied with results: the new value, the last job's
+// sequence and outcome, and a bounded window of earlier outcomes.
+func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
+	last := len(jobs) - 1
+	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epoch, JobID: jobs[last].ID, Result: results[last]}
+	keep := s.keep
+	recent := make([]AppliedResult, 0, min(keep, len(cur.Recent)+len(jobs)))
+	// Outcomes from an adopted stream keep their IDs; those named after a
+	// sequence of that stream are meaningless now.
+	adopted := s.epochOf(cur) == epochAdopted
+	for _, r := range cur.Recent {
+		if !adopted || !strings.HasPrefix(r.ID, syntheticIDPrefix) {
+			recent = append(recent, r)
+		}
+	}
+	if cur.JobID != "" && (!adopted || !strings.HasPrefix(cur.JobID, syntheticIDPrefix)) {
+		recent = append(recent, AppliedResult{Seq: cur.Seq, ID: cur.JobID, Result: cur.Result})
+	}
+	for i := range last {
+		recent = append(recent, AppliedResult{Seq: jobs[i].Seq, ID: jobs[i].ID, Result: results[i]})
+	}
+	// Trim from the oldest: at most keep outcomes and heldBytes of them.
+	size := 0
+	from := len(recent)
+	for from > 0 && len(recent)-from < keep-1 {
+		r := recent[from-1]
+		size += 16 + len(r.ID) + len(r.Result)
+		if size > HeldBytes {
+			break
+		}
+		from--
+	}
+	e.Recent = recent[from:]
+	return e
+}
+
+// write stores e over revision rev (0: the key is new) with compare-and-set
+// and caches it for this tenure. A failed write drops the cache: its
+// outcome may be unknown, so the next attempt re-reads.
+func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry) error {
+	var newRev uint64
+	var err error
+	if rev == 0 {
+		newRev, err = s.kv.Create(ctx, k, encodeState(e))
+	} else {
+		newRev, err = s.kv.Update(ctx, k, encodeState(e), rev)
+	}
+	if err != nil {
+		s.forget(k)
+		return err
+	}
+	s.remember(k, cachedEntry{rev: newRev, fence: e.Fence, entry: e})
+	return nil
+}
+
+// Get returns the key's current entry; a key never written returns a zero
+// StateEntry and no error.
+func (s *State) Get(ctx context.Context, key string) (StateEntry, error) {
+	e, _, err := s.read(ctx, StateKey(key))
+	return e, err
+}
+
+func (s *State) current(ctx context.Context, k string, fence uint64, reread bool) (StateEntry, uint64, error) {
+	if !reread {
+		s.mu.Lock()
+		c, ok := s.cache[k]
+		s.mu.Unlock()
+		// Only the owner of this tenure may trust its cache.
+		if ok && c.fence == fence {
+			return c.entry, c.rev, nil
+		}
+	}
+	return s.read(ctx, k)
+}
+
+func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) {
+	kve, err := s.kv.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return StateEntry{}, 0, nil
+	}
+	if err != nil {
+		return StateEntry{}, 0, err
+	}
+	e, err := decodeState(kve.Value())
+	if err != nil {
+		return StateEntry{}, 0, err
+	}
+	return e, kve.Revision(), nil
+}
+
+func (s *State) remember(k string, c cachedEntry) {
+	s.mu.Lock()
+	if len(s.cache) >= maxCached {
+		clear(s.cache)
+	}
+	s.cache[k] = c
+	s.mu.Unlock()
+}
+
+func (s *State) forget(k string) {
+	s.mu.Lock()
+	delete(s.cache, k)
+	s.mu.Unlock()
+}
+
+// StateKey is the KV key that holds a resource key's state: the key in
+// unpadded base64url, since KV keys allow only a few characters.
+func StateKey(key string) string {
+	return "k." + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// Entry encoding, big-endian. Version 3: version (1 byte), fence (8),
+// epoch (8), the count of held outcomes (2) and each as seq (8), ID length
+// (2) and ID, result length (4) and result, the last applied job last; the
+// rest is the value. Versions 1 and 2 (seq, fence, job ID, result, and in 2
+// the earlier results of the same write) are still read.
+const (
+	stateV1 = 1
+	stateV2 = 2
+	stateV3 = 3
+)
+
+func encodeState(e StateEntry) []byte {
+	n := 1 + 8 + 8 + 2 + 14 + len(e.JobID) + len(e.Result) + len(e.Value)
+	for _, r := range e.Recent {
+		n += 14 + len(r.ID) + len(r.Result)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, stateV3)
+	b = binary.BigEndian.AppendUint64(b, e.Fence)
+	b = binary.BigEndian.AppendUint64(b, e.Epoch)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(e.Recent)+1))
+	appendOne := func(seq uint64, id string, res []byte) {
+		b = binary.BigEndian.AppendUint64(b, seq)
+		b = binary.BigEndian.AppendUint16(b, uint16(len(id)))
+		b = append(b, id...)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(res)))
+		b = append(b, res...)
+	}
+	for _, r := range e.Recent {
+		appendOne(r.Seq, r.ID, r.Result)
+	}
+	appendOne(e.Seq, e.JobID, e.Result)
+	return append(b, e.Value...)
+}
+
+func decodeState(b []byte) (StateEntry, error) {
+	if len(b) > 0 && b[0] == stateV3 {
+		return decodeStateV3(b)
+	}
+	var e StateEntry
+	if len(b) < 1+8+8+2 || (b[0] != stateV1 && b[0] != stateV2) {
+		return e, ErrBadState
+	}
+	version := b[0]
+	e.Seq = binary.BigEndian.Uint64(b[1:])
+	e.Fence = binary.BigEndian.Uint64(b[9:])
+	n := int(binary.BigEndian.Uint16(b[17:]))
+	b = b[19:]
+	if len(b) < n+4 {
+		return e, ErrBadState
+	}
+	e.JobID = string(b[:n])
+	b = b[n:]
+	r := int(binary.BigEndian.Uint32(b))
+	b = b[4:]
+	if len(b) < r {
+		return e, ErrBadState
+	}
+	if r > 0 {
+		e.Result = append([]byte(nil), b[:r]...)
+	}
+	b = b[r:]
+	if version == stateV2 {
+		if len(b) < 2 {
+			return e, ErrBadState
+		}
+		k := int(binary.BigEndian.Uint16(b))
+		b = b[2:]
+		for range k {
+			if len(b) < 12 {
+				return e, ErrBadState
+			}
+			seq := binary.BigEndian.Uint64(b)
+			l := int(binary.BigEndian.Uint32(b[8:]))
+			b = b[12:]
+			if len(b) < l {
+				return e, ErrBadState
+			}
+			// Version 2 kept no IDs for the earlier jobs of a write.
+			e.Recent = append(e.Recent, AppliedResult{Seq: seq, Result: append([]byte(nil), b[:l]...)})
+			b = b[l:]
+		}
+	}
+	e.Value = append([]byte(nil), b...)
+	return e, nil
+}
+
+func decodeStateV3(b []byte) (StateEntry, error) {
+	var e StateEntry
+	if len(b) < 1+8+8+2 {
+		return e, ErrBadState
+	}
+	e.Fence = binary.BigEndian.Uint64(b[1:])
+	e.Epoch = binary.BigEndian.Uint64(b[9:])
+	k := int(binary.BigEndian.Uint16(b[17:]))
+	b = b[19:]
+	if k == 0 {
+		return e, ErrBadState
+	}
+	held := make([]AppliedResult, k)
+	for i := range held {
+		if len(b) < 10 {
+			return e, ErrBadState
+		}
+		held[i].Seq = binary.BigEndian.Uint64(b)
+		n := int(binary.BigEndian.Uint16(b[8:]))
+		b = b[10:]
+		if len(b) < n+4 {
+			return e, ErrBadState
+		}
+		held[i].ID = string(b[:n])
+		r := int(binary.BigEndian.Uint32(b[n:]))
+		b = b[n+4:]
+		if len(b) < r {
+			return e, ErrBadState
+		}
+		if r > 0 {
+			held[i].Result = append([]byte(nil), b[:r]...)
+		}
+		b = b[r:]
+	}
+	last := held[k-1]
+	e.Seq, e.JobID, e.Result = last.Seq, last.ID, last.Result
+	if k > 1 {
+		e.Recent = held[:k-1]
+	}
+	e.Value = append([]byte(nil), b...)
+	return e, nil
+}
+
+// Group-commit bounds: a group stops growing once its reducers ran this
+// long (so the first job's reply is not held up by a slow reducer) or its
+// results take this many bytes (an entry must fit in one message).
+const (
+	groupTime  = 5 * time.Millisecond
+	groupBytes = 64 << 10
+)
+
+// group applies consecutive jobs of one key, in stream order, against the
+// key's current state and stores the outcome with one compare-and-set: a
+// group commit. Jobs whose outcome the entry holds are settled from it
+// without running. It returns n, how many of jobs are settled (their
+// results in out[:n]); when n < len(jobs), rerr is why jobs[n] did not
+// run: its reduce error, or ErrGap or ErrEpoch from the entry; nil if the
+// group stopped at its time or size bound. A write error (werr) settles
+// nothing: the write may or may not have landed, or another writer got in
+// first. group makes one attempt; the caller decides how to retry. All
+// jobs carry the same fence.
+func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func(i int, cur []byte) (next, result []byte, err error)) (n int, rerr, werr error) {
+	job0 := jobs[0]
+	k := StateKey(job0.Key)
+	cur, rev, err := s.current(ctx, k, job0.Fence, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rev != 0 && cur.Fence > job0.Fence {
+		return 0, nil, fmt.Errorf("%w (job fence %d, stored fence %d)", ErrStaleFence, job0.Fence, cur.Fence)
+	}
+	value, size := cur.Value, 0
+	var ran []Job
+	var results [][]byte
+	start := time.Now()
+	for ; n < len(jobs); n++ {
+		j := jobs[n]
+		res, applied, err := s.check(cur, rev, j)
+		if err == nil && !applied {
+			// Jobs settled in this group count as held too.
+			for i, r := range ran {
+				if r.ID == j.ID {
+					res, applied = results[i], true
+				}
+			}
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+		if applied {
+			out[n] = res
+			continue
+		}
+		if len(ran) > 0 && (size > groupBytes || time.Since(start) > groupTime) {
+			break
+		}
+		next, res, err := reduce(n, value)
+		if err != nil {
+			rerr = err
+			break
+		}
+		value, out[n] = next, res
+		ran, results = append(ran, j), append(results, res)
+		size += 16 + len(j.ID) + len(res)
+	}
+	if len(ran) == 0 {
+		return n, rerr, nil
+	}
+	// The worker cancels ctx the moment its lease is no longer trusted;
+	// check as late as possible before writing.
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	if err := s.write(ctx, k, rev, s.next(cur, value, job0.Fence, ran, results)); err != nil {
+		return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
+	}
+	return n, rerr, nil
+}
+
+// ErrGap is returned when a job's stream sequence is at or below the one
+// its key's state was written with, but the entry does not hold that job's
+// outcome: the job never ran, and later jobs of its key did (a delivery
+// that never reached the worker, or a restored stream).
+var ErrGap = errors.New("keylane: gap: a later job of this key was applied, this one never was")
+
+// ErrEpoch is returned when a key's state was written under another jobs
+// stream than the namespace's current one (the stream was deleted and
+// created again): its sequences say nothing about the new stream's. Adopt
+// the old epoch explicitly (Adopt, `keylane adopt`) to carry the state on.
+var ErrEpoch = errors.New("keylane: state written under another jobs stream (re-created?); adopt its epoch to carry the state over")
+
+// syntheticIDPrefix names jobs published without a job ID after their
+// stream sequence.
+const syntheticIDPrefix = "seq-"

@@ -1,0 +1,431 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keylane/keylane/lease"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// Topology names the namespace and, for the first worker, how to create
+	// it. See TopologyConfig for its defaults.
+	Topology TopologyConfig
+	// Handler runs the jobs. Exactly one of Handler and Reducer is required.
+	Handler Handler
+	// Reducer runs the jobs as pure updates of their key's state, which the
+	// worker keeps and group-commits (see Reducer). It is the fast path:
+	// one state write per group of a key's queued jobs instead of per job.
+	Reducer Reducer
+	// ID names this worker in the members bucket, on lease entries and on
+	// dead letters. Defaults to "<hostname>-<pid>-<random>". Letters,
+	// digits, '_' and '-' only.
+	ID string
+	// Concurrency is how many different keys of one partition may run at
+	// once. Jobs of one key never run at the same time whatever this is.
+	// Defaults to 8.
+	Concurrency int
+	// MaxInFlight is how many fetched, unfinished jobs one partition holds
+	// in memory. It bounds memory. Defaults to 1024.
+	MaxInFlight int
+	// MaxPending is the partition's window on the server (the consumer's
+	// MaxAckPending): jobs delivered and not acked, including those a
+	// failing key handed back while its head job retries. Other keys of
+	// the partition keep flowing until a failing key has about
+	// MaxPending−MaxInFlight jobs handed back. Defaults to 16×MaxInFlight.
+	MaxPending int
+	// MaxDeliver is how many times a failing job runs before it is moved to
+	// the dead-letter stream. Defaults to 5.
+	MaxDeliver int
+	// Backoff returns the pause before attempt n+1 after attempt n failed.
+	// Defaults to 50ms doubling per attempt, at most 5s.
+	Backoff func(attempt int) time.Duration
+	// AckWait is how long the server waits for an ack before redelivering.
+	// Jobs that wait or run longer are kept alive with InProgress every
+	// AckWait/3. Defaults to 30s.
+	AckWait time.Duration
+	// SafetyMargin is subtracted from the lease TTL to get the trust window.
+	// Defaults to LeaseTTL/10.
+	SafetyMargin time.Duration
+	// StoreResults stores every job's result in the results bucket before
+	// replying, so a caller can fetch a result it missed and a redelivered
+	// job returns its stored result instead of running again. Defaults to
+	// false.
+	StoreResults bool
+	// Logger receives the worker's logs. Defaults to discarding them.
+	Logger *slog.Logger
+}
+
+var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+var notIDChar = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// DefaultWorkerID returns "<hostname>-<pid>-<random>", with characters a
+// worker ID may not hold replaced by '_'. It differs on every call.
+func DefaultWorkerID() string {
+	host, _ := os.Hostname()
+	return notIDChar.ReplaceAllString(host, "_") + "-" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[16:]
+}
+
+func (c *WorkerConfig) setDefaults() error {
+	if (c.Handler == nil) == (c.Reducer == nil) {
+		return errors.New("keylane: WorkerConfig needs exactly one of Handler and Reducer")
+	}
+	if err := c.Topology.setDefaults(); err != nil {
+		return err
+	}
+	if c.ID == "" {
+		c.ID = DefaultWorkerID()
+	}
+	if !workerIDRE.MatchString(c.ID) {
+		return fmt.Errorf("keylane: worker ID %q must match %s", c.ID, workerIDRE)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 8
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1024
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 5
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 16 * c.MaxInFlight
+	}
+	if c.MaxPending < c.MaxInFlight {
+		return fmt.Errorf("keylane: MaxPending %d is below MaxInFlight %d", c.MaxPending, c.MaxInFlight)
+	}
+	if c.Concurrency < 1 || c.MaxInFlight < 1 || c.MaxDeliver < 1 {
+		return errors.New("keylane: Concurrency, MaxInFlight and MaxDeliver must be positive")
+	}
+	if c.Backoff == nil {
+		c.Backoff = func(n int) time.Duration {
+			d := 50 * time.Millisecond << min(n-1, 10)
+			return min(d, 5*time.Second)
+		}
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.AckWait < time.Second {
+		return fmt.Errorf("keylane: AckWait %s is below 1s", c.AckWait)
+	}
+	if c.SafetyMargin == 0 {
+		c.SafetyMargin = c.Topology.LeaseTTL / 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// Stats counts what a worker did. All fields are totals since start.
+type Stats struct {
+	Runs         int64 // handler invocations, retries included
+	Succeeded    int64 // jobs acked after success
+	Failed       int64 // handler errors (each retried or dead-lettered)
+	DeadLettered int64 // jobs moved to the dead-letter stream
+	Malformed    int64 // messages on our subjects that were not valid jobs
+	Stale        int64 // jobs abandoned because a newer fence had written
+	Unacked      int64 // finished jobs not acked because the lease was not trusted
+	FromResults  int64 // redelivered jobs answered from the results bucket
+	Acquired     int64 // partition leases acquired
+	Lost         int64 // partition leases lost (not released)
+	Released     int64 // partition leases released gracefully
+	Owned        int64 // partitions owned now
+	// Resyncs counts re-synchronisations of a partition's delivery (a gap
+	// in the consumer's delivery sequence, a reconnect, missed heartbeats).
+	Resyncs int64
+	// Gaps counts jobs refused because a later job of their key had been
+	// applied and their own outcome was not held (ErrGap); each was
+	// dead-lettered, never answered as a success.
+	Gaps int64
+	// DeadLetterErrors counts failed attempts to write a dead letter; the
+	// job stays in its lane, unacked, until one succeeds.
+	DeadLetterErrors int64
+	// HandedBack counts jobs a stalled key handed back to the server.
+	HandedBack int64
+	// Stuck counts owners whose handlers kept running after the lease was
+	// lost; the worker steps aside as the partition's desired owner until
+	// they return.
+	Stuck int64
+}
+
+type stats struct {
+	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
+	acquired, lost, released, owned                                       atomic.Int64
+	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
+	stuck                                                                 atomic.Int64
+}
+
+// Worker owns partitions and runs their jobs. Create it with NewWorker,
+// start it with Start, and stop it with Stop (graceful) or by cancelling the
+// context given to Run. Its methods are safe for concurrent use.
+type Worker struct {
+	cfg   WorkerConfig
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	topo  *Topology
+	state *State // the reducer's state; nil with a Handler
+	log   *slog.Logger
+
+	stats stats
+	bal   *balancer
+
+	mu      sync.Mutex
+	started bool
+	stopped bool
+
+	// The topology watcher: it reloads the topology when the jobs stream
+	// is replaced (Repartition).
+	reload    chan struct{}
+	watchStop chan struct{}
+	watchDone chan struct{}
+}
+
+// NewWorker checks cfg and returns a worker that has not started. The
+// connection stays the caller's and must outlive the worker.
+func NewWorker(nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID)}, nil
+}
+
+// ID returns the worker's ID.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Start sets up the namespace (idempotently), registers the worker as a
+// member and starts balancing. It returns once the worker is registered;
+// partitions are taken in the background.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("keylane: worker already started")
+	}
+	topo, err := Setup(ctx, w.js, w.cfg.Topology)
+	if err != nil {
+		return err
+	}
+	w.topo = topo
+	if w.cfg.Reducer != nil {
+		w.state = topo.NewState()
+	}
+	w.bal, err = startBalancer(ctx, w)
+	if err != nil {
+		return err
+	}
+	w.started = true
+	w.reload, w.watchStop, w.watchDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
+	go w.watchTopology()
+	w.log.Info("worker started", "partitions", topo.Partitions, "namespace", topo.Names.Namespace)
+	return nil
+}
+
+// requestReload asks the topology watcher to look at the jobs stream now.
+func (w *Worker) requestReload() {
+	select {
+	case w.reload <- struct{}{}:
+	default:
+	}
+}
+
+// watchTopology looks at the jobs stream every lease TTL (and when an
+// owner asks) and reloads the topology when the stream was replaced by
+// another epoch: a repartition. Owners never consume a stream of another
+// epoch than the worker's topology (resetConsumer checks).
+func (w *Worker) watchTopology() {
+	defer close(w.watchDone)
+	t := time.NewTicker(w.cfg.Topology.LeaseTTL)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.watchStop:
+			return
+		case <-t.C:
+		case <-w.reload:
+		}
+		if meta, ok := w.replacedBy(); ok {
+			w.reloadTopology(meta)
+		}
+	}
+}
+
+// replacedBy reports the jobs stream's metadata when its epoch is not the
+// worker's.
+func (w *Worker) replacedBy() (Meta, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	w.mu.Lock()
+	topo := w.topo
+	w.mu.Unlock()
+	s, err := w.js.Stream(ctx, topo.Names.Jobs())
+	if err != nil {
+		return Meta{}, false
+	}
+	meta, err := readMeta(s.CachedInfo(), 0)
+	return meta, err == nil && meta.Epoch != topo.Meta.Epoch
+}
+
+// reloadTopology hands every partition over, opens the new jobs stream
+// (never creating one: only Repartition does that) and balances again.
+func (w *Worker) reloadTopology(meta Meta) {
+	w.mu.Lock()
+	bal := w.bal
+	w.mu.Unlock()
+	w.log.Warn("jobs stream replaced; reloading the topology", "partitions", meta.Partitions, "epoch", formatEpoch(meta.Epoch))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*w.cfg.Topology.LeaseTTL)
+	_ = bal.stop(ctx)
+	cancel()
+	cfg := w.cfg.Topology
+	cfg.Partitions = 0 // follow the stream
+	pause := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		var topo *Topology
+		_, err := Open(ctx, w.js, cfg.Namespace, 0)
+		if err == nil {
+			topo, err = Setup(ctx, w.js, cfg)
+		}
+		if err == nil {
+			w.mu.Lock()
+			if w.stopped {
+				w.mu.Unlock()
+				cancel()
+				return
+			}
+			w.topo = topo
+			if w.cfg.Reducer != nil {
+				w.state = topo.NewState()
+			}
+			bctx, bcancel := context.WithTimeout(context.Background(), 3*w.cfg.Topology.LeaseTTL)
+			w.bal, err = startBalancer(bctx, w)
+			bcancel()
+			w.mu.Unlock()
+		}
+		cancel()
+		if err == nil {
+			w.log.Info("topology reloaded", "partitions", topo.Partitions)
+			return
+		}
+		w.log.Warn("reload topology", "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-w.watchStop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// Stop stops gracefully: it leaves the member set, stops fetching, finishes
+// and acks the jobs it holds, and releases its leases so successors start at
+// once. If ctx ends first, running handlers are cancelled and queued jobs
+// are left unacked for the successor. Stop waits for every goroutine.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started || w.stopped {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopped = true
+	w.mu.Unlock()
+	close(w.watchStop)
+	<-w.watchDone
+	w.mu.Lock()
+	bal := w.bal
+	w.mu.Unlock()
+	err := bal.stop(ctx)
+	w.log.Info("worker stopped", "released", w.stats.released.Load())
+	return err
+}
+
+// Run starts the worker, blocks until ctx ends, then stops it gracefully
+// within drain.
+func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
+	defer cancel()
+	return w.Stop(sctx)
+}
+
+// Owned returns the partitions this worker owns now.
+func (w *Worker) Owned() []int {
+	w.mu.Lock()
+	bal := w.bal
+	w.mu.Unlock()
+	if bal == nil {
+		return nil
+	}
+	return bal.owned()
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	s := &w.stats
+	return Stats{
+		Runs: s.runs.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),
+		DeadLettered: s.dead.Load(), Malformed: s.malformed.Load(), Stale: s.stale.Load(),
+		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
+		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
+		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(), HandedBack: s.handedBack.Load(),
+		Stuck: s.stuck.Load(),
+	}
+}
+
+// Topology returns the namespace's objects; nil before Start.
+func (w *Worker) Topology() *Topology {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.topo
+}
+
+func (w *Worker) leaseConfig() lease.Config {
+	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger}
+}
+
+// refreshEpoch re-reads the jobs stream's adopted epochs, so a key held
+// for ErrEpoch runs once an operator adopted its epoch.
+func (w *Worker) refreshEpoch(ctx context.Context) {
+	if w.state == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	info, err := w.topo.Jobs.Info(ctx)
+	if err != nil {
+		return
+	}
+	meta, err := readMeta(info, w.topo.Partitions)
+	if err != nil || meta.Epoch != w.topo.Meta.Epoch {
+		return
+	}
+	w.state.adopt(meta.Adopted)
+}
+
+// requestTimeout bounds one request to the server that has no deadline of
+// its own.
+const requestTimeout = 5 * time.Second
