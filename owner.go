@@ -860,8 +860,9 @@ func (o *owner) countStart(jobID string) (int, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
 	defer cancel()
 	kv, k := o.w.topo.Results, startsKey(jobID)
-	for range 8 {
-		var n int
+	var n int
+	err := casLoop(ctx, func(bool) error {
+		n = 0
 		var rev uint64
 		e, err := kv.Get(ctx, k)
 		switch {
@@ -870,22 +871,15 @@ func (o *owner) countStart(jobID string) (int, error) {
 			rev = e.Revision()
 		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 		default:
-			return 0, err
+			return err
 		}
-		next := []byte(strconv.Itoa(n + 1))
-		if rev == 0 {
-			_, err = kv.Create(ctx, k, next)
-		} else {
-			_, err = kv.Update(ctx, k, next, rev)
-		}
-		if err == nil {
-			return n, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return 0, err
-		}
+		_, err = casPut(ctx, kv, k, rev, []byte(strconv.Itoa(n+1)))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("keylane: restart counter: %w", err)
 	}
-	return 0, errors.New("keylane: restart counter contended")
+	return n, nil
 }
 
 // forgetStarts drops a finished job's start counter. It runs only once the

@@ -19,8 +19,6 @@ import (
 // so this worker must not write, reply or ack.
 var ErrStaleFence = errors.New("keylane: stale fence: a newer owner has written this key")
 
-var errTooManyWriters = errors.New("too many concurrent writers")
-
 // ErrBadState is returned when a state entry cannot be decoded.
 var ErrBadState = errors.New("keylane: malformed state entry")
 
@@ -137,39 +135,42 @@ type UpdateFunc func(current []byte) (next, result []byte, err error)
 // ErrGap and writes nothing.
 func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, error) {
 	k := StateKey(job.Key)
-	for attempt := 0; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		cur, rev, err := s.current(ctx, k, job.Fence, attempt > 0)
+	var out []byte
+	err := casLoop(ctx, func(reread bool) error {
+		cur, rev, err := s.current(ctx, k, job.Fence, reread)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if res, applied, err := s.check(cur, rev, job); err != nil || applied {
-			return res, err
+			out = res
+			return err
 		}
 		next, result, err := fn(cur.Value)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		e := s.next(cur, next, job.Fence, []Job{job}, [][]byte{result})
-		// The worker cancels ctx the moment its lease is no longer trusted;
-		// check as late as possible before writing.
+		// The worker cancels ctx the moment its lease is no longer
+		// trusted; check as late as possible before writing.
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		err = s.write(ctx, k, rev, e)
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			if attempt > 8 {
-				return nil, fmt.Errorf("keylane: state %q: %w: %w", job.Key, errTooManyWriters, err)
+		if err := s.write(ctx, k, rev, e); err != nil {
+			if casConflict(err) {
+				return err
 			}
-			continue
+			return fmt.Errorf("keylane: state %q: %w", job.Key, err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("keylane: state %q: %w", job.Key, err)
-		}
-		return result, nil
+		out = result
+		return nil
+	})
+	if errors.Is(err, errTooManyWriters) {
+		return nil, fmt.Errorf("keylane: state %q: %w", job.Key, err)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // check decides, before running, what a job may do against the key's
@@ -267,13 +268,7 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 // and caches it for this tenure. A failed write drops the cache: its
 // outcome may be unknown, so the next attempt re-reads.
 func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry) error {
-	var newRev uint64
-	var err error
-	if rev == 0 {
-		newRev, err = s.kv.Create(ctx, k, encodeState(e))
-	} else {
-		newRev, err = s.kv.Update(ctx, k, encodeState(e), rev)
-	}
+	newRev, err := casPut(ctx, s.kv, k, rev, encodeState(e))
 	if err != nil {
 		s.forget(k)
 		return err

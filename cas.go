@@ -1,0 +1,51 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// casTries bounds the attempts of one compare-and-set loop: each conflict
+// means another writer got in first, and a key contended that often has a
+// writer that should not be there.
+const casTries = 9
+
+// errTooManyWriters is why a compare-and-set loop gave up.
+var errTooManyWriters = errors.New("too many concurrent writers")
+
+// casPut is the one compare-and-set write of keylane's KV entries (State
+// entries, the crash-loop counter): it creates k if rev is 0 and updates it
+// from revision rev otherwise, and returns the new revision.
+func casPut(ctx context.Context, kv jetstream.KeyValue, k string, rev uint64, value []byte) (uint64, error) {
+	if rev == 0 {
+		return kv.Create(ctx, k, value)
+	}
+	return kv.Update(ctx, k, value, rev)
+}
+
+// casConflict reports whether a casPut failed because another writer
+// changed the key first.
+func casConflict(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+// casLoop runs attempt (read, decide, casPut) until it ends without a
+// conflict, at most casTries times; reread tells an attempt that the one
+// before it lost to another writer, so a cached read is stale.
+func casLoop(ctx context.Context, attempt func(reread bool) error) error {
+	for i := 0; ; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := attempt(i > 0)
+		if !casConflict(err) {
+			return err
+		}
+		if i+1 == casTries {
+			return fmt.Errorf("%w: %w", errTooManyWriters, err)
+		}
+	}
+}
