@@ -49,10 +49,12 @@ import (
 // bounce, free a quarter of the time. So a worker whose owner outlives its
 // lease by stuckAfter publishes a stuck mark for the partition in the lease
 // bucket (key s.<p>.<worker>, a lease of its own, so it expires with a
-// crashed worker), and every balancer leaves marked workers out when it
-// computes the partition's desired owner. The mark is released when the
-// owner returns, and the partition goes back to its desired owner by an
-// ordinary hand-over.
+// crashed worker), and every balancer bars marked workers from the
+// partition when it computes the assignment: they neither keep nor
+// receive it, so it goes to a worker that can take it and, held there,
+// stays. The mark is released when the owner returns; the partition then
+// stays where it is unless the assignment, no longer barred, moves
+// something to even the split.
 type balancer struct {
 	w      *Worker
 	ctx    context.Context

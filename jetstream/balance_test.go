@@ -199,3 +199,29 @@ func TestRestartWithSameIDWaitsForOldEntry(t *testing.T) {
 		t.Fatalf("a live twin started: %v", err)
 	}
 }
+
+// TestOrphanTakenWhenDesiredOwnerDoesNotClaim: a member that never claims
+// the partitions assigned to it (here a bare member entry) does not leave
+// them without an owner: after a TTL free the worker takes them as
+// orphans.
+func TestOrphanTakenWhenDesiredOwnerDoesNotClaim(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 4})
+	ttl := e.topo.Config.LeaseTTL
+	ghost, err := lease.Acquire(ctx(t), e.topo.Members, "ghost", lease.Config{Holder: "ghost", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ghost.Release(context.Background()) })
+	if assigned := partition.Assign(4, []string{"wa", "ghost"}, nil, nil); !slices.Contains(assigned, "ghost") {
+		t.Fatalf("ghost is assigned nothing (%v): the test proves nothing", assigned)
+	}
+	start := time.Now()
+	w := e.worker("wa", echo(), nil)
+	e.waitOwned(w)
+	if d := time.Since(start); d < ttl {
+		t.Errorf("wa owned every partition after %s, before ghost's were free for a TTL (%s)", d, ttl)
+	}
+	if isClosed(ghost.Done()) {
+		t.Fatalf("ghost's member entry lapsed (%v): the test proves nothing", ghost.Err())
+	}
+}
