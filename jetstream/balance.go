@@ -373,7 +373,11 @@ func (b *balancer) reconcile() {
 			current[p] = "" // lost, even while its handlers wind down
 		}
 	}
-	desired := partition.Assign(len(b.holders), members, current, b.barred)
+	var barred func(int, string) bool
+	if len(b.stuck) > 0 {
+		barred = b.barred
+	}
+	desired := partition.Assign(len(b.holders), members, current, barred)
 	for p := range b.holders {
 		if o := b.owners[p]; o != nil {
 			if b.lapse(p, o, now) {

@@ -37,9 +37,12 @@ import (
 // matter), so every worker computes the same result from the same view.
 func Assign(n int, members, current []string, barred func(p int, member string) bool) []string {
 	out := assignOnce(n, members, current, barred)
-	// Without bars one pass is a fixed point. With them, a pass can leave a
-	// member over its share that the next pass would relieve: run it again,
-	// so that every worker's next look finds nothing to move.
+	if barred == nil {
+		return out // one pass is a fixed point
+	}
+	// With bars, a pass can leave a member over its share that the next
+	// pass would relieve: run it again, so that every worker's next look
+	// finds nothing to move.
 	for range 8 {
 		next := assignOnce(n, members, out, barred)
 		if slices.Equal(next, out) {
@@ -102,16 +105,25 @@ func assignOnce(n int, members, current []string, barred func(p int, member stri
 	}
 
 	load := make([]int, len(ms))
+	type scored struct {
+		p int
+		s uint64
+	}
+	var keep []scored
 	for i, ps := range held {
 		m := ms[i]
-		slices.SortFunc(ps, func(a, b int) int {
-			if c := cmp.Compare(score(b, m), score(a, m)); c != 0 {
+		keep = keep[:0]
+		for _, p := range ps {
+			keep = append(keep, scored{p, score(p, m)})
+		}
+		slices.SortFunc(keep, func(a, b scored) int {
+			if c := cmp.Compare(b.s, a.s); c != 0 {
 				return c
 			}
-			return cmp.Compare(a, b)
+			return cmp.Compare(a.p, b.p)
 		})
-		for _, p := range ps[:min(len(ps), limit[i])] {
-			out[p] = m
+		for _, k := range keep[:min(len(keep), limit[i])] {
+			out[k.p] = m
 			load[i]++
 		}
 	}

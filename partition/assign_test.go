@@ -174,3 +174,22 @@ func TestAssignEdges(t *testing.T) {
 		t.Errorf("2 partitions over 3 members from c holding both: %v", out)
 	}
 }
+
+// BenchmarkAssign measures one balancer's reconcile at the largest N: the
+// assignment is already balanced, as it is between membership changes.
+func BenchmarkAssign(b *testing.B) {
+	for _, w := range []int{4, 16, 64} {
+		b.Run(fmt.Sprintf("N=%d/W=%d", MaxPartitions, w), func(b *testing.B) {
+			members := make([]string, w)
+			for i := range members {
+				members[i] = fmt.Sprintf("worker-%d", i)
+			}
+			current := Assign(MaxPartitions, members, nil, nil)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				Assign(MaxPartitions, members, current, nil)
+			}
+		})
+	}
+}
