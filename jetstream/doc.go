@@ -73,16 +73,30 @@
 // # Owning a partition
 //
 // A worker registers in NS_MEMBERS (a lease on its ID) and watches both KV
-// buckets. The desired owner of partition p is the live member with the
-// highest rendezvous hash of (p, member). The balancer acquires a free
-// partition it is desired for at once, and any partition left free for a
-// whole TTL (its desired owner is not claiming it); it hands over
-// partitions whose desired owner is someone else alive.
+// buckets. Every worker computes the same desired owners from its view of
+// the live members and the lease holders (partition.Assign, a sticky
+// assignment): with W members each owns floor(N/W) or ceil(N/W)
+// partitions; a member keeps the partitions it holds up to its share (its
+// highest rendezvous-scored ones), and every other partition goes to the
+// member with the highest rendezvous hash of (p, member) among those with
+// room. So a joining worker takes only what the others hold above their
+// new share, and a leaving worker's partitions go only to the others;
+// nothing else moves. (Plain rendezvous hashing also moved only what had
+// to move, but gave four workers on 16 partitions 3, 2, 6 and 5.) The
+// balancer acquires a free partition it is desired for at once, and any
+// partition left free for a whole TTL (its desired owner is not claiming
+// it; it hands such an orphan to its desired owner after orphanHold
+// TTLs); it hands over partitions whose desired owner is someone else
+// alive. A worker hands over only what it holds above its share, so a
+// partition it just released, free for a moment in its own view, is not
+// desired for it again; a worker that starts alone owns everything and
+// gives partitions away as the others join.
 //
 // A worker whose owner of p outlives its lost lease (a handler that
 // ignores its context) writes a stuck mark, a lease of its own under
-// s.<p>.<worker>, and every balancer leaves it out when it picks p's
-// desired owner, so p stays with one other worker instead of bouncing
+// s.<p>.<worker>, and every balancer bars it from p when it computes the
+// desired owners (it neither keeps nor receives p; while marks exist the
+// split may be uneven), so p stays with one other worker instead of bouncing
 // between owners; the mark is released when the handler returns (logged at
 // WARN, then ERROR reminders; Stats.Stuck). A bucket watch whose channel
 // closes is opened again with a jittered backoff, and balancing pauses
