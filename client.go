@@ -31,7 +31,8 @@ var (
 	// been stored: call again with the same WithID to get its outcome
 	// without running it twice.
 	ErrNoReply = errors.New("keylane: no result before the context ended")
-	// ErrClosed is returned after Close.
+	// ErrClosed is returned by calls made after Close, and by Calls (and
+	// Submits retrying a publish) that were still waiting when it ran.
 	ErrClosed = errors.New("keylane: client closed")
 )
 
@@ -86,6 +87,7 @@ type Client struct {
 	sub     *nats.Subscription
 	waiters map[string]*waiter
 	closed  bool
+	done    chan struct{} // closed by Close: every waiting call ends
 	token   atomic.Uint64
 	batch   *batcher // nil unless GroupCommit
 	results jetstream.KeyValue
@@ -114,7 +116,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}}
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
 	c.expect = []string{c.stream}
 	if cfg.GroupCommit {
 		c.batch = newBatcher(c)
@@ -253,6 +255,8 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return r.ID, nil
 	case <-ctx.Done():
 		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ctx.Err())
+	case <-c.done:
+		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ErrClosed)
 	}
 }
 
@@ -380,6 +384,8 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			return decodeReply(reply)
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: r.ID, Err: ctx.Err()}
+		case <-c.done:
+			return nil, fmt.Errorf("keylane: call %s: %w", r.ID, ErrClosed)
 		}
 	}
 }
@@ -491,6 +497,8 @@ func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 			}
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+		case <-c.done:
+			return nil, fmt.Errorf("keylane: outcome of %s: %w", id, ErrClosed)
 		}
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
 			continue
@@ -654,6 +662,8 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 			}
 		case <-ctx.Done():
 			return out, ctx.Err()
+		case <-c.done:
+			return out, ErrClosed
 		}
 	}
 	return out, ctx.Err()
@@ -688,6 +698,9 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 		case <-ctx.Done():
 			t.Stop()
 			return false, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		case <-c.done:
+			t.Stop()
+			return false, ErrClosed
 		case <-t.C:
 		}
 		pause = min(2*pause, time.Second)
@@ -716,13 +729,22 @@ func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 	return s.CachedInfo().State.Msgs, nil
 }
 
-// Close stops waiting for replies. It does not close the connection.
+// Close ends the client: Calls still waiting return ErrClosed at once,
+// batch timers stop, and later calls return ErrClosed. It does not close
+// the connection.
 func (c *Client) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return
+	}
 	c.closed = true
+	close(c.done)
 	if c.sub != nil {
 		_ = c.sub.Unsubscribe()
+	}
+	if c.batch != nil {
+		c.batch.close()
 	}
 }
 

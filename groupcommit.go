@@ -147,6 +147,18 @@ func (b *batcher) done(id string, m *nats.Msg) {
 	}
 }
 
+// close stops every batch's timer; their jobs' waiters end with the
+// client (Client.Close).
+func (b *batcher) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, sb := range b.batches {
+		sb.timer.Stop()
+		delete(b.batches, id)
+	}
+	b.queue = nil
+}
+
 // ackOK reports whether a batch ack stored the batch.
 func ackOK(m *nats.Msg) bool {
 	_, err := pubAckError(m)

@@ -185,9 +185,11 @@ type Worker struct {
 	stats stats
 	bal   *balancer
 
-	mu      sync.Mutex
-	started bool
-	stopped bool
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	done     chan struct{} // closed once Stop has returned
+	doneOnce sync.Once
 
 	// The topology watcher: it reloads the topology when the jobs stream
 	// is replaced (Repartition).
@@ -206,7 +208,7 @@ func NewWorker(nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID)}, nil
+	return &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), done: make(chan struct{})}, nil
 }
 
 // ID returns the worker's ID.
@@ -346,6 +348,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started || w.stopped {
 		w.mu.Unlock()
+		if !w.started {
+			w.doneOnce.Do(func() { close(w.done) })
+		}
 		return nil
 	}
 	w.stopped = true
@@ -357,8 +362,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	err := bal.stop(ctx)
 	w.log.Info("worker stopped", "released", w.stats.released.Load())
+	w.doneOnce.Do(func() { close(w.done) })
 	return err
 }
+
+// Done is closed once the worker has stopped: Stop (or Run) returned, every
+// lease it could release released, every goroutine ended. A worker that
+// never started is done once Stop is called.
+func (w *Worker) Done() <-chan struct{} { return w.done }
 
 // Run starts the worker, blocks until ctx ends, then stops it gracefully
 // within drain.

@@ -1,0 +1,70 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natstest"
+)
+
+// TestCloseFailsWaitingCalls: Close ends every Call still waiting with
+// ErrClosed at once, instead of leaving it to the caller's deadline (no
+// worker runs here, so the job is stored and never answered).
+func TestCloseFailsWaitingCalls(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2})
+	c := e.client
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := c.Call(ctx(t), "seat:1", []byte("x"))
+			errs <- err
+		}()
+	}
+	// Wait until the three jobs are stored: the Calls then only wait.
+	natstest.Eventually(t, 10*time.Second, "three jobs stored", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 3 })
+	closed := time.Now()
+	c.Close()
+	for range 3 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("Call after Close: %v, want ErrClosed", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("a Call still waits %s after Close", time.Since(closed).Round(time.Millisecond))
+		}
+	}
+	if _, err := c.Call(ctx(t), "seat:1", []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Call on a closed client: %v, want ErrClosed", err)
+	}
+}
+
+// TestWorkerDone: Done is closed once Stop has returned, not before.
+func TestWorkerDone(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2})
+	w := e.worker("wa", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) { return nil, nil }), nil)
+	e.waitOwned(w)
+	select {
+	case <-w.Done():
+		t.Fatal("Done closed while the worker runs")
+	default:
+	}
+	if err := w.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Done():
+	default:
+		t.Fatal("Done not closed after Stop returned")
+	}
+	idle, err := NewWorker(e.nc, WorkerConfig{ID: "idle", Handler: HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) { return nil, nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idle.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	<-idle.Done()
+}
