@@ -60,12 +60,12 @@ type ClientConfig struct {
 	// MaxPending bounds the asynchronous publishes in flight in SubmitMany.
 	// Defaults to 4096.
 	MaxPending int
-	// GroupCommit coalesces concurrent Calls and Submits into JetStream
+	// AtomicBatches coalesces concurrent Calls and Submits into JetStream
 	// atomic batches (server 2.12 or later), one batch in flight at a time
 	// per few, so a server that fsyncs every write (sync_interval: always)
 	// syncs once per batch instead of once per job. On a server with the
 	// default sync interval it costs more than it saves; leave it off there.
-	GroupCommit bool
+	AtomicBatches bool
 }
 
 // Client submits jobs. It is safe for concurrent use.
@@ -89,7 +89,7 @@ type Client struct {
 	closed  bool
 	done    chan struct{} // closed by Close: every waiting call ends
 	token   atomic.Uint64
-	batch   *batcher // nil unless GroupCommit
+	batch   *batcher // nil unless AtomicBatches
 	results jetstream.KeyValue
 }
 
@@ -118,7 +118,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	names := Names{Namespace: cfg.Namespace}
 	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
 	c.expect = []string{c.stream}
-	if cfg.GroupCommit {
+	if cfg.AtomicBatches {
 		c.batch = newBatcher(c)
 	}
 	c.subjects = make([]string, n)

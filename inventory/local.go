@@ -27,12 +27,12 @@ type LocalConfig struct {
 	// Port of the embedded server. Defaults to a free port.
 	Port int
 	// SyncAlways makes the embedded server fsync every write. Clients from
-	// Client then group-commit (see GroupCommit).
+	// Client then group-commit (see AtomicBatches).
 	SyncAlways bool
-	// GroupCommit makes clients from Client coalesce concurrent submits
-	// into atomic batches (keylane.ClientConfig.GroupCommit). Set it with a
+	// AtomicBatches makes clients from Client coalesce concurrent submits
+	// into atomic batches (keylane.ClientConfig.AtomicBatches). Set it with a
 	// separate server that fsyncs every write.
-	GroupCommit bool
+	AtomicBatches bool
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
@@ -67,7 +67,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 3
 	}
-	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.GroupCommit || cfg.SyncAlways}
+	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -152,7 +152,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, GroupCommit: l.group})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group})
 }
 
 // Stop stops the workers gracefully, then the server.

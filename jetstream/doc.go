@@ -355,7 +355,7 @@
 //
 // # Client group commit
 //
-// With ClientConfig.GroupCommit, concurrent Calls and Submits queue while a
+// With ClientConfig.AtomicBatches, concurrent Calls and Submits queue while a
 // few atomic batches are in flight and go out together as one JetStream
 // atomic batch, which a server with sync_interval: always stores with one
 // fsync. A refused or unacknowledged batch is resent job by job; the job

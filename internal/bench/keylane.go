@@ -62,7 +62,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	// As inventory.Local's clients: group commit when every write is synced.
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{GroupCommit: env.Durable})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: env.Durable})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
 }

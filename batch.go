@@ -9,7 +9,9 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// Group commit on the client (ClientConfig.GroupCommit).
+// Atomic batches on the client (ClientConfig.AtomicBatches). Not to be
+// confused with the worker's group commit (State.group: one state write
+// for a run of one key's jobs).
 //
 // On a server that fsyncs every write (sync_interval: always), each plain
 // publish waits for its own fsync, so concurrent submitters queue behind

@@ -13,7 +13,7 @@ import (
 
 func groupClient(e *env) *Client {
 	e.t.Helper()
-	c, err := NewClient(ctx(e.t), natstest.Connect(e.t, e.srv), ClientConfig{GroupCommit: true})
+	c, err := NewClient(ctx(e.t), natstest.Connect(e.t, e.srv), ClientConfig{AtomicBatches: true})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -41,10 +41,10 @@ func queued(c *Client) int {
 	return len(c.batch.queue)
 }
 
-// TestGroupCommitCalls sends concurrent Calls through a group-committing
+// TestAtomicBatchCalls sends concurrent Calls through a batching
 // client, held so they queue into one atomic batch: every job is stored
 // and applied once, and each caller gets its own result.
-func TestGroupCommitCalls(t *testing.T) {
+func TestAtomicBatchCalls(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 4})
 	c := groupClient(e)
 	cnt := newCounter()
@@ -89,11 +89,11 @@ func TestGroupCommitCalls(t *testing.T) {
 	}
 }
 
-// TestGroupCommitFallsBack puts a job whose ID the stream has already seen
+// TestAtomicBatchFallsBack puts a job whose ID the stream has already seen
 // into a batch. The server refuses the whole atomic batch; the client
 // resends its jobs one by one, so every new job is stored once and the
 // duplicate is acknowledged without a second copy.
-func TestGroupCommitFallsBack(t *testing.T) {
+func TestAtomicBatchFallsBack(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 2})
 	c := groupClient(e)
 	if _, err := c.Submit(ctx(t), "k", []byte("inc"), WithID("seen")); err != nil {
