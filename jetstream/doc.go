@@ -353,7 +353,7 @@
 //   - A newer owner wrote the key: the CAS fails or the stored fence is
 //     higher; the group is dropped and this owner steps down.
 //
-// # Client group commit
+// # Client atomic batches
 //
 // With ClientConfig.AtomicBatches, concurrent Calls and Submits queue while a
 // few atomic batches are in flight and go out together as one JetStream
