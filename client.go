@@ -97,10 +97,10 @@ type Client struct {
 // metadata, and returns a client. The connection stays the caller's.
 func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, error) {
 	if cfg.Namespace == "" {
-		cfg.Namespace = "keylane"
+		cfg.Namespace = DefaultNamespace
 	}
 	if cfg.MaxPending == 0 {
-		cfg.MaxPending = 4096
+		cfg.MaxPending = DefaultClientMaxPending
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -108,7 +108,7 @@ func (o *owner) run() {
 				// Hold the lease a moment before handing it back, so a
 				// missing or replaced stream does not make partitions spin
 				// between acquire and release.
-				t := time.NewTimer(time.Second)
+				t := time.NewTimer(releaseHold)
 				select {
 				case <-t.C:
 				case <-o.abortCh:
@@ -210,7 +210,7 @@ type resyncBackoff struct {
 // wait sleeps before the next re-synchronisation; it reports false if the
 // tenure ended first.
 func (b *resyncBackoff) wait(ctx context.Context, abort, handover, lost <-chan struct{}) bool {
-	if b.next == 0 || time.Since(b.last) > 10*time.Second {
+	if b.next == 0 || time.Since(b.last) > resyncCalm {
 		b.next = 20 * time.Millisecond
 	}
 	t := time.NewTimer(b.next)
@@ -857,7 +857,7 @@ func startsKey(jobID string) string {
 // returns how many starts were recorded before this one (under earlier
 // owners). Only redelivered jobs pay this round trip.
 func (o *owner) countStart(jobID string) (int, error) {
-	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(o.ctx, counterTimeout)
 	defer cancel()
 	kv, k := o.w.topo.Results, startsKey(jobID)
 	var n int
@@ -885,7 +885,7 @@ func (o *owner) countStart(jobID string) (int, error) {
 // forgetStarts drops a finished job's start counter. It runs only once the
 // job was acked here; a crash leaves the counter for the next owner.
 func (o *owner) forgetStarts(jobID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), counterTimeout)
 	defer cancel()
 	_ = o.w.topo.Results.Purge(ctx, startsKey(jobID))
 }
@@ -1064,7 +1064,7 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
 	defer cancel()
 	e, err := o.w.topo.Results.Get(ctx, id)
 	if err != nil {

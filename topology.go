@@ -65,7 +65,7 @@ type TopologyConfig struct {
 
 func (c *TopologyConfig) setDefaults() error {
 	if c.Namespace == "" {
-		c.Namespace = "keylane"
+		c.Namespace = DefaultNamespace
 	}
 	if !namespaceRE.MatchString(c.Namespace) {
 		return fmt.Errorf("keylane: namespace %q must match %s", c.Namespace, namespaceRE)
@@ -79,25 +79,25 @@ func (c *TopologyConfig) setDefaults() error {
 		return fmt.Errorf("keylane: replicas must be 1..5, got %d", c.Replicas)
 	}
 	if c.DuplicateWindow == 0 {
-		c.DuplicateWindow = 2 * time.Minute
+		c.DuplicateWindow = DefaultDuplicateWindow
 	}
-	if c.DuplicateWindow < 2*time.Minute {
-		return fmt.Errorf("keylane: duplicate window %s is below the 2m minimum", c.DuplicateWindow)
+	if c.DuplicateWindow < MinDuplicateWindow {
+		return fmt.Errorf("keylane: duplicate window %s is below the %s minimum", c.DuplicateWindow, MinDuplicateWindow)
 	}
 	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 10 * time.Second
+		c.LeaseTTL = DefaultLeaseTTL
 	}
-	if c.LeaseTTL < 300*time.Millisecond {
-		return fmt.Errorf("keylane: lease TTL %s is below 300ms", c.LeaseTTL)
+	if c.LeaseTTL < MinLeaseTTL {
+		return fmt.Errorf("keylane: lease TTL %s is below %s", c.LeaseTTL, MinLeaseTTL)
 	}
 	if c.ResultsTTL == 0 {
-		c.ResultsTTL = time.Hour
+		c.ResultsTTL = DefaultResultsTTL
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = -1
 	}
 	if c.ReplyPrefix == "" {
-		c.ReplyPrefix = "_INBOX."
+		c.ReplyPrefix = DefaultReplyPrefix
 	}
 	if err := validReplyPrefix(c.ReplyPrefix, c.Namespace); err != nil {
 		return err
@@ -353,7 +353,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	}
 	n := cfg.Partitions
 	if n == 0 {
-		n = 16
+		n = DefaultPartitions
 	}
 	replicas := cfg.Replicas
 	if replicas == 0 {

@@ -94,13 +94,13 @@ func (c *WorkerConfig) setDefaults() error {
 		return fmt.Errorf("keylane: worker ID %q must match %s", c.ID, workerIDRE)
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 8
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 1024
+		c.MaxInFlight = DefaultMaxInFlight
 	}
 	if c.MaxDeliver == 0 {
-		c.MaxDeliver = 5
+		c.MaxDeliver = DefaultMaxDeliver
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = 16 * c.MaxInFlight
@@ -112,16 +112,13 @@ func (c *WorkerConfig) setDefaults() error {
 		return errors.New("keylane: Concurrency, MaxInFlight and MaxDeliver must be positive")
 	}
 	if c.Backoff == nil {
-		c.Backoff = func(n int) time.Duration {
-			d := 50 * time.Millisecond << min(n-1, 10)
-			return min(d, 5*time.Second)
-		}
+		c.Backoff = defaultBackoff
 	}
 	if c.AckWait == 0 {
-		c.AckWait = 30 * time.Second
+		c.AckWait = DefaultAckWait
 	}
-	if c.AckWait < time.Second {
-		return fmt.Errorf("keylane: AckWait %s is below 1s", c.AckWait)
+	if c.AckWait < MinAckWait {
+		return fmt.Errorf("keylane: AckWait %s is below %s", c.AckWait, MinAckWait)
 	}
 	if c.SafetyMargin == 0 {
 		c.SafetyMargin = c.Topology.LeaseTTL / 10
@@ -436,7 +433,3 @@ func (w *Worker) refreshEpoch(ctx context.Context) {
 	}
 	w.state.adopt(meta.Adopted)
 }
-
-// requestTimeout bounds one request to the server that has no deadline of
-// its own.
-const requestTimeout = 5 * time.Second

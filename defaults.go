@@ -1,0 +1,56 @@
+package keylane
+
+import "time"
+
+// Defaults of TopologyConfig, WorkerConfig and ClientConfig: a zero field
+// takes these. Commands use them for their flags' defaults too, so the
+// numbers live here only.
+const (
+	DefaultNamespace       = "keylane"
+	DefaultPartitions      = 16 // when a worker creates the jobs stream
+	DefaultDuplicateWindow = 2 * time.Minute
+	DefaultLeaseTTL        = 10 * time.Second
+	DefaultResultsTTL      = time.Hour
+	DefaultReplyPrefix     = "_INBOX."
+
+	DefaultConcurrency = 8
+	DefaultMaxInFlight = 1024
+	DefaultMaxDeliver  = 5
+	DefaultAckWait     = 30 * time.Second
+
+	DefaultClientMaxPending = 4096
+)
+
+// Limits of the same configurations.
+const (
+	MinDuplicateWindow = 2 * time.Minute
+	MinLeaseTTL        = 300 * time.Millisecond
+	MinAckWait         = time.Second
+)
+
+// Named timeouts of keylane's own requests to the server. Each request to
+// the server has a deadline: in a cluster, one sent during a leader
+// election gets no answer at all, and it is better asked again than waited
+// out.
+const (
+	// requestTimeout bounds one request that has no deadline of its own.
+	requestTimeout = 5 * time.Second
+	// counterTimeout bounds the crash-loop counter's read-modify-write and
+	// its removal.
+	counterTimeout = 5 * time.Second
+	// resultLookupTimeout bounds a look-up of a job's kept outcome.
+	resultLookupTimeout = 5 * time.Second
+	// releaseHold is how long an owner whose consumer cannot be opened
+	// (a missing or replaced stream) keeps its lease before handing it
+	// back, so partitions do not spin between acquire and release.
+	releaseHold = time.Second
+	// resyncCalm is how long re-synchronisations must stay apart before
+	// their backoff starts from its shortest pause again.
+	resyncCalm = 10 * time.Second
+)
+
+// defaultBackoff is WorkerConfig.Backoff's default: 50ms doubling per
+// attempt, at most 5s.
+func defaultBackoff(n int) time.Duration {
+	return min(50*time.Millisecond<<min(n-1, 10), 5*time.Second)
+}
