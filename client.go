@@ -1,9 +1,7 @@
 package keylane
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -418,39 +416,6 @@ const (
 	noLeaderPause = 250 * time.Millisecond
 )
 
-const (
-	// expectStreamHeader makes the server refuse a job that would land in
-	// another stream than ours.
-	expectStreamHeader = "Nats-Expected-Stream"
-	// ackPrefix starts the inbox token of a stream ack; result tokens are
-	// base 36 and never start with it.
-	ackPrefix = "_"
-)
-
-// pubAckError returns the error a stream ack carries, or nil for a good
-// ack, and whether the ack says the job was a duplicate (stored earlier
-// under this ID).
-func pubAckError(m *nats.Msg) (dup bool, err error) {
-	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return false, jetstream.ErrNoStreamResponse
-	}
-	hasErr, hasDup := bytes.Contains(m.Data, []byte(`"error"`)), bytes.Contains(m.Data, []byte(`"duplicate"`))
-	if !hasErr && !hasDup {
-		return false, nil
-	}
-	var resp struct {
-		Error     *jetstream.APIError `json:"error"`
-		Duplicate bool                `json:"duplicate"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return false, fmt.Errorf("bad stream ack %q: %w", m.Data, err)
-	}
-	if resp.Error != nil {
-		return false, resp.Error
-	}
-	return resp.Duplicate, nil
-}
-
 // awaitOutcome waits for the outcome the worker keeps under a job ID in
 // the results bucket: at once if the job finished, when it finishes if it
 // still runs. It watches the key and also reads it with bounded requests
@@ -533,17 +498,6 @@ func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) 
 	c.results = kv
 	c.mu.Unlock()
 	return kv, nil
-}
-
-// oneHeader is the value of flag headers.
-var oneHeader = []string{"1"}
-
-func decodeReply(m *nats.Msg) ([]byte, error) {
-	if msg := m.Header.Get(HeaderError); msg != "" {
-		kind := m.Header.Get(HeaderErrorKind)
-		return nil, &RemoteError{Message: msg, Permanent: kind == "permanent" || kind == "dead", DeadLettered: kind == "dead"}
-	}
-	return m.Data, nil
 }
 
 // waiter receives one job's stream acks and its result, on separate

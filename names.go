@@ -5,47 +5,6 @@ import (
 	"strings"
 )
 
-// Header names on job, reply and dead-letter messages. The job ID travels in
-// the standard Nats-Msg-Id header so the server de-duplicates submits.
-const (
-	HeaderJobID     = "Nats-Msg-Id"
-	HeaderKey       = "Keylane-Key"
-	HeaderType      = "Keylane-Type"
-	HeaderReply     = "Keylane-Reply"
-	HeaderError     = "Keylane-Error"
-	HeaderErrorKind = "Keylane-Error-Kind"
-	HeaderAttempts  = "Keylane-Attempts"
-	HeaderWorker    = "Keylane-Worker"
-	HeaderSeq       = "Keylane-Seq"
-	HeaderPartition = "Keylane-Partition"
-	HeaderFence     = "Keylane-Fence"
-	// HeaderPayloadDropped on a dead letter gives the length of a payload
-	// left out because the dead letter would not have fit max_payload.
-	HeaderPayloadDropped = "Keylane-Payload-Dropped"
-	// HeaderPartitions carries the partition count the client routed the
-	// job with; a worker refuses a job routed with another N.
-	HeaderPartitions = "Keylane-Partitions"
-	// HeaderIdempotent marks a job whose ID the caller chose and may retry
-	// with: workers keep its outcome by ID for the results TTL.
-	HeaderIdempotent = "Keylane-Idempotent"
-	// HeaderKeepOutcome asks the worker to keep the job's outcome by ID
-	// (every Call does, so a reply lost with a connection is recovered).
-	HeaderKeepOutcome = "Keylane-Keep-Outcome"
-)
-
-// Metadata keys written into the jobs stream's configuration.
-const (
-	MetaPartitions = "keylane.partitions"
-	MetaHash       = "keylane.hash"
-	MetaVersion    = "keylane.version"
-	// MetaEpoch identifies the jobs stream (hex); see Meta.Epoch.
-	MetaEpoch = "keylane.epoch"
-	// MetaAdopted lists adopted epochs (hex, comma-separated).
-	MetaAdopted = "keylane.adopted"
-	// MetaReplyPrefix is where workers may reply.
-	MetaReplyPrefix = "keylane.reply-prefix"
-)
-
 // Names derives every NATS object name from a namespace.
 type Names struct {
 	Namespace string

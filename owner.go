@@ -642,17 +642,6 @@ func (o *owner) malformed(msg jetstream.Msg, seq uint64, why error) {
 	_ = msg.Ack()
 }
 
-// replyMsg is the reply carrying a job's outcome.
-func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
-	m := &nats.Msg{Subject: subject, Data: res}
-	if herr != nil {
-		m.Header = nats.Header{}
-		m.Header.Set(HeaderError, herr.Error())
-		m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
-	}
-	return m
-}
-
 // maxGroup bounds how many queued jobs of one key a runner takes at once
 // to group-commit.
 const maxGroup = 256
@@ -945,17 +934,6 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 		}
 	}
 	return true
-}
-
-func errorKind(err error, dead bool) string {
-	switch {
-	case dead:
-		return "dead"
-	case errors.Is(err, ErrPermanent):
-		return "permanent"
-	default:
-		return "error"
-	}
 }
 
 // Dead letters always fit: the error text is cut to deadErrorMax bytes,

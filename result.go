@@ -12,40 +12,6 @@ import (
 // job (it has not finished, results are not stored, or the result expired).
 var ErrNoResult = errors.New("keylane: no stored result")
 
-const (
-	resultOK   = 'o'
-	resultErr  = 'e'
-	resultPerm = 'p'
-	resultDead = 'd'
-)
-
-func encodeResult(res []byte, err error, dead bool) []byte {
-	if err == nil {
-		return append([]byte{resultOK}, res...)
-	}
-	kind := byte(resultErr)
-	switch errorKind(err, dead) {
-	case "dead":
-		kind = resultDead
-	case "permanent":
-		kind = resultPerm
-	}
-	return append([]byte{kind}, err.Error()...)
-}
-
-func decodeResult(b []byte) ([]byte, error, bool) {
-	if len(b) == 0 {
-		return nil, nil, false
-	}
-	switch b[0] {
-	case resultOK:
-		return b[1:], nil, true
-	case resultErr, resultPerm, resultDead:
-		return nil, &RemoteError{Message: string(b[1:]), Permanent: b[0] != resultErr, DeadLettered: b[0] == resultDead}, true
-	}
-	return nil, nil, false
-}
-
 // Result fetches a finished job's stored result from the results bucket
 // (workers store results only with StoreResults on).
 func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {

@@ -1,0 +1,163 @@
+package keylane
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The wire vocabulary, in one place: the headers of job, reply and
+// dead-letter messages, the metadata keys of the jobs stream, the tokens
+// of the client's reply subjects, and the outcome encoding that replies
+// and kept outcomes (the results bucket) share. Subjects are package
+// partition's (partition.Subject, partition.DeadSubject); object names are
+// Names'.
+
+// Header names on job, reply and dead-letter messages. The job ID travels in
+// the standard Nats-Msg-Id header so the server de-duplicates submits.
+const (
+	HeaderJobID     = jetstream.MsgIDHeader
+	HeaderKey       = "Keylane-Key"
+	HeaderType      = "Keylane-Type"
+	HeaderReply     = "Keylane-Reply"
+	HeaderError     = "Keylane-Error"
+	HeaderErrorKind = "Keylane-Error-Kind"
+	HeaderAttempts  = "Keylane-Attempts"
+	HeaderWorker    = "Keylane-Worker"
+	HeaderSeq       = "Keylane-Seq"
+	HeaderPartition = "Keylane-Partition"
+	HeaderFence     = "Keylane-Fence"
+	// HeaderPayloadDropped on a dead letter gives the length of a payload
+	// left out because the dead letter would not have fit max_payload.
+	HeaderPayloadDropped = "Keylane-Payload-Dropped"
+	// HeaderPartitions carries the partition count the client routed the
+	// job with; a worker refuses a job routed with another N.
+	HeaderPartitions = "Keylane-Partitions"
+	// HeaderIdempotent marks a job whose ID the caller chose and may retry
+	// with: workers keep its outcome by ID for the results TTL.
+	HeaderIdempotent = "Keylane-Idempotent"
+	// HeaderKeepOutcome asks the worker to keep the job's outcome by ID
+	// (every Call does, so a reply lost with a connection is recovered).
+	HeaderKeepOutcome = "Keylane-Keep-Outcome"
+)
+
+// Metadata keys written into the jobs stream's configuration.
+const (
+	MetaPartitions = "keylane.partitions"
+	MetaHash       = "keylane.hash"
+	MetaVersion    = "keylane.version"
+	// MetaEpoch identifies the jobs stream (hex); see Meta.Epoch.
+	MetaEpoch = "keylane.epoch"
+	// MetaAdopted lists adopted epochs (hex, comma-separated).
+	MetaAdopted = "keylane.adopted"
+	// MetaReplyPrefix is where workers may reply.
+	MetaReplyPrefix = "keylane.reply-prefix"
+)
+
+const (
+	// expectStreamHeader makes the server refuse a job that would land in
+	// another stream than ours.
+	expectStreamHeader = jetstream.ExpectedStreamHeader
+	// ackPrefix starts the inbox token of a stream ack; result tokens are
+	// base 36 and never start with it.
+	ackPrefix = "_"
+)
+
+// oneHeader is the value of flag headers.
+var oneHeader = []string{"1"}
+
+// Outcome encoding. A reply carries the result as its data, or the error
+// in HeaderError with its kind (HeaderErrorKind: "error", "permanent",
+// "dead"); a kept outcome is one byte of kind and the result or the error
+// text.
+const (
+	resultOK   = 'o'
+	resultErr  = 'e'
+	resultPerm = 'p'
+	resultDead = 'd'
+)
+
+func encodeResult(res []byte, err error, dead bool) []byte {
+	if err == nil {
+		return append([]byte{resultOK}, res...)
+	}
+	kind := byte(resultErr)
+	switch errorKind(err, dead) {
+	case "dead":
+		kind = resultDead
+	case "permanent":
+		kind = resultPerm
+	}
+	return append([]byte{kind}, err.Error()...)
+}
+
+func decodeResult(b []byte) ([]byte, error, bool) {
+	if len(b) == 0 {
+		return nil, nil, false
+	}
+	switch b[0] {
+	case resultOK:
+		return b[1:], nil, true
+	case resultErr, resultPerm, resultDead:
+		return nil, &RemoteError{Message: string(b[1:]), Permanent: b[0] != resultErr, DeadLettered: b[0] == resultDead}, true
+	}
+	return nil, nil, false
+}
+
+// replyMsg is the reply carrying a job's outcome.
+func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
+	m := &nats.Msg{Subject: subject, Data: res}
+	if herr != nil {
+		m.Header = nats.Header{}
+		m.Header.Set(HeaderError, herr.Error())
+		m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
+	}
+	return m
+}
+
+func errorKind(err error, dead bool) string {
+	switch {
+	case dead:
+		return "dead"
+	case errors.Is(err, ErrPermanent):
+		return "permanent"
+	default:
+		return "error"
+	}
+}
+
+func decodeReply(m *nats.Msg) ([]byte, error) {
+	if msg := m.Header.Get(HeaderError); msg != "" {
+		kind := m.Header.Get(HeaderErrorKind)
+		return nil, &RemoteError{Message: msg, Permanent: kind == "permanent" || kind == "dead", DeadLettered: kind == "dead"}
+	}
+	return m.Data, nil
+}
+
+// pubAckError returns the error a stream ack carries, or nil for a good
+// ack, and whether the ack says the job was a duplicate (stored earlier
+// under this ID).
+func pubAckError(m *nats.Msg) (dup bool, err error) {
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return false, jetstream.ErrNoStreamResponse
+	}
+	hasErr, hasDup := bytes.Contains(m.Data, []byte(`"error"`)), bytes.Contains(m.Data, []byte(`"duplicate"`))
+	if !hasErr && !hasDup {
+		return false, nil
+	}
+	var resp struct {
+		Error     *jetstream.APIError `json:"error"`
+		Duplicate bool                `json:"duplicate"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return false, fmt.Errorf("bad stream ack %q: %w", m.Data, err)
+	}
+	if resp.Error != nil {
+		return false, resp.Error
+	}
+	return resp.Duplicate, nil
+}
