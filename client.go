@@ -17,23 +17,6 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-var (
-	// ErrPayloadTooLarge is returned for a job larger than the server's
-	// max_payload; nothing is sent.
-	ErrPayloadTooLarge = errors.New("keylane: payload larger than the server's max_payload")
-	// ErrBadJobID is returned for a job ID keylane cannot carry.
-	ErrBadJobID = errors.New("keylane: job ID must be 1-256 characters of A-Z a-z 0-9 _ - = and inner dots")
-	// ErrNoReply is returned (as a *NoReplyError naming the job) by Call
-	// when ctx ended before the job's outcome came. Call does not wait for
-	// the stream's ack before the outcome, so the job may or may not have
-	// been stored: call again with the same WithID to get its outcome
-	// without running it twice.
-	ErrNoReply = errors.New("keylane: no result before the context ended")
-	// ErrClosed is returned by calls made after Close, and by Calls (and
-	// Submits retrying a publish) that were still waiting when it ran.
-	ErrClosed = errors.New("keylane: client closed")
-)
-
 // ValidateJobID reports why id cannot be used as a job ID, or nil.
 func ValidateJobID(id string) error {
 	ok := len(id) >= 1 && len(id) <= 256 && id[0] != '.' && id[len(id)-1] != '.'
@@ -701,20 +684,3 @@ func (c *Client) Close() {
 		c.batch.close()
 	}
 }
-
-// ErrDuplicate is returned by Submit (with the job's ID) when the stream
-// already stored a job with this ID: nothing new was stored.
-var ErrDuplicate = errors.New("keylane: a job with this ID was stored before; nothing new stored")
-
-// NoReplyError is returned by Call when its context ended before the job's
-// outcome came. It wraps ErrNoReply and the context's error.
-type NoReplyError struct {
-	JobID string
-	Err   error
-}
-
-func (e *NoReplyError) Error() string {
-	return fmt.Sprintf("%v (job %s): %v", ErrNoReply, e.JobID, e.Err)
-}
-
-func (e *NoReplyError) Unwrap() []error { return []error{ErrNoReply, e.Err} }

@@ -2,7 +2,6 @@ package keylane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -48,28 +47,6 @@ type HandlerFunc func(ctx context.Context, job Job) ([]byte, error)
 // Handle calls f.
 func (f HandlerFunc) Handle(ctx context.Context, job Job) ([]byte, error) { return f(ctx, job) }
 
-// ErrPermanent marks an error that retrying cannot fix: the job goes to the
-// dead-letter stream at once.
-var ErrPermanent = errors.New("keylane: permanent error")
-
-// ErrUnknownType is returned (permanently) by a Mux for a job type it has no
-// handler for.
-var ErrUnknownType = errors.New("keylane: unknown job type")
-
-// Permanent wraps err so that errors.Is(err, ErrPermanent) holds.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &permanentError{err}
-}
-
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string        { return e.err.Error() }
-func (e *permanentError) Unwrap() []error      { return []error{e.err, ErrPermanent} }
-func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
-
 // Mux routes jobs to handlers by Job.Type. An unknown type is a permanent
 // error, so the job is dead-lettered and the caller of Call gets a clear
 // error. Register handlers before the worker starts; Mux is not safe for
@@ -92,23 +69,3 @@ func (m *Mux) Handle(ctx context.Context, job Job) ([]byte, error) {
 	}
 	return h.Handle(ctx, job)
 }
-
-// RemoteError is a handler's error as a caller of Call receives it.
-type RemoteError struct {
-	// Message is the handler's error text.
-	Message string
-	// Permanent reports whether the handler marked it permanent.
-	Permanent bool
-	// DeadLettered reports whether the job was moved to the dead-letter stream.
-	DeadLettered bool
-}
-
-func (e *RemoteError) Error() string {
-	if e.DeadLettered {
-		return "keylane: job failed (dead-lettered): " + e.Message
-	}
-	return "keylane: job failed: " + e.Message
-}
-
-// Is lets errors.Is(err, ErrPermanent) see a remote permanent error.
-func (e *RemoteError) Is(target error) bool { return target == ErrPermanent && e.Permanent }

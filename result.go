@@ -8,10 +8,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrNoResult is returned by Client.Result when no result is stored for the
-// job (it has not finished, results are not stored, or the result expired).
-var ErrNoResult = errors.New("keylane: no stored result")
-
 // Result fetches a finished job's stored result from the results bucket
 // (workers store results only with StoreResults on).
 func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {

@@ -14,14 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrStaleFence is returned by State.Apply when the key was last written
-// under a newer fence than the job's: a newer owner of the partition exists,
-// so this worker must not write, reply or ack.
-var ErrStaleFence = errors.New("keylane: stale fence: a newer owner has written this key")
-
-// ErrBadState is returned when a state entry cannot be decoded.
-var ErrBadState = errors.New("keylane: malformed state entry")
-
 // State keeps one value per resource key in a KV bucket and applies updates
 // with exactly-once effect. Each entry records, beside the value, the
 // fence and stream sequence of the last job that wrote it, the jobs
@@ -539,18 +531,6 @@ func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func
 	}
 	return n, rerr, nil
 }
-
-// ErrGap is returned when a job's stream sequence is at or below the one
-// its key's state was written with, but the entry does not hold that job's
-// outcome: the job never ran, and later jobs of its key did (a delivery
-// that never reached the worker, or a restored stream).
-var ErrGap = errors.New("keylane: gap: a later job of this key was applied, this one never was")
-
-// ErrEpoch is returned when a key's state was written under another jobs
-// stream than the namespace's current one (the stream was deleted and
-// created again): its sequences say nothing about the new stream's. Adopt
-// the old epoch explicitly (Adopt, `keylane adopt`) to carry the state on.
-var ErrEpoch = errors.New("keylane: state written under another jobs stream (re-created?); adopt its epoch to carry the state over")
 
 // syntheticIDPrefix names jobs published without a job ID after their
 // stream sequence.

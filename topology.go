@@ -18,16 +18,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrPartitionMismatch is returned when the jobs stream was created with a
-// different partition count or hash than the caller expects. Jobs routed with
-// another N would land on the wrong partition and break per-key exclusion, so
-// keylane refuses to run rather than guess.
-var ErrPartitionMismatch = errors.New("keylane: partition count or hash differs from the jobs stream")
-
-// ErrNoTopology is returned when a client opens a namespace whose jobs
-// stream does not exist yet and was not asked to create it.
-var ErrNoTopology = errors.New("keylane: jobs stream not found (start a worker first, or set Partitions to create it)")
-
 var namespaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // TopologyConfig describes the streams, consumers and buckets of a namespace.
@@ -157,11 +147,6 @@ func (t *Topology) NewState() *State {
 	s.epoch, s.adopted = t.Meta.Epoch, t.Meta.Adopted
 	return s
 }
-
-// ErrReplicasMismatch is returned when an object of the namespace exists
-// with another replica count than configured: consumers and buckets of
-// mixed replica counts fail in ways that look like anything but this.
-var ErrReplicasMismatch = errors.New("keylane: replica count differs from the namespace's")
 
 // Setup creates, or opens and checks, everything a namespace needs: the jobs
 // stream, the dead-letter stream and the leases, members, results and state

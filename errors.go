@@ -1,0 +1,123 @@
+package keylane
+
+import (
+	"errors"
+	"fmt"
+)
+
+// The errors keylane returns, in one place.
+
+var (
+	// ErrPayloadTooLarge is returned for a job larger than the server's
+	// max_payload; nothing is sent.
+	ErrPayloadTooLarge = errors.New("keylane: payload larger than the server's max_payload")
+	// ErrBadJobID is returned for a job ID keylane cannot carry.
+	ErrBadJobID = errors.New("keylane: job ID must be 1-256 characters of A-Z a-z 0-9 _ - = and inner dots")
+	// ErrNoReply is returned (as a *NoReplyError naming the job) by Call
+	// when ctx ended before the job's outcome came. Call does not wait for
+	// the stream's ack before the outcome, so the job may or may not have
+	// been stored: call again with the same WithID to get its outcome
+	// without running it twice.
+	ErrNoReply = errors.New("keylane: no result before the context ended")
+	// ErrClosed is returned by calls made after Close, and by Calls (and
+	// Submits retrying a publish) that were still waiting when it ran.
+	ErrClosed = errors.New("keylane: client closed")
+)
+
+// ErrDuplicate is returned by Submit (with the job's ID) when the stream
+// already stored a job with this ID: nothing new was stored.
+var ErrDuplicate = errors.New("keylane: a job with this ID was stored before; nothing new stored")
+
+// NoReplyError is returned by Call when its context ended before the job's
+// outcome came. It wraps ErrNoReply and the context's error.
+type NoReplyError struct {
+	JobID string
+	Err   error
+}
+
+func (e *NoReplyError) Error() string {
+	return fmt.Sprintf("%v (job %s): %v", ErrNoReply, e.JobID, e.Err)
+}
+
+func (e *NoReplyError) Unwrap() []error { return []error{ErrNoReply, e.Err} }
+
+// ErrPermanent marks an error that retrying cannot fix: the job goes to the
+// dead-letter stream at once.
+var ErrPermanent = errors.New("keylane: permanent error")
+
+// ErrUnknownType is returned (permanently) by a Mux for a job type it has no
+// handler for.
+var ErrUnknownType = errors.New("keylane: unknown job type")
+
+// Permanent wraps err so that errors.Is(err, ErrPermanent) holds.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string        { return e.err.Error() }
+func (e *permanentError) Unwrap() []error      { return []error{e.err, ErrPermanent} }
+func (e *permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// RemoteError is a handler's error as a caller of Call receives it.
+type RemoteError struct {
+	// Message is the handler's error text.
+	Message string
+	// Permanent reports whether the handler marked it permanent.
+	Permanent bool
+	// DeadLettered reports whether the job was moved to the dead-letter stream.
+	DeadLettered bool
+}
+
+func (e *RemoteError) Error() string {
+	if e.DeadLettered {
+		return "keylane: job failed (dead-lettered): " + e.Message
+	}
+	return "keylane: job failed: " + e.Message
+}
+
+// Is lets errors.Is(err, ErrPermanent) see a remote permanent error.
+func (e *RemoteError) Is(target error) bool { return target == ErrPermanent && e.Permanent }
+
+// ErrNoResult is returned by Client.Result when no result is stored for the
+// job (it has not finished, results are not stored, or the result expired).
+var ErrNoResult = errors.New("keylane: no stored result")
+
+// ErrStaleFence is returned by State.Apply when the key was last written
+// under a newer fence than the job's: a newer owner of the partition exists,
+// so this worker must not write, reply or ack.
+var ErrStaleFence = errors.New("keylane: stale fence: a newer owner has written this key")
+
+// ErrBadState is returned when a state entry cannot be decoded.
+var ErrBadState = errors.New("keylane: malformed state entry")
+
+// ErrGap is returned when a job's stream sequence is at or below the one
+// its key's state was written with, but the entry does not hold that job's
+// outcome: the job never ran, and later jobs of its key did (a delivery
+// that never reached the worker, or a restored stream).
+var ErrGap = errors.New("keylane: gap: a later job of this key was applied, this one never was")
+
+// ErrEpoch is returned when a key's state was written under another jobs
+// stream than the namespace's current one (the stream was deleted and
+// created again): its sequences say nothing about the new stream's. Adopt
+// the old epoch explicitly (Adopt, `keylane adopt`) to carry the state on.
+var ErrEpoch = errors.New("keylane: state written under another jobs stream (re-created?); adopt its epoch to carry the state over")
+
+// ErrPartitionMismatch is returned when the jobs stream was created with a
+// different partition count or hash than the caller expects. Jobs routed with
+// another N would land on the wrong partition and break per-key exclusion, so
+// keylane refuses to run rather than guess.
+var ErrPartitionMismatch = errors.New("keylane: partition count or hash differs from the jobs stream")
+
+// ErrNoTopology is returned when a client opens a namespace whose jobs
+// stream does not exist yet and was not asked to create it.
+var ErrNoTopology = errors.New("keylane: jobs stream not found (start a worker first, or set Partitions to create it)")
+
+// ErrReplicasMismatch is returned when an object of the namespace exists
+// with another replica count than configured: consumers and buckets of
+// mixed replica counts fail in ways that look like anything but this.
+var ErrReplicasMismatch = errors.New("keylane: replica count differs from the namespace's")
