@@ -355,7 +355,7 @@ func (o *owner) settle(cons jetstream.Consumer) {
 		}
 		cancel()
 	}()
-	if !settleAcks(o.w.topo.Jobs, cons, want, stop.Done(), o.w.cfg.AckWait) {
+	if !settleAcks(o.w.topo.StreamOf(o.p), cons, want, stop.Done(), o.w.cfg.AckWait) {
 		o.log.Warn("hand-over: acks not applied before the drain ended", "want", want)
 	}
 }
@@ -411,25 +411,27 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, 10*time.Second)
 	defer cancel()
 	topo := o.w.topo
+	jobs := topo.StreamOf(o.p)
 	// Never consume a jobs stream of another epoch than this worker's
-	// topology (a repartition replaced it): the worker reloads first.
-	info, err := topo.Jobs.Info(ctx)
+	// topology (a repartition replaced it, or the shard was created
+	// again): the worker reloads first.
+	info, err := jobs.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("jobs stream: %w", err)
 	}
-	if meta, err := readMeta(info, 0); err != nil || meta.Epoch != topo.Meta.Epoch {
+	if meta, err := readMeta(info, 0); err != nil || meta.Epoch != topo.EpochOf(o.p) {
 		o.w.requestReload()
 		return nil, errTopologyChanged
 	}
 	name := topo.Names.Consumer(o.p)
-	if old, err := topo.Jobs.Consumer(ctx, name); err == nil {
+	if old, err := jobs.Consumer(ctx, name); err == nil {
 		info := old.CachedInfo()
 		// Carry the mark across generations: an owner that handed over
 		// before anything reached it must not hide what its predecessor
 		// had delivered.
 		inherited, _ := strconv.ParseUint(info.Config.Metadata[metaDelivered], 10, 64)
 		o.prevDelivered = max(info.Delivered.Stream, inherited)
-		if err := topo.Jobs.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err := jobs.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, fmt.Errorf("delete old consumer: %w", err)
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -437,7 +439,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	}
 	cfg := topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxPending)
 	cfg.Metadata = map[string]string{metaDelivered: strconv.FormatUint(o.prevDelivered, 10)}
-	cons, err := topo.Jobs.CreateOrUpdateConsumer(ctx, cfg)
+	cons, err := jobs.CreateOrUpdateConsumer(ctx, cfg)
 	if err != nil || topo.Replicas < 2 {
 		return cons, err
 	}
