@@ -94,6 +94,7 @@ var (
 	ErrUnknownType       = kjs.ErrUnknownType
 	ErrStaleFence        = kjs.ErrStaleFence
 	ErrPartitionMismatch = kjs.ErrPartitionMismatch
+	ErrShardsMismatch    = kjs.ErrShardsMismatch
 	ErrPayloadTooLarge   = kjs.ErrPayloadTooLarge
 	ErrBadJobID          = kjs.ErrBadJobID
 	ErrNoReply           = kjs.ErrNoReply

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -107,7 +108,7 @@ func stepDownStream(ctx context.Context, js jetstream.JetStream, stream, old, se
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	msg, err := js.Conn().RequestWithContext(rctx, js.Options().APIPrefix+"STREAM.LEADER.STEPDOWN."+stream, body)
+	msg, err := js.Conn().RequestWithContext(rctx, apiPrefix(js)+"STREAM.LEADER.STEPDOWN."+stream, body)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("keylane: step down %s for %s: %w", stream, server, err)
@@ -141,4 +142,17 @@ func stepDownStream(ctx context.Context, js jetstream.JetStream, stream, old, se
 		}
 		pause = min(2*pause, 500*time.Millisecond)
 	}
+}
+
+// apiPrefix is the JetStream API prefix js sends requests under, as
+// nats.go computes it (New, NewWithAPIPrefix, NewWithDomain).
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	}
+	return jetstream.DefaultAPIPrefix
 }

@@ -120,7 +120,7 @@ func (k *keylaneSale) setupCluster(ctx context.Context, env Env) error {
 		for _, l := range leaders {
 			fmt.Fprintf(&b, " %s=%s", l.Stream, l.Leader)
 		}
-		fmt.Fprintf(k.log, "  cluster, %d shards, leaders:%s\n", env.StreamShards, b.String())
+		fmt.Fprintf(k.log, "  cluster, stream shards %d, leaders:%s\n", env.StreamShards, b.String())
 	}
 	k.client, err = kjs.NewClient(ctx, k.nc, kjs.ClientConfig{StreamShards: env.StreamShards})
 	k.pids = [2]int{k.nodes[0], k.worker.pid()}
