@@ -399,6 +399,9 @@ func prepare(ctx context.Context, cfg *Config, plan []*entry) (*header, error) {
 		if e.placement == Separate || e.placement == Cluster {
 			h.separate = true
 		}
+		if e.placement == Cluster {
+			h.cluster = true
+		}
 		if e.placement == Embedded {
 			h.embedded = true
 		}
