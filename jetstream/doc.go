@@ -270,9 +270,14 @@
 // state bucket takes one write per group of jobs, and it becomes the
 // next single leader to shard once the jobs streams are spread.
 //
-// Measured with the bench's cluster placement (three nats-server
-// processes on one 2-core machine, R3, 16 partitions, 3 workers in one
-// child process): see the report in docs/bench-shards-2026-11-22.md.
+// Measured with the bench's cluster placement (bench --placement cluster
+// --stream-shards 1,3: three nats-server processes on one loaded 2-core
+// machine, R3, 16 partitions): on the skewed sale 3 shards made Call
+// 0.72-0.77× as fast as 1 shard and Submit 1.06-1.47× (within the noise);
+// the one-shard leader node spent only 2-18 % more CPU than a follower.
+// On 3 servers with R3 and saturated cores there is nothing for shards to
+// win, and splitting one raft group's traffic over three batches less.
+// The report, with tables and commands: docs/bench-shards-2026-11-22.md.
 //
 // # Retries by job ID
 //
