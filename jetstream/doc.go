@@ -253,7 +253,8 @@
 // configuration may not name a preferred leader, only the step-down
 // may). Elections after a failure or restart place leaders by chance
 // again, so run it after those. The consumer leaders (one per partition)
-// are elected on their own as well; they are not moved.
+// are elected on their own as well; they are not moved. Tested on three
+// nodes by TestSpreadLeadersOnCluster.
 //
 // Scaling to more servers. With replicas R, every shard is stored by R
 // servers; the leader of each does more (ordering, acks, and usually the
