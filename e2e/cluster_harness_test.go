@@ -17,16 +17,12 @@ import (
 // clusterWorkers is how many workers run against the cluster.
 const clusterWorkers = 3
 
-// skipUnlessCluster skips a cluster test unless KEYLANE_CLUSTER is set:
-// they start a three-node cluster of their own and do not pass on today's
-// code yet (see the cluster issue).
+// skipUnlessCluster skips a cluster test in -short: each starts a
+// three-node cluster of its own and runs for tens of seconds.
 func skipUnlessCluster(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("cluster: skipped in -short")
-	}
-	if os.Getenv("KEYLANE_CLUSTER") == "" {
-		t.Skip("cluster: set KEYLANE_CLUSTER=1 to run it (not yet in the default run)")
 	}
 }
 
@@ -99,10 +95,11 @@ func (c *cluster) waitNamespace(timeout time.Duration, ws ...*workerProc) {
 }
 
 // checkR3 checks that every stream, bucket and partition consumer of the
-// namespace is configured with three replicas and has three peers. A
+// namespace is configured with three replicas and has three peers (a
+// consumer as its leader node reports it: natscluster.ConsumerPeers). A
 // consumer is recreated on every change of owner, so one may be without a
 // leader or peers for a moment: each gets until timeout to show three.
-func checkR3(t *testing.T, c *cluster, timeout time.Duration) {
+func checkR3(t *testing.T, nc *natscluster.Cluster, c *cluster, timeout time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
@@ -148,12 +145,15 @@ func checkR3(t *testing.T, c *cluster, timeout time.Duration) {
 	for p := range partitions {
 		name := c.names.Consumer(p)
 		objs = append(objs, object{"consumer " + name, func() (int, *jetstream.ClusterInfo, error) {
-			cons, err := c.js.Consumer(ctx, c.names.Jobs(), name)
+			replicas, leader, peers, err := nc.ConsumerPeers(ctx, c.names.Jobs(), name)
 			if err != nil {
 				return 0, nil, err
 			}
-			info := cons.CachedInfo()
-			return info.Config.Replicas, info.Cluster, nil
+			cl := &jetstream.ClusterInfo{Leader: leader}
+			for range peers - 1 {
+				cl.Replicas = append(cl.Replicas, &jetstream.PeerInfo{})
+			}
+			return replicas, cl, nil
 		}})
 	}
 	for _, o := range objs {

@@ -61,8 +61,8 @@ type workerProc struct {
 }
 
 // startCluster starts n workers in namespace ns with the common flags plus
-// args, opens a client, and waits until every partition is held by its
-// desired owner. Everything is stopped when the test ends.
+// args, opens a client, and waits until the partitions are spread evenly
+// over the workers (waitBalanced). Everything is stopped when the test ends.
 func startCluster(t *testing.T, ns string, n int, args ...string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, ns: ns, names: kjs.Names{Namespace: ns}, dir: t.TempDir(), args: args}
@@ -295,36 +295,55 @@ func (c *cluster) openClient() *kjs.Client {
 	}
 }
 
-// desired is the owner balancing gives each partition among members.
-func desired(members []string) map[int]string {
-	m := make(map[int]string, partitions)
-	for p := range partitions {
-		m[p] = partition.Owner(p, members)
+// balanced reports why holders (partition → lease holder) is not the
+// resting state of balancing among members, or "" when it is: every
+// partition held by a member, each member holding floor or ceil of
+// partitions/W, so that partition.Assign moves nothing.
+func balanced(holders map[int]string, members []string) string {
+	w := len(members)
+	if w == 0 {
+		return "no live worker"
 	}
-	return m
+	current := make([]string, partitions)
+	per := map[string]int{}
+	for p := range partitions {
+		h := holders[p]
+		if !slices.Contains(members, h) {
+			return fmt.Sprintf("partition %d held by %q, not a live worker", p, h)
+		}
+		current[p] = h
+		per[h]++
+	}
+	for _, m := range members {
+		if per[m] < partitions/w || per[m] > (partitions+w-1)/w {
+			return fmt.Sprintf("%s holds %d partitions, want %d..%d", m, per[m], partitions/w, (partitions+w-1)/w)
+		}
+	}
+	if want := partition.Assign(partitions, members, current, nil); !slices.Equal(want, current) {
+		return fmt.Sprintf("balancing would move partitions to %v", want)
+	}
+	return ""
 }
 
-// waitBalanced waits until each partition is held by its desired owner
-// among the live workers, as read from the lease bucket itself (leaseHolders),
-// not from the test's watch on it.
+// waitBalanced waits until the partitions are spread evenly over the live
+// workers (balanced), as read from the lease bucket itself
+// (leaseHolders), not from the test's watch on it.
 func (c *cluster) waitBalanced(timeout time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
-		want := desired(c.live())
+		live := c.live()
 		got, err := c.leaseHolders()
-		ok := err == nil
-		for p, w := range want {
-			if got[p] != w {
-				ok = false
+		why := fmt.Sprint("read error: ", err)
+		if err == nil {
+			why = balanced(got, live)
+			if why == "" {
+				return
 			}
 		}
-		if ok {
-			return
-		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("partitions not balanced within %s: holders in the bucket %v (read error %v), as the test's watch saw them %v; want %v",
-				timeout, got, err, c.leases.holders(), want)
+			c.t.Fatalf("partitions not balanced over %v within %s (%s): holders in the bucket %v, as the test's watch saw them %v",
+				live, timeout, why, got, c.leases.holders())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

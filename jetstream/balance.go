@@ -16,13 +16,30 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// balancer decides which partitions this worker should own. The desired
-// owner of partition p is the live member with the highest rendezvous hash
-// (partition.Owner). The balancer acquires free partitions it is desired
-// for, hands over those it owns but is no longer desired for, and takes an
-// orphan partition (free for a whole TTL with its desired owner not claiming
+// balancer decides which partitions this worker should own. Every
+// balancer computes the same sticky assignment from its view of the live
+// members and the lease holders (partition.Assign): each member owns
+// floor(N/W) or ceil(N/W) partitions and keeps those it holds up to its
+// share, and the rest go by rendezvous hash to members with room. The
+// balancer acquires free partitions assigned to it, hands over those it
+// owns but are assigned to someone else alive, and takes an orphan
+// partition (free for a whole TTL with its assigned owner not claiming
 // it). It learns the member set and the lease holders by watching the two
 // buckets, and re-checks every TTL/3 as a safety net.
+//
+// Plain rendezvous hashing (each partition to its highest scored member)
+// moves only what must move but is uneven: four workers on 16 partitions
+// got 3, 2, 6 and 5. A bounded-load greedy over the member set alone is
+// even but cascades: one join shifts partitions between the old members
+// too. Taking the current holders as input keeps both: a joining worker
+// gets only what the others hold above their new share, and a leaving
+// worker's partitions go only to those below theirs. The views of
+// different workers lag, and the rule is built so that transients settle
+// instead of flapping: a worker hands over only what it holds above its
+// share, so a partition it just released, free for a moment in its own
+// view, goes to a member with room, never back to it; a worker that saw
+// itself alone at start owns everything and gives away its lowest scored
+// partitions as others join, which moves each once.
 //
 // A handler that ignores its context keeps its owner running after the
 // lease is lost, and the worker cannot own the partition again until it
@@ -32,10 +49,12 @@ import (
 // bounce, free a quarter of the time. So a worker whose owner outlives its
 // lease by stuckAfter publishes a stuck mark for the partition in the lease
 // bucket (key s.<p>.<worker>, a lease of its own, so it expires with a
-// crashed worker), and every balancer leaves marked workers out when it
-// computes the partition's desired owner. The mark is released when the
-// owner returns, and the partition goes back to its desired owner by an
-// ordinary hand-over.
+// crashed worker), and every balancer bars marked workers from the
+// partition when it computes the assignment: they neither keep nor
+// receive it, so it goes to a worker that can take it and, held there,
+// stays. The mark is released when the owner returns; the partition then
+// stays where it is unless the assignment, no longer barred, moves
+// something to even the split.
 type balancer struct {
 	w      *Worker
 	ctx    context.Context
@@ -342,20 +361,37 @@ func (b *balancer) reconcile() {
 		members = append(members, me)
 	}
 	slices.Sort(members)
+	current := make([]string, len(b.holders))
 	for p := range b.holders {
 		if h := b.holders[p]; !h.free && b.owners[p] == nil && !h.seen.IsZero() && now.Sub(h.seen) > staleAfter(ttl) {
 			b.holders[p] = holder{free: true, since: h.seen.Add(ttl)}
 		}
-		desired := partition.Owner(p, b.candidates(p, members))
+		if h := b.holders[p]; !h.free {
+			current[p] = h.id
+		}
+		if o := b.owners[p]; o != nil && current[p] == me && isClosed(o.l.Done()) {
+			current[p] = "" // lost, even while its handlers wind down
+		}
+	}
+	var barred func(int, string) bool
+	if len(b.stuck) > 0 {
+		barred = b.barred
+	}
+	desired := partition.Assign(len(b.holders), members, current, barred)
+	for p := range b.holders {
 		if o := b.owners[p]; o != nil {
 			if b.lapse(p, o, now) {
+				continue
+			}
+			if desired[p] == me {
+				o.orphan = false // ours now by the rule: it stays without a hold
 				continue
 			}
 			// An orphan we took because its desired owner did not claim it
 			// stays a while: handing it straight back to an owner that
 			// cannot take it would bounce it every TTL.
 			settled := !o.orphan || now.Sub(o.since) >= orphanHold*ttl
-			if desired != me && b.members[desired] && settled {
+			if b.members[desired[p]] && settled {
 				o.handOver()
 			}
 			continue
@@ -367,32 +403,17 @@ func (b *balancer) reconcile() {
 		if !h.free {
 			continue
 		}
-		if desired == me || now.Sub(h.since) >= ttl {
+		if desired[p] == me || now.Sub(h.since) >= ttl {
 			b.acquiring[p] = true
 			b.wg.Add(1)
-			go b.acquire(p, desired != me)
+			go b.acquire(p, desired[p] != me)
 		}
 	}
 }
 
-// candidates returns the members that may own p: all of them except those
-// with a stuck mark on p, unless every one has.
-func (b *balancer) candidates(p int, members []string) []string {
-	marked := b.stuck[p]
-	if len(marked) == 0 {
-		return members
-	}
-	out := make([]string, 0, len(members))
-	for _, m := range members {
-		if !marked[m] {
-			out = append(out, m)
-		}
-	}
-	if len(out) == 0 {
-		return members
-	}
-	return out
-}
+// barred reports whether worker id has a stuck mark on p, so that it may
+// neither keep nor receive p. It runs with b.mu held.
+func (b *balancer) barred(p int, id string) bool { return b.stuck[p][id] }
 
 // lapse reports whether o's lease has ended while o still runs. Once it
 // has run stuckAfter past the end, lapse counts and logs it and starts

@@ -2,9 +2,11 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,35 +19,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// TestStuckHandlerDoesNotBouncePartition: the desired owner of a partition
-// loses its lease while a handler that ignores its context keeps running.
-// The partition must settle on one other worker and stay there (before, it
-// bounced between the others every few TTLs and was free about a quarter
-// of the time), the stuck worker must say so, and once the handler returns
-// the partition must go back to its desired owner.
+// TestStuckHandlerDoesNotBouncePartition: the owner of a partition loses
+// its lease while a handler that ignores its context keeps running. The
+// partition must settle on one other worker, the one the sticky assignment
+// picks with the stuck worker barred from it, and stay there (before stuck
+// marks, it bounced between the others every few TTLs and was free about a
+// quarter of the time), the stuck worker must say so, and once the handler
+// returns the mark must go and the partitions spread evenly again, the
+// stuck worker included.
 func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	// A 2s TTL: with 1s, renewals 330ms apart lapsed now and then on a
 	// machine running two -race suites at once, and a lapse is a change of
 	// hands this test counts.
 	e := newEnv(t, TopologyConfig{Partitions: 4, LeaseTTL: 2 * time.Second})
+	n := e.topo.Partitions
 	ids := []string{"wa", "wb", "wc"}
-	p := -1
-	for q := range e.topo.Partitions {
-		if partition.Owner(q, ids) == "wa" {
-			p = q
-			break
-		}
-	}
-	if p < 0 {
-		t.Fatal("wa is desired for no partition")
-	}
-	successor := partition.Owner(p, ids[1:])
-	key := keyIn(p, e.topo.Partitions, "stuck:")
 
 	started := make(chan struct{})
 	unblock := make(chan struct{})
 	stuck := HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
-		if j.Key == key {
+		if strings.HasPrefix(j.Key, "stuck:") {
 			close(started)
 			<-unblock // ignores ctx on purpose
 		}
@@ -59,8 +52,19 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	var unblockOnce sync.Once
 	release := func() { unblockOnce.Do(func() { close(unblock) }) }
 	t.Cleanup(release)
-	e.waitOwned(a, b, c)
-	natstest.Eventually(t, 10*time.Second, "wa owns its partition", func() bool { return owners(a, b, c)[p] == "wa" })
+	natstest.Eventually(t, 10*time.Second, "the partitions spread evenly", func() bool {
+		return evenlySpread(owners(a, b, c), n, ids)
+	})
+	p := -1
+	for q, o := range owners(a, b, c) {
+		if o == "wa" && (p < 0 || q < p) {
+			p = q
+		}
+	}
+	if p < 0 {
+		t.Fatal("wa owns no partition")
+	}
+	key := keyIn(p, n, "stuck:")
 
 	lkey := e.topo.Names.LeaseKey(p)
 	tl := watchHolders(t, e.topo.Leases, lkey)
@@ -78,12 +82,26 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl := e.topo.Config.LeaseTTL
+	// Settled: p is held by the owner the rule gives it with wa barred
+	// from it, and nothing else wants to move.
+	waBarred := func(q int, m string) bool { return q == p && m == "wa" }
+	var successor string
 	if !within(8*ttl, func() bool {
 		info, _, err := lease.Read(ctx(t), e.topo.Leases, lkey)
-		return err == nil && info.Holder == successor && owners(b, c)[p] == successor
+		if err != nil || info.Holder == "wa" || owners(b, c)[p] != info.Holder {
+			return false
+		}
+		now := owners(a, b, c)
+		current := make([]string, n)
+		for q, o := range now {
+			current[q] = o
+		}
+		successor = info.Holder
+		return len(now) == n && slices.Equal(partition.Assign(n, ids, current, waBarred), current)
 	}) {
-		t.Fatalf("partition %d never settled on %s within %s; timeline:\n%s", p, successor, 8*ttl, tl.since(0))
+		t.Fatalf("partition %d never settled on another worker within %s; timeline:\n%s", p, 8*ttl, tl.since(0))
 	}
+	t.Logf("partition %d settled on %s", p, successor)
 	settled := tl.len()
 	// Watch six TTLs of renewals (one every TTL/3). Any release, expiry or
 	// other holder in between is a bounce.
@@ -102,11 +120,12 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 		t.Errorf("wa logged nothing at WARN or above naming partition %d and how long it is stuck", p)
 	}
 
-	// The handler returns: wa takes its partition back.
+	// The handler returns: the mark goes, and the partitions spread
+	// evenly among all three again.
 	release()
-	natstest.Eventually(t, 8*ttl, "partition goes back to wa", func() bool {
-		info, _, err := lease.Read(ctx(t), e.topo.Leases, lkey)
-		return err == nil && info.Holder == "wa" && owners(a, b, c)[p] == "wa"
+	natstest.Eventually(t, 8*ttl, "wa's stuck mark released and the partitions spread evenly", func() bool {
+		_, err := e.topo.Leases.Get(ctx(t), stuckKey(p, "wa"))
+		return errors.Is(err, jetstream.ErrKeyNotFound) && evenlySpread(owners(a, b, c), n, ids)
 	})
 }
 
@@ -346,11 +365,17 @@ func TestClosedWatcherIsRecreated(t *testing.T) {
 	}
 
 	b := e.worker("wb", echo(), nil)
-	want := map[int]string{}
-	for p := range e.topo.Partitions {
-		want[p] = partition.Owner(p, []string{"wa", "wb"})
+	// wa owned all six: it keeps the three it scores highest and hands wb
+	// the rest.
+	all := make([]string, e.topo.Partitions)
+	for p := range all {
+		all[p] = "wa"
 	}
-	natstest.Eventually(t, 20*time.Second, "wa hands wb its partitions", func() bool {
+	want := map[int]string{}
+	for p, o := range partition.Assign(e.topo.Partitions, []string{"wa", "wb"}, all, nil) {
+		want[p] = o
+	}
+	natstest.Eventually(t, 20*time.Second, "wa hands wb half its partitions", func() bool {
 		return mapsEqual(owners(a, b), want)
 	})
 	if n := logs.count(slog.LevelWarn, "watch closed"); n != 1 {

@@ -24,32 +24,43 @@ func owners(ws ...*Worker) map[int]string {
 }
 
 // TestBalancingMovesOnlyWhatMust starts two workers, adds a third and stops
-// one, checking each time that partitions end where rendezvous hashing
-// puts them and that only those that had to move moved.
+// one, checking each time that the partitions spread evenly, end where the
+// sticky assignment (partition.Assign) puts them given where they were, and
+// that only those that had to move moved.
 func TestBalancingMovesOnlyWhatMust(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 12})
+	const n = 12
+	e := newEnv(t, TopologyConfig{Partitions: n})
 	a := e.worker("wa", echo(), nil)
 	b := e.worker("wb", echo(), nil)
-	want := func(members ...string) map[int]string {
+	// want is where Assign puts the partitions among members, starting
+	// from the owners in from.
+	want := func(from map[int]string, members ...string) map[int]string {
+		current := make([]string, n)
+		for p, o := range from {
+			current[p] = o
+		}
 		m := map[int]string{}
-		for p := 0; p < 12; p++ {
-			m[p] = partition.Owner(p, members)
+		for p, o := range partition.Assign(n, members, current, nil) {
+			m[p] = o
 		}
 		return m
 	}
-	natstest.Eventually(t, 10*time.Second, "two workers settle on rendezvous owners", func() bool {
-		return mapsEqual(owners(a, b), want("wa", "wb"))
+	natstest.Eventually(t, 10*time.Second, "two workers own 6 each", func() bool {
+		return evenlySpread(owners(a, b), n, []string{"wa", "wb"})
 	})
 	before := owners(a, b)
 	c := e.worker("wc", echo(), nil)
-	natstest.Eventually(t, 10*time.Second, "three workers settle", func() bool {
-		return mapsEqual(owners(a, b, c), want("wa", "wb", "wc"))
+	natstest.Eventually(t, 10*time.Second, "three workers own 4 each, wc what the others held above 4", func() bool {
+		return mapsEqual(owners(a, b, c), want(before, "wa", "wb", "wc"))
 	})
 	after := owners(a, b, c)
 	for p, o := range after {
 		if before[p] != o && o != "wc" {
 			t.Errorf("partition %d moved from %s to %s; only moves to the new worker are needed", p, before[p], o)
 		}
+	}
+	if !evenlySpread(after, n, []string{"wa", "wb", "wc"}) {
+		t.Errorf("three workers own %v: not 4 each", after)
 	}
 	// Graceful stop: the successors take over quickly.
 	start := time.Now()
@@ -58,9 +69,14 @@ func TestBalancingMovesOnlyWhatMust(t *testing.T) {
 	if err := c.Stop(stopCtx); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 5*time.Second, "survivors own everything again", func() bool {
-		return mapsEqual(owners(a, b), want("wa", "wb"))
+	natstest.Eventually(t, 5*time.Second, "survivors own everything again, 6 each", func() bool {
+		return mapsEqual(owners(a, b), want(after, "wa", "wb"))
 	})
+	for p, o := range owners(a, b) {
+		if after[p] != "wc" && after[p] != o {
+			t.Errorf("partition %d moved from %s to %s when wc left; only wc's partitions needed to move", p, after[p], o)
+		}
+	}
 	t.Logf("graceful hand-over of %d partitions took %s", countOf(after, "wc"), time.Since(start))
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("graceful hand-over took %s, want well under a second", d)
@@ -181,5 +197,31 @@ func TestRestartWithSameIDWaitsForOldEntry(t *testing.T) {
 	if err := twin.Start(ctx(t)); err == nil || !errors.Is(err, lease.ErrNotAcquired) {
 		_ = twin.Stop(ctx(t))
 		t.Fatalf("a live twin started: %v", err)
+	}
+}
+
+// TestOrphanTakenWhenDesiredOwnerDoesNotClaim: a member that never claims
+// the partitions assigned to it (here a bare member entry) does not leave
+// them without an owner: after a TTL free the worker takes them as
+// orphans.
+func TestOrphanTakenWhenDesiredOwnerDoesNotClaim(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 4})
+	ttl := e.topo.Config.LeaseTTL
+	ghost, err := lease.Acquire(ctx(t), e.topo.Members, "ghost", lease.Config{Holder: "ghost", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ghost.Release(context.Background()) })
+	if assigned := partition.Assign(4, []string{"wa", "ghost"}, nil, nil); !slices.Contains(assigned, "ghost") {
+		t.Fatalf("ghost is assigned nothing (%v): the test proves nothing", assigned)
+	}
+	start := time.Now()
+	w := e.worker("wa", echo(), nil)
+	e.waitOwned(w)
+	if d := time.Since(start); d < ttl {
+		t.Errorf("wa owned every partition after %s, before ghost's were free for a TTL (%s)", d, ttl)
+	}
+	if isClosed(ghost.Done()) {
+		t.Fatalf("ghost's member entry lapsed (%v): the test proves nothing", ghost.Err())
 	}
 }

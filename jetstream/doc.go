@@ -57,21 +57,35 @@
 // watches the results bucket and returns the kept outcome. Tested by
 // TestCallRepublishesALostPublish, TestCallRecoversALostReply and
 // TestSubmitRepublishesALostPublish (a fault proxy swallows or cuts), and
-// on three nodes by e2e/TestClusterSale (KEYLANE_CLUSTER=1).
+// on three nodes by e2e/TestClusterSale.
 //
 // # Owning a partition
 //
 // A worker registers in NS_MEMBERS (a lease on its ID) and watches both KV
-// buckets. The desired owner of partition p is the live member with the
-// highest rendezvous hash of (p, member). The balancer acquires a free
-// partition it is desired for at once, and any partition left free for a
-// whole TTL (its desired owner is not claiming it); it hands over
-// partitions whose desired owner is someone else alive.
+// buckets. Every worker computes the same desired owners from its view of
+// the live members and the lease holders (partition.Assign, a sticky
+// assignment): with W members each owns floor(N/W) or ceil(N/W)
+// partitions; a member keeps the partitions it holds up to its share (its
+// highest rendezvous-scored ones), and every other partition goes to the
+// member with the highest rendezvous hash of (p, member) among those with
+// room. So a joining worker takes only what the others hold above their
+// new share, and a leaving worker's partitions go only to the others;
+// nothing else moves. (Plain rendezvous hashing also moved only what had
+// to move, but gave four workers on 16 partitions 3, 2, 6 and 5.) The
+// balancer acquires a free partition it is desired for at once, and any
+// partition left free for a whole TTL (its desired owner is not claiming
+// it; it hands such an orphan to its desired owner after orphanHold
+// TTLs); it hands over partitions whose desired owner is someone else
+// alive. A worker hands over only what it holds above its share, so a
+// partition it just released, free for a moment in its own view, is not
+// desired for it again; a worker that starts alone owns everything and
+// gives partitions away as the others join.
 //
 // A worker whose owner of p outlives its lost lease (a handler that
 // ignores its context) writes a stuck mark, a lease of its own under
-// s.<p>.<worker>, and every balancer leaves it out when it picks p's
-// desired owner, so p stays with one other worker instead of bouncing
+// s.<p>.<worker>, and every balancer bars it from p when it computes the
+// desired owners (it neither keeps nor receives p; while marks exist the
+// split may be uneven), so p stays with one other worker instead of bouncing
 // between owners; the mark is released when the handler returns (logged at
 // WARN, then ERROR reminders; Stats.Stuck). A bucket watch whose channel
 // closes is opened again with a jittered backoff, and balancing pauses
@@ -140,7 +154,39 @@
 // is queued, what runs finishes and acks, and the consumer is deleted and
 // created again, which delivers every unacked job again from the ack floor,
 // in stream order. Re-synchronisations of one tenure are spaced by a
-// backoff (20ms doubling to 2s) and counted in Stats.Resyncs.
+// backoff (20ms doubling to 1s) and counted in Stats.Resyncs.
+//
+// Re-creating the consumer in a cluster. After a node dies, the jobs
+// stream, the buckets, the meta group and the consumers it led elect new
+// leaders; nats-server's election timeout is 4-9s (randomised, not
+// configurable). A request sent meanwhile gets no answer at all, so each
+// request of a re-creation has its own short deadline (2s; the old
+// consumer's info 500ms) and a failed attempt that waiting may cure (a
+// timeout, no responders, a 503 "no leader", a connection being
+// re-established) is tried again with the backoff for as long as the
+// tenure lasts; the lease stays with the owner meanwhile, or lapses if the
+// leases bucket is electing too. A missing or replaced stream ends the
+// tenure at once. (Until this was found, one 10s request covered the whole
+// re-creation: a request lost in the election was waited out, and the
+// tenure then ended, for 5-8s of extra stall: e2e/TestClusterSale
+// leader-kill.) Two cluster effects remain and are bounded, not removed:
+//
+//   - The old consumer may be leaderless (its leader died). Its info is
+//     then not waited for: the owner deletes it (a meta request, which
+//     needs no consumer leader) and takes the stream's last sequence after
+//     the delete as the delivered mark, so every job up to it is treated
+//     as maybe delivered before (looked up, never assumed new).
+//   - The new consumer is a new R3 Raft group, whose first leader is a
+//     peer the server believes online. The server learns of a SIGKILLed
+//     node only when its heartbeats have been missing for 90s, so for that
+//     long it prefers the dead node one time in three, and the group waits
+//     an election timeout. The owner waits 2s for the leader, then deletes
+//     and creates the consumer again, which draws again.
+//
+// Measured on three nodes under a sale (TestClusterSale, lease TTL 2s): a
+// partition resumes 0-2.5s after the meta group, the stream and the
+// buckets have leaders again, up to 6s when every lease lapsed and a new
+// consumer first drew the dead node; the elections themselves take 4-9s.
 // Tested by TestStrayPullerLosesNoJob (jetstream and e2e) and
 // e2e/TestWorkerConnectionCutMidDelivery (a fault proxy swallows deliveries,
 // then cuts the connection).

@@ -1,5 +1,6 @@
 // Package partition maps resource keys onto the partitions of the keylane
-// jobs stream and names the subjects that carry them.
+// jobs stream, names the subjects that carry them, and assigns the
+// partitions to workers (Assign: even, sticky, by rendezvous hash).
 //
 // The mapping is xxhash64(key) mod N. It is the only hash keylane ever uses:
 // the server's own partition() subject transform uses FNV-1a, so keylane never
@@ -107,7 +108,9 @@ func FromSubject(namespace, subject string) (int, error) {
 
 // Owner returns, among members, the one with the highest rendezvous hash for
 // partition p, or "" when members is empty. Adding or removing one member of
-// M moves only the partitions that member wins or held: about 1/M of them.
+// M moves only the partitions that member wins or held: about 1/M of them,
+// but the split is uneven (four members of 16 partitions may own 3, 2, 6
+// and 5); workers are balanced with Assign, which breaks ties the same way.
 func Owner(p int, members []string) string {
 	var best string
 	var bestScore uint64

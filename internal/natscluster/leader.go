@@ -74,19 +74,15 @@ func (c *Cluster) StreamLeader(ctx context.Context, stream string) (*Node, error
 	return c.leaderNode("stream "+stream, info.Cluster.Leader)
 }
 
-// ConsumerLeader returns the leader of a consumer, from its consumer info.
+// ConsumerLeader returns the leader of a consumer, as the node that leads
+// it reports (ConsumerPeers: a consumer info request may be answered by a
+// member without cluster information).
 func (c *Cluster) ConsumerLeader(ctx context.Context, stream, consumer string) (*Node, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestWait)
-	defer cancel()
-	cons, err := c.js.Consumer(ctx, stream, consumer)
+	_, leader, _, err := c.ConsumerPeers(ctx, stream, consumer)
 	if err != nil {
-		return nil, fmt.Errorf("natscluster: consumer %s/%s: %w", stream, consumer, err)
+		return nil, err
 	}
-	info := cons.CachedInfo()
-	if info.Cluster == nil {
-		return nil, fmt.Errorf("%w: consumer %s/%s has no cluster info", ErrNoLeader, stream, consumer)
-	}
-	return c.leaderNode("consumer "+stream+"/"+consumer, info.Cluster.Leader)
+	return c.leaderNode("consumer "+stream+"/"+consumer, leader)
 }
 
 func (c *Cluster) leaderNode(group, name string) (*Node, error) {
@@ -328,4 +324,57 @@ func (c *Cluster) healthy(ctx context.Context) error {
 		return fmt.Errorf("natscluster: delete R%d bucket: %w", len(c.nodes), err)
 	}
 	return nil
+}
+
+// jszConsumers is the part of a node's /jsz?consumers=true the harness
+// reads: each consumer the node hosts, as the node sees it.
+type jszConsumers struct {
+	Accounts []struct {
+		Streams []struct {
+			Name      string `json:"name"`
+			Consumers []struct {
+				Name   string `json:"name"`
+				Config struct {
+					Replicas int `json:"num_replicas"`
+				} `json:"config"`
+				Cluster *struct {
+					Leader   string `json:"leader"`
+					Replicas []struct {
+						Name string `json:"name"`
+					} `json:"replicas"`
+				} `json:"cluster"`
+			} `json:"consumer_detail"`
+		} `json:"stream_detail"`
+	} `json:"account_details"`
+}
+
+// ConsumerPeers reports a consumer as the node that leads it sees it, from
+// the monitoring endpoint of every running node: its configured replicas,
+// its leader, and how many peers it has (the leader included). Consumer
+// info requests are no substitute: any member of the consumer's group may
+// answer them, and one that has not yet started its Raft node answers
+// without cluster information. ErrNoLeader if no node leads it.
+func (c *Cluster) ConsumerPeers(ctx context.Context, stream, consumer string) (replicas int, leader string, peers int, err error) {
+	for _, n := range c.nodes {
+		if !n.Running() || n.Paused() {
+			continue
+		}
+		var r jszConsumers
+		if err := n.monitor(ctx, "/jsz?accounts=true&streams=true&consumers=true&config=true", &r); err != nil {
+			return 0, "", 0, err
+		}
+		for _, a := range r.Accounts {
+			for _, s := range a.Streams {
+				if s.Name != stream {
+					continue
+				}
+				for _, cons := range s.Consumers {
+					if cons.Name == consumer && cons.Cluster != nil && cons.Cluster.Leader == n.name {
+						return cons.Config.Replicas, n.name, 1 + len(cons.Cluster.Replicas), nil
+					}
+				}
+			}
+		}
+	}
+	return 0, "", 0, fmt.Errorf("%w: consumer %s/%s", ErrNoLeader, stream, consumer)
 }
