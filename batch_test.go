@@ -24,21 +24,21 @@ func groupClient(e *env) *Client {
 // holdBatches makes the batcher queue instead of send, as if its batches
 // were all in flight; the returned func sends what queued and lets go.
 func holdBatches(c *Client) func() {
-	c.batch.mu.Lock()
-	c.batch.inflight = batchInflight
-	c.batch.mu.Unlock()
+	c.batch[0].mu.Lock()
+	c.batch[0].inflight = batchInflight
+	c.batch[0].mu.Unlock()
 	return func() {
-		c.batch.mu.Lock()
-		c.batch.inflight = 0
-		c.batch.sendLocked()
-		c.batch.mu.Unlock()
+		c.batch[0].mu.Lock()
+		c.batch[0].inflight = 0
+		c.batch[0].sendLocked()
+		c.batch[0].mu.Unlock()
 	}
 }
 
 func queued(c *Client) int {
-	c.batch.mu.Lock()
-	defer c.batch.mu.Unlock()
-	return len(c.batch.queue)
+	c.batch[0].mu.Lock()
+	defer c.batch[0].mu.Unlock()
+	return len(c.batch[0].queue)
 }
 
 // TestAtomicBatchCalls sends concurrent Calls through a batching
@@ -76,9 +76,9 @@ func TestAtomicBatchCalls(t *testing.T) {
 		}
 		seen[r] = true
 	}
-	c.batch.mu.Lock()
-	sent, resent := c.batch.sent, c.batch.resent
-	c.batch.mu.Unlock()
+	c.batch[0].mu.Lock()
+	sent, resent := c.batch[0].sent, c.batch[0].resent
+	c.batch[0].mu.Unlock()
 	if sent != 1 || resent != 0 {
 		t.Fatalf("batches sent %d, resent %d; want one atomic batch that held", sent, resent)
 	}
@@ -125,9 +125,9 @@ func TestAtomicBatchFallsBack(t *testing.T) {
 	if got := e.streamMsgs(e.topo.Names.Jobs()); got != n {
 		t.Fatalf("stream holds %d jobs, want %d (29 new, and the duplicate once)", got, n)
 	}
-	c.batch.mu.Lock()
-	defer c.batch.mu.Unlock()
-	if c.batch.resent != 1 {
-		t.Fatalf("resent %d batches, want the refused one", c.batch.resent)
+	c.batch[0].mu.Lock()
+	defer c.batch[0].mu.Unlock()
+	if c.batch[0].resent != 1 {
+		t.Fatalf("resent %d batches, want the refused one", c.batch[0].resent)
 	}
 }

@@ -38,6 +38,10 @@ type ClientConfig struct {
 	// a mismatch is refused with ErrPartitionMismatch. Defaults to 0: take
 	// the count from the stream.
 	Partitions int
+	// StreamShards, when non-zero, must equal the namespace's number of
+	// jobs stream shards; a mismatch is refused with ErrShardsMismatch.
+	// Defaults to 0: take the count from the streams.
+	StreamShards int
 	// MaxPending bounds the asynchronous publishes in flight in SubmitMany.
 	// Defaults to 4096.
 	MaxPending int
@@ -56,10 +60,10 @@ type Client struct {
 	async    jetstream.JetStream
 	names    Names
 	n        int
-	stream   string
-	subjects []string // partition subjects, by partition
-	expect   []string // the Nats-Expected-Stream header value, shared
-	nHeader  []string // the Keylane-Partitions header value, shared
+	shards   int
+	subjects []string   // partition subjects, by partition
+	expect   [][]string // the Nats-Expected-Stream header value, by shard, shared
+	nHeader  []string   // the Keylane-Partitions header value, shared
 
 	replyPrefix string // the topology's: workers reply nowhere else
 
@@ -70,7 +74,7 @@ type Client struct {
 	closed  bool
 	done    chan struct{} // closed by Close: every waiting call ends
 	token   atomic.Uint64
-	batch   *batcher // nil unless AtomicBatches
+	batch   []*batcher // by shard (an atomic batch stays in one stream); nil unless AtomicBatches
 	results jetstream.KeyValue
 }
 
@@ -91,16 +95,21 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	if err != nil {
 		return nil, err
 	}
+	if cfg.StreamShards != 0 && cfg.StreamShards != meta.Shards {
+		return nil, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards)
+	}
 	n := meta.Partitions
 	async, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
 	if err != nil {
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, stream: names.Jobs(), replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
-	c.expect = []string{c.stream}
-	if cfg.AtomicBatches {
-		c.batch = newBatcher(c)
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
+	for i := range c.shards {
+		c.expect = append(c.expect, []string{names.JobsShard(i)})
+		if cfg.AtomicBatches {
+			c.batch = append(c.batch, newBatcher(c))
+		}
 	}
 	c.subjects = make([]string, n)
 	for p := range n {
@@ -111,6 +120,19 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 
 // Partitions returns N, the partition count of the jobs stream.
 func (c *Client) Partitions() int { return c.n }
+
+// StreamShards returns S, the number of jobs stream shards.
+func (c *Client) StreamShards() int { return c.shards }
+
+// batcherOf returns the group-commit batcher of m's shard.
+func (c *Client) batcherOf(m *nats.Msg) *batcher {
+	for i, e := range c.expect {
+		if m.Header[expectStreamHeader][0] == e[0] {
+			return c.batch[i]
+		}
+	}
+	return c.batch[0]
+}
 
 // Request is one job to submit.
 type Request struct {
@@ -164,6 +186,9 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	m.Header[HeaderJobID] = []string{r.ID}
 	m.Header[HeaderKey] = []string{r.Key}
 	m.Header[HeaderPartitions] = c.nHeader
+	// The subject decides the shard's stream; the server refuses the job
+	// if it would land in any other.
+	m.Header[expectStreamHeader] = c.expect[ShardOf(p, c.shards)]
 	if r.Type != "" {
 		m.Header[HeaderType] = []string{r.Type}
 	}
@@ -222,8 +247,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	defer c.unwait(token)
-	m.Header[expectStreamHeader] = c.expect
-	c.batch.publish(m, token)
+	c.batcherOf(m).publish(m, token)
 	select {
 	case ack := <-w.ack:
 		dup, err := pubAckError(ack)
@@ -270,12 +294,11 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
-	m.Header[expectStreamHeader] = c.expect
 	status := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(status)
 	publish := func(m *nats.Msg) {
 		if c.batch != nil {
-			c.batch.publish(m, token)
+			c.batcherOf(m).publish(m, token)
 			return
 		}
 		m.Reply = c.inbox + ackPrefix + token
@@ -325,7 +348,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				// No stream leader right now (an election: the timer
 				// publishes again), or no stream at all (say so at once).
-				if c.streamGone(ctx) {
+				if c.streamGone(ctx, m) {
 					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, ErrNoTopology)
 				}
 				if !acked {
@@ -371,12 +394,12 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	}
 }
 
-// streamGone reports whether the jobs stream does not exist (as opposed to
-// having no leader for a moment).
-func (c *Client) streamGone(ctx context.Context) bool {
+// streamGone reports whether the jobs stream m goes to does not exist (as
+// opposed to having no leader for a moment).
+func (c *Client) streamGone(ctx context.Context, m *nats.Msg) bool {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	_, err := c.js.Stream(ctx, c.stream)
+	_, err := c.js.Stream(ctx, m.Header.Get(expectStreamHeader))
 	return errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
@@ -522,7 +545,9 @@ func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.inbox):]
 	if rest, ok := strings.CutPrefix(token, ackPrefix); ok {
 		if id, ok := strings.CutPrefix(rest, batchPrefix); ok && c.batch != nil {
-			c.batch.done(id, m)
+			for _, b := range c.batch {
+				b.done(id, m) // only the batcher that sent it knows id
+			}
 			return
 		}
 		c.deliverTo(rest, m)
@@ -571,7 +596,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 			out[i].Err = err
 			continue
 		}
-		f, err := c.async.PublishMsgAsync(m, jetstream.WithExpectStream(c.stream), jetstream.WithStallWait(30*time.Second))
+		f, err := c.async.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -614,7 +639,7 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 	pause := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		actx, cancel := context.WithTimeout(ctx, requestTimeout)
-		ack, err := c.js.PublishMsg(actx, m, jetstream.WithExpectStream(c.stream))
+		ack, err := c.js.PublishMsg(actx, m)
 		cancel()
 		if err == nil {
 			return ack.Duplicate, nil
@@ -622,7 +647,7 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 		if !retryablePublish(err) || ctx.Err() != nil {
 			return false, err
 		}
-		if errors.Is(err, jetstream.ErrNoStreamResponse) && c.streamGone(ctx) {
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && c.streamGone(ctx, m) {
 			return false, fmt.Errorf("%w: %w", err, ErrNoTopology)
 		}
 		if try == 1 {
@@ -652,18 +677,22 @@ func retryablePublish(err error) bool {
 		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoResponders)
 }
 
-// Backlog returns how many jobs the namespace's stream holds: stored and
+// Backlog returns how many jobs the namespace's streams hold: stored and
 // not yet finished (a job leaves the stream when its handler finished and
-// it was acked, or it was dead-lettered). It asks the server for stream
-// info and runs no job.
+// it was acked, or it was dead-lettered). It asks the server for the info
+// of every shard's stream and runs no job.
 func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	s, err := c.js.Stream(ctx, c.stream)
-	if err != nil {
-		return 0, err
+	var n uint64
+	for _, e := range c.expect {
+		s, err := c.js.Stream(ctx, e[0])
+		if err != nil {
+			return 0, err
+		}
+		n += s.CachedInfo().State.Msgs
 	}
-	return s.CachedInfo().State.Msgs, nil
+	return n, nil
 }
 
 // Close ends the client: Calls still waiting return ErrClosed at once,
@@ -680,7 +709,7 @@ func (c *Client) Close() {
 	if c.sub != nil {
 		_ = c.sub.Unsubscribe()
 	}
-	if c.batch != nil {
-		c.batch.close()
+	for _, b := range c.batch {
+		b.close()
 	}
 }

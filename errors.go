@@ -121,3 +121,9 @@ var ErrNoTopology = errors.New("keylane: jobs stream not found (start a worker f
 // with another replica count than configured: consumers and buckets of
 // mixed replica counts fail in ways that look like anything but this.
 var ErrReplicasMismatch = errors.New("keylane: replica count differs from the namespace's")
+
+// ErrShardsMismatch is returned when the namespace's jobs streams were
+// created with another shard count than the caller configured, or their
+// shard metadata disagree. Nothing is changed: the shard count, like the
+// partition count, is fixed when the namespace is created.
+var ErrShardsMismatch = errors.New("keylane: stream shard count differs from the namespace's")

@@ -15,6 +15,16 @@ func (n Names) upper() string { return strings.ToUpper(strings.ReplaceAll(n.Name
 // Jobs is the jobs stream, e.g. KEYLANE_JOBS.
 func (n Names) Jobs() string { return n.upper() + "_JOBS" }
 
+// JobsShard is the jobs stream of shard i: shard 0 is Jobs, so a
+// namespace of one shard keeps its name, and shard i > 0 is e.g.
+// KEYLANE_JOBS_2.
+func (n Names) JobsShard(i int) string {
+	if i == 0 {
+		return n.Jobs()
+	}
+	return n.Jobs() + "_" + strconv.Itoa(i)
+}
+
 // Dead is the dead-letter stream, e.g. KEYLANE_DEAD.
 func (n Names) Dead() string { return n.upper() + "_DEAD" }
 

@@ -429,7 +429,7 @@ func (o *owner) settle(cons jetstream.Consumer) {
 		}
 		cancel()
 	}()
-	if !settleAcks(o.w.topo.Jobs, cons, want, stop.Done(), o.w.cfg.AckWait) {
+	if !settleAcks(o.w.topo.StreamOf(o.p), cons, want, stop.Done(), o.w.cfg.AckWait) {
 		o.log.Warn("hand-over: acks not applied before the drain ended", "want", want)
 	}
 }
@@ -488,15 +488,17 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 		return context.WithTimeout(o.ctx, consumerAttempt)
 	}
 	topo := o.w.topo
+	jobs := topo.StreamOf(o.p)
 	// Never consume a jobs stream of another epoch than this worker's
-	// topology (a repartition replaced it): the worker reloads first.
+	// topology (a repartition replaced it, or the shard was created
+	// again): the worker reloads first.
 	ctx, cancel := req()
-	info, err := topo.Jobs.Info(ctx)
+	info, err := jobs.Info(ctx)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("jobs stream: %w", err)
 	}
-	if meta, err := readMeta(info, 0); err != nil || meta.Epoch != topo.Meta.Epoch {
+	if meta, err := readMeta(info, 0); err != nil || meta.Epoch != topo.EpochOf(o.p) {
 		o.w.requestReload()
 		return nil, errTopologyChanged
 	}
@@ -504,7 +506,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	// A consumer with a leader answers its info at once; one without is
 	// not waited for (see the transient case below).
 	ctx, cancel = context.WithTimeout(o.ctx, consumerInfoWait)
-	old, err := topo.Jobs.Consumer(ctx, name)
+	old, err := jobs.Consumer(ctx, name)
 	cancel()
 	switch {
 	case err == nil:
@@ -529,7 +531,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 			return nil, err
 		}
 		ctx, cancel = req()
-		info, err := topo.Jobs.Info(ctx)
+		info, err := jobs.Info(ctx)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("jobs stream: %w", err)
@@ -541,7 +543,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	cfg := topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxPending)
 	cfg.Metadata = map[string]string{metaDelivered: strconv.FormatUint(o.prevDelivered, 10)}
 	ctx, cancel = req()
-	cons, err := topo.Jobs.CreateOrUpdateConsumer(ctx, cfg)
+	cons, err := jobs.CreateOrUpdateConsumer(ctx, cfg)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("create consumer: %w", err)
@@ -575,7 +577,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 func (o *owner) deleteConsumer(name string) error {
 	ctx, cancel := context.WithTimeout(o.ctx, consumerAttempt)
 	defer cancel()
-	if err := o.w.topo.Jobs.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := o.w.topo.StreamOf(o.p).DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete old consumer: %w", err)
 	}
 	return nil

@@ -17,7 +17,8 @@ import (
 type RepartitionProgress func(left uint64)
 
 // Repartition changes the namespace's partition count to n, keeping every
-// key's state. It must run while workers run (they drain the old stream):
+// key's state and the number of jobs stream shards (every shard goes
+// through the steps below; n must be at least the shard count). It must run while workers run (they drain the old stream):
 //
 //  1. Freeze: the old jobs stream's subjects move off the partition
 //     subjects, so new jobs are refused at once (clients get "no response
@@ -44,68 +45,101 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 	if err := partition.ValidateCount(n); err != nil {
 		return err
 	}
-	s, meta, err := openJobs(ctx, js, namespace)
+	streams, metas, err := openShards(ctx, js, namespace)
 	if err != nil {
 		return err
 	}
-	info := s.CachedInfo()
+	meta := joinMeta(metas)
 	if meta.Partitions == n {
 		return nil
 	}
-	old := info.Config
-	frozen := old
-	frozen.Subjects = []string{namespace + ".frozen." + formatEpoch(meta.Epoch)}
-	if _, err := js.UpdateStream(ctx, frozen); err != nil {
-		return fmt.Errorf("keylane: repartition: freeze %s: %w", old.Name, err)
+	if n < meta.Shards {
+		return fmt.Errorf("%w: %d partitions for %d jobs stream shards: every shard needs a partition", ErrShardsMismatch, n, meta.Shards)
 	}
-	last, err := drain(ctx, s, progress)
-	if err != nil {
-		// Unfreeze on a context of its own: ctx has ended.
+	olds := make([]jetstream.StreamConfig, len(metas))
+	for i, m := range metas {
+		olds[i] = m.info.Config
+	}
+	// unfreeze restores the shards frozen so far, on a context of its own:
+	// ctx may have ended.
+	unfreeze := func(frozen int, cause error) error {
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
 		defer cancel()
-		if _, uerr := js.UpdateStream(uctx, old); uerr != nil {
-			return fmt.Errorf("keylane: repartition: drain: %w; unfreezing %s failed too: %w", err, old.Name, uerr)
+		for _, old := range olds[:frozen] {
+			if _, uerr := js.UpdateStream(uctx, old); uerr != nil {
+				return fmt.Errorf("keylane: repartition: %w; unfreezing %s failed too: %w", cause, old.Name, uerr)
+			}
 		}
-		return fmt.Errorf("keylane: repartition: drain (unfrozen, nothing changed): %w", err)
+		return fmt.Errorf("keylane: repartition (unfrozen, nothing changed): %w", cause)
 	}
-	epoch, err := newEpoch()
+	for i, old := range olds {
+		frozen := old
+		frozen.Subjects = []string{namespace + ".frozen." + formatEpoch(metas[i].Epoch)}
+		if _, err := js.UpdateStream(ctx, frozen); err != nil {
+			return unfreeze(i, fmt.Errorf("freeze %s: %w", old.Name, err))
+		}
+	}
+	last, err := drain(ctx, streams, progress)
 	if err != nil {
-		return err
+		return unfreeze(len(olds), fmt.Errorf("drain: %w", err))
 	}
-	adopted := make([]string, 0, len(meta.Adopted)+1)
-	for _, e := range append(meta.Adopted, meta.Epoch) {
+	adopted := make([]string, 0, len(meta.Adopted)+len(metas))
+	for _, e := range meta.Adopted {
 		adopted = append(adopted, formatEpoch(e))
 	}
-	next := old
-	next.Subjects = partitionSubjects(namespace, n)
-	next.FirstSeq = last + 1
-	next.Metadata = maps.Clone(old.Metadata)
-	next.Metadata[MetaPartitions] = strconv.Itoa(n)
-	next.Metadata[MetaEpoch] = formatEpoch(epoch)
-	next.Metadata[MetaAdopted] = strings.Join(adopted, ",")
-	next.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
-	if err := js.DeleteStream(ctx, old.Name); err != nil {
-		return fmt.Errorf("keylane: repartition: delete the drained %s: %w", old.Name, err)
+	for _, m := range metas {
+		adopted = append(adopted, formatEpoch(m.Epoch))
 	}
-	if _, err := js.CreateStream(ctx, next); err != nil {
-		return fmt.Errorf("keylane: repartition: create %s with %d partitions (the old stream is gone and was empty; create it with Setup{Partitions: %d}): %w", old.Name, n, n, err)
+	nexts := make([]jetstream.StreamConfig, len(olds))
+	for i, old := range olds {
+		epoch, err := newEpoch()
+		if err != nil {
+			return unfreeze(len(olds), err)
+		}
+		next := old
+		next.Subjects = shardSubjects(namespace, n, meta.Shards, i)
+		// Every shard continues after the highest sequence any shard had.
+		next.FirstSeq = last + 1
+		next.Metadata = maps.Clone(old.Metadata)
+		next.Metadata[MetaPartitions] = strconv.Itoa(n)
+		next.Metadata[MetaEpoch] = formatEpoch(epoch)
+		next.Metadata[MetaAdopted] = strings.Join(adopted, ",")
+		next.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
+		nexts[i] = next
+	}
+	for _, old := range olds {
+		if err := js.DeleteStream(ctx, old.Name); err != nil {
+			return fmt.Errorf("keylane: repartition: delete the drained %s: %w", old.Name, err)
+		}
+	}
+	// Shard 0 last: clients and workers open it first, and find the others.
+	for i := len(nexts) - 1; i >= 0; i-- {
+		if _, err := js.CreateStream(ctx, nexts[i]); err != nil {
+			return fmt.Errorf("keylane: repartition: create %s with %d partitions (the old streams are gone and were empty; create them with Setup{Partitions: %d, StreamShards: %d}): %w", nexts[i].Name, n, n, meta.Shards, err)
+		}
 	}
 	return nil
 }
 
-// drain waits until the stream holds no job and returns its last sequence.
-func drain(ctx context.Context, s jetstream.Stream, progress RepartitionProgress) (uint64, error) {
+// drain waits until the streams hold no job and returns the highest last
+// sequence among them.
+func drain(ctx context.Context, streams []jetstream.Stream, progress RepartitionProgress) (uint64, error) {
 	pause := 10 * time.Millisecond
 	for {
-		info, err := s.Info(ctx)
-		if err != nil {
-			return 0, err
+		var left, last uint64
+		for _, s := range streams {
+			info, err := s.Info(ctx)
+			if err != nil {
+				return 0, err
+			}
+			left += info.State.Msgs
+			last = max(last, info.State.LastSeq)
 		}
 		if progress != nil {
-			progress(info.State.Msgs)
+			progress(left)
 		}
-		if info.State.Msgs == 0 {
-			return info.State.LastSeq, nil
+		if left == 0 {
+			return last, nil
 		}
 		t := time.NewTimer(pause)
 		select {

@@ -44,7 +44,7 @@ import (
 // job. State is safe for concurrent use.
 type State struct {
 	kv      jetstream.KeyValue
-	epoch   uint64   // the jobs stream's epoch; 0: not checked
+	epochs  []uint64 // the epoch of each jobs stream shard; nil: not checked
 	adopted []uint64 // epochs of earlier streams this one took over
 	keep    int      // outcomes held per key
 	mu      sync.Mutex
@@ -178,13 +178,13 @@ func (s *State) check(cur StateEntry, rev uint64, job Job) (res []byte, applied 
 	if res, ok := cur.Held(job.ID); ok {
 		return res, true, nil
 	}
-	switch s.epochOf(cur) {
+	switch s.epochOf(cur, job.Partition) {
 	case epochSame:
 		if job.Seq <= cur.Seq {
 			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d, applied up to seq %d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, cur.Seq)
 		}
 	case epochForeign:
-		return nil, false, fmt.Errorf("%w (key %q written under epoch %x, the jobs stream is epoch %x)", ErrEpoch, job.Key, cur.Epoch, s.epoch)
+		return nil, false, fmt.Errorf("%w (key %q written under epoch %x, the jobs stream is epoch %x)", ErrEpoch, job.Key, cur.Epoch, s.epochFor(job.Partition))
 	}
 	return nil, false, nil
 }
@@ -204,8 +204,19 @@ func (s *State) adopt(epochs []uint64) {
 	s.mu.Unlock()
 }
 
-func (s *State) epochOf(e StateEntry) epochRelation {
-	if s.epoch == 0 || e.Epoch == 0 || e.Epoch == s.epoch {
+// epochFor returns the epoch of the jobs stream shard that holds
+// partition p (shard p % S), or 0 when epochs are not checked.
+func (s *State) epochFor(p int) uint64 {
+	if len(s.epochs) == 0 {
+		return 0
+	}
+	return s.epochs[ShardOf(p, len(s.epochs))]
+}
+
+// epochOf relates an entry of a key of partition p to p's jobs stream.
+func (s *State) epochOf(e StateEntry, p int) epochRelation {
+	own := s.epochFor(p)
+	if own == 0 || e.Epoch == 0 || e.Epoch == own {
 		return epochSame
 	}
 	s.mu.Lock()
@@ -224,12 +235,12 @@ func (s *State) epochOf(e StateEntry) epochRelation {
 // sequence and outcome, and a bounded window of earlier outcomes.
 func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
 	last := len(jobs) - 1
-	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epoch, JobID: jobs[last].ID, Result: results[last]}
+	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
 	keep := s.keep
 	recent := make([]AppliedResult, 0, min(keep, len(cur.Recent)+len(jobs)))
 	// Outcomes from an adopted stream keep their IDs; those named after a
 	// sequence of that stream are meaningless now.
-	adopted := s.epochOf(cur) == epochAdopted
+	adopted := s.epochOf(cur, jobs[last].Partition) == epochAdopted
 	for _, r := range cur.Recent {
 		if !adopted || !strings.HasPrefix(r.ID, syntheticIDPrefix) {
 			recent = append(recent, r)

@@ -18,6 +18,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// MaxStreamShards bounds TopologyConfig.StreamShards.
+const MaxStreamShards = 64
+
 var namespaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // TopologyConfig describes the streams, consumers and buckets of a namespace.
@@ -29,6 +32,15 @@ type TopologyConfig struct {
 	// A non-zero value that differs from the stream's is refused with
 	// ErrPartitionMismatch.
 	Partitions int
+	// StreamShards is S, how many jobs streams the partitions are spread
+	// over, so that S stream leaders (on different servers of a cluster)
+	// share the storage work: partition p lives in shard p % S. Zero means
+	// "whatever the existing namespace has", and 1 when it is created: one
+	// stream named as before (see doc.go, "Shards"). A non-zero value that
+	// differs from the namespace's is refused with ErrShardsMismatch. At
+	// most the partition count and MaxStreamShards; a multiple of S as
+	// the partition count gives every shard the same share.
+	StreamShards int
 	// Replicas of every stream and bucket. Zero means "whatever the
 	// existing jobs stream has", and 1 when it is created (embedded
 	// server); use 3 on a cluster. A non-zero value that differs from an
@@ -64,6 +76,12 @@ func (c *TopologyConfig) setDefaults() error {
 		if err := partition.ValidateCount(c.Partitions); err != nil {
 			return err
 		}
+	}
+	if c.StreamShards < 0 || c.StreamShards > MaxStreamShards {
+		return fmt.Errorf("keylane: stream shards must be 1..%d, got %d", MaxStreamShards, c.StreamShards)
+	}
+	if c.Partitions != 0 && c.StreamShards > c.Partitions {
+		return fmt.Errorf("keylane: %d stream shards for %d partitions: every shard needs a partition", c.StreamShards, c.Partitions)
 	}
 	if c.Replicas < 0 || c.Replicas > 5 {
 		return fmt.Errorf("keylane: replicas must be 1..5, got %d", c.Replicas)
@@ -125,28 +143,47 @@ type Topology struct {
 	Names      Names
 	Partitions int
 	Config     TopologyConfig
-	Jobs       jetstream.Stream
-	Leases     jetstream.KeyValue
-	Members    jetstream.KeyValue
-	Results    jetstream.KeyValue
-	State      jetstream.KeyValue
+	// Jobs is the jobs stream of shard 0, the namespace's first: with one
+	// shard, the only one.
+	Jobs jetstream.Stream
+	// Shards is S, the number of jobs streams; Streams and Epochs hold
+	// each shard's stream and epoch, by shard index.
+	Shards  int
+	Streams []jetstream.Stream
+	Epochs  []uint64
+	Leases  jetstream.KeyValue
+	Members jetstream.KeyValue
+	Results jetstream.KeyValue
+	State   jetstream.KeyValue
 	// Replicas is the jobs stream's replica count, which every object of
 	// the namespace has.
 	Replicas int
-	// Meta is what the jobs stream's metadata fixes: N, the epoch, the
-	// adopted epochs and the reply prefix.
+	// Meta is what the jobs streams' metadata fixes: N, S, shard 0's
+	// epoch, the adopted epochs (of every shard) and the reply prefix.
 	Meta    Meta
 	js      jetstream.JetStream
 	nHeader string // Partitions as a Keylane-Partitions header value
 }
 
 // NewState returns a State on the namespace's state bucket that ties
-// entries to the jobs stream's epoch (see ErrEpoch).
+// entries to the epoch of their key's jobs stream shard (see ErrEpoch).
 func (t *Topology) NewState() *State {
 	s := NewState(t.State)
-	s.epoch, s.adopted = t.Meta.Epoch, t.Meta.Adopted
+	s.epochs, s.adopted = slices.Clone(t.Epochs), t.Meta.Adopted
 	return s
 }
+
+// ShardOf returns the jobs stream shard that holds partition p among s
+// shards: p % s. Striding (rather than ranges) needs no table, gives every
+// shard ⌊N/S⌋ or ⌈N/S⌉ partitions for any N, and spreads neighbouring
+// partitions over different stream leaders.
+func ShardOf(p, s int) int { return p % s }
+
+// StreamOf returns the jobs stream that holds partition p.
+func (t *Topology) StreamOf(p int) jetstream.Stream { return t.Streams[ShardOf(p, t.Shards)] }
+
+// EpochOf returns the epoch of the jobs stream that holds partition p.
+func (t *Topology) EpochOf(p int) uint64 { return t.Epochs[ShardOf(p, t.Shards)] }
 
 // Setup creates, or opens and checks, everything a namespace needs: the jobs
 // stream, the dead-letter stream and the leases, members, results and state
@@ -186,24 +223,26 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*To
 const setupAttemptTimeout = 5 * time.Second
 
 func permanentSetupError(err error) bool {
-	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) ||
+	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
 		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig)
 }
 
 func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
 	names := Names{Namespace: cfg.Namespace}
-	meta, err := ensureJobs(ctx, js, names, &cfg)
+	streams, metas, err := ensureShards(ctx, js, names, &cfg)
 	if err != nil {
 		return nil, err
 	}
+	meta := joinMeta(metas)
 	t := &Topology{Names: names, Partitions: meta.Partitions, Config: cfg, Meta: meta, js: js, nHeader: strconv.Itoa(meta.Partitions)}
-	t.Jobs, err = js.Stream(ctx, names.Jobs())
-	if err != nil {
-		return nil, err
+	t.Jobs, t.Streams, t.Shards = streams[0], streams, meta.Shards
+	for _, m := range metas {
+		t.Epochs = append(t.Epochs, m.Epoch)
 	}
 	t.Replicas = t.Jobs.CachedInfo().Config.Replicas
 	cfg.Replicas = t.Replicas // everything follows the jobs stream
 	t.Config.Replicas = t.Replicas
+	t.Config.StreamShards = t.Shards
 	if err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        names.Dead(),
 		Description: "keylane dead letters: the original job plus error headers",
@@ -266,9 +305,13 @@ func checkReplicas(ctx context.Context, js jetstream.JetStream, name string, wan
 type Meta struct {
 	// Partitions is N.
 	Partitions int
+	// Shards is S, the number of jobs streams of the namespace, and Shard
+	// this stream's index among them.
+	Shards, Shard int
 	// Epoch identifies this jobs stream among every stream the namespace
 	// ever had: state entries record it, so a key's sequences are compared
-	// only with sequences of the same stream.
+	// only with sequences of the same stream. Every shard has its own (a
+	// shard created again gets a new one, like a lone stream).
 	Epoch uint64
 	// Adopted lists the epochs of earlier jobs streams whose state this one
 	// carries on (after a repartition, or an explicit Adopt).
@@ -277,19 +320,86 @@ type Meta struct {
 	ReplyPrefix string
 }
 
-// Open reads an existing namespace for a client: it checks the jobs
-// stream's metadata and returns it. A non-zero want that differs from the
-// stream's partition count is refused with ErrPartitionMismatch.
+// Open reads an existing namespace for a client: it checks the metadata
+// of every jobs stream shard and returns shard 0's, with the adopted
+// epochs of all. A non-zero want that differs from the stream's partition
+// count is refused with ErrPartitionMismatch.
 func Open(ctx context.Context, js jetstream.JetStream, namespace string, want int) (Meta, error) {
 	cfg := TopologyConfig{Namespace: namespace, Partitions: want}
 	if err := cfg.setDefaults(); err != nil {
 		return Meta{}, err
 	}
-	s, _, err := openJobs(ctx, js, cfg.Namespace)
+	_, metas, err := openShards(ctx, js, cfg.Namespace)
 	if err != nil {
 		return Meta{}, err
 	}
-	return readMeta(s.CachedInfo(), want)
+	if _, err := checkMeta(metas[0].info.Config, want); err != nil {
+		return Meta{}, err
+	}
+	return joinMeta(metas), nil
+}
+
+// joinMeta is the namespace's Meta from its shards': shard 0's, with the
+// epochs every shard adopted.
+func joinMeta(metas []shardMeta) Meta {
+	m := metas[0].Meta
+	m.Adopted = nil
+	for _, sm := range metas {
+		for _, e := range sm.Adopted {
+			if !slices.Contains(m.Adopted, e) {
+				m.Adopted = append(m.Adopted, e)
+			}
+		}
+	}
+	return m
+}
+
+// shardMeta is one shard's Meta and the stream info it was read from.
+type shardMeta struct {
+	Meta
+	info *jetstream.StreamInfo
+}
+
+// openShards opens every jobs stream shard of the namespace and checks
+// that they agree; a missing shard is ErrNoTopology.
+func openShards(ctx context.Context, js jetstream.JetStream, namespace string) ([]jetstream.Stream, []shardMeta, error) {
+	s0, m0, err := openJobs(ctx, js, namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	streams := []jetstream.Stream{s0}
+	metas := []shardMeta{{m0, s0.CachedInfo()}}
+	names := Names{Namespace: namespace}
+	for i := 1; i < m0.Shards; i++ {
+		s, err := js.Stream(ctx, names.JobsShard(i))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, nil, fmt.Errorf("%w: shard %d of %d (%s) is missing", ErrNoTopology, i, m0.Shards, names.JobsShard(i))
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := readMeta(s.CachedInfo(), m0.Partitions)
+		if err == nil {
+			err = sameShards(m0, m, i, s.CachedInfo().Config.Name)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		streams = append(streams, s)
+		metas = append(metas, shardMeta{m, s.CachedInfo()})
+	}
+	return streams, metas, nil
+}
+
+// sameShards checks that shard i's metadata agrees with shard 0's.
+func sameShards(m0, m Meta, i int, name string) error {
+	if m.Shards != m0.Shards || m.Shard != i {
+		return fmt.Errorf("%w: stream %s says shard %d of %d, expected shard %d of %d", ErrShardsMismatch, name, m.Shard, m.Shards, i, m0.Shards)
+	}
+	if m.ReplyPrefix != m0.ReplyPrefix {
+		return fmt.Errorf("%w: stream %s has reply prefix %q, shard 0 %q", ErrShardsMismatch, name, m.ReplyPrefix, m0.ReplyPrefix)
+	}
+	return nil
 }
 
 // openJobs opens the namespace's jobs stream and reads its metadata; a
@@ -312,12 +422,90 @@ func openJobs(ctx context.Context, js jetstream.JetStream, namespace string) (je
 // partitionSubjects lists the jobs stream's subjects: exactly one per
 // partition, so a publish to anything else (another N's partition, a typo)
 // is refused by the server instead of stored where no consumer reads it.
-func partitionSubjects(ns string, n int) []string {
-	subjects := make([]string, n)
-	for p := range subjects {
-		subjects[p] = partition.Subject(ns, p)
+func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0) }
+
+// shardSubjects lists the subjects of jobs stream shard i of s: those of
+// its partitions only, so the subject decides the shard.
+func shardSubjects(ns string, n, s, i int) []string {
+	subjects := make([]string, 0, (n+s-1)/s)
+	for p := i; p < n; p += s {
+		subjects = append(subjects, partition.Subject(ns, p))
 	}
 	return subjects
+}
+
+// ensureShards creates, or opens and checks, every jobs stream shard:
+// shard 0 first (it fixes N, S, the replicas and the reply prefix), then
+// the others after its example. A missing shard is created with an epoch
+// of its own, so a shard deleted and created again is told apart from
+// the one it replaced, exactly as a lone jobs stream is.
+func ensureShards(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) ([]jetstream.Stream, []shardMeta, error) {
+	m0, err := ensureJobs(ctx, js, names, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	s0, err := js.Stream(ctx, names.Jobs())
+	if err != nil {
+		return nil, nil, err
+	}
+	streams := []jetstream.Stream{s0}
+	metas := []shardMeta{{m0, s0.CachedInfo()}}
+	for i := 1; i < m0.Shards; i++ {
+		s, m, err := ensureShard(ctx, js, names, s0.CachedInfo(), m0, i)
+		if err != nil {
+			return nil, nil, err
+		}
+		streams = append(streams, s)
+		metas = append(metas, shardMeta{m, s.CachedInfo()})
+	}
+	return streams, metas, nil
+}
+
+// ensureShard creates, or opens and checks, jobs stream shard i > 0 after
+// the example of shard 0 (info, m0).
+func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0 *jetstream.StreamInfo, m0 Meta, i int) (jetstream.Stream, Meta, error) {
+	name := names.JobsShard(i)
+	for attempt := 0; ; attempt++ {
+		s, err := js.Stream(ctx, name)
+		if err == nil {
+			info := s.CachedInfo()
+			m, err := readMeta(info, m0.Partitions)
+			if err == nil {
+				err = sameShards(m0, m, i, name)
+			}
+			if err != nil {
+				return nil, Meta{}, err
+			}
+			if info.Config.Replicas != info0.Config.Replicas {
+				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, shard 0 %d", ErrReplicasMismatch, name, info.Config.Replicas, info0.Config.Replicas)
+			}
+			cfg := TopologyConfig{Namespace: names.Namespace}
+			if err := upgradeJobs(ctx, js, info, m, &cfg); err != nil {
+				return nil, Meta{}, err
+			}
+			return s, m, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) || attempt > 0 {
+			return nil, Meta{}, err
+		}
+		epoch, err := newEpoch()
+		if err != nil {
+			return nil, Meta{}, err
+		}
+		sc := info0.Config
+		sc.Name = name
+		sc.Subjects = shardSubjects(names.Namespace, m0.Partitions, m0.Shards, i)
+		sc.Metadata = maps.Clone(sc.Metadata)
+		sc.Metadata[MetaShard] = strconv.Itoa(i)
+		sc.Metadata[MetaEpoch] = formatEpoch(epoch)
+		sc.FirstSeq = 0
+		sc.Sources, sc.Mirror, sc.Placement = nil, nil, nil
+		_, err = js.CreateStream(ctx, sc)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, Meta{}, fmt.Errorf("keylane: create jobs stream %s: %w", name, err)
+		}
+		// Created, or another worker won the race: open and check it.
+	}
 }
 
 func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) (Meta, error) {
@@ -327,6 +515,12 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		meta, err := readMeta(info, cfg.Partitions)
 		if err != nil {
 			return Meta{}, err
+		}
+		if meta.Shard != 0 {
+			return Meta{}, fmt.Errorf("%w: stream %s says it is shard %d", ErrShardsMismatch, info.Config.Name, meta.Shard)
+		}
+		if cfg.StreamShards != 0 && meta.Shards != cfg.StreamShards {
+			return Meta{}, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d (configure %d, or 0 to follow it)", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards, meta.Shards)
 		}
 		if cfg.Replicas != 0 && info.Config.Replicas != cfg.Replicas {
 			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
@@ -344,14 +538,29 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if replicas == 0 {
 		replicas = 1
 	}
+	shards := max(cfg.StreamShards, 1)
+	if shards > n {
+		return Meta{}, fmt.Errorf("%w: %d stream shards for %d partitions: every shard needs a partition", ErrShardsMismatch, shards, n)
+	}
+	md := map[string]string{
+		MetaPartitions:  strconv.Itoa(n),
+		MetaHash:        partition.HashName,
+		MetaVersion:     "2",
+		MetaReplyPrefix: cfg.ReplyPrefix,
+	}
+	if shards > 1 {
+		// One shard keeps today's metadata, which older clients read.
+		md[MetaShards], md[MetaShard] = strconv.Itoa(shards), "0"
+	}
 	epoch, err := newEpoch()
 	if err != nil {
 		return Meta{}, err
 	}
+	md[MetaEpoch] = formatEpoch(epoch)
 	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
 		Name:        names.Jobs(),
 		Description: "keylane jobs, one subject per partition",
-		Subjects:    partitionSubjects(cfg.Namespace, n),
+		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
@@ -360,13 +569,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		Discard:     jetstream.DiscardNew,
 		// Lets clients group-commit jobs in atomic batches.
 		AllowAtomicPublish: true,
-		Metadata: map[string]string{
-			MetaPartitions:  strconv.Itoa(n),
-			MetaHash:        partition.HashName,
-			MetaVersion:     "2",
-			MetaEpoch:       formatEpoch(epoch),
-			MetaReplyPrefix: cfg.ReplyPrefix,
-		},
+		Metadata:           md,
 	})
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		// Another worker won the race to create it: check what it made.
@@ -375,7 +578,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if err != nil {
 		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
 	}
-	return Meta{Partitions: n, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix}, nil
+	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix}, nil
 }
 
 // upgradeJobs brings a jobs stream made by an older keylane up to date: one
@@ -384,7 +587,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 // stream (its creation time), so concurrent upgrades agree.
 func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {
 	sc := info.Config
-	want := partitionSubjects(cfg.Namespace, meta.Partitions)
+	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard)
 	_, hasEpoch := sc.Metadata[MetaEpoch]
 	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch {
 		return nil
@@ -429,7 +632,15 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	m := Meta{Partitions: n, ReplyPrefix: sc.Metadata[MetaReplyPrefix]}
+	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix]}
+	if v, ok := sc.Metadata[MetaShards]; ok {
+		s, err := strconv.Atoi(v)
+		i, ierr := strconv.Atoi(sc.Metadata[MetaShard])
+		if err != nil || ierr != nil || s < 1 || s > min(n, MaxStreamShards) || i < 0 || i >= s {
+			return Meta{}, fmt.Errorf("%w: stream %s has bad shard metadata (%s %q, %s %q)", ErrShardsMismatch, sc.Name, MetaShards, v, MetaShard, sc.Metadata[MetaShard])
+		}
+		m.Shards, m.Shard = s, i
+	}
 	if m.ReplyPrefix == "" {
 		m.ReplyPrefix = "_INBOX."
 	}
@@ -499,33 +710,40 @@ func (t *Topology) consumerConfig(p int, ackWait time.Duration, maxAckPending in
 	}
 }
 
-// AdoptEpoch makes the namespace's jobs stream carry on the state written
+// AdoptEpoch makes the namespace's jobs streams carry on the state written
 // under an earlier jobs stream's epoch: keys written under it run again
 // (their held job IDs still answer retries; their sequences, which mean
-// nothing in this stream, are ignored). Use it after a jobs stream was
-// deleted and created again, once you know the old stream's jobs are gone
-// or re-submitted; workers refuse such keys with ErrEpoch until then.
+// nothing in this stream, are ignored). Use it after a jobs stream (or a
+// shard of it) was deleted and created again, once you know the old
+// stream's jobs are gone or re-submitted; workers refuse such keys with
+// ErrEpoch until then. The epoch is written into every shard.
 func AdoptEpoch(ctx context.Context, js jetstream.JetStream, namespace string, epoch uint64) error {
 	if epoch == 0 {
 		return errors.New("keylane: adopt: epoch 0")
 	}
-	s, meta, err := openJobs(ctx, js, namespace)
+	_, metas, err := openShards(ctx, js, namespace)
 	if err != nil {
 		return err
 	}
-	info := s.CachedInfo()
-	if epoch == meta.Epoch || slices.Contains(meta.Adopted, epoch) {
-		return nil
+	for _, m := range metas {
+		if epoch == m.Epoch {
+			return nil // a live stream's own epoch: nothing to carry over
+		}
 	}
-	sc := info.Config
-	sc.Metadata = maps.Clone(sc.Metadata)
-	list := make([]string, 0, len(meta.Adopted)+1)
-	for _, e := range append(meta.Adopted, epoch) {
-		list = append(list, formatEpoch(e))
-	}
-	sc.Metadata[MetaAdopted] = strings.Join(list, ",")
-	if _, err := js.UpdateStream(ctx, sc); err != nil {
-		return fmt.Errorf("keylane: adopt epoch %s: %w", formatEpoch(epoch), err)
+	for _, m := range metas {
+		if slices.Contains(m.Adopted, epoch) {
+			continue
+		}
+		sc := m.info.Config
+		sc.Metadata = maps.Clone(sc.Metadata)
+		list := make([]string, 0, len(m.Adopted)+1)
+		for _, e := range append(m.Adopted, epoch) {
+			list = append(list, formatEpoch(e))
+		}
+		sc.Metadata[MetaAdopted] = strings.Join(list, ",")
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("keylane: adopt epoch %s on %s: %w", formatEpoch(epoch), sc.Name, err)
+		}
 	}
 	return nil
 }

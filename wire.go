@@ -56,6 +56,11 @@ const (
 	MetaAdopted = "keylane.adopted"
 	// MetaReplyPrefix is where workers may reply.
 	MetaReplyPrefix = "keylane.reply-prefix"
+	// MetaShards is S, how many jobs streams the namespace's partitions
+	// are spread over; absent means 1.
+	MetaShards = "keylane.shards"
+	// MetaShard is the stream's own shard index in [0, S); absent means 0.
+	MetaShard = "keylane.shard"
 )
 
 const (

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -268,20 +269,23 @@ func (w *Worker) watchTopology() {
 	}
 }
 
-// replacedBy reports the jobs stream's metadata when its epoch is not the
-// worker's.
+// replacedBy reports the jobs streams' metadata when the epoch of any
+// shard is not the worker's.
 func (w *Worker) replacedBy() (Meta, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	w.mu.Lock()
 	topo := w.topo
 	w.mu.Unlock()
-	s, err := w.js.Stream(ctx, topo.Names.Jobs())
+	_, metas, err := openShards(ctx, w.js, topo.Names.Namespace)
 	if err != nil {
 		return Meta{}, false
 	}
-	meta, err := readMeta(s.CachedInfo(), 0)
-	return meta, err == nil && meta.Epoch != topo.Meta.Epoch
+	replaced := len(metas) != len(topo.Epochs)
+	for i := 0; !replaced && i < len(metas); i++ {
+		replaced = metas[i].Epoch != topo.Epochs[i]
+	}
+	return joinMeta(metas), replaced
 }
 
 // reloadTopology hands every partition over, opens the new jobs stream
@@ -295,7 +299,7 @@ func (w *Worker) reloadTopology(meta Meta) {
 	_ = bal.stop(ctx)
 	cancel()
 	cfg := w.cfg.Topology
-	cfg.Partitions = 0 // follow the stream
+	cfg.Partitions, cfg.StreamShards = 0, 0 // follow the streams
 	pause := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
@@ -415,7 +419,7 @@ func (w *Worker) leaseConfig() lease.Config {
 	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger}
 }
 
-// refreshEpoch re-reads the jobs stream's adopted epochs, so a key held
+// refreshEpoch re-reads the jobs streams' adopted epochs, so a key held
 // for ErrEpoch runs once an operator adopted its epoch.
 func (w *Worker) refreshEpoch(ctx context.Context) {
 	if w.state == nil {
@@ -423,13 +427,21 @@ func (w *Worker) refreshEpoch(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	info, err := w.topo.Jobs.Info(ctx)
-	if err != nil {
-		return
+	var adopted []uint64
+	for i, s := range w.topo.Streams {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return
+		}
+		meta, err := readMeta(info, w.topo.Partitions)
+		if err != nil || meta.Epoch != w.topo.Epochs[i] {
+			return
+		}
+		for _, e := range meta.Adopted {
+			if !slices.Contains(adopted, e) {
+				adopted = append(adopted, e)
+			}
+		}
 	}
-	meta, err := readMeta(info, w.topo.Partitions)
-	if err != nil || meta.Epoch != w.topo.Meta.Epoch {
-		return
-	}
-	w.state.adopt(meta.Adopted)
+	w.state.adopt(adopted)
 }

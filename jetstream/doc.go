@@ -24,7 +24,8 @@
 // explicit other one):
 //
 //	NS_JOBS     stream, subjects ns.jobs.0 … ns.jobs.<N-1> (exactly the
-//	            partitions: the server refuses any other subject), WorkQueue
+//	            partitions: the server refuses any other subject; with
+//	            StreamShards S > 1, one stream per shard: see # Shards), WorkQueue
 //	            retention, file storage, duplicate window ≥ 2m; metadata
 //	            keylane.partitions=N, keylane.hash, keylane.epoch,
 //	            keylane.adopted, keylane.reply-prefix
@@ -256,6 +257,86 @@
 // Clients must be opened again; an old client's jobs are refused. Tested
 // by TestRepartitionKeepsEveryKeysState and cmd/keylane's
 // TestRepartitionCommand.
+//
+// # Shards
+//
+// One jobs stream has one leader: on a cluster, one server takes every
+// submit, orders it, replicates it and acks it, and leads (usually) the
+// consumers' deliveries. TopologyConfig.StreamShards = S spreads the
+// partitions over S jobs streams:
+//
+//	NS_JOBS      shard 0: subjects ns.jobs.p for p % S == 0
+//	NS_JOBS_<i>  shard i (1 ≤ i < S): subjects ns.jobs.p for p % S == i
+//
+// S = 1 (the default) is the layout above exactly: same name, same
+// metadata, so existing namespaces and older clients keep working. With
+// S > 1 every shard's metadata carries N, the hash, the reply prefix,
+// keylane.shards = S and keylane.shard = i, and its own epoch.
+//
+//   - Routing does not change: the key's partition is xxhash % N, the
+//     partition's subject decides the stream (the server stores a publish
+//     in the one stream that holds its subject), and the client sets the
+//     shard's name as Nats-Expected-Stream. A key never changes shard
+//     while N and S stand, so per-key order and the one-owner rule are a
+//     partition's, as before; the consumer p<p> lives on its shard's
+//     stream. Group commit keeps one batcher per shard: an atomic batch
+//     must stay in one stream.
+//   - Striding (p % S), not ranges: no table to agree on, every shard gets
+//     ⌊N/S⌋ or ⌈N/S⌉ partitions for any N (so N need not be a multiple of
+//     S, though a multiple balances exactly), and S ≤ N is required.
+//   - S is fixed when the namespace is created, like N: a client
+//     (ClientConfig.StreamShards), worker or Setup that names another S is
+//     refused with ErrShardsMismatch and nothing is changed; 0 follows the
+//     namespace. Repartition keeps S and replaces every shard.
+//   - Epochs are per shard, not per namespace. A shard is its own stream
+//     with its own sequences, and a shard deleted and created again must
+//     be told apart from the one it replaced, exactly as a lone stream is
+//     (# A re-created jobs stream): Setup creates a missing shard with a
+//     new epoch, owners compare the epoch of their partition's shard
+//     before consuming, State compares a key's entry with the epoch of the
+//     key's shard, and AdoptEpoch writes into every shard. Shards are
+//     created independently, so concurrent workers need no coordination
+//     beyond each stream's own create-or-open. Tested by
+//     TestShardsRunEveryPartitionInKeyOrder, TestShardsMismatchIsRefused,
+//     TestRecreatedShardIsRefusedUntilAdopted, TestRepartitionKeepsShards
+//     and TestShardsConcurrentSetup.
+//
+// Placement. The cluster elects each stream's leader; nothing puts them on
+// different servers: were elections uniform, three shards on three
+// servers would land on three different leaders only 2 times in 9.
+// ShardLeaders reports where they are (the
+// command: keylane leaders), and SpreadLeaders moves an overloaded
+// leader to the least loaded current follower with a stream leader
+// step-down that names a preferred server (nats-server 2.11+; a stream's
+// configuration may not name a preferred leader, only the step-down
+// may). Elections after a failure or restart place leaders by chance
+// again, so run it after those. The consumer leaders (one per partition)
+// are elected on their own as well; they are not moved. Tested on three
+// nodes by TestSpreadLeadersOnCluster.
+//
+// Scaling to more servers. With replicas R, every shard is stored by R
+// servers; the leader of each does more (ordering, acks, and usually the
+// deliveries). On 3 servers with R = 3 every server stores every job
+// whatever S is, so shards only spread the leader's share: the gain is
+// bounded by the leader's extra work over a follower's, and is nothing
+// once the servers' CPUs are saturated (see the measurement below). On
+// M > R servers the streams' replica sets are placed over different
+// servers, so with S shards each server stores about R·S/M shards' worth
+// of the jobs instead of all or nothing: choose S = M (or a multiple, so
+// SpreadLeaders can put an equal number of leaders on each), N a multiple
+// of S, and placement tags if the servers differ. The KV buckets (leases,
+// members, results, state) stay one stream each; with the reducer the
+// state bucket takes one write per group of jobs, and it becomes the
+// next single leader to shard once the jobs streams are spread.
+//
+// Measured with the bench's cluster placement (bench --placement cluster
+// --stream-shards 1,3: three nats-server processes on one loaded 2-core
+// machine, R3, 16 partitions): on the skewed sale 3 shards made Call
+// 0.72-0.77× as fast as 1 shard and Submit 1.06-1.47× (within the noise);
+// the one-shard leader node spent only 2-18 % more CPU than a follower.
+// On 3 servers with R3 and saturated cores there is nothing for shards to
+// win, and splitting one raft group's traffic over three batches less.
+// The report, with tables and commands: docs/bench-shards-2026-11-22.md.
 //
 // # Retries by job ID
 //

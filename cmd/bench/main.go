@@ -53,11 +53,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 			url := fs.String("nats", "", "NATS server URL")
 			hold := fs.Duration("hold", 0, "simulated I/O inside the critical section")
+			replicas := fs.Int("replicas", 0, "replicas of the namespace when creating it (worker)")
+			shards := fs.Int("stream-shards", 0, "jobs stream shards of the namespace when creating it (worker)")
 			if err := fs.Parse(args[1:]); err != nil {
 				return errUsage
 			}
 			if args[0] == "worker" {
-				return bench.ServeWorker(ctx, *url, *hold, out)
+				return bench.ServeWorker(ctx, bench.WorkerOptions{URL: *url, Hold: *hold, Replicas: *replicas, StreamShards: *shards}, out)
 			}
 			return bench.ServeRawJS(ctx, *url, out)
 		}
@@ -71,7 +73,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.IntVar(&cfg.SKUs, "skus", 10_000, "SKUs of the skewed and slow workloads")
 	fs.Float64Var(&cfg.Skew, "skew", 1.1, "Zipf exponent of their demand")
 	fs.DurationVar(&cfg.Hold, "hold", time.Millisecond, "simulated I/O inside the critical section of the slow workload")
-	placement := fs.String("placement", "separate,embedded", "where NATS runs: separate (a nats-server process, workers in a child process), embedded (all in this process)")
+	placement := fs.String("placement", "separate,embedded", "where NATS runs: separate (a nats-server process, workers in a child process), embedded (all in this process), cluster (three routed nats-server processes, replicas 3, keylane rows only)")
+	shards := fs.String("stream-shards", "1", "jobs stream shard counts the cluster placement compares, comma-separated, e.g. 1,3")
+	fs.BoolVar(&cfg.SpreadLeaders, "spread-leaders", true, "cluster placement: move the shards' stream leaders onto different nodes before each run")
 	only := fs.String("only", "", "comma-separated substrings: keep only the workloads and contenders (or kinds: keylane, peer, limit) they name")
 	quick := fs.Bool("quick", false, "1 run of at most 1000 purchases or 1s each (flags given explicitly win)")
 	fs.BoolVar(&cfg.Markdown, "markdown", false, "print the table as Markdown")
@@ -106,6 +110,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("--buyers: %w", err)
 		}
 		cfg.Buyers = append(cfg.Buyers, n)
+	}
+	for _, s := range strings.Split(*shards, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("--stream-shards: %w", err)
+		}
+		cfg.StreamShards = append(cfg.StreamShards, n)
 	}
 	for _, p := range strings.Split(*placement, ",") {
 		cfg.Placements = append(cfg.Placements, bench.Placement(strings.TrimSpace(p)))

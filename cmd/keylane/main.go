@@ -2,6 +2,7 @@
 //
 //	keylane repartition --to 32        # drain, switch to 32 partitions, resume; state is kept
 //	keylane adopt --epoch 5f3c…         # carry state over from a re-created jobs stream
+//	keylane leaders --spread            # where each jobs stream shard's leader runs; move them apart
 package main
 
 import (
@@ -45,6 +46,7 @@ const usage = `usage: keylane <command> [flags]
 commands:
   repartition  change the partition count: freeze, drain (workers must run), switch, resume; every key's state is kept
   adopt        carry the state of a deleted and re-created jobs stream over (workers hold such keys with ErrEpoch until then)
+  leaders      show which server leads each jobs stream shard; --spread moves them onto different servers
 
 run "keylane <command> -h" for flags.`
 
@@ -58,6 +60,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return repartition(ctx, args[1:], out)
 	case "adopt":
 		return adopt(ctx, args[1:], out)
+	case "leaders":
+		return leaders(ctx, args[1:], out)
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil
@@ -157,5 +161,48 @@ func adopt(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "namespace %s adopts epoch %x: keys written under it run again\n", c.namespace, e)
+	return nil
+}
+
+func leaders(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("leaders", flag.ContinueOnError)
+	var c conn
+	c.register(fs)
+	spread := fs.Bool("spread", false, "move shard leaders so no server leads more than its share (a preferred-server step-down per move)")
+	shards := fs.Int("stream-shards", 0, "the shard count you expect; another count than the namespace's is refused (0: any)")
+	if err := fs.Parse(args); err != nil {
+		return exitError(2)
+	}
+	nc, js, err := c.open()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	meta, err := keylane.Open(ctx, js, c.namespace, 0)
+	if err != nil {
+		return err
+	}
+	if *shards != 0 && *shards != meta.Shards {
+		return fmt.Errorf("%w: namespace %s has %d, --stream-shards %d", keylane.ErrShardsMismatch, c.namespace, meta.Shards, *shards)
+	}
+	var ls []keylane.ShardLeader
+	if *spread {
+		ls, err = keylane.SpreadLeaders(ctx, js, c.namespace)
+	} else {
+		ls, err = keylane.ShardLeaders(ctx, js, c.namespace)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "namespace %s: %d partitions over %d jobs stream shards\n", c.namespace, meta.Partitions, meta.Shards)
+	for _, l := range ls {
+		leader := l.Leader
+		if leader == "" {
+			leader = "(none)"
+		}
+		fmt.Fprintf(out, "  shard %d %s: leader %s, followers %v\n", l.Shard, l.Stream, leader, l.Followers)
+	}
 	return nil
 }

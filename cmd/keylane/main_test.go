@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,32 @@ func TestRepartitionCommand(t *testing.T) {
 		if err := run(ctx, args, &out, &out); err == nil {
 			t.Errorf("run(%q) succeeded", args)
 		}
+	}
+}
+
+// TestLeadersCommand runs `keylane leaders` on a namespace of two jobs
+// stream shards: it lists both, spreads nothing on one server, and
+// refuses an expected shard count that differs.
+func TestLeadersCommand(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	js, _ := jetstream.New(nc)
+	if _, err := keylane.Setup(ctx, js, keylane.TopologyConfig{Namespace: "cli", Partitions: 4, StreamShards: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := run(ctx, []string{"leaders", "--nats", srv.ClientURL(), "--namespace", "cli", "--spread", "--stream-shards", "2"}, &out, &out); err != nil {
+		t.Fatalf("leaders: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"4 partitions over 2 jobs stream shards", "shard 0 CLI_JOBS", "shard 1 CLI_JOBS_1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	err := run(ctx, []string{"leaders", "--nats", srv.ClientURL(), "--namespace", "cli", "--stream-shards", "3"}, &out, &out)
+	if !errors.Is(err, keylane.ErrShardsMismatch) {
+		t.Fatalf("leaders expecting 3 shards: %v", err)
 	}
 }

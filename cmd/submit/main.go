@@ -78,6 +78,7 @@ type common struct {
 	url        string
 	namespace  string
 	partitions int
+	shards     int
 	workers    int
 	verbose    bool
 }
@@ -86,6 +87,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "nats", os.Getenv("NATS_URL"), "NATS URL; empty starts an embedded server and workers in this process (env NATS_URL)")
 	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
 	fs.IntVar(&c.partitions, "partitions", 0, "partition count (0: the stream's; 16 when creating)")
+	fs.IntVar(&c.shards, "stream-shards", 0, "jobs stream shards (0: the namespace's; 1 when creating)")
 	fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")
 	fs.BoolVar(&c.verbose, "v", false, "log worker events to stderr")
 }
@@ -105,7 +107,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions})
+		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards})
 		if err != nil {
 			nc.Close()
 			return nil, nil, nil, err
@@ -114,7 +116,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 	}
 	local, err := inventory.StartLocal(ctx, inventory.LocalConfig{
 		Workers:  c.workers,
-		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions},
+		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards},
 		Hold:     hold,
 		Logger:   c.logger(),
 	})

@@ -79,6 +79,7 @@ func parse(args []string) (config, error) {
 	fs.BoolVar(&c.syncAlways, "sync-always", os.Getenv("KEYLANE_SYNC_ALWAYS") == "1", "embedded server fsyncs every write (env KEYLANE_SYNC_ALWAYS=1)")
 	fs.StringVar(&c.worker.Topology.Namespace, "namespace", env("KEYLANE_NAMESPACE", "keylane"), "namespace (env KEYLANE_NAMESPACE)")
 	fs.IntVar(&c.worker.Topology.Partitions, "partitions", envInt("KEYLANE_PARTITIONS", 0), "partitions: 0 takes the stream's, or 16 when creating (env KEYLANE_PARTITIONS)")
+	fs.IntVar(&c.worker.Topology.StreamShards, "stream-shards", envInt("KEYLANE_STREAM_SHARDS", 0), "jobs streams the partitions spread over (partition p in shard p % S), so several stream leaders share the storage work: 0 takes the namespace's, or 1 when creating; another count than the namespace's is refused (env KEYLANE_STREAM_SHARDS)")
 	fs.IntVar(&c.worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", -1), "replicas of streams and buckets when creating them; an existing namespace with another count is refused. Default: 3 when --nats names more than one server (a cluster), else what exists, or 1 when creating (env KEYLANE_REPLICAS)")
 	fs.DurationVar(&c.ping, "ping-interval", envDur("KEYLANE_PING_INTERVAL", 2*time.Second), "how often the connection checks the server; a worker on a paused or cut-off node notices within two of these (env KEYLANE_PING_INTERVAL)")
 	fs.DurationVar(&c.worker.Topology.LeaseTTL, "lease-ttl", envDur("KEYLANE_LEASE_TTL", 10*time.Second), "partition lease TTL (env KEYLANE_LEASE_TTL)")

@@ -37,6 +37,13 @@ type Config struct {
 	Hold time.Duration
 	// Placements of NATS to run. Defaults to separate, then embedded.
 	Placements []Placement
+	// StreamShards are the jobs stream shard counts the cluster placement
+	// compares, each its own row. Defaults to 1.
+	StreamShards []int
+	// SpreadLeaders moves the shards' stream leaders onto different nodes
+	// before each cluster run (jetstream.SpreadLeaders); otherwise they
+	// stay where the cluster elected them.
+	SpreadLeaders bool
 	// Only keeps the workloads and contenders whose names contain one of
 	// these substrings (case-insensitive); a term that names neither is an
 	// error. Contenders also match their kind: keylane, peer, limit.
@@ -85,6 +92,14 @@ func (c *Config) setDefaults() error {
 	if len(c.Placements) == 0 {
 		c.Placements = []Placement{Separate, Embedded}
 	}
+	if len(c.StreamShards) == 0 {
+		c.StreamShards = []int{1}
+	}
+	for _, s := range c.StreamShards {
+		if s < 1 || s > 16 {
+			return fmt.Errorf("bench: stream shards must be 1..16 (the partitions), got %d", s)
+		}
+	}
 	if c.Exe == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -110,8 +125,8 @@ func (c *Config) setDefaults() error {
 		}
 	}
 	for _, p := range c.Placements {
-		if p != Separate && p != Embedded {
-			return fmt.Errorf("bench: unknown placement %q (separate, embedded)", p)
+		if p != Separate && p != Embedded && p != Cluster {
+			return fmt.Errorf("bench: unknown placement %q (separate, embedded, cluster)", p)
 		}
 	}
 	return nil
@@ -183,13 +198,25 @@ type entry struct {
 	w         Workload
 	s         spec
 	placement Placement
+	shards    int // jobs stream shards of the cluster placement; 0 elsewhere
 	results   []Result
+}
+
+// where names the entry's placement, with its shards in the cluster.
+func (e *entry) where() string {
+	switch {
+	case e.shards == 1:
+		return string(e.placement) + ", 1 shard"
+	case e.shards > 1:
+		return fmt.Sprintf("%s, %d shards", e.placement, e.shards)
+	}
+	return string(e.placement)
 }
 
 func (e *entry) id() string {
 	id := e.w.Label() + " | " + e.s.c.Name()
 	if e.placement != "" {
-		id += " (" + string(e.placement) + ")"
+		id += " (" + e.where() + ")"
 	}
 	return id
 }
@@ -230,7 +257,16 @@ func (c *Config) plan() ([]*entry, error) {
 				continue
 			}
 			for _, p := range c.Placements {
-				plan = append(plan, &entry{w: w, s: s, placement: p})
+				if p != Cluster {
+					plan = append(plan, &entry{w: w, s: s, placement: p})
+					continue
+				}
+				if s.c.Kind() != Keylane || w.Durable {
+					continue
+				}
+				for _, n := range c.StreamShards {
+					plan = append(plan, &entry{w: w, s: s, placement: p, shards: n})
+				}
 			}
 		}
 	}
@@ -334,7 +370,8 @@ func errSuffix(r Result) string {
 // runOnce sets the contender up for e's workload and placement, runs it
 // and tears it down.
 func runOnce(ctx context.Context, cfg *Config, e *entry) Result {
-	env := Env{Placement: e.placement, Durable: e.w.Durable, Hold: e.w.Hold, Exe: cfg.Exe, NATSServer: cfg.NATSServer}
+	env := Env{Placement: e.placement, Durable: e.w.Durable, Hold: e.w.Hold, Exe: cfg.Exe, NATSServer: cfg.NATSServer,
+		StreamShards: e.shards, SpreadLeaders: cfg.SpreadLeaders, Progress: cfg.Progress}
 	c := e.s.c
 	defer func() {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -359,8 +396,11 @@ func runOnce(ctx context.Context, cfg *Config, e *entry) Result {
 func prepare(ctx context.Context, cfg *Config, plan []*entry) (*header, error) {
 	h := &header{}
 	for _, e := range plan {
-		if e.placement == Separate {
+		if e.placement == Separate || e.placement == Cluster {
 			h.separate = true
+		}
+		if e.placement == Cluster {
+			h.cluster = true
 		}
 		if e.placement == Embedded {
 			h.embedded = true

@@ -39,7 +39,7 @@ func drawChart(file string, rows []*row) error {
 		}
 		label := name
 		if r.placement != "" {
-			label += " (" + string(r.placement) + ")"
+			label += " (" + r.where() + ")"
 		}
 		s := index[label]
 		if s == nil {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"time"
 )
@@ -42,6 +43,11 @@ const (
 	// Embedded runs the server, the workers and the consumer inside the
 	// bench process.
 	Embedded Placement = "embedded"
+	// Cluster runs three nats-server processes routed into one cluster,
+	// keylane's objects at 3 replicas over Config.StreamShards jobs
+	// streams, and the workers in a child process. Only keylane's rows
+	// run there, and not the durable workload.
+	Cluster Placement = "cluster"
 )
 
 // Env is the server configuration of one run.
@@ -57,8 +63,17 @@ type Env struct {
 	// Exe is this program; the separate placement runs it with the hidden
 	// subcommands "worker" and "rawjs".
 	Exe string
-	// NATSServer is the nats-server binary of the separate placement.
+	// NATSServer is the nats-server binary of the separate and cluster
+	// placements.
 	NATSServer string
+	// StreamShards is the number of jobs streams in the cluster placement.
+	StreamShards int
+	// SpreadLeaders moves the shards' stream leaders onto different nodes
+	// in the cluster placement.
+	SpreadLeaders bool
+	// Progress receives notes on the run (where the leaders are, each
+	// node's CPU).
+	Progress io.Writer
 }
 
 // Workload is one flash sale: buyers racing for the stock of SKUs.

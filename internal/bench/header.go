@@ -14,6 +14,7 @@ import (
 // header describes the machine, the servers and the settings of a bench.
 type header struct {
 	separate, embedded, redis bool
+	cluster                   bool
 	natsVersion               string
 	redisVersion              string
 }
@@ -23,6 +24,14 @@ func (h *header) print(out io.Writer, cfg *Config) {
 	fmt.Fprintf(out, "machine: %s, %d cores, Linux %s, %s\n", cpuModel(), runtime.NumCPU(), kernel(), runtime.Version())
 	if h.separate {
 		fmt.Fprintf(out, "nats-server (separate): %s\n", h.natsVersion)
+	}
+	if h.cluster {
+		leaders := "where the cluster elected them"
+		if cfg.SpreadLeaders {
+			leaders = "spread before each run (jetstream.SpreadLeaders)"
+		}
+		fmt.Fprintf(out, "cluster: 3 nats-server processes routed on loopback (natscluster.Launch), every keylane object R3, jobs stream shards %v; shard leaders %s; server CPU and MB are the three nodes' sum\n",
+			cfg.StreamShards, leaders)
 	}
 	if h.embedded {
 		fmt.Fprintf(out, "nats-server (embedded): v%s, in this process\n", server.VERSION)

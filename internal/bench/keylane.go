@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natscluster"
 	"github.com/keylane/keylane/inventory"
 )
 
@@ -23,12 +27,16 @@ const workers = 3
 type keylaneSale struct {
 	submit bool
 
-	local  *inventory.Local // embedded
-	srv    *natsServer      // separate
-	worker *child           // separate
-	nc     *nats.Conn       // separate
-	client *keylane.Client
-	pids   [2]int
+	local   *inventory.Local     // embedded
+	srv     *natsServer          // separate
+	cluster *natscluster.Cluster // cluster
+	dir     string               // cluster: the nodes' stores
+	worker  *child               // separate, cluster
+	nc      *nats.Conn           // separate, cluster
+	client  *keylane.Client
+	pids    [2]int
+	nodes   []int     // cluster: the node pids
+	log     io.Writer // cluster: where the leaders and node CPU go
 }
 
 func (k *keylaneSale) Name() string {
@@ -51,6 +59,9 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		k.pids = [2]int{0, os.Getpid()}
 		return err
 	}
+	if env.Placement == Cluster {
+		return k.setupCluster(ctx, env)
+	}
 	if k.srv, err = startNATSServer(ctx, env.NATSServer, env.Durable); err != nil {
 		return err
 	}
@@ -67,8 +78,73 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	return err
 }
 
+// setupCluster starts three routed nats-server processes and the workers
+// (replicas 3, env.StreamShards jobs streams), and reports where the
+// shards' stream leaders are, after spreading them if asked.
+func (k *keylaneSale) setupCluster(ctx context.Context, env Env) error {
+	var err error
+	if k.dir, err = os.MkdirTemp("", "keylane-bench-cluster-"); err != nil {
+		return err
+	}
+	if k.cluster, err = natscluster.Launch(ctx, k.dir, natscluster.Options{Binary: env.NATSServer}); err != nil {
+		return err
+	}
+	for _, n := range k.cluster.Nodes() {
+		k.nodes = append(k.nodes, n.PID())
+	}
+	urls := k.cluster.URLs()
+	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", urls, "--hold", env.Hold.String(),
+		"--replicas", "3", "--stream-shards", strconv.Itoa(env.StreamShards))
+	if err != nil {
+		return fmt.Errorf("start workers: %w", err)
+	}
+	if k.nc, err = nats.Connect(urls, nats.Name("keylane-bench")); err != nil {
+		return err
+	}
+	js, err := jetstream.New(k.nc)
+	if err != nil {
+		return err
+	}
+	var leaders []keylane.ShardLeader
+	if env.SpreadLeaders {
+		leaders, err = keylane.SpreadLeaders(ctx, js, "keylane")
+	} else {
+		leaders, err = keylane.ShardLeaders(ctx, js, "keylane")
+	}
+	if err != nil {
+		return err
+	}
+	k.log = env.Progress
+	if k.log != nil {
+		var b strings.Builder
+		for _, l := range leaders {
+			fmt.Fprintf(&b, " %s=%s", l.Stream, l.Leader)
+		}
+		fmt.Fprintf(k.log, "  cluster, stream shards %d, leaders:%s\n", env.StreamShards, b.String())
+	}
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{StreamShards: env.StreamShards})
+	k.pids = [2]int{k.nodes[0], k.worker.pid()}
+	return err
+}
+
 func (k *keylaneSale) Run(ctx context.Context, w Workload) (Result, error) {
-	return sell(ctx, w, queueShop{keylaneQueue{k.client}}, k.submit, k.pids[0], k.pids[1])
+	if k.cluster == nil {
+		return sell(ctx, w, queueShop{keylaneQueue{k.client}}, k.submit, k.pids[0], k.pids[1])
+	}
+	before := make([]time.Duration, len(k.nodes))
+	for i, p := range k.nodes {
+		before[i], _ = procCPU(p)
+	}
+	res, err := sell(ctx, w, queueShop{keylaneQueue{k.client}}, k.submit, k.pids[0], k.pids[1], k.nodes[1:]...)
+	if k.log != nil {
+		var b strings.Builder
+		for i, p := range k.nodes {
+			after, _ := procCPU(p)
+			fmt.Fprintf(&b, " %s %.1fs", k.cluster.Node(i).Name(), (after - before[i]).Seconds())
+		}
+		fmt.Fprintf(k.log, "  cluster node CPU over the whole run (stock, sale, check):%s\n", b.String())
+	}
+	return res, err
 }
 
 func (k *keylaneSale) Teardown(ctx context.Context) {
@@ -83,6 +159,12 @@ func (k *keylaneSale) Teardown(ctx context.Context) {
 	}
 	if k.srv != nil {
 		k.srv.Stop()
+	}
+	if k.cluster != nil {
+		k.cluster.Close()
+	}
+	if k.dir != "" {
+		_ = os.RemoveAll(k.dir)
 	}
 	if k.local != nil {
 		k.local.Stop(ctx)
@@ -122,17 +204,30 @@ func (q keylaneQueue) submit(ctx context.Context, keys []string, payload []byte,
 
 func (q keylaneQueue) backlog(ctx context.Context) (uint64, error) { return q.c.Backlog(ctx) }
 
+// WorkerOptions configure ServeWorker.
+type WorkerOptions struct {
+	// URL of the NATS server or servers (comma-separated). Required.
+	URL string
+	// Hold is the simulated I/O inside the critical section.
+	Hold time.Duration
+	// Replicas and StreamShards of the namespace when the workers create
+	// it; 0 follows an existing one (1 when creating).
+	Replicas, StreamShards int
+}
+
 // ServeWorker runs keylane's inventory workers against the NATS server at
-// url until ctx ends, then stops them gracefully. It prints "ready" to out
-// once every partition has an owner. It is the hidden "worker" subcommand
-// that the separate placement runs in a child process.
-func ServeWorker(ctx context.Context, url string, hold time.Duration, out io.Writer) error {
-	if url == "" {
+// o.URL until ctx ends, then stops them gracefully. It prints "ready" to
+// out once every partition has an owner. It is the hidden "worker"
+// subcommand that the separate and cluster placements run in a child
+// process.
+func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
+	if o.URL == "" {
 		return errors.New("bench: worker needs --nats")
 	}
 	start, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	l, err := inventory.StartLocal(start, inventory.LocalConfig{URL: url, Hold: hold, Workers: workers})
+	l, err := inventory.StartLocal(start, inventory.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
+		Topology: keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
 	if err != nil {
 		return err
 	}

@@ -114,7 +114,7 @@ invariant: ok = no SKU sold beyond its stock and every final stock = start - sol
 }
 
 func (r *row) cells() []string {
-	nats := string(r.placement)
+	nats := r.where()
 	if nats == "" {
 		nats = "-"
 	}

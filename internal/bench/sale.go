@@ -41,8 +41,9 @@ const submitChunk = 4096
 // sell runs workload w through s: stock, the timed purchases, then the
 // check of every SKU bought. With bulk set, s must be a bulkShop and
 // purchases are submitted, not called. server and worker are the pids to
-// measure (0: none).
-func sell(ctx context.Context, w Workload, s shop, bulk bool, server, worker int) (Result, error) {
+// measure (0: none); more are further servers, whose usage counts as the
+// server's (a cluster's nodes).
+func sell(ctx context.Context, w Workload, s shop, bulk bool, server, worker int, more ...int) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, hardLimit(w))
 	defer cancel()
 	picks := w.picks()
@@ -59,7 +60,7 @@ func sell(ctx context.Context, w Workload, s shop, bulk bool, server, worker int
 	var lat []time.Duration
 	var issued int
 	var err error
-	m := startMeter(server, worker)
+	m := startMeter(append([]int{server, worker}, more...)...)
 	start := time.Now()
 	deadline := start.Add(w.Duration)
 	if bulk {
@@ -70,6 +71,10 @@ func sell(ctx context.Context, w Workload, s shop, bulk bool, server, worker int
 	res.Elapsed = time.Since(start)
 	use := m.end()
 	res.Server, res.Worker = use[0], use[1]
+	for _, u := range use[2:] {
+		res.Server.CPU += u.CPU
+		res.Server.RSS += u.RSS
+	}
 	if err != nil {
 		return res, err
 	}

@@ -68,6 +68,30 @@ type Cluster struct {
 // tail of every node's log.
 func Start(t TB, opts Options) *Cluster {
 	t.Helper()
+	// The directory first: its removal is a clean-up that must run after
+	// the processes are gone.
+	dir := t.TempDir()
+	c, err := Launch(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, n := range c.nodes {
+				t.Logf("---- %s (%s), last lines of its log:\n%s", n.name, n.URL(), n.tail(30))
+			}
+		}
+		c.Close()
+	})
+	return c
+}
+
+// Launch is Start outside a test (a benchmark, a demo): the stores go
+// under dir, and the caller must Close the cluster, which kills every
+// process (on Linux they die with this process too). ctx bounds the
+// build of the binary and the start; on an error nothing is left
+// running, and the error carries the tail of every node's log.
+func Launch(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 	if opts.Nodes == 0 {
 		opts.Nodes = 3
 	}
@@ -77,28 +101,26 @@ func Start(t TB, opts Options) *Cluster {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 60 * time.Second
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), opts.StartTimeout+5*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout+5*time.Minute)
 	defer cancel()
 	if opts.Binary == "" {
 		bin, err := cachedBinary(ctx)
 		if err != nil {
-			t.Fatalf("%v", err)
+			return nil, err
 		}
 		opts.Binary = bin
 	}
-	// The directory first: its removal is a clean-up that must run after
-	// the processes are gone.
-	c := &Cluster{name: opts.Name, dir: t.TempDir()}
-	t.Cleanup(func() {
-		if t.Failed() {
-			for _, n := range c.nodes {
-				t.Logf("---- %s (%s), last lines of its log:\n%s", n.name, n.URL(), n.tail(30))
+	c := &Cluster{name: opts.Name, dir: dir}
+	fail := func(err error) (*Cluster, error) {
+		var tails strings.Builder
+		for _, n := range c.nodes {
+			if n != nil {
+				fmt.Fprintf(&tails, "\n---- %s (%s), last lines of its log:\n%s", n.name, n.URL(), n.tail(10))
 			}
 		}
-		for _, n := range c.nodes {
-			n.kill()
-		}
-	})
+		c.Close()
+		return nil, fmt.Errorf("%w%s", err, tails.String())
+	}
 
 	var err error
 	for range 3 { // another process may take a port between pick and bind
@@ -110,7 +132,7 @@ func Start(t TB, opts Options) *Cluster {
 		}
 	}
 	if err != nil {
-		t.Fatalf("natscluster: start: %v", err)
+		return fail(fmt.Errorf("natscluster: start: %w", err))
 	}
 
 	connOpts := []nats.Option{
@@ -120,23 +142,37 @@ func Start(t TB, opts Options) *Cluster {
 		nats.PingInterval(500 * time.Millisecond), nats.MaxPingsOutstanding(2),
 	}
 	if c.nc, err = nats.Connect(c.URLs(), connOpts...); err != nil {
-		t.Fatalf("natscluster: connect: %v", err)
+		return fail(fmt.Errorf("natscluster: connect: %w", err))
 	}
-	t.Cleanup(c.nc.Close)
 	if c.sys, err = nats.Connect(c.URLs(), append(connOpts, nats.UserInfo(sysUser, sysPassword))...); err != nil {
-		t.Fatalf("natscluster: connect as system user: %v", err)
+		return fail(fmt.Errorf("natscluster: connect as system user: %w", err))
 	}
-	t.Cleanup(c.sys.Close)
 	if c.js, err = jetstream.New(c.nc); err != nil {
-		t.Fatalf("natscluster: %v", err)
+		return fail(fmt.Errorf("natscluster: %w", err))
 	}
 
-	hctx, hcancel := context.WithTimeout(context.Background(), opts.StartTimeout)
+	hctx, hcancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer hcancel()
 	if err := c.WaitHealthy(hctx); err != nil {
-		t.Fatalf("natscluster: %v", err)
+		return fail(fmt.Errorf("natscluster: %w", err))
 	}
-	return c
+	return c, nil
+}
+
+// Close closes the cluster's own connections and kills every process.
+// It is idempotent.
+func (c *Cluster) Close() {
+	if c.nc != nil {
+		c.nc.Close()
+	}
+	if c.sys != nil {
+		c.sys.Close()
+	}
+	for _, n := range c.nodes {
+		if n != nil {
+			n.kill()
+		}
+	}
 }
 
 // launch picks ports, writes each node's configuration and starts the

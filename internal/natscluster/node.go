@@ -74,6 +74,16 @@ func (n *Node) Running() bool {
 	return n.runningLocked()
 }
 
+// PID is the node's process ID, or 0 when it is not running.
+func (n *Node) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.runningLocked() {
+		return 0
+	}
+	return n.cmd.Process.Pid
+}
+
 func (n *Node) runningLocked() bool {
 	if n.done == nil {
 		return false
