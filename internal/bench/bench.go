@@ -41,7 +41,7 @@ type Config struct {
 	// compares, each its own row. Defaults to 1.
 	StreamShards []int
 	// SpreadLeaders moves the shards' stream leaders onto different nodes
-	// before each cluster run (jetstream.SpreadLeaders); otherwise they
+	// before each cluster run (keylane.SpreadLeaders); otherwise they
 	// stay where the cluster elected them.
 	SpreadLeaders bool
 	// Only keeps the workloads and contenders whose names contain one of

@@ -28,7 +28,7 @@ func (h *header) print(out io.Writer, cfg *Config) {
 	if h.cluster {
 		leaders := "where the cluster elected them"
 		if cfg.SpreadLeaders {
-			leaders = "spread before each run (jetstream.SpreadLeaders)"
+			leaders = "spread before each run (keylane.SpreadLeaders)"
 		}
 		fmt.Fprintf(out, "cluster: 3 nats-server processes routed on loopback (natscluster.Launch), every keylane object R3, jobs stream shards %v; shard leaders %s; server CPU and MB are the three nodes' sum\n",
 			cfg.StreamShards, leaders)
