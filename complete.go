@@ -1,0 +1,272 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// finish stores the result, replies and acks, all only while the lease is
+// trusted. It reports whether it acked.
+func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
+	if !o.l.Trusted() {
+		o.w.stats.unacked.Add(1)
+		return false
+	}
+	if !t.outcomeKept {
+		// Kept before the reply and the ack: a retry by ID must find it.
+		if !o.keepEncoded([]*task{t}, func(int) []byte { return encodeResult(res, herr, dead) }) {
+			o.w.stats.unacked.Add(1)
+			return false
+		}
+	}
+	if reply := t.msg.Headers().Get(HeaderReply); reply != "" {
+		m := replyMsg(reply, res, herr, dead)
+		if !o.l.Trusted() {
+			o.w.stats.unacked.Add(1)
+			return false
+		}
+		if err := o.w.nc.PublishMsg(m); err != nil {
+			o.log.Warn("reply", "job_id", t.job.ID, "err", err)
+		}
+	}
+	if !o.l.Trusted() {
+		o.w.stats.unacked.Add(1)
+		return false
+	}
+	if err := t.msg.Ack(); err != nil {
+		o.log.Warn("ack", "job_id", t.job.ID, "err", err)
+		return false
+	}
+	if t.maybeDup {
+		o.forgetStarts(t.job.ID)
+	}
+	for {
+		cur := o.maxAcked.Load()
+		if t.job.Seq <= cur || o.maxAcked.CompareAndSwap(cur, t.job.Seq) {
+			break
+		}
+	}
+	return true
+}
+
+// Dead letters always fit: the error text is cut to deadErrorMax bytes,
+// and a dead letter that would still exceed the server's max_payload (a
+// job published near the limit by something other than Client, which
+// leaves DeadLetterReserve free) keeps its headers and drops the payload,
+// saying how long it was.
+const (
+	deadErrorMax = 1024
+	// DeadLetterReserve is the room Client leaves below max_payload in every
+	// job for what a dead letter adds (headers naming the error, attempts,
+	// worker, sequence, partition and fence).
+	DeadLetterReserve = 2048
+)
+
+// deadLetter stores the job, with why it failed, on the dead-letter stream.
+// A failed write is retried with backoff for as long as the lease is
+// trusted, and counted and logged: the lane never moves past a job that
+// was neither applied nor dead-lettered. It reports whether the dead letter
+// was stored (only then may the job be acked); false means the tenure
+// ended first and the job goes to the next owner.
+func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) bool {
+	dm := o.deadMessage(msg, job, why, attempts)
+	for try := 1; ; try++ {
+		if !o.l.Trusted() || o.ctx.Err() != nil {
+			return false
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, deadLetterTimeout)
+		_, err := o.w.js.PublishMsg(ctx, dm)
+		cancel()
+		if err == nil {
+			break
+		}
+		o.w.stats.deadErrors.Add(1)
+		o.log.Error("dead-letter write failed; the job stays in its lane until one succeeds", "job_id", job.ID, "try", try, "err", err)
+		timer := time.NewTimer(o.w.cfg.Backoff(try))
+		select {
+		case <-timer.C:
+		case <-o.ctx.Done():
+			timer.Stop()
+			return false
+		}
+	}
+	o.w.stats.dead.Add(1)
+	o.log.Warn("job dead-lettered", "job_id", job.ID, "attempts", attempts, "err", why)
+	return true
+}
+
+// deadLetterTimeout bounds one write to the dead-letter stream.
+const deadLetterTimeout = 5 * time.Second
+
+// deadMessage builds the dead letter of msg: its headers and payload plus
+// why it failed, bounded to fit the server's max_payload.
+func (o *owner) deadMessage(msg jetstream.Msg, job Job, why error, attempts int) *nats.Msg {
+	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
+	for k, vs := range msg.Headers() {
+		// Publish expectations (Nats-Expected-Stream, …) were meant for the
+		// jobs stream and would make the dead-letter publish fail.
+		if strings.HasPrefix(k, "Nats-Expected-") {
+			continue
+		}
+		dm.Header[k] = append([]string(nil), vs...)
+	}
+	dm.Header.Del(HeaderReply)
+	text := why.Error()
+	if len(text) > deadErrorMax {
+		text = strings.ToValidUTF8(text[:deadErrorMax], "") + "…"
+	}
+	dm.Header.Set(HeaderError, text)
+	dm.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
+	dm.Header.Set(HeaderWorker, o.w.cfg.ID)
+	dm.Header.Set(HeaderSeq, strconv.FormatUint(job.Seq, 10))
+	dm.Header.Set(HeaderPartition, strconv.Itoa(o.p))
+	dm.Header.Set(HeaderFence, strconv.FormatUint(o.l.Fence(), 10))
+	dm.Data = msg.Data()
+	if size := messageSize(dm); size > o.w.nc.MaxPayload() {
+		dm.Header.Set(HeaderPayloadDropped, strconv.Itoa(len(dm.Data)))
+		dm.Data = nil
+		// Headers of a foreign message may be huge too: keep ours only.
+		if messageSize(dm) > o.w.nc.MaxPayload() {
+			for k := range dm.Header {
+				if !strings.HasPrefix(k, "Keylane-") && k != HeaderJobID {
+					delete(dm.Header, k)
+				}
+			}
+			if key := dm.Header.Get(HeaderKey); len(key) > partition.MaxKeyLen {
+				dm.Header.Del(HeaderKey)
+			}
+		}
+	}
+	return dm
+}
+
+// messageSize is roughly what a message takes against max_payload.
+func messageSize(m *nats.Msg) int64 {
+	n := len(m.Data) + len(m.Subject) + 64
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 4
+		}
+	}
+	return int64(n)
+}
+
+func (o *owner) storedResult(id string) ([]byte, error, bool) {
+	if ValidateJobID(id) != nil {
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+	defer cancel()
+	e, err := o.w.topo.Results.Get(ctx, id)
+	if err != nil {
+		return nil, nil, false
+	}
+	res, rerr, ok := decodeResult(e.Value())
+	return res, rerr, ok
+}
+
+// firstKept looks up, concurrently, the kept outcomes of the tasks whose ID
+// the caller chose, and returns the index of the first task that has one
+// (an earlier run of the same job ID finished), or -1.
+func (o *owner) firstKept(ts []*task) int {
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		if t.explicit {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if res, rerr, ok := o.storedResult(t.job.ID); ok {
+					t.kept = &keptOutcome{res: res, err: rerr}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i, t := range ts {
+		if t.kept != nil {
+			return i
+		}
+	}
+	return -1
+}
+
+// keepOutcomes stores, before anything is replied or acked, the outcomes of
+// the settled tasks that need it (all with StoreResults, else those with a
+// caller's ID or from a Call), as concurrent publishes to the results
+// bucket waited on together. A failed batch (the bucket electing a leader)
+// is tried again with backoff while the lease is trusted: the jobs are
+// applied, and their callers wait for these outcomes. It reports false only
+// when the tenure ended first; the jobs then stay unacked and are answered
+// from the state entry when redelivered.
+func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
+	return o.keepEncoded(ts, func(i int) []byte { return encodeResult(out[i], nil, false) })
+}
+
+// keepEncoded is keepOutcomes with each task's outcome already encoded.
+func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
+	var idx []int
+	for i, t := range ts {
+		if o.w.cfg.StoreResults || t.explicit || t.keep {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return true
+	}
+	subject := "$KV." + o.w.topo.Names.Results() + "."
+	for try := 1; ; try++ {
+		if err := o.publishOutcomes(subject, ts, value, idx); err == nil {
+			for _, i := range idx {
+				ts[i].outcomeKept = true
+			}
+			return true
+		} else {
+			o.log.Warn("store results; trying again", "jobs", len(idx), "try", try, "err", err)
+		}
+		timer := time.NewTimer(o.w.cfg.Backoff(try))
+		select {
+		case <-timer.C:
+		case <-o.ctx.Done():
+			timer.Stop()
+			return false
+		}
+		if !o.l.Trusted() {
+			return false
+		}
+	}
+}
+
+// publishOutcomes publishes the outcomes of ts[idx] asynchronously and
+// waits for every ack.
+func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
+	futures := make([]jetstream.PubAckFuture, 0, len(idx))
+	for _, i := range idx {
+		f, err := o.w.js.PublishAsync(subject+ts[i].job.ID, value(i))
+		if err != nil {
+			return err
+		}
+		futures = append(futures, f)
+	}
+	timeout := time.NewTimer(requestTimeout)
+	defer timeout.Stop()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			return err
+		case <-timeout.C:
+			return errors.New("no ack in time")
+		case <-o.ctx.Done():
+			return o.ctx.Err()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,262 @@
+package keylane
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// maxGroup bounds how many queued jobs of one key a runner takes at once
+// to group-commit.
+const maxGroup = 256
+
+// runGroup runs queued jobs of one key, in order, through the reducer,
+// committing them in groups (see State.group), then replies to and acks
+// each. Jobs that may have run before under an earlier owner, jobs whose
+// reduce failed and groups whose write failed go through process, one at
+// a time, with its retries, backoff and dead-lettering.
+func (o *owner) runGroup(ts []*task) {
+	jobs := make([]Job, len(ts))
+	out := make([][]byte, len(ts))
+	for len(ts) > 0 {
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(int64(len(ts)))
+			return
+		}
+		if ts[0].maybeDup {
+			o.ln.requeue(ts[0].job.Key, ts[1:]) // process may retry: let a stall see the rest
+			o.process(ts[0])
+			return
+		}
+		k := 1
+		for k < len(ts) && !ts[k].maybeDup {
+			k++
+		}
+		// Jobs with a caller's ID may be retries of jobs that finished
+		// long ago: one concurrent look-up of their kept outcomes.
+		if i := o.firstKept(ts[:k]); i == 0 {
+			o.w.stats.fromResults.Add(1)
+			o.finish(ts[0], ts[0].kept.res, ts[0].kept.err, false)
+			ts = ts[1:]
+			continue
+		} else if i > 0 {
+			k = i
+		}
+		g := ts[:k]
+		for i, t := range g {
+			t.job.Attempt = 1
+			jobs[i] = t.job
+		}
+		n, rerr, werr := o.applyGroup(jobs[:k], out[:k])
+		if errors.Is(werr, ErrStaleFence) {
+			o.w.stats.stale.Add(1)
+			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "key", g[0].job.Key, "err", werr)
+			o.abort()
+			return
+		}
+		if werr != nil {
+			// Unknown outcome, or another writer: settle each job alone;
+			// a re-read tells which ones the write covered.
+			// The head goes through the one-job path (re-read, retries with
+			// backoff); the rest go back to the lane and are grouped again
+			// after a re-read, which settles those the write covered.
+			o.log.Warn("group commit failed; settling the head alone", "key", g[0].job.Key, "jobs", k, "err", werr)
+			o.ln.requeue(ts[0].job.Key, ts[1:])
+			o.process(ts[0])
+			return
+		}
+		if !o.keepOutcomes(g[:n], out[:n]) {
+			o.w.stats.unacked.Add(int64(n))
+			ts = ts[n:]
+			continue
+		}
+		for i := range n {
+			if o.finish(g[i], out[i], nil, false) {
+				o.w.stats.succeeded.Add(1)
+			}
+			out[i] = nil
+		}
+		ts = ts[n:]
+		if n < k && (rerr != nil || n == 0) {
+			ts[0].firstErr = rerr
+			o.ln.requeue(ts[0].job.Key, ts[1:]) // process retries: let a stall see the rest
+			o.process(ts[0])
+			return
+		}
+	}
+}
+
+// process runs one job to completion: handler, in-place retries with
+// backoff, dead-lettering, result, reply and ack.
+func (o *owner) process(t *task) {
+	if o.ctx.Err() != nil {
+		return
+	}
+	if t.explicit || t.maybeDup && o.w.cfg.StoreResults {
+		// A job the caller may retry by ID (or a redelivery) that finished
+		// before is answered from its kept outcome.
+		if res, rerr, ok := o.storedResult(t.job.ID); ok {
+			o.w.stats.fromResults.Add(1)
+			o.finish(t, res, rerr, false)
+			return
+		}
+	}
+	first := 1
+	if t.maybeDup {
+		// The job may have taken its previous owner down with it. Count
+		// such starts across owners so a job that crashes every worker that
+		// runs it is dead-lettered instead of blocking its key forever. The
+		// first run is not counted (that would cost every job a round
+		// trip), so such a job runs at most MaxDeliver+1 times.
+		n, err := o.countStart(t.job.ID)
+		if err != nil {
+			o.log.Warn("count restarts", "job_id", t.job.ID, "err", err)
+		}
+		first = n + 1
+		if first > o.w.cfg.MaxDeliver {
+			err := fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n)
+			o.w.stats.failed.Add(1)
+			if o.deadLetter(t.msg, t.job, err, n) {
+				o.finish(t, nil, Permanent(err), true)
+			}
+			return
+		}
+	}
+	stalled := false
+	for attempt := first; ; attempt++ {
+		t.job.Attempt = attempt
+		var res []byte
+		var err error
+		if attempt == first && t.firstErr != nil {
+			// A group already ran this attempt.
+			err, t.firstErr = t.firstErr, nil
+		} else {
+			res, err = o.call(t.job)
+		}
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(1)
+			return
+		}
+		if err == nil {
+			if o.finish(t, res, nil, false) {
+				o.w.stats.succeeded.Add(1)
+			}
+			return
+		}
+		if errors.Is(err, ErrStaleFence) {
+			o.w.stats.stale.Add(1)
+			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "job_id", t.job.ID, "err", err)
+			o.abort()
+			return
+		}
+		if errors.Is(err, ErrGap) {
+			// Later jobs of the key were applied and this one never was: it
+			// can no longer run in order. Say so loudly and to its caller.
+			o.w.stats.gaps.Add(1)
+			o.w.stats.failed.Add(1)
+			o.log.Error("job skipped by a later job of its key; dead-lettering it", "job_id", t.job.ID, "seq", t.job.Seq, "err", err)
+			err = Permanent(err)
+			if o.deadLetter(t.msg, t.job, err, attempt) {
+				o.finish(t, nil, err, true)
+			}
+			return
+		}
+		if errors.Is(err, ErrEpoch) {
+			// The key's state belongs to another jobs stream. Nothing runs
+			// until an operator adopts it; keep the job, and look again.
+			o.log.Error("key's state was written under another jobs stream; holding the job until its epoch is adopted", "job_id", t.job.ID, "err", err)
+			o.w.refreshEpoch(o.ctx)
+			attempt-- // not the job's fault: never dead-lettered for it
+		} else {
+			o.w.stats.failed.Add(1)
+			if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
+				if o.deadLetter(t.msg, t.job, err, attempt) {
+					o.finish(t, nil, err, true)
+				}
+				return
+			}
+			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "attempt", attempt, "err", err)
+		}
+		if !stalled {
+			// Keep a few of the key's queued jobs; hand the rest back so
+			// they do not hold the partition's window while this retries.
+			stalled = true
+			defer o.ln.stall(t.job.Key, false)
+			for _, bt := range o.ln.stall(t.job.Key, true) {
+				o.handBack(bt, true)
+			}
+		}
+		timer := time.NewTimer(o.w.cfg.Backoff(max(attempt, 1)))
+		select {
+		case <-timer.C:
+		case <-o.ctx.Done():
+			timer.Stop()
+			o.w.stats.unacked.Add(1)
+			return
+		}
+	}
+}
+
+// startsKey is the results-bucket key counting a redelivered job's starts.
+// '/' never occurs in a job ID, so it cannot collide with a stored result.
+// The results bucket has a TTL, so a counter (and the purge marker that
+// forgetting it leaves) expires with it instead of staying for ever, as it
+// did in the TTL-less state bucket.
+func startsKey(jobID string) string {
+	return "starts/" + base64.RawURLEncoding.EncodeToString([]byte(jobID))
+}
+
+// countStart records one more start of a possibly redelivered job and
+// returns how many starts were recorded before this one (under earlier
+// owners). Only redelivered jobs pay this round trip.
+func (o *owner) countStart(jobID string) (int, error) {
+	ctx, cancel := context.WithTimeout(o.ctx, counterTimeout)
+	defer cancel()
+	kv, k := o.w.topo.Results, startsKey(jobID)
+	var n int
+	err := casLoop(ctx, func(bool) error {
+		n = 0
+		var rev uint64
+		e, err := kv.Get(ctx, k)
+		switch {
+		case err == nil:
+			n, _ = strconv.Atoi(string(e.Value()))
+			rev = e.Revision()
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		default:
+			return err
+		}
+		_, err = casPut(ctx, kv, k, rev, []byte(strconv.Itoa(n+1)))
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("keylane: restart counter: %w", err)
+	}
+	return n, nil
+}
+
+// forgetStarts drops a finished job's start counter. It runs only once the
+// job was acked here; a crash leaves the counter for the next owner.
+func (o *owner) forgetStarts(jobID string) {
+	ctx, cancel := context.WithTimeout(context.Background(), counterTimeout)
+	defer cancel()
+	_ = o.w.topo.Results.Purge(ctx, startsKey(jobID))
+}
+
+func (o *owner) call(job Job) (res []byte, err error) {
+	if o.w.cfg.Reducer != nil {
+		return o.reduceOne(job)
+	}
+	o.w.stats.runs.Add(1)
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("keylane: handler panicked: %v", r)
+		}
+	}()
+	return o.w.cfg.Handler.Handle(o.ctx, job)
+}
