@@ -1,0 +1,327 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Call stores a job and waits for its handler's result. A handler error
+// comes back as a *RemoteError. If ctx ends first, Call returns a
+// *NoReplyError (errors.Is ErrNoReply and ctx.Err()).
+//
+// Retries: a Call with the same WithID as an earlier one returns that
+// job's outcome, at once if it finished, when it finishes if it still runs,
+// and never runs it twice. Within the server's duplicate window the stream
+// drops the second publish and Call waits on the outcome the worker keeps
+// by ID (jobs with a caller's ID have their outcome stored in the results
+// bucket, for ResultsTTL); after it, the worker answers the new message
+// from the kept outcome.
+func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) ([]byte, error) {
+	r := build(key, payload, opts)
+	token, w, err := c.wait()
+	if err != nil {
+		return nil, err
+	}
+	defer c.unwait(token)
+	m, err := c.message(&r, c.inbox+token)
+	if err != nil {
+		return nil, err
+	}
+	// The worker keeps a Call's outcome by ID, so a reply lost with a
+	// connection is recovered from it.
+	m.Header[HeaderKeepOutcome] = oneHeader
+	// Publish without waiting for the stream's ack: it comes to our inbox
+	// like the result does, and only an error in it matters. The result
+	// itself proves the job was stored. This saves a blocking round trip
+	// per call and the request machinery of a synchronous publish.
+	status := c.nc.StatusChanged(nats.CONNECTED)
+	defer c.nc.RemoveStatusListener(status)
+	publish := func(m *nats.Msg) {
+		if c.batch != nil {
+			c.batcherOf(m).publish(m, token)
+			return
+		}
+		m.Reply = c.inbox + ackPrefix + token
+		// A failed publish (disconnected, buffer full) is like a lost one:
+		// the ack timer publishes again.
+		_ = c.nc.PublishMsg(m)
+	}
+	publish(m)
+	// No stream ack within ackWait: the publish, or its ack, was lost (a
+	// reconnect, a stream leader change). Publish again with the same job
+	// ID; the stream drops it if it has the job, and the copy asks the
+	// worker to look the ID up before running it.
+	ackWait := callAckWait
+	ackTimer := time.NewTimer(ackWait)
+	defer ackTimer.Stop()
+	acked := false
+	republish := func() {
+		again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: maps.Clone(m.Header)}
+		again.Header[HeaderIdempotent] = oneHeader
+		publish(again)
+		ackWait = min(2*ackWait, maxCallAckWait)
+		ackTimer.Reset(ackWait)
+	}
+	var recovered chan outcome
+	rctx, stopRecovery := context.WithCancel(ctx)
+	var recovery sync.WaitGroup
+	defer func() { stopRecovery(); recovery.Wait() }() // no watcher outlives Call
+	recover := func() {
+		if recovered == nil {
+			recovered = make(chan outcome, 1)
+			recovery.Go(func() {
+				res, err := c.awaitOutcome(rctx, r.ID)
+				recovered <- outcome{res, err}
+			})
+		}
+	}
+	// A stored job whose reply has not come within replyWait may have lost
+	// it on the worker's side (a reply sent while its connection or lease
+	// was failing): look for the kept outcome as well.
+	replyTimer := time.NewTimer(time.Hour)
+	replyTimer.Stop()
+	defer replyTimer.Stop()
+	for {
+		select {
+		case ack := <-w.ack:
+			dup, err := pubAckError(ack)
+			if errors.Is(err, jetstream.ErrNoStreamResponse) {
+				// No stream leader right now (an election: the timer
+				// publishes again), or no stream at all (say so at once).
+				if c.streamGone(ctx, m) {
+					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, ErrNoTopology)
+				}
+				if !acked {
+					ackTimer.Reset(noLeaderPause)
+				}
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+			}
+			if dup && !acked {
+				// Stored before, by an earlier call with this ID (or our own
+				// earlier copy): its outcome is kept by ID.
+				return c.awaitOutcome(ctx, r.ID)
+			}
+			if !acked {
+				replyTimer.Reset(replyWait)
+			}
+			acked = true
+			ackTimer.Stop()
+		case <-replyTimer.C:
+			recover()
+		case <-ackTimer.C:
+			if !acked {
+				republish()
+			}
+		case <-status:
+			// The reply may have been lost while we were away: look for
+			// the kept outcome too, and publish again if unacked.
+			if !acked {
+				republish()
+			}
+			recover()
+		case o := <-recovered:
+			return o.res, o.err
+		case reply := <-w.result:
+			return decodeReply(reply)
+		case <-ctx.Done():
+			return nil, &NoReplyError{JobID: r.ID, Err: ctx.Err()}
+		case <-c.done:
+			return nil, fmt.Errorf("keylane: call %s: %w", r.ID, ErrClosed)
+		}
+	}
+}
+
+// streamGone reports whether the jobs stream m goes to does not exist (as
+// opposed to having no leader for a moment).
+func (c *Client) streamGone(ctx context.Context, m *nats.Msg) bool {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	_, err := c.js.Stream(ctx, m.Header.Get(expectStreamHeader))
+	return errors.Is(err, jetstream.ErrStreamNotFound)
+}
+
+// outcome is a job's result or error.
+type outcome struct {
+	res []byte
+	err error
+}
+
+// How long Call waits for the stream's ack before it publishes the job
+// again, doubling up to the maximum.
+const (
+	callAckWait    = time.Second
+	maxCallAckWait = 2 * time.Second
+	// replyWait is how long Call waits for the reply of a stored job
+	// before it also watches the results bucket for the kept outcome.
+	replyWait = 5 * time.Second
+	// noLeaderPause is how soon Call publishes again after the stream
+	// answered that it has no leader (an election: seconds on a cluster).
+	noLeaderPause = 250 * time.Millisecond
+)
+
+// awaitOutcome waits for the outcome the worker keeps under a job ID in
+// the results bucket: at once if the job finished, when it finishes if it
+// still runs. It watches the key and also reads it with bounded requests
+// every outcomePoll, so a watch that stalls while the bucket elects a
+// leader (a cluster) does not make the caller wait out its deadline.
+func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
+	var kv jetstream.KeyValue
+	var updates <-chan jetstream.KeyValueEntry
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	var stopWatch func()
+	defer func() {
+		if stopWatch != nil {
+			stopWatch()
+		}
+	}()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case u, ok := <-updates:
+			if !ok {
+				updates = nil // closed: keep polling
+				continue
+			}
+			e = u
+		case <-poll.C:
+			poll.Reset(outcomePoll)
+			if kv == nil {
+				// The bucket may be electing a leader: try again next time.
+				var err error
+				if kv, err = c.resultsBucket(ctx); err != nil {
+					continue
+				}
+				if watch, err := kv.Watch(ctx, id); err == nil {
+					stopWatch = func() { _ = watch.Stop() }
+					updates = watch.Updates()
+				}
+			}
+			gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			got, err := kv.Get(gctx, id)
+			cancel()
+			if err == nil {
+				e = got
+			}
+		case <-ctx.Done():
+			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+		case <-c.done:
+			return nil, fmt.Errorf("keylane: outcome of %s: %w", id, ErrClosed)
+		}
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		res, rerr, ok := decodeResult(e.Value())
+		if !ok {
+			return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
+		}
+		return res, rerr
+	}
+}
+
+// outcomePoll is how often awaitOutcome reads the results bucket besides
+// watching it.
+const outcomePoll = time.Second
+
+// resultsBucket opens the results bucket once.
+func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	c.mu.Lock()
+	kv := c.results
+	c.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	kv, err := c.js.KeyValue(rctx, c.names.Results())
+	if err != nil {
+		return nil, fmt.Errorf("results bucket: %w", err)
+	}
+	c.mu.Lock()
+	c.results = kv
+	c.mu.Unlock()
+	return kv, nil
+}
+
+// waiter receives one job's stream acks and its result, on separate
+// channels: re-publishes bring extra acks, which must never crowd out the
+// result.
+type waiter struct {
+	ack    chan *nats.Msg
+	result chan *nats.Msg
+}
+
+func (c *Client) wait() (string, *waiter, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return "", nil, ErrClosed
+	}
+	if c.sub == nil {
+		c.inbox = c.replyPrefix + nuid.Next() + "."
+		sub, err := c.nc.Subscribe(c.inbox+"*", c.deliver)
+		if err != nil {
+			return "", nil, err
+		}
+		_ = sub.SetPendingLimits(-1, -1)
+		c.sub = sub
+	}
+	token := strconv.FormatUint(c.token.Add(1), 36)
+	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1)}
+	c.waiters[token] = w
+	return token, w, nil
+}
+
+func (c *Client) unwait(token string) {
+	c.mu.Lock()
+	delete(c.waiters, token)
+	c.mu.Unlock()
+}
+
+func (c *Client) deliver(m *nats.Msg) {
+	token := m.Subject[len(c.inbox):]
+	if rest, ok := strings.CutPrefix(token, ackPrefix); ok {
+		if id, ok := strings.CutPrefix(rest, batchPrefix); ok && c.batch != nil {
+			for _, b := range c.batch {
+				b.done(id, m) // only the batcher that sent it knows id
+			}
+			return
+		}
+		c.deliverTo(rest, m)
+		return
+	}
+	c.deliverTo(token, m)
+}
+
+// deliverTo hands m to token's waiter: an ack (its subject carries the ack
+// prefix) or the result. Extra ones (re-publishes, redelivered jobs) are
+// dropped: the first one won.
+func (c *Client) deliverTo(token string, m *nats.Msg) {
+	c.mu.Lock()
+	w := c.waiters[token]
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	ch := w.result
+	if strings.HasPrefix(m.Subject[min(len(c.inbox), len(m.Subject)):], ackPrefix) {
+		ch = w.ack
+	}
+	select {
+	case ch <- m:
+	default:
+	}
+}

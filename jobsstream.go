@@ -1,0 +1,206 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// partitionSubjects lists the jobs stream's subjects: exactly one per
+// partition, so a publish to anything else (another N's partition, a typo)
+// is refused by the server instead of stored where no consumer reads it.
+func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0) }
+
+// shardSubjects lists the subjects of jobs stream shard i of s: those of
+// its partitions only, so the subject decides the shard.
+func shardSubjects(ns string, n, s, i int) []string {
+	subjects := make([]string, 0, (n+s-1)/s)
+	for p := i; p < n; p += s {
+		subjects = append(subjects, partition.Subject(ns, p))
+	}
+	return subjects
+}
+
+// ensureShards creates, or opens and checks, every jobs stream shard:
+// shard 0 first (it fixes N, S, the replicas and the reply prefix), then
+// the others after its example. A missing shard is created with an epoch
+// of its own, so a shard deleted and created again is told apart from
+// the one it replaced, exactly as a lone jobs stream is.
+func ensureShards(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) ([]jetstream.Stream, []shardMeta, error) {
+	m0, err := ensureJobs(ctx, js, names, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	s0, err := js.Stream(ctx, names.Jobs())
+	if err != nil {
+		return nil, nil, err
+	}
+	streams := []jetstream.Stream{s0}
+	metas := []shardMeta{{m0, s0.CachedInfo()}}
+	for i := 1; i < m0.Shards; i++ {
+		s, m, err := ensureShard(ctx, js, names, s0.CachedInfo(), m0, i)
+		if err != nil {
+			return nil, nil, err
+		}
+		streams = append(streams, s)
+		metas = append(metas, shardMeta{m, s.CachedInfo()})
+	}
+	return streams, metas, nil
+}
+
+// ensureShard creates, or opens and checks, jobs stream shard i > 0 after
+// the example of shard 0 (info, m0).
+func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0 *jetstream.StreamInfo, m0 Meta, i int) (jetstream.Stream, Meta, error) {
+	name := names.JobsShard(i)
+	for attempt := 0; ; attempt++ {
+		s, err := js.Stream(ctx, name)
+		if err == nil {
+			info := s.CachedInfo()
+			m, err := readMeta(info, m0.Partitions)
+			if err == nil {
+				err = sameShards(m0, m, i, name)
+			}
+			if err != nil {
+				return nil, Meta{}, err
+			}
+			if info.Config.Replicas != info0.Config.Replicas {
+				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, shard 0 %d", ErrReplicasMismatch, name, info.Config.Replicas, info0.Config.Replicas)
+			}
+			cfg := TopologyConfig{Namespace: names.Namespace}
+			if err := upgradeJobs(ctx, js, info, m, &cfg); err != nil {
+				return nil, Meta{}, err
+			}
+			return s, m, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) || attempt > 0 {
+			return nil, Meta{}, err
+		}
+		epoch, err := newEpoch()
+		if err != nil {
+			return nil, Meta{}, err
+		}
+		sc := info0.Config
+		sc.Name = name
+		sc.Subjects = shardSubjects(names.Namespace, m0.Partitions, m0.Shards, i)
+		sc.Metadata = maps.Clone(sc.Metadata)
+		sc.Metadata[MetaShard] = strconv.Itoa(i)
+		sc.Metadata[MetaEpoch] = formatEpoch(epoch)
+		sc.FirstSeq = 0
+		sc.Sources, sc.Mirror, sc.Placement = nil, nil, nil
+		_, err = js.CreateStream(ctx, sc)
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil, Meta{}, fmt.Errorf("keylane: create jobs stream %s: %w", name, err)
+		}
+		// Created, or another worker won the race: open and check it.
+	}
+}
+
+func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) (Meta, error) {
+	s, err := js.Stream(ctx, names.Jobs())
+	if err == nil {
+		info := s.CachedInfo()
+		meta, err := readMeta(info, cfg.Partitions)
+		if err != nil {
+			return Meta{}, err
+		}
+		if meta.Shard != 0 {
+			return Meta{}, fmt.Errorf("%w: stream %s says it is shard %d", ErrShardsMismatch, info.Config.Name, meta.Shard)
+		}
+		if cfg.StreamShards != 0 && meta.Shards != cfg.StreamShards {
+			return Meta{}, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d (configure %d, or 0 to follow it)", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards, meta.Shards)
+		}
+		if cfg.Replicas != 0 && info.Config.Replicas != cfg.Replicas {
+			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
+		}
+		return meta, upgradeJobs(ctx, js, info, meta, cfg)
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Meta{}, err
+	}
+	n := cfg.Partitions
+	if n == 0 {
+		n = DefaultPartitions
+	}
+	replicas := cfg.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	shards := max(cfg.StreamShards, 1)
+	if shards > n {
+		return Meta{}, fmt.Errorf("%w: %d stream shards for %d partitions: every shard needs a partition", ErrShardsMismatch, shards, n)
+	}
+	md := map[string]string{
+		MetaPartitions:  strconv.Itoa(n),
+		MetaHash:        partition.HashName,
+		MetaVersion:     "2",
+		MetaReplyPrefix: cfg.ReplyPrefix,
+	}
+	if shards > 1 {
+		// One shard keeps today's metadata, which older clients read.
+		md[MetaShards], md[MetaShard] = strconv.Itoa(shards), "0"
+	}
+	epoch, err := newEpoch()
+	if err != nil {
+		return Meta{}, err
+	}
+	md[MetaEpoch] = formatEpoch(epoch)
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        names.Jobs(),
+		Description: "keylane jobs, one subject per partition",
+		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0),
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		MaxBytes:    cfg.MaxBytes,
+		Discard:     jetstream.DiscardNew,
+		// Lets clients group-commit jobs in atomic batches.
+		AllowAtomicPublish: true,
+		Metadata:           md,
+	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Another worker won the race to create it: check what it made.
+		return ensureJobs(ctx, js, names, cfg)
+	}
+	if err != nil {
+		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
+	}
+	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix}, nil
+}
+
+// upgradeJobs brings a jobs stream made by an older keylane up to date: one
+// subject per partition instead of a wildcard, group commit allowed, and
+// its epoch written down. Every worker computes the same epoch for an old
+// stream (its creation time), so concurrent upgrades agree.
+func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {
+	sc := info.Config
+	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard)
+	_, hasEpoch := sc.Metadata[MetaEpoch]
+	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch {
+		return nil
+	}
+	sc.Subjects = want
+	// A server before 2.12 refuses atomic publish; clients then fall back
+	// to single publishes.
+	sc.AllowAtomicPublish = true
+	sc.Metadata = maps.Clone(sc.Metadata)
+	if !hasEpoch {
+		sc.Metadata[MetaEpoch] = formatEpoch(meta.Epoch)
+	}
+	if _, ok := sc.Metadata[MetaReplyPrefix]; !ok {
+		sc.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
+	}
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		sc.AllowAtomicPublish = false
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("keylane: upgrade jobs stream %s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package keylane
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Meta is what a jobs stream's metadata says about its namespace.
+type Meta struct {
+	// Partitions is N.
+	Partitions int
+	// Shards is S, the number of jobs streams of the namespace, and Shard
+	// this stream's index among them.
+	Shards, Shard int
+	// Epoch identifies this jobs stream among every stream the namespace
+	// ever had: state entries record it, so a key's sequences are compared
+	// only with sequences of the same stream. Every shard has its own (a
+	// shard created again gets a new one, like a lone stream).
+	Epoch uint64
+	// Adopted lists the epochs of earlier jobs streams whose state this one
+	// carries on (after a repartition, or an explicit Adopt).
+	Adopted []uint64
+	// ReplyPrefix is where workers may reply (TopologyConfig.ReplyPrefix).
+	ReplyPrefix string
+}
+
+// Open reads an existing namespace for a client: it checks the metadata
+// of every jobs stream shard and returns shard 0's, with the adopted
+// epochs of all. A non-zero want that differs from the stream's partition
+// count is refused with ErrPartitionMismatch.
+func Open(ctx context.Context, js jetstream.JetStream, namespace string, want int) (Meta, error) {
+	cfg := TopologyConfig{Namespace: namespace, Partitions: want}
+	if err := cfg.setDefaults(); err != nil {
+		return Meta{}, err
+	}
+	_, metas, err := openShards(ctx, js, cfg.Namespace)
+	if err != nil {
+		return Meta{}, err
+	}
+	if _, err := checkMeta(metas[0].info.Config, want); err != nil {
+		return Meta{}, err
+	}
+	return joinMeta(metas), nil
+}
+
+// joinMeta is the namespace's Meta from its shards': shard 0's, with the
+// epochs every shard adopted.
+func joinMeta(metas []shardMeta) Meta {
+	m := metas[0].Meta
+	m.Adopted = nil
+	for _, sm := range metas {
+		for _, e := range sm.Adopted {
+			if !slices.Contains(m.Adopted, e) {
+				m.Adopted = append(m.Adopted, e)
+			}
+		}
+	}
+	return m
+}
+
+// shardMeta is one shard's Meta and the stream info it was read from.
+type shardMeta struct {
+	Meta
+	info *jetstream.StreamInfo
+}
+
+// openShards opens every jobs stream shard of the namespace and checks
+// that they agree; a missing shard is ErrNoTopology.
+func openShards(ctx context.Context, js jetstream.JetStream, namespace string) ([]jetstream.Stream, []shardMeta, error) {
+	s0, m0, err := openJobs(ctx, js, namespace)
+	if err != nil {
+		return nil, nil, err
+	}
+	streams := []jetstream.Stream{s0}
+	metas := []shardMeta{{m0, s0.CachedInfo()}}
+	names := Names{Namespace: namespace}
+	for i := 1; i < m0.Shards; i++ {
+		s, err := js.Stream(ctx, names.JobsShard(i))
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, nil, fmt.Errorf("%w: shard %d of %d (%s) is missing", ErrNoTopology, i, m0.Shards, names.JobsShard(i))
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := readMeta(s.CachedInfo(), m0.Partitions)
+		if err == nil {
+			err = sameShards(m0, m, i, s.CachedInfo().Config.Name)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		streams = append(streams, s)
+		metas = append(metas, shardMeta{m, s.CachedInfo()})
+	}
+	return streams, metas, nil
+}
+
+// sameShards checks that shard i's metadata agrees with shard 0's.
+func sameShards(m0, m Meta, i int, name string) error {
+	if m.Shards != m0.Shards || m.Shard != i {
+		return fmt.Errorf("%w: stream %s says shard %d of %d, expected shard %d of %d", ErrShardsMismatch, name, m.Shard, m.Shards, i, m0.Shards)
+	}
+	if m.ReplyPrefix != m0.ReplyPrefix {
+		return fmt.Errorf("%w: stream %s has reply prefix %q, shard 0 %q", ErrShardsMismatch, name, m.ReplyPrefix, m0.ReplyPrefix)
+	}
+	return nil
+}
+
+// openJobs opens the namespace's jobs stream and reads its metadata; a
+// missing stream is ErrNoTopology.
+func openJobs(ctx context.Context, js jetstream.JetStream, namespace string) (jetstream.Stream, Meta, error) {
+	s, err := js.Stream(ctx, Names{Namespace: namespace}.Jobs())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, Meta{}, ErrNoTopology
+	}
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	meta, err := readMeta(s.CachedInfo(), 0)
+	if err != nil {
+		return nil, Meta{}, err
+	}
+	return s, meta, nil
+}
+
+func newEpoch() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, fmt.Errorf("keylane: epoch: %w", err)
+		}
+		if e := binary.BigEndian.Uint64(b[:]); e != 0 {
+			return e, nil
+		}
+	}
+}
+
+func formatEpoch(e uint64) string { return strconv.FormatUint(e, 16) }
+
+func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
+	sc := info.Config
+	n, err := checkMeta(sc, want)
+	if err != nil {
+		return Meta{}, err
+	}
+	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix]}
+	if v, ok := sc.Metadata[MetaShards]; ok {
+		s, err := strconv.Atoi(v)
+		i, ierr := strconv.Atoi(sc.Metadata[MetaShard])
+		if err != nil || ierr != nil || s < 1 || s > min(n, MaxStreamShards) || i < 0 || i >= s {
+			return Meta{}, fmt.Errorf("%w: stream %s has bad shard metadata (%s %q, %s %q)", ErrShardsMismatch, sc.Name, MetaShards, v, MetaShard, sc.Metadata[MetaShard])
+		}
+		m.Shards, m.Shard = s, i
+	}
+	if m.ReplyPrefix == "" {
+		m.ReplyPrefix = "_INBOX."
+	}
+	if v, ok := sc.Metadata[MetaEpoch]; ok {
+		if m.Epoch, err = strconv.ParseUint(v, 16, 64); err != nil || m.Epoch == 0 {
+			return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q", ErrPartitionMismatch, sc.Name, MetaEpoch, v)
+		}
+	} else {
+		m.Epoch = uint64(info.Created.UnixNano())
+	}
+	for _, v := range strings.FieldsFunc(sc.Metadata[MetaAdopted], func(r rune) bool { return r == ',' }) {
+		e, err := strconv.ParseUint(v, 16, 64)
+		if err != nil {
+			return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q", ErrPartitionMismatch, sc.Name, MetaAdopted, v)
+		}
+		m.Adopted = append(m.Adopted, e)
+	}
+	return m, nil
+}
+
+func checkMeta(sc jetstream.StreamConfig, want int) (int, error) {
+	n, err := strconv.Atoi(sc.Metadata[MetaPartitions])
+	if err != nil || partition.ValidateCount(n) != nil {
+		return 0, fmt.Errorf("%w: stream %s has no valid %s metadata (%q)", ErrPartitionMismatch, sc.Name, MetaPartitions, sc.Metadata[MetaPartitions])
+	}
+	if h := sc.Metadata[MetaHash]; h != partition.HashName {
+		return 0, fmt.Errorf("%w: stream %s uses hash %q, this client uses %q", ErrPartitionMismatch, sc.Name, h, partition.HashName)
+	}
+	if want != 0 && want != n {
+		return 0, fmt.Errorf("%w: stream %s has %d partitions, configured %d", ErrPartitionMismatch, sc.Name, n, want)
+	}
+	return n, nil
+}
+
+// AdoptEpoch makes the namespace's jobs streams carry on the state written
+// under an earlier jobs stream's epoch: keys written under it run again
+// (their held job IDs still answer retries; their sequences, which mean
+// nothing in this stream, are ignored). Use it after a jobs stream (or a
+// shard of it) was deleted and created again, once you know the old
+// stream's jobs are gone or re-submitted; workers refuse such keys with
+// ErrEpoch until then. The epoch is written into every shard.
+func AdoptEpoch(ctx context.Context, js jetstream.JetStream, namespace string, epoch uint64) error {
+	if epoch == 0 {
+		return errors.New("keylane: adopt: epoch 0")
+	}
+	_, metas, err := openShards(ctx, js, namespace)
+	if err != nil {
+		return err
+	}
+	for _, m := range metas {
+		if epoch == m.Epoch {
+			return nil // a live stream's own epoch: nothing to carry over
+		}
+	}
+	for _, m := range metas {
+		if slices.Contains(m.Adopted, epoch) {
+			continue
+		}
+		sc := m.info.Config
+		sc.Metadata = maps.Clone(sc.Metadata)
+		list := make([]string, 0, len(m.Adopted)+1)
+		for _, e := range append(m.Adopted, epoch) {
+			list = append(list, formatEpoch(e))
+		}
+		sc.Metadata[MetaAdopted] = strings.Join(list, ",")
+		if _, err := js.UpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("keylane: adopt epoch %s on %s: %w", formatEpoch(epoch), sc.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,154 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Submit stores a job and returns its ID once JetStream has stored it. It
+// does not wait for the job to run. Bad input (an empty or oversized key, an
+// oversized payload, a bad job ID) is refused before anything is sent.
+func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (string, error) {
+	r := build(key, payload, opts)
+	m, err := c.message(&r, "")
+	if err != nil {
+		return "", err
+	}
+	if c.batch == nil {
+		dup, err := c.publish(ctx, m)
+		if err != nil {
+			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+		}
+		if dup {
+			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
+		}
+		return r.ID, nil
+	}
+	token, w, err := c.wait()
+	if err != nil {
+		return "", err
+	}
+	defer c.unwait(token)
+	c.batcherOf(m).publish(m, token)
+	select {
+	case ack := <-w.ack:
+		dup, err := pubAckError(ack)
+		if err != nil {
+			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+		}
+		if dup {
+			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
+		}
+		return r.ID, nil
+	case <-ctx.Done():
+		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ctx.Err())
+	case <-c.done:
+		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ErrClosed)
+	}
+}
+
+// Submitted is the outcome of one job of SubmitMany.
+type Submitted struct {
+	ID  string
+	Err error
+}
+
+// SubmitMany stores many jobs with at most MaxPending asynchronous publishes
+// in flight, and returns once every one is stored or refused, in the order
+// given. It returns an error only if ctx ended; per-job errors are in the
+// slice.
+func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, error) {
+	out := make([]Submitted, len(reqs))
+	futures := make([]jetstream.PubAckFuture, len(reqs))
+	for i := range reqs {
+		m, err := c.message(&reqs[i], "")
+		out[i].ID = reqs[i].ID
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		f, err := c.async.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		futures[i] = f
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			if !retryablePublish(err) {
+				out[i].Err = err
+				continue
+			}
+			// Lost with a connection or a leader: publish it again, with
+			// its ID, until it is stored or ctx ends.
+			if _, err := c.publish(ctx, f.Msg()); err != nil {
+				out[i].Err = err
+			}
+		case <-ctx.Done():
+			return out, ctx.Err()
+		case <-c.done:
+			return out, ErrClosed
+		}
+	}
+	return out, ctx.Err()
+}
+
+// publish stores m and waits for the stream's ack, publishing it again with
+// backoff (its job ID makes that safe) while the failure is one a
+// reconnect or an election cures, until ctx ends. Each attempt is bounded.
+// It reports whether the stream had the job already.
+func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error) {
+	pause := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		actx, cancel := context.WithTimeout(ctx, requestTimeout)
+		ack, err := c.js.PublishMsg(actx, m)
+		cancel()
+		if err == nil {
+			return ack.Duplicate, nil
+		}
+		if !retryablePublish(err) || ctx.Err() != nil {
+			return false, err
+		}
+		if errors.Is(err, jetstream.ErrNoStreamResponse) && c.streamGone(ctx, m) {
+			return false, fmt.Errorf("%w: %w", err, ErrNoTopology)
+		}
+		if try == 1 {
+			// A copy that may follow an earlier one asks the worker to
+			// look its ID up before running it.
+			m.Header[HeaderIdempotent] = oneHeader
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
+		case <-c.done:
+			t.Stop()
+			return false, ErrClosed
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// retryablePublish tells failures that publishing again may cure: no
+// stream leader, a timeout, a connection being re-established.
+func retryablePublish(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoResponders)
+}
