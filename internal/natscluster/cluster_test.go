@@ -198,15 +198,17 @@ func TestStepDown(t *testing.T) {
 		leader   func(context.Context) (*natscluster.Node, error)
 		stepDown func(context.Context) (*natscluster.Node, error)
 	}{
-		{"meta", c.MetaLeader, c.StepDownMeta},
-		{"stream", func(ctx context.Context) (*natscluster.Node, error) { return c.StreamLeader(ctx, "S") },
+		// The leader is waited for, not asked once: right after the step-down
+		// of the meta leader, a request may go unanswered.
+		{"meta", func(ctx context.Context) (*natscluster.Node, error) { return c.WaitMetaLeader(ctx, nil) }, c.StepDownMeta},
+		{"stream", func(ctx context.Context) (*natscluster.Node, error) { return c.WaitStreamLeader(ctx, "S", nil) },
 			func(ctx context.Context) (*natscluster.Node, error) { return c.StepDownStream(ctx, "S") }},
-		{"consumer", func(ctx context.Context) (*natscluster.Node, error) { return c.ConsumerLeader(ctx, "S", "C") },
+		{"consumer", func(ctx context.Context) (*natscluster.Node, error) { return c.WaitConsumerLeader(ctx, "S", "C", nil) },
 			func(ctx context.Context) (*natscluster.Node, error) { return c.StepDownConsumer(ctx, "S", "C") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for range 2 {
-				before, err := tc.leader(ctxFor(t, 5*time.Second))
+				before, err := tc.leader(ctxFor(t, electionBound))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -218,7 +220,7 @@ func TestStepDown(t *testing.T) {
 				if after == before {
 					t.Fatalf("step-down returned the old leader %s", before.Name())
 				}
-				now, err := tc.leader(ctxFor(t, 5*time.Second))
+				now, err := tc.leader(ctxFor(t, electionBound))
 				if err != nil {
 					t.Fatal(err)
 				}

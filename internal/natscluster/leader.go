@@ -135,7 +135,7 @@ func waitLeader(ctx context.Context, not *Node, leader func(context.Context) (*N
 // request) and waits until the nodes agree on another one, which it
 // returns.
 func (c *Cluster) StepDownMeta(ctx context.Context) (*Node, error) {
-	old, err := c.MetaLeader(ctx)
+	old, err := c.WaitMetaLeader(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +148,7 @@ func (c *Cluster) StepDownMeta(ctx context.Context) (*Node, error) {
 // StepDownStream asks the leader of stream to step down and waits until
 // another node leads it, which it returns.
 func (c *Cluster) StepDownStream(ctx context.Context, stream string) (*Node, error) {
-	old, err := c.StreamLeader(ctx, stream)
+	old, err := c.WaitStreamLeader(ctx, stream, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (c *Cluster) StepDownStream(ctx context.Context, stream string) (*Node, err
 // StepDownConsumer asks the leader of a consumer to step down and waits
 // until another node leads it, which it returns.
 func (c *Cluster) StepDownConsumer(ctx context.Context, stream, consumer string) (*Node, error) {
-	old, err := c.ConsumerLeader(ctx, stream, consumer)
+	old, err := c.WaitConsumerLeader(ctx, stream, consumer, nil)
 	if err != nil {
 		return nil, err
 	}
