@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -60,7 +60,7 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	release := func() { unblockOnce.Do(func() { close(unblock) }) }
 	t.Cleanup(release)
 	e.waitOwned(a, b, c)
-	natstest.Eventually(t, 10*time.Second, "wa owns its partition", func() bool { return owners(a, b, c)[p] == "wa" })
+	testwait.Eventually(t, 10*time.Second, "wa owns its partition", func() bool { return owners(a, b, c)[p] == "wa" })
 
 	lkey := e.topo.Names.LeaseKey(p)
 	tl := watchHolders(t, e.topo.Leases, lkey)
@@ -87,7 +87,7 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	settled := tl.len()
 	// Watch six TTLs of renewals (one every TTL/3). Any release, expiry or
 	// other holder in between is a bounce.
-	natstest.Eventually(t, 12*ttl, "eighteen more lease writes", func() bool { return tl.len() >= settled+18 })
+	testwait.Eventually(t, 12*ttl, "eighteen more lease writes", func() bool { return tl.len() >= settled+18 })
 	if changes := tl.changesSince(settled); changes != 0 {
 		t.Errorf("partition %d changed hands %d times within six TTLs after settling on %s; timeline:\n%s",
 			p, changes, successor, tl.since(settled))
@@ -104,7 +104,7 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 
 	// The handler returns: wa takes its partition back.
 	release()
-	natstest.Eventually(t, 8*ttl, "partition goes back to wa", func() bool {
+	testwait.Eventually(t, 8*ttl, "partition goes back to wa", func() bool {
 		info, _, err := lease.Read(ctx(t), e.topo.Leases, lkey)
 		return err == nil && info.Holder == "wa" && owners(a, b, c)[p] == "wa"
 	})
@@ -350,7 +350,7 @@ func TestClosedWatcherIsRecreated(t *testing.T) {
 	for p := range e.topo.Partitions {
 		want[p] = partition.Owner(p, []string{"wa", "wb"})
 	}
-	natstest.Eventually(t, 20*time.Second, "wa hands wb its partitions", func() bool {
+	testwait.Eventually(t, 20*time.Second, "wa hands wb its partitions", func() bool {
 		return mapsEqual(owners(a, b), want)
 	})
 	if n := logs.count(slog.LevelWarn, "watch closed"); n != 1 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -94,7 +95,7 @@ func (e *env) worker(id string, h Handler, mod func(*WorkerConfig)) *Worker {
 // waitOwned waits until the workers together own every partition.
 func (e *env) waitOwned(ws ...*Worker) {
 	e.t.Helper()
-	natstest.Eventually(e.t, 10*time.Second, "every partition owned", func() bool {
+	testwait.Eventually(e.t, 10*time.Second, "every partition owned", func() bool {
 		seen := map[int]bool{}
 		for _, w := range ws {
 			for _, p := range w.Owned() {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/embedded"
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -59,7 +59,7 @@ func TestLeaseSurvivesServerRestart(t *testing.T) {
 	startAt(t, dir, port)
 	t.Logf("server down for %s", time.Since(down))
 
-	natstest.Eventually(t, ttl, "a renew lands on the restarted server", func() bool {
+	testwait.Eventually(t, ttl, "a renew lands on the restarted server", func() bool {
 		return l.Revision() > before
 	})
 	if !l.Trusted() {

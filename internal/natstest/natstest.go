@@ -35,17 +35,3 @@ func Connect(t testing.TB, s *server.Server) *nats.Conn {
 	t.Cleanup(nc.Close)
 	return nc
 }
-
-// Eventually polls cond every few milliseconds until it is true or timeout
-// passes, and fails the test with msg in that case. Call it only from the
-// test goroutine.
-func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
