@@ -125,23 +125,7 @@ func (e *env) streamMsgs(name string) uint64 {
 // deadLetters returns the messages on the dead-letter stream.
 func (e *env) deadLetters() []*jetstream.RawStreamMsg {
 	e.t.Helper()
-	s, err := e.js.Stream(ctx(e.t), e.topo.Names.Dead())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := s.Info(ctx(e.t))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		raw, err := s.GetMsg(ctx(e.t), seq)
-		if err != nil {
-			continue
-		}
-		out = append(out, raw)
-	}
-	return out
+	return natstest.StreamMsgs(e.t, e.js, e.topo.Names.Dead())
 }
 
 // keyIn returns a key that hashes to partition p.

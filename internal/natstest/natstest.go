@@ -2,12 +2,15 @@
 package natstest
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/keylane/keylane/embedded"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Option changes how Start runs a server.
@@ -59,4 +62,33 @@ func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	}
 	t.Cleanup(nc.Close)
 	return nc
+}
+
+// StreamMsgs returns every message stored in the stream name now, in
+// sequence order; gaps (deleted messages) are skipped. It fails the test on
+// any other error.
+func StreamMsgs(t testing.TB, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("stream %s, message %d: %v", name, seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
 }
