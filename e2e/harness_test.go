@@ -67,20 +67,7 @@ type workerProc struct {
 // desired owner. Everything is stopped when the test ends.
 func startCluster(t *testing.T, ns string, n int, args ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ns: ns, names: kjs.Names{Namespace: ns}, dir: t.TempDir(), args: args}
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-"+ns), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c.nc = nc
-	if c.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
-	c.wipe()
-	// Registered after nc.Close, so it runs before it: processes first.
-	t.Cleanup(c.stopAll)
-
+	c := clusterOn(t, natsURL, ns, args...)
 	for i := range n {
 		c.startWorker(fmt.Sprintf("%s-w%d", ns, i))
 	}
