@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -52,7 +52,7 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	var unblockOnce sync.Once
 	release := func() { unblockOnce.Do(func() { close(unblock) }) }
 	t.Cleanup(release)
-	natstest.Eventually(t, 10*time.Second, "the partitions spread evenly", func() bool {
+	testwait.Eventually(t, 10*time.Second, "the partitions spread evenly", func() bool {
 		return evenlySpread(owners(a, b, c), n, ids)
 	})
 	p := -1
@@ -105,7 +105,7 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	settled := tl.len()
 	// Watch six TTLs of renewals (one every TTL/3). Any release, expiry or
 	// other holder in between is a bounce.
-	natstest.Eventually(t, 12*ttl, "eighteen more lease writes", func() bool { return tl.len() >= settled+18 })
+	testwait.Eventually(t, 12*ttl, "eighteen more lease writes", func() bool { return tl.len() >= settled+18 })
 	if changes := tl.changesSince(settled); changes != 0 {
 		t.Errorf("partition %d changed hands %d times within six TTLs after settling on %s; timeline:\n%s",
 			p, changes, successor, tl.since(settled))
@@ -123,7 +123,7 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	// The handler returns: the mark goes, and the partitions spread
 	// evenly among all three again.
 	release()
-	natstest.Eventually(t, 8*ttl, "wa's stuck mark released and the partitions spread evenly", func() bool {
+	testwait.Eventually(t, 8*ttl, "wa's stuck mark released and the partitions spread evenly", func() bool {
 		_, err := e.topo.Leases.Get(ctx(t), stuckKey(p, "wa"))
 		return errors.Is(err, jetstream.ErrKeyNotFound) && evenlySpread(owners(a, b, c), n, ids)
 	})
@@ -375,7 +375,7 @@ func TestClosedWatcherIsRecreated(t *testing.T) {
 	for p, o := range partition.Assign(e.topo.Partitions, []string{"wa", "wb"}, all, nil) {
 		want[p] = o
 	}
-	natstest.Eventually(t, 20*time.Second, "wa hands wb half its partitions", func() bool {
+	testwait.Eventually(t, 20*time.Second, "wa hands wb half its partitions", func() bool {
 		return mapsEqual(owners(a, b), want)
 	})
 	if n := logs.count(slog.LevelWarn, "watch closed"); n != 1 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
 )
@@ -45,12 +46,12 @@ func TestBalancingMovesOnlyWhatMust(t *testing.T) {
 		}
 		return m
 	}
-	natstest.Eventually(t, 10*time.Second, "two workers own 6 each", func() bool {
+	testwait.Eventually(t, 10*time.Second, "two workers own 6 each", func() bool {
 		return evenlySpread(owners(a, b), n, []string{"wa", "wb"})
 	})
 	before := owners(a, b)
 	c := e.worker("wc", echo(), nil)
-	natstest.Eventually(t, 10*time.Second, "three workers own 4 each, wc what the others held above 4", func() bool {
+	testwait.Eventually(t, 10*time.Second, "three workers own 4 each, wc what the others held above 4", func() bool {
 		return mapsEqual(owners(a, b, c), want(before, "wa", "wb", "wc"))
 	})
 	after := owners(a, b, c)
@@ -69,7 +70,7 @@ func TestBalancingMovesOnlyWhatMust(t *testing.T) {
 	if err := c.Stop(stopCtx); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 5*time.Second, "survivors own everything again, 6 each", func() bool {
+	testwait.Eventually(t, 5*time.Second, "survivors own everything again, 6 each", func() bool {
 		return mapsEqual(owners(a, b), want(after, "wa", "wb"))
 	})
 	for p, o := range owners(a, b) {
@@ -148,9 +149,9 @@ func TestLeaseLossCancelsHandlersAndSkipsAck(t *testing.T) {
 	if thief.Fence() <= rev {
 		t.Fatalf("thief fence %d not above the owner's %d", thief.Fence(), rev)
 	}
-	natstest.Eventually(t, 5*time.Second, "handler context cancelled", func() bool { return cancelled.Load() == 1 })
+	testwait.Eventually(t, 5*time.Second, "handler context cancelled", func() bool { return cancelled.Load() == 1 })
 	if slices.Contains(w.Owned(), 1) {
-		natstest.Eventually(t, 5*time.Second, "worker steps down", func() bool { return !slices.Contains(w.Owned(), 1) })
+		testwait.Eventually(t, 5*time.Second, "worker steps down", func() bool { return !slices.Contains(w.Owned(), 1) })
 	}
 	// The thief leaves; the worker takes the partition back and the job,
 	// never acked, runs again.
@@ -166,7 +167,7 @@ func TestLeaseLossCancelsHandlersAndSkipsAck(t *testing.T) {
 		t.Fatal("job never ran again after the lease came back")
 	}
 	// The reply goes out before the ack and the count: wait for them.
-	natstest.Eventually(t, 5*time.Second, "one acked job", func() bool { return w.Stats().Succeeded == 1 })
+	testwait.Eventually(t, 5*time.Second, "one acked job", func() bool { return w.Stats().Succeeded == 1 })
 	if s := w.Stats(); s.Lost < 1 || s.Succeeded != 1 {
 		t.Fatalf("stats %+v: want a lost lease and one acked job", s)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 func groupClient(e *env) *Client {
@@ -62,7 +63,7 @@ func TestAtomicBatchCalls(t *testing.T) {
 			results[i], errs[i] = string(res), err
 		}()
 	}
-	natstest.Eventually(t, 10*time.Second, "calls queued", func() bool { return queued(c) == calls })
+	testwait.Eventually(t, 10*time.Second, "calls queued", func() bool { return queued(c) == calls })
 	release()
 	wg.Wait()
 	seen := map[string]bool{}
@@ -114,7 +115,7 @@ func TestAtomicBatchFallsBack(t *testing.T) {
 			_, errs[i] = c.Submit(ctx(t), "k"+strconv.Itoa(i), []byte("inc"), WithID(id))
 		}()
 	}
-	natstest.Eventually(t, 10*time.Second, "submits queued", func() bool { return queued(c) == n })
+	testwait.Eventually(t, 10*time.Second, "submits queued", func() bool { return queued(c) == n })
 	release()
 	wg.Wait()
 	for i, err := range errs {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/faultproxy"
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 )
 
@@ -54,7 +54,7 @@ func TestCallRepublishesALostPublish(t *testing.T) {
 		res, err = c.Call(cctx, "k", nil)
 		done <- err
 	}()
-	natstest.Eventually(t, 5*time.Second, "the job published (and swallowed)", func() bool { return nc.Stats().OutMsgs > sent })
+	testwait.Eventually(t, 5*time.Second, "the job published (and swallowed)", func() bool { return nc.Stats().OutMsgs > sent })
 	swallow.Remove()
 	select {
 	case err := <-done:
@@ -98,7 +98,7 @@ func TestCallRecoversALostReply(t *testing.T) {
 	<-entered
 	p.Cut()
 	close(release)
-	natstest.Eventually(t, 10*time.Second, "the job finished and was answered into the void", func() bool { return w.Stats().Succeeded == 1 })
+	testwait.Eventually(t, 10*time.Second, "the job finished and was answered into the void", func() bool { return w.Stats().Succeeded == 1 })
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestSubmitRepublishesALostPublish(t *testing.T) {
 		_, err := c.Submit(cctx, "k", nil, WithID("lost-once"))
 		done <- err
 	}()
-	natstest.Eventually(t, 5*time.Second, "the job published (and swallowed)", func() bool { return nc.Stats().OutMsgs > sent })
+	testwait.Eventually(t, 5*time.Second, "the job published (and swallowed)", func() bool { return nc.Stats().OutMsgs > sent })
 	swallow.Remove()
 	select {
 	case err := <-done:

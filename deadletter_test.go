@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // poisonCounter counts a key's jobs and refuses, permanently, any job whose
@@ -39,7 +39,7 @@ func TestDeadLetterTooLargeStillFits(t *testing.T) {
 		_, err := e.client.Call(ctx(t), "k", big)
 		poison <- err
 	}()
-	natstest.Eventually(t, 10*time.Second, "the poison job ran", func() bool { return w.Stats().Failed > 0 })
+	testwait.Eventually(t, 10*time.Second, "the poison job ran", func() bool { return w.Stats().Failed > 0 })
 	if res, err := e.client.Call(ctx(t), "k", nil); err != nil || string(res) != "1" {
 		t.Fatalf("next job = %q, %v; want 1", res, err)
 	}
@@ -76,7 +76,7 @@ func TestDeadLetterUnwritableHoldsTheLane(t *testing.T) {
 		_, err := e.client.Call(ctx(t), "k", []byte("poison"))
 		poison <- err
 	}()
-	natstest.Eventually(t, 10*time.Second, "a failed dead-letter write counted", func() bool { return w.Stats().DeadLetterErrors > 0 })
+	testwait.Eventually(t, 10*time.Second, "a failed dead-letter write counted", func() bool { return w.Stats().DeadLetterErrors > 0 })
 	later := make(chan string, 1)
 	go func() {
 		res, err := e.client.Call(ctx(t), "k", nil)
@@ -87,7 +87,7 @@ func TestDeadLetterUnwritableHoldsTheLane(t *testing.T) {
 	}()
 	// The later job must not run while the poison job is unsettled. Give it
 	// a few dead-letter retries to overtake, which it must not.
-	natstest.Eventually(t, 10*time.Second, "more dead-letter retries", func() bool { return w.Stats().DeadLetterErrors > 3 })
+	testwait.Eventually(t, 10*time.Second, "more dead-letter retries", func() bool { return w.Stats().DeadLetterErrors > 3 })
 	select {
 	case r := <-later:
 		t.Fatalf("a later job of the key ran (%q) while the poison job was neither applied nor dead-lettered", r)

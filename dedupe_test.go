@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/embedded"
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 )
 
@@ -44,7 +44,7 @@ func TestSameJobIDAfterDuplicateWindow(t *testing.T) {
 		if _, err := e.client.Submit(ctx(t), "probe", nil, WithID(id)); err != nil {
 			t.Fatal(err)
 		}
-		natstest.Eventually(t, 10*time.Second, "the duplicate window passed", func() bool {
+		testwait.Eventually(t, 10*time.Second, "the duplicate window passed", func() bool {
 			_, err := e.client.Submit(ctx(t), "probe", nil, WithID(id))
 			return err == nil
 		})
@@ -119,7 +119,7 @@ func TestSameJobIDAfterServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := w.Topology().NewState()
-	natstest.Eventually(t, 10*time.Second, "X applied", func() bool {
+	testwait.Eventually(t, 10*time.Second, "X applied", func() bool {
 		got, _ := state.Get(ctx(t), "k")
 		return string(got.Value) == "1"
 	})
@@ -129,14 +129,14 @@ func TestSameJobIDAfterServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 10*time.Second, "client reconnected", cnc.IsConnected)
+	testwait.Eventually(t, 10*time.Second, "client reconnected", cnc.IsConnected)
 	if _, err := c.Submit(ctx(t), "k", nil, WithID("X")); err != nil && !isDuplicate(err) {
 		t.Fatal(err)
 	}
 	if _, err := c.Submit(ctx(t), "k", nil, WithID("Y")); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 20*time.Second, "Y applied", func() bool {
+	testwait.Eventually(t, 20*time.Second, "Y applied", func() bool {
 		got, _ := state.Get(ctx(t), "k")
 		return got.JobID == "Y"
 	})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // TestStaleOwnerWriteIsFenced pauses a handler inside its critical section
@@ -65,8 +65,8 @@ func TestStaleOwnerWriteIsFenced(t *testing.T) {
 	b := e.worker("wb", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
 		return stB.Apply(ctx, j, add(1))
 	}), nil)
-	natstest.Eventually(t, 10*time.Second, "worker B owns the partition", func() bool { return len(b.Owned()) == 1 })
-	natstest.Eventually(t, 10*time.Second, "worker B applied the job", func() bool {
+	testwait.Eventually(t, 10*time.Second, "worker B owns the partition", func() bool { return len(b.Owned()) == 1 })
+	testwait.Eventually(t, 10*time.Second, "worker B applied the job", func() bool {
 		got, err := stB.Get(ctx(t), key)
 		return err == nil && got.JobID == "the-job"
 	})

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -59,7 +59,7 @@ func TestStrayPullerLosesNoJob(t *testing.T) {
 	// The stray: pull until it holds one job, never ack it.
 	// The owner makes the consumer just after it takes the partition.
 	var cons jetstream.Consumer
-	natstest.Eventually(t, 10*time.Second, "the partition's consumer exists", func() bool {
+	testwait.Eventually(t, 10*time.Second, "the partition's consumer exists", func() bool {
 		var err error
 		cons, err = e.js.Consumer(ctx(t), e.topo.Names.Jobs(), e.topo.Names.Consumer(0))
 		return err == nil

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -94,7 +95,7 @@ func (e *env) worker(id string, h Handler, mod func(*WorkerConfig)) *Worker {
 // waitOwned waits until the workers together own every partition.
 func (e *env) waitOwned(ws ...*Worker) {
 	e.t.Helper()
-	natstest.Eventually(e.t, 10*time.Second, "every partition owned", func() bool {
+	testwait.Eventually(e.t, 10*time.Second, "every partition owned", func() bool {
 		seen := map[int]bool{}
 		for _, w := range ws {
 			for _, p := range w.Owned() {
@@ -124,23 +125,7 @@ func (e *env) streamMsgs(name string) uint64 {
 // deadLetters returns the messages on the dead-letter stream.
 func (e *env) deadLetters() []*jetstream.RawStreamMsg {
 	e.t.Helper()
-	s, err := e.js.Stream(ctx(e.t), e.topo.Names.Dead())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := s.Info(ctx(e.t))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
-		raw, err := s.GetMsg(ctx(e.t), seq)
-		if err != nil {
-			continue
-		}
-		out = append(out, raw)
-	}
-	return out
+	return natstest.StreamMsgs(e.t, e.js, e.topo.Names.Dead())
 }
 
 // keyIn returns a key that hashes to partition p.

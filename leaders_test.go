@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natscluster"
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -29,7 +29,7 @@ func TestSpreadLeadersOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ls []ShardLeader
-	natstest.Eventually(t, 30*time.Second, "every shard led, with two current followers", func() bool {
+	testwait.Eventually(t, 30*time.Second, "every shard led, with two current followers", func() bool {
 		ls, err = ShardLeaders(ctx(t), js, "spread")
 		if err != nil {
 			return false
@@ -49,7 +49,7 @@ func TestSpreadLeadersOnCluster(t *testing.T) {
 			}
 		}
 	}
-	natstest.Eventually(t, 30*time.Second, "all shards led by "+ls[0].Leader+", with current followers", func() bool {
+	testwait.Eventually(t, 30*time.Second, "all shards led by "+ls[0].Leader+", with current followers", func() bool {
 		got, err := ShardLeaders(ctx(t), js, "spread")
 		if err != nil {
 			return false

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // TestCloseFailsWaitingCalls: Close ends every Call still waiting with
@@ -23,7 +23,7 @@ func TestCloseFailsWaitingCalls(t *testing.T) {
 		}()
 	}
 	// Wait until the three jobs are stored: the Calls then only wait.
-	natstest.Eventually(t, 10*time.Second, "three jobs stored", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 3 })
+	testwait.Eventually(t, 10*time.Second, "three jobs stored", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 3 })
 	closed := time.Now()
 	c.Close()
 	for range 3 {

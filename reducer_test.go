@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -146,7 +146,7 @@ func TestReducerGroupCommits(t *testing.T) {
 
 func waitEmpty(e *env) {
 	e.t.Helper()
-	natstest.Eventually(e.t, 30*time.Second, "jobs stream empty", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	testwait.Eventually(e.t, 30*time.Second, "jobs stream empty", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
 }
 
 // TestReducerFailureInGroup puts a permanently failing job in the middle of

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // TestRepartitionKeepsEveryKeysState changes N from 4 to 8 while workers
@@ -41,7 +41,7 @@ func TestRepartitionKeepsEveryKeysState(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("drain progress: %v", seen)
-	natstest.Eventually(t, 30*time.Second, "workers reloaded and own all 8 partitions", func() bool {
+	testwait.Eventually(t, 30*time.Second, "workers reloaded and own all 8 partitions", func() bool {
 		var owned []int
 		for _, w := range []*Worker{w1, w2} {
 			if w.Topology().Partitions != 8 {
@@ -82,7 +82,7 @@ func TestRepartitionKeepsEveryKeysState(t *testing.T) {
 		t.Fatalf("a stale client's job applied: %q", got.Value)
 	}
 	// The refused jobs are acked after their callers were told.
-	natstest.Eventually(t, 10*time.Second, "no job left to rot in the new stream", func() bool {
+	testwait.Eventually(t, 10*time.Second, "no job left to rot in the new stream", func() bool {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -160,7 +160,7 @@ func TestShardsRunEveryPartitionInKeyOrder(t *testing.T) {
 		}
 	}
 
-	natstest.Eventually(t, 30*time.Second, "every job ran", func() bool {
+	testwait.Eventually(t, 30*time.Second, "every job ran", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, k := range keys {
@@ -186,7 +186,7 @@ func TestShardsRunEveryPartitionInKeyOrder(t *testing.T) {
 	}
 	for i := range s {
 		name := e.topo.Names.JobsShard(i)
-		natstest.Eventually(t, 10*time.Second, name+" empty", func() bool { return e.streamMsgs(name) == 0 })
+		testwait.Eventually(t, 10*time.Second, name+" empty", func() bool { return e.streamMsgs(name) == 0 })
 	}
 	if b, err := e.client.Backlog(ctx(t)); err != nil || b != 0 {
 		t.Errorf("backlog %d, %v; want 0", b, err)
@@ -352,7 +352,7 @@ func TestRepartitionKeepsShards(t *testing.T) {
 	if err := Repartition(ctx(t), e.js, e.ns, 6, nil); err != nil {
 		t.Fatal(err)
 	}
-	natstest.Eventually(t, 30*time.Second, "the worker reloaded 6 partitions", func() bool {
+	testwait.Eventually(t, 30*time.Second, "the worker reloaded 6 partitions", func() bool {
 		return w.Topology().Partitions == 6 && len(w.Owned()) == 6
 	})
 	topo := w.Topology()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // TestFailingKeyDoesNotStallItsPartition: one key's head job fails and
@@ -51,7 +51,7 @@ func TestFailingKeyDoesNotStallItsPartition(t *testing.T) {
 			t.Fatal(o.Err)
 		}
 	}
-	natstest.Eventually(t, 10*time.Second, "the hot key's head retrying", func() bool { return w.Stats().Failed > 3 })
+	testwait.Eventually(t, 10*time.Second, "the hot key's head retrying", func() bool { return w.Stats().Failed > 3 })
 	for i := range 5 {
 		start := time.Now()
 		cctx, cancel := context.WithTimeout(ctx(t), 5*time.Second)
@@ -65,7 +65,7 @@ func TestFailingKeyDoesNotStallItsPartition(t *testing.T) {
 		}
 	}
 	failing.Store(false)
-	natstest.Eventually(t, 30*time.Second, "the hot key's backlog applied", func() bool {
+	testwait.Eventually(t, 30*time.Second, "the hot key's backlog applied", func() bool {
 		got, _ := NewState(e.topo.State).Get(ctx(t), "hot")
 		return string(got.Value) == strconv.Itoa(backlog)
 	})

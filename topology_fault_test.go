@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 )
 
@@ -33,7 +33,7 @@ func TestInjectedReplySubjectIsDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natstest.Eventually(t, 10*time.Second, "the jobs settled", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	testwait.Eventually(t, 10*time.Second, "the jobs settled", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
 	if d := e.deadLetters(); len(d) != len(targets) {
 		t.Errorf("%d dead letters; want every injected job", len(d))
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 )
@@ -231,7 +231,7 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	natstest.Eventually(t, 10*time.Second, "three malformed messages dead-lettered", func() bool {
+	testwait.Eventually(t, 10*time.Second, "three malformed messages dead-lettered", func() bool {
 		return len(e.deadLetters()) == 3
 	})
 	for _, m := range e.deadLetters() {
@@ -239,7 +239,7 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 			t.Errorf("dead letter error %q", m.Header.Get(HeaderError))
 		}
 	}
-	natstest.Eventually(t, 10*time.Second, "jobs stream empty", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	testwait.Eventually(t, 10*time.Second, "jobs stream empty", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
 	if res, err := e.client.Call(ctx(t), "fine", []byte("x")); err != nil || string(res) != "done x" {
 		t.Fatalf("worker broken after malformed input: %q, %v", res, err)
 	}
@@ -283,7 +283,7 @@ func TestResultsBucketAnswersMissedResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	var res []byte
-	natstest.Eventually(t, 10*time.Second, "result stored", func() bool {
+	testwait.Eventually(t, 10*time.Second, "result stored", func() bool {
 		res, err = e.client.Result(ctx(t), id)
 		return err == nil
 	})

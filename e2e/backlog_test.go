@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // TestBacklogMemoryBounded stores a backlog of jobs with no worker running,
@@ -57,7 +57,7 @@ func TestBacklogMemoryBounded(t *testing.T) {
 	w := c.startWorker("backlog-w1")
 	start = time.Now()
 	var peak int64
-	natstest.Eventually(t, 15*time.Minute, "backlog drained", func() bool {
+	testwait.Eventually(t, 15*time.Minute, "backlog drained", func() bool {
 		peak = max(peak, rssKB(t, w.cmd.Process.Pid))
 		n, err := c.client.Backlog(ctx)
 		return err == nil && n == 0

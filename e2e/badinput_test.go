@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -173,24 +174,17 @@ func idOf(opts []keylane.SubmitOpt) string {
 // job, malformed or not, was acked.
 func (c *cluster) waitJobsEmpty(timeout time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testwait.NoError(c.t, timeout, "jobs stream not empty", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		s, err := c.js.Stream(ctx, c.names.Jobs())
-		var msgs uint64
-		if err == nil {
-			var info *jetstream.StreamInfo
-			if info, err = s.Info(ctx); err == nil {
-				msgs = info.State.Msgs
-			}
+		if err != nil {
+			return err
 		}
-		cancel()
-		if err == nil && msgs == 0 {
-			return
+		info, err := s.Info(ctx)
+		if err == nil && info.State.Msgs > 0 {
+			err = fmt.Errorf("it still holds %d messages", info.State.Msgs)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("jobs stream still holds %d messages after %s (err %v)", msgs, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natscluster"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -74,24 +75,23 @@ func startOnClusterWith(t *testing.T, ns string, staggered bool, extra func(nc *
 // a worker's setup makes, exists; it fails at once if one of ws exits.
 func (c *cluster) waitNamespace(timeout time.Duration, ws ...*workerProc) {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testwait.NoError(c.t, timeout, "namespace "+c.ns+" not set up", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
 		_, err := c.js.KeyValue(ctx, c.names.State())
-		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		for _, w := range ws {
 			if w.exited() {
-				c.t.Fatalf("worker %s exited while setting up the namespace: %v\n%s", w.id, w.exitErr, tail(w.stderr, 20))
+				return testwait.Stop(fmt.Errorf("worker %s exited while setting up the namespace: %v\n%s", w.id, w.exitErr, tail(w.stderr, 20)))
 			}
 		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, context.DeadlineExceeded) || time.Now().After(deadline) {
-			c.t.Fatalf("namespace %s not set up within %s: %v", c.ns, timeout, err)
+		if !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, context.DeadlineExceeded) {
+			return testwait.Stop(err)
 		}
-		time.Sleep(50 * time.Millisecond) // polling with a deadline
-	}
+		return err
+	})
 }
 
 // checkR3 checks that every stream, bucket and partition consumer of the

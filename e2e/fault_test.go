@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/faultproxy"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,19 +52,15 @@ func keyLoad(h *history, key string, n, perCaller int, stop <-chan struct{}) {
 // keys' stock with a recorded "get".
 func settle(t *testing.T, c *cluster, h *history, keys []string, timeout time.Duration) map[string]int64 {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testwait.NoError(t, timeout, "jobs stream not empty", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		n, err := c.client.Backlog(ctx)
-		cancel()
-		if err == nil && n == 0 {
-			break
+		if err == nil && n > 0 {
+			err = fmt.Errorf("%d jobs left", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("jobs stream not empty within %s: %d jobs left (err %v)", timeout, n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 	final := map[string]int64{}
 	for _, k := range keys {
 		o := h.call(k, "get")
@@ -149,19 +147,15 @@ func TestStrayPullerLosesNoJob(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.NoError(t, 5*time.Second, "the stray pull request did not show up at the consumer", func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
 		info, err := cons.Info(ctx)
-		cancel()
-		if err == nil && info.NumWaiting >= 2 {
-			break
+		if err == nil && info.NumWaiting < 2 {
+			err = fmt.Errorf("info %+v", info)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stray pull request did not show up at the consumer (info %+v, err %v)", info, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err
+	})
 
 	start := time.Now()
 	keyLoad(h, key, 4, 25, nil)
@@ -258,19 +252,11 @@ func TestWorkerConnectionCutMidDelivery(t *testing.T) {
 // waitOps waits until h has recorded at least n ops.
 func waitOps(t *testing.T, h *history, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testwait.Until(t, timeout, fmt.Sprintf("%d ops returned", n), func() (int, bool) {
 		h.mu.Lock()
-		got := len(h.ops)
-		h.mu.Unlock()
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d ops returned within %s", got, n, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer h.mu.Unlock()
+		return len(h.ops), len(h.ops) >= n
+	})
 }
 
 // waitFor lets d pass: a fault's duration, which is the point, not a wait

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -65,20 +67,7 @@ type workerProc struct {
 // over the workers (waitBalanced). Everything is stopped when the test ends.
 func startCluster(t *testing.T, ns string, n int, args ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args}
-	nc, err := nats.Connect(natsURL, nats.Name("e2e-"+ns), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	c.nc = nc
-	if c.js, err = jetstream.New(nc); err != nil {
-		t.Fatal(err)
-	}
-	c.wipe()
-	// Registered after nc.Close, so it runs before it: processes first.
-	t.Cleanup(c.stopAll)
-
+	c := clusterOn(t, natsURL, ns, args...)
 	for i := range n {
 		c.startWorker(fmt.Sprintf("%s-w%d", ns, i))
 	}
@@ -277,22 +266,21 @@ func (c *cluster) traceFiles() []string {
 // openClient polls until the first worker has created the namespace.
 func (c *cluster) openClient() *keylane.Client {
 	c.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var cl *keylane.Client
+	testwait.NoError(c.t, 30*time.Second, "open client on "+c.ns, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		cl, err := keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns})
-		cancel()
-		if err == nil {
-			if cl.Partitions() != partitions {
-				c.t.Fatalf("client sees %d partitions, want %d", cl.Partitions(), partitions)
-			}
-			return cl
+		defer cancel()
+		var err error
+		cl, err = keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns})
+		if err != nil && !errors.Is(err, keylane.ErrNoTopology) {
+			return testwait.Stop(err)
 		}
-		if !errors.Is(err, keylane.ErrNoTopology) || time.Now().After(deadline) {
-			c.t.Fatalf("open client on %s: %v", c.ns, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if cl.Partitions() != partitions {
+		c.t.Fatalf("client sees %d partitions, want %d", cl.Partitions(), partitions)
 	}
+	return cl
 }
 
 // balanced reports why holders (partition → lease holder) is not the
@@ -428,18 +416,17 @@ func watchLeases(t *testing.T, js jetstream.JetStream, names keylane.Names) *lea
 	// The client can open the jobs stream before the first worker's Setup
 	// has made the buckets.
 	var kv jetstream.KeyValue
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	err := testwait.Poll(30*time.Second, func() error {
 		var err error
 		kv, err = js.KeyValue(ctx, names.Leases())
-		if err == nil {
-			break
+		if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return testwait.Stop(err)
 		}
-		if !errors.Is(err, jetstream.ErrBucketNotFound) || time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("lease bucket %s: %v", names.Leases(), err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	})
+	if err != nil {
+		cancel()
+		t.Fatalf("lease bucket %s: %v", names.Leases(), err)
 	}
 	kw, err := kv.WatchAll(ctx)
 	if err != nil {
@@ -512,68 +499,42 @@ func (l *leaseLog) takenOver(ps []int, old string, since time.Time) (map[int]tim
 // other than old after since, and returns the time of the last acquisition.
 func (c *cluster) waitTakenOver(ps []int, old string, since time.Time, timeout time.Duration) time.Time {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		got, all := c.leases.takenOver(ps, old, since)
-		if all {
-			var last time.Time
-			for p, at := range got {
-				c.t.Logf("partition %d taken over by %s after %s", p, c.leases.holders()[p], at.Sub(since).Round(time.Millisecond))
-				if at.After(last) {
-					last = at
-				}
-			}
-			return last
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("partitions %v of %s not taken over within %s (taken: %v, holders now %v)", ps, old, timeout, got, c.leases.holders())
-		}
-		time.Sleep(5 * time.Millisecond)
+	// What a failure shows: the take-overs so far and who holds what now.
+	type progress struct {
+		Taken   map[int]time.Time
+		Holders map[int]string
 	}
+	seen := testwait.Until(c.t, timeout, fmt.Sprintf("partitions %v of %s taken over", ps, old), func() (progress, bool) {
+		got, all := c.leases.takenOver(ps, old, since)
+		return progress{got, c.leases.holders()}, all
+	})
+	var last time.Time
+	for p, at := range seen.Taken {
+		c.t.Logf("partition %d taken over by %s after %s", p, seen.Holders[p], at.Sub(since).Round(time.Millisecond))
+		if at.After(last) {
+			last = at
+		}
+	}
+	return last
 }
 
 // deadLetters reads every message of the namespace's dead-letter stream.
 func (c *cluster) deadLetters() []*jetstream.RawStreamMsg {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := c.js.Stream(ctx, c.names.Dead())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	var out []*jetstream.RawStreamMsg
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
-		m, err := s.GetMsg(ctx, seq)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		out = append(out, m)
-	}
-	return out
+	return natstest.StreamMsgs(c.t, c.js, c.names.Dead())
 }
 
 // waitDeadLetter polls the dead-letter stream until match finds a message.
 func (c *cluster) waitDeadLetter(timeout time.Duration, what string, match func(*jetstream.RawStreamMsg) bool) *jetstream.RawStreamMsg {
 	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	return testwait.Until(c.t, timeout, "a dead letter for "+what, func() (*jetstream.RawStreamMsg, bool) {
 		for _, m := range c.deadLetters() {
 			if match(m) {
-				return m
+				return m, true
 			}
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no dead letter for %s within %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil, false
+	})
 }
 
 // jobsLastSeq is the jobs stream's last sequence: it moves only when a job

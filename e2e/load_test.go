@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/inventory"
 	"github.com/nats-io/nats.go"
 )
@@ -94,13 +95,10 @@ func (b *buyers) completed() int {
 // waitCompleted polls until at least n purchases returned.
 func (b *buyers) waitCompleted(t *testing.T, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for b.completed() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of %d purchases returned within %s", b.completed(), n, timeout)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, timeout, fmt.Sprintf("%d purchases returned", n), func() (int, bool) {
+		done := b.completed()
+		return done, done >= n
+	})
 }
 
 // stop lets in-flight purchases finish, starts no more, and returns them all.

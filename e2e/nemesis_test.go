@@ -381,9 +381,10 @@ func (ps *proxySet) closeAll() {
 	}
 }
 
-// clusterOn is startCluster on another server and with no workers yet:
-// the caller starts them (startWorkerWith), then opens the client, watches
-// the leases and waits for balance.
+// clusterOn connects to the server at url and wipes namespace ns, with no
+// workers yet: the caller starts them (startCluster on the shared server,
+// startWorkerWith here), then opens the client, watches the leases and
+// waits for balance.
 func clusterOn(t *testing.T, url, ns string, args ...string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args}

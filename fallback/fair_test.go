@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/keylane/keylane/fallback"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 func TestFairOrder(t *testing.T) {
@@ -39,7 +40,7 @@ func TestFairOrder(t *testing.T) {
 			errc <- lk.Unlock(ctx)
 		})
 		// Arrival i is complete once waiter i is queued.
-		eventually(t, 5*time.Second, func() bool { return c.LLen(ctx, queueKey).Val() == int64(i+1) }, "waiter queued")
+		testwait.Eventually(t, 5*time.Second, "waiter queued", func() bool { return c.LLen(ctx, queueKey).Val() == int64(i+1) })
 	}
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane/fallback"
 	"github.com/keylane/keylane/internal/redistest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 func TestExclusion(t *testing.T) {
@@ -162,7 +163,7 @@ func TestWatchdogReportsLoss(t *testing.T) {
 	if !errors.Is(lk.Err(), fallback.ErrLost) {
 		t.Fatalf("Err() = %v, want ErrLost", lk.Err())
 	}
-	eventually(t, time.Second, func() bool { return sctx.Err() != nil }, "critical-section context cancelled")
+	testwait.Eventually(t, time.Second, "critical-section context cancelled", func() bool { return sctx.Err() != nil })
 	if !errors.Is(context.Cause(sctx), fallback.ErrLost) {
 		t.Fatalf("cause = %v, want ErrLost", context.Cause(sctx))
 	}
@@ -246,10 +247,10 @@ func TestNotification(t *testing.T) {
 	lockKey, _, _, _, _ := fallback.KeysOf(nil, key)
 	channel := lockKey + ":released"
 	// Every waiter shares one subscription.
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, "one subscriber", func() bool {
 		n := c.PubSubNumSub(ctx, channel).Val()[channel]
 		return n == 1
-	}, "one subscriber")
+	})
 	start := time.Now()
 	if err := held.Unlock(ctx); err != nil {
 		t.Fatal(err)
@@ -270,9 +271,9 @@ func TestNotification(t *testing.T) {
 	if d := time.Since(start); d > 4*time.Second {
 		t.Fatalf("handing the lock through %d waiters took %v: notifications not used", waiters, d)
 	}
-	eventually(t, 5*time.Second, func() bool {
+	testwait.Eventually(t, 5*time.Second, "unsubscribe after the last waiter", func() bool {
 		return c.PubSubNumSub(ctx, channel).Val()[channel] == 0
-	}, "unsubscribe after the last waiter")
+	})
 }
 
 func TestReentrant(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/keylane/keylane/fallback"
 	"github.com/keylane/keylane/internal/redistest"
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 func startServers(t *testing.T, n int) []*redistest.Server {
@@ -67,7 +68,7 @@ func waitAccepting(t *testing.T, ctx context.Context, srvs []*redistest.Server, 
 		if s.PID() == 0 {
 			continue // killed by an earlier subtest
 		}
-		eventually(t, 10*time.Second, func() bool {
+		testwait.Eventually(t, 10*time.Second, fmt.Sprintf("node %d accepting commands", i), func() bool {
 			if clients[i].Ping(ctx).Err() != nil {
 				return false
 			}
@@ -77,7 +78,7 @@ func waitAccepting(t *testing.T, ctx context.Context, srvs []*redistest.Server, 
 				}
 			}
 			return true
-		}, fmt.Sprintf("node %d accepting commands", i))
+		})
 	}
 }
 
@@ -135,7 +136,7 @@ func TestRedLock(t *testing.T) {
 				}
 			})
 		}
-		eventually(t, 20*time.Second, func() bool { return done.Load() >= 20 }, "20 critical sections")
+		testwait.Eventually(t, 20*time.Second, "20 critical sections", func() bool { return done.Load() >= 20 })
 		srvs[3].Kill() // SIGKILL, mid-run
 		srvs[4].Kill()
 		wg.Wait()

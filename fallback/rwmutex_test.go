@@ -2,10 +2,13 @@ package fallback_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 func TestRWReadersOverlap(t *testing.T) {
@@ -21,11 +24,14 @@ func TestRWReadersOverlap(t *testing.T) {
 			errc <- rw.RDo(ctx, func(ctx context.Context, _ uint64) error {
 				inside.Add(1)
 				// Hold until every reader is inside at once: only possible
-				// if read locks overlap.
-				deadline := time.Now().Add(5 * time.Second)
-				for inside.Load() < readers && time.Now().Before(deadline) {
-					time.Sleep(2 * time.Millisecond)
-				}
+				// if read locks overlap. A timeout is not this goroutine's
+				// to report: the count checked below tells.
+				_ = testwait.Poll(5*time.Second, func() error {
+					if n := inside.Load(); n < readers {
+						return fmt.Errorf("%d of %d readers inside", n, readers)
+					}
+					return nil
+				})
 				return nil
 			})
 		})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -37,7 +38,7 @@ func TestFenceGrowsAcrossRecreatedBucket(t *testing.T) {
 	// on a loaded machine); keylane's Setup retries that, so do we.
 	var kv jetstream.KeyValue
 	var err error
-	natstest.Eventually(t, 10*time.Second, "the bucket created again", func() bool {
+	testwait.Eventually(t, 10*time.Second, "the bucket created again", func() bool {
 		kv, err = lease.EnsureBucket(ctx, e.js, lease.BucketConfig{Name: bucketName, TTL: ttl})
 		return err == nil
 	})

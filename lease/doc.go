@@ -167,6 +167,20 @@
 // TTL (plus the server's expiry slop) after its last renew, which was at
 // most RenewEvery before the crash.
 //
+// # The lease as a context
+//
+// Done and Err show the end of a lease; Context(parent) carries it into
+// code that takes a context, as fallback.Lock.Context does for a Redis
+// lock. The context is derived from parent and cancelled soon after Done
+// closes (a context.AfterFunc on the lease's life, so at once after
+// Release or Orphan, within one RenewEvery of a loss, at the trust deadline
+// on expiry); context.Cause then returns the same error as Err, wrapping
+// ErrLost, ErrExpired, ErrReleased or ErrOrphaned. A context asked of an
+// ended lease is cancelled on return. Cancelling the context (its cancel,
+// or its parent) does not end the lease. It ends when Done closes, so it
+// inherits Done's limits above: after a suspend it may end up to one
+// RenewEvery late. Acting still wants Trusted first, and the fence.
+//
 // # Fencing
 //
 // The fence is the revision of the tenure's Create. Revisions are stream
@@ -243,5 +257,8 @@
 //
 // Each Lease owns one goroutine, its watchdog; it exits when the lease
 // ends, and Release and Orphan wait for it. Campaign starts none of its own
-// (its watcher is a NATS subscription, stopped before it returns).
+// (its watcher is a NATS subscription, stopped before it returns). Context
+// starts none either: when the lease ends, context.AfterFunc runs one short
+// goroutine per live context to cancel it, and the context's cancel
+// unhooks it from the lease.
 package lease

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -40,7 +40,7 @@ func TestRenewWithLostReplyIsAdopted(t *testing.T) {
 		return newRev, err
 	}
 	l := acquire(t, kv, "p.0", config(t, "holder"))
-	natstest.Eventually(t, 2*ttl, "the revision moves past the write whose reply was lost", func() bool {
+	testwait.Eventually(t, 2*ttl, "the revision moves past the write whose reply was lost", func() bool {
 		return landed.Load() != 0 && l.Revision() > landed.Load()
 	})
 	// It stays held and trusted for a few more TTLs.
@@ -69,7 +69,7 @@ func TestPartitionedHolderExpires(t *testing.T) {
 	deadline := l.TrustDeadline()
 	contender := campaignAsync(t, t.Context(), e.kv, "p.0", config(t, "contender"))
 
-	natstest.Eventually(t, 2*ttl, "Done closes", func() bool {
+	testwait.Eventually(t, 2*ttl, "Done closes", func() bool {
 		select {
 		case <-l.Done():
 			return true

@@ -33,9 +33,13 @@ type Lease struct {
 	deadline atomic.Int64
 	revision atomic.Uint64
 
-	mu   sync.Mutex // guards err and the closing of done
-	err  error
-	done chan struct{}
+	// life ends, with err as its cause, when the lease does; done is its
+	// Done channel.
+	mu      sync.Mutex // guards err and the ending of life
+	err     error
+	life    context.Context
+	endLife context.CancelCauseFunc
+	done    <-chan struct{}
 
 	stopWatchdog context.CancelFunc
 	watchdogDone chan struct{}
@@ -130,6 +134,7 @@ func resolveCreate(ctx context.Context, kv jetstream.KeyValue, key, nonce string
 // watchdog.
 func start(kv jetstream.KeyValue, key string, cfg Config, nonce string, value []byte, rev uint64, sent time.Duration, clk clock) *Lease {
 	wctx, cancel := context.WithCancel(context.Background())
+	life, endLife := context.WithCancelCause(context.Background())
 	l := &Lease{
 		kv:           kv,
 		key:          key,
@@ -139,7 +144,9 @@ func start(kv jetstream.KeyValue, key string, cfg Config, nonce string, value []
 		cfg:          cfg,
 		logger:       cfg.Logger.With(slog.String("lease", key), slog.String("holder", cfg.Holder), slog.Uint64("fence", rev)),
 		clock:        clk,
-		done:         make(chan struct{}),
+		life:         life,
+		endLife:      endLife,
+		done:         life.Done(),
 		stopWatchdog: cancel,
 		watchdogDone: make(chan struct{}),
 	}
@@ -175,6 +182,30 @@ func (l *Lease) Revision() uint64 { return l.revision.Load() }
 // and Err close it as soon as they see the deadline passed. After that
 // nothing renews the lease again.
 func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Context returns a context derived from parent that is cancelled when
+// parent is, or soon after the lease ends (as Done closes: lost, expired,
+// released or orphaned); context.Cause then reports why, for the lease the
+// same error as Err. Hand it to the work the lease protects, so that work
+// stops when the lease can no longer be trusted; it does not replace
+// checking Trusted before acting (see "Pauses and suspends" in the package
+// documentation). If the lease has already ended, the context is cancelled
+// on return. Call cancel when done with the context: it releases what ties
+// the context to the lease, and does not end the lease. It starts no
+// goroutine that outlives the context.
+func (l *Lease) Context(parent context.Context) (ctx context.Context, cancel context.CancelFunc) {
+	cctx, cancelCause := context.WithCancelCause(parent)
+	stop := context.AfterFunc(l.life, func() { cancelCause(context.Cause(l.life)) })
+	if l.life.Err() != nil {
+		// Ended already: say so now rather than when AfterFunc's goroutine runs.
+		stop()
+		cancelCause(context.Cause(l.life))
+	}
+	return cctx, func() {
+		stop()
+		cancelCause(context.Canceled)
+	}
+}
 
 // Err returns nil while the lease lives, and after Done is closed an error
 // wrapping ErrLost, ErrExpired or ErrReleased (ErrOrphaned after Orphan)
@@ -250,7 +281,7 @@ func (l *Lease) end(err error) bool {
 		return false
 	}
 	l.err = err
-	close(l.done)
+	l.endLife(err)
 	return true
 }
 

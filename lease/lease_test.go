@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
@@ -117,7 +118,7 @@ func waitResult(t *testing.T, ch <-chan campaignResult, timeout time.Duration) c
 // bucket's stream, so the campaigner will see the next delete.
 func waitWatching(t *testing.T, e env) {
 	t.Helper()
-	natstest.Eventually(t, 5*time.Second, "a campaigner watches the bucket", func() bool {
+	testwait.Eventually(t, 5*time.Second, "a campaigner watches the bucket", func() bool {
 		s, err := e.js.Stream(t.Context(), "KV_"+bucketName)
 		return err == nil && s.CachedInfo().State.Consumers > 0
 	})
@@ -216,7 +217,7 @@ func TestFencesIncreaseAcrossTenures(t *testing.T) {
 	ctx := t.Context()
 
 	first := acquire(t, e.kv, "p.0", config(t, "a"))
-	natstest.Eventually(t, 2*ttl, "a renew changes the revision", func() bool { return first.Revision() > first.Fence() })
+	testwait.Eventually(t, 2*ttl, "a renew changes the revision", func() bool { return first.Revision() > first.Fence() })
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +292,7 @@ func TestLostWhenKeyChangesBehindHoldersBack(t *testing.T) {
 			renewEvery := ttl / 3
 			// The next renew notices, within one period; the slack covers
 			// its round trip and scheduling under -race.
-			natstest.Eventually(t, renewEvery+300*time.Millisecond, "Done closes", func() bool {
+			testwait.Eventually(t, renewEvery+300*time.Millisecond, "Done closes", func() bool {
 				select {
 				case <-l.Done():
 					return true
@@ -346,7 +347,7 @@ func TestReadAndDecode(t *testing.T) {
 
 	l = acquire(t, e.kv, "p.0", config(t, "worker-8"))
 	l.Orphan()
-	natstest.Eventually(t, 3*time.Second, "the expired key reads as free", func() bool {
+	testwait.Eventually(t, 3*time.Second, "the expired key reads as free", func() bool {
 		_, _, err := lease.Read(ctx, e.kv, "p.0")
 		return errors.Is(err, lease.ErrFree)
 	})

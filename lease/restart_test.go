@@ -5,39 +5,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-func startAt(t *testing.T, dir string, port int) *server.Server {
-	t.Helper()
-	s, err := embedded.Start(embedded.Config{Port: port, StoreDir: dir, ServerName: "restart"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
-}
 
 // A holder keeps its lease through a server restart shorter than its trust
 // window, and the fences of later tenures still grow.
 func TestLeaseSurvivesServerRestart(t *testing.T) {
 	const ttl = 2 * time.Second
 	dir := t.TempDir()
-	s := startAt(t, dir, -1)
+	s := natstest.Start(t, natstest.WithStoreDir(dir))
 	port := s.Addr().(*net.TCPAddr).Port
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	// Reconnect soon after the restart, well within the trust window.
+	nc := natstest.Connect(t, s, nats.ReconnectWait(20*time.Millisecond))
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -56,10 +39,10 @@ func TestLeaseSurvivesServerRestart(t *testing.T) {
 	s.WaitForShutdown()
 	down := time.Now()
 	before := l.Revision()
-	startAt(t, dir, port)
+	natstest.Start(t, natstest.WithStoreDir(dir), natstest.WithPort(port))
 	t.Logf("server down for %s", time.Since(down))
 
-	natstest.Eventually(t, ttl, "a renew lands on the restarted server", func() bool {
+	testwait.Eventually(t, ttl, "a renew lands on the restarted server", func() bool {
 		return l.Revision() > before
 	})
 	if !l.Trusted() {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -113,7 +114,7 @@ func TestSuspendedHostDistrustsExpiredLease(t *testing.T) {
 		clk.suspend(suspendedFor)
 		// Nothing calls Trusted or Err: the watchdog wakes within one
 		// RenewEvery and must see the window closed on the boot clock.
-		natstest.Eventually(t, 2*l.cfg.RenewEvery+200*time.Millisecond, "the watchdog ends the lease", func() bool { return isDone(l) })
+		testwait.Eventually(t, 2*l.cfg.RenewEvery+200*time.Millisecond, "the watchdog ends the lease", func() bool { return isDone(l) })
 		if err := l.Err(); !errors.Is(err, ErrExpired) {
 			t.Fatalf("err = %v, want ErrExpired", err)
 		}
@@ -129,7 +130,7 @@ func TestSuspendedHostDistrustsExpiredLease(t *testing.T) {
 			}
 		}
 		l := acquireOnClock(t, kv, "p.0", clk.now)
-		natstest.Eventually(t, 2*l.cfg.RenewEvery+200*time.Millisecond, "the watchdog ends the lease", func() bool { return isDone(l) })
+		testwait.Eventually(t, 2*l.cfg.RenewEvery+200*time.Millisecond, "the watchdog ends the lease", func() bool { return isDone(l) })
 		if err := l.Err(); !errors.Is(err, ErrExpired) || !strings.Contains(err.Error(), "after the trust deadline") {
 			t.Fatalf("err = %v, want ErrExpired for a reply after the trust deadline", err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
@@ -189,15 +190,10 @@ func TestTimeout(t *testing.T) {
 	tx.Remove()
 	// Data sent while the toxic was on was dropped, which may break the
 	// protocol stream; the client then reconnects. Either way it recovers.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := nc.Request("echo", []byte("hi"), 500*time.Millisecond); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no reply within 10s of removing the timeout toxic")
-		}
-	}
+	testwait.NoError(t, 10*time.Second, "no reply after removing the timeout toxic", func() error {
+		_, err := nc.Request("echo", []byte("hi"), 500*time.Millisecond)
+		return err
+	})
 }
 
 // TestBandwidth: a bandwidth toxic slows a large message down.

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -178,7 +178,7 @@ func (c *Cluster) Close() {
 // launch picks ports, writes each node's configuration and starts the
 // processes, and waits until each accepts clients.
 func (c *Cluster) launch(ctx context.Context, opts Options) error {
-	ports, err := freePorts(3 * opts.Nodes)
+	ports, err := testwait.FreePorts(3 * opts.Nodes)
 	if err != nil {
 		return err
 	}
@@ -241,26 +241,6 @@ accounts {
 system_account: SYS
 no_auth_user: "app"
 `, n.name, n.clientPort, n.httpPort, cluster, n.routePort, strings.Join(routes, ", "), n.StoreDir(), sysUser, sysPassword)
-}
-
-// freePorts returns n distinct loopback ports that were free a moment ago.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
 }
 
 // URLs is every node's client URL, comma-separated, for nats.Connect or a

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natscluster"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
@@ -66,18 +67,13 @@ func createR3(t *testing.T, js jetstream.JetStream) jetstream.Stream {
 func publishUntilAck(t *testing.T, js jetstream.JetStream, payload string, d time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
-	deadline := start.Add(d)
-	for {
+	testwait.NoError(t, d, "no acknowledged publish", func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
 		_, err := js.Publish(ctx, "s", []byte(payload), jetstream.WithMsgID(payload))
-		cancel()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no acknowledged publish within %s: %v", d, err)
-		}
-	}
+		return err
+	})
+	return time.Since(start)
 }
 
 func TestStreamSurvivesLeaderKill(t *testing.T) {
@@ -161,11 +157,10 @@ func TestRestartRejoins(t *testing.T) {
 			t.Logf("%s %s, restarted, healthy again after %s", how, n.Name(), time.Since(start).Round(time.Millisecond))
 			// The leader marks the peer current once it has heard from
 			// it since: a moment after the node's own health says so.
-			deadline := time.Now().Add(electionBound)
-			for {
+			testwait.NoError(t, electionBound, n.Name()+" not a current peer of S after being healthy", func() error {
 				s, err := js.Stream(ctxFor(t, 5*time.Second), "S")
 				if err != nil {
-					t.Fatal(err)
+					return testwait.Stop(err)
 				}
 				cl := s.CachedInfo().Cluster
 				peers := []string{cl.Leader}
@@ -174,14 +169,11 @@ func TestRestartRejoins(t *testing.T) {
 						peers = append(peers, p.Name)
 					}
 				}
-				if slices.Contains(peers, n.Name()) {
-					break
+				if !slices.Contains(peers, n.Name()) {
+					return fmt.Errorf("leader %s, replicas %s", cl.Leader, peerList(cl.Replicas))
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%s not a current peer of S within %s of being healthy: leader %s, replicas %s", n.Name(), electionBound, cl.Leader, peerList(cl.Replicas))
-				}
-				time.Sleep(50 * time.Millisecond) // polling with a deadline
-			}
+				return nil
+			})
 		})
 	}
 }

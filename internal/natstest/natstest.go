@@ -2,19 +2,45 @@
 package natstest
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/keylane/keylane/embedded"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Start runs a JetStream server on a free loopback port with its store in a
-// temporary directory, and stops it when the test ends.
-func Start(t testing.TB) *server.Server {
+// Option changes how Start runs a server.
+type Option func(*embedded.Config)
+
+// WithStoreDir keeps the server's store in dir instead of a fresh temporary
+// directory, so a server started again on dir finds what the first one
+// stored.
+func WithStoreDir(dir string) Option { return func(c *embedded.Config) { c.StoreDir = dir } }
+
+// WithPort listens on port instead of a free one, so a restarted server is
+// found at its old address.
+func WithPort(port int) Option { return func(c *embedded.Config) { c.Port = port } }
+
+// WithServerName names the server; the name defaults to the test's.
+func WithServerName(name string) Option { return func(c *embedded.Config) { c.ServerName = name } }
+
+// Start runs a JetStream server, by default on a free loopback port with
+// its store in a temporary directory, and stops it when the test ends.
+// Stopping it earlier (Shutdown, WaitForShutdown) is fine.
+func Start(t testing.TB, opts ...Option) *server.Server {
 	t.Helper()
-	s, err := embedded.Start(embedded.Config{Port: -1, StoreDir: t.TempDir(), ServerName: t.Name()})
+	cfg := embedded.Config{Port: -1, ServerName: t.Name()}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.StoreDir == "" {
+		cfg.StoreDir = t.TempDir()
+	}
+	s, err := embedded.Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,10 +51,12 @@ func Start(t testing.TB) *server.Server {
 	return s
 }
 
-// Connect opens a connection to s that is closed when the test ends.
-func Connect(t testing.TB, s *server.Server) *nats.Conn {
+// Connect opens a connection to s that is closed when the test ends. It
+// reconnects forever; opts come after that default and may change it.
+func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(5*time.Second), nats.MaxReconnects(-1))
+	opts = append([]nats.Option{nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}, opts...)
+	nc, err := nats.Connect(s.ClientURL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,16 +64,31 @@ func Connect(t testing.TB, s *server.Server) *nats.Conn {
 	return nc
 }
 
-// Eventually polls cond every few milliseconds until it is true or timeout
-// passes, and fails the test with msg in that case. Call it only from the
-// test goroutine.
-func Eventually(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+// StreamMsgs returns every message stored in the stream name now, in
+// sequence order; gaps (deleted messages) are skipped. It fails the test on
+// any other error.
+func StreamMsgs(t testing.TB, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, msg)
-		}
-		time.Sleep(5 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("stream %s, message %d: %v", name, seq, err)
+		}
+		out = append(out, m)
+	}
+	return out
 }

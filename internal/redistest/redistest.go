@@ -15,6 +15,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // Binary is the redis-server executable; REDIS_SERVER overrides it.
@@ -52,27 +54,18 @@ func Start(extra ...string) (*Server, error) {
 	}
 	var lastErr error
 	for range 5 {
-		port, err := freePort()
+		ports, err := testwait.FreePorts(1)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		s := &Server{port: port, dir: dir, extra: extra, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		s := &Server{port: ports[0], dir: dir, extra: extra, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
 	}
 	_ = os.RemoveAll(dir)
 	return nil, fmt.Errorf("redistest: start: %w", lastErr)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) start() error {
@@ -91,20 +84,19 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	s.cmd, s.wait = cmd, wait
 	s.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	err := testwait.Poll(10*time.Second, func() error {
 		select {
 		case <-wait:
-			return errors.New("redis-server exited during start (port taken?)")
+			return testwait.Stop(errors.New("redis-server exited during start (port taken?)"))
 		default:
 		}
-		if ping(s.Addr) == nil {
-			return nil
-		}
-		time.Sleep(10 * time.Millisecond) // polling with a deadline
+		return ping(s.Addr)
+	})
+	if err != nil {
+		s.kill(syscall.SIGKILL)
+		return fmt.Errorf("redis-server not ready: %w", err)
 	}
-	s.kill(syscall.SIGKILL)
-	return errors.New("redis-server not ready after 10s")
+	return nil
 }
 
 // ping sends PING and expects +PONG.
@@ -158,15 +150,8 @@ func (s *Server) Kill() { s.kill(syscall.SIGKILL) }
 // comes back empty.
 func (s *Server) Restart() error {
 	s.Kill()
-	var err error
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if err = s.start(); err == nil {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond) // port still held by the old process
-	}
-	return err
+	// The port may still be held by the old process for a moment.
+	return testwait.Poll(10*time.Second, s.start)
 }
 
 // Stop kills the server and removes its directory.
