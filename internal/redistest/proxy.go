@@ -2,9 +2,9 @@ package redistest
 
 import (
 	"bytes"
-	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // Proxy forwards TCP connections to a server. Armed with CutAfter, it lets
@@ -64,20 +64,17 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		down := make(chan struct{})
+		var swallow atomic.Bool
 		p.wg.Add(2)
-		go p.upstream(c, s, down)
-		go func() {
-			defer p.wg.Done()
-			defer close(down)
-			_, _ = io.Copy(c, s)
-			_ = c.Close()
-		}()
+		go p.upstream(c, s, &swallow)
+		go p.downstream(c, s, &swallow)
 	}
 }
 
-// upstream copies client to server, cutting when armed.
-func (p *Proxy) upstream(c, s net.Conn, down <-chan struct{}) {
+// upstream copies client to server. When armed, a write that contains the
+// marker sets swallow before it goes on to the server: the server's next
+// reply is then thrown away by downstream.
+func (p *Proxy) upstream(c, s net.Conn, swallow *atomic.Bool) {
 	defer p.wg.Done()
 	defer s.Close()
 	defer c.Close()
@@ -86,24 +83,41 @@ func (p *Proxy) upstream(c, s net.Conn, down <-chan struct{}) {
 		n, err := c.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			cut := p.marker != nil && bytes.Contains(bytes.ToLower(buf[:n]), bytes.ToLower(p.marker))
-			if cut {
+			if p.marker != nil && bytes.Contains(bytes.ToLower(buf[:n]), bytes.ToLower(p.marker)) {
 				p.marker = nil
 				p.cuts++
+				swallow.Store(true)
 			}
 			p.mu.Unlock()
-			if cut {
-				// Stop the reply from reaching the client: close the
-				// client side first, then send the command. The reply
-				// then fails to be copied to the client, which ends the
-				// downstream copy: only then is the server side closed,
-				// so the command has run.
-				_ = c.Close()
-				_, _ = s.Write(buf[:n])
-				<-down
+			// The whole command goes on, even if it spans several reads:
+			// the cut happens on the reply side, once the server answered,
+			// so the command has run (a cut of the request side could
+			// leave it half sent, and not run at all).
+			if _, werr := s.Write(buf[:n]); werr != nil {
 				return
 			}
-			if _, werr := s.Write(buf[:n]); werr != nil {
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// downstream copies server to client. Once swallow is set, the server's
+// reply — proof that the command ran — is dropped and both sides closed:
+// the client never learns the command ran.
+func (p *Proxy) downstream(c, s net.Conn, swallow *atomic.Bool) {
+	defer p.wg.Done()
+	defer s.Close()
+	defer c.Close()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := s.Read(buf)
+		if n > 0 {
+			if swallow.Load() {
+				return
+			}
+			if _, werr := c.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
