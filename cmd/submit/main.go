@@ -1,11 +1,11 @@
 // Command submit submits keylane jobs from the command line, and runs flash
-// sales and benchmarks against workers.
+// sales against workers. The benchmark is its own command, in the bench
+// module (cd bench && go run . -h).
 //
 //	submit sale                       # embedded NATS + 3 workers in this process
 //	submit sale --nats nats://…       # against running workers
 //	submit call --key sku:1 --payload "buy 1"
 //	submit send --key sku:1 --payload "restock 10" --id restock-42
-//	submit bench                      # hot-key flash sale at 8/64/256 buyers
 package main
 
 import (
@@ -48,7 +48,6 @@ const usage = `usage: submit <command> [flags]
 
 commands:
   sale    run a flash sale and check it (no --nats: embedded NATS and workers in this process)
-  bench   hot-key flash sale at 8/64/256 buyers, Call and fire-and-forget
   call    submit one job and print its result
   send    submit one job and print its ID
 
@@ -62,8 +61,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	switch args[0] {
 	case "sale":
 		return sale(ctx, args[1:], out)
-	case "bench":
-		return bench(ctx, args[1:], out)
 	case "call", "send":
 		return one(ctx, args[0], args[1:], out)
 	case "-h", "--help", "help":

@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keylane/keylane/internal/bench"
+	"github.com/keylane/keylane/bench/internal/bench"
 )
 
 func main() {
