@@ -5,30 +5,30 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keylane/keylane/inventory"
+	"github.com/keylane/keylane/internal/sale"
 )
 
 // TestCheckTraceCatches feeds checkTrace traces that break each rule and
 // checks that it complains: the end-to-end tests are only as good as it.
 func TestCheckTraceCatches(t *testing.T) {
-	run := func(w, job, key string, seq, fence uint64, start, end int64, applied bool) inventory.Run {
-		return inventory.Run{Worker: w, Job: job, Key: key, Seq: seq, Fence: fence, Start: start, End: end, Applied: applied}
+	run := func(w, job, key string, seq, fence uint64, start, end int64, applied bool) sale.Span {
+		return sale.Span{Worker: w, Job: job, Key: key, Seq: seq, Fence: fence, Start: start, End: end, Applied: applied}
 	}
 	ps := []purchase{{id: "a"}, {id: "b"}}
 	for _, tc := range []struct {
 		name  string
-		runs  []inventory.Run
+		runs  []sale.Span
 		rules traceRules
 		want  string // "" for a clean trace
 	}{
-		{"clean", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, true)}, traceRules{once: true}, ""},
-		{"overlap", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "b", "k", 2, 5, 9, 20, true)}, traceRules{}, "overlaps"},
-		{"applied twice", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "a", "k", 1, 6, 10, 20, true), run("w1", "b", "k", 2, 6, 20, 30, true)}, traceRules{}, "applied 2 times"},
-		{"ran twice", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "a", "k", 1, 6, 10, 20, false), run("w1", "b", "k", 2, 6, 20, 30, true)}, traceRules{once: true}, "ran 2 times"},
-		{"out of order", []inventory.Run{run("w0", "b", "k", 2, 5, 0, 10, true), run("w0", "a", "k", 1, 5, 10, 20, true)}, traceRules{}, "applied after"},
-		{"stale fence wrote last", []inventory.Run{run("w1", "a", "k", 1, 6, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, true)}, traceRules{}, "fence 5 after"},
-		{"never ran", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true)}, traceRules{}, "b never ran"},
-		{"not applied", []inventory.Run{run("w0", "a", "k", 1, 5, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, false)}, traceRules{}, "no applied run"},
+		{"clean", []sale.Span{run("w0", "a", "k", 1, 5, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, true)}, traceRules{once: true}, ""},
+		{"overlap", []sale.Span{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "b", "k", 2, 5, 9, 20, true)}, traceRules{}, "overlaps"},
+		{"applied twice", []sale.Span{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "a", "k", 1, 6, 10, 20, true), run("w1", "b", "k", 2, 6, 20, 30, true)}, traceRules{}, "applied 2 times"},
+		{"ran twice", []sale.Span{run("w0", "a", "k", 1, 5, 0, 10, true), run("w1", "a", "k", 1, 6, 10, 20, false), run("w1", "b", "k", 2, 6, 20, 30, true)}, traceRules{once: true}, "ran 2 times"},
+		{"out of order", []sale.Span{run("w0", "b", "k", 2, 5, 0, 10, true), run("w0", "a", "k", 1, 5, 10, 20, true)}, traceRules{}, "applied after"},
+		{"stale fence wrote last", []sale.Span{run("w1", "a", "k", 1, 6, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, true)}, traceRules{}, "fence 5 after"},
+		{"never ran", []sale.Span{run("w0", "a", "k", 1, 5, 0, 10, true)}, traceRules{}, "b never ran"},
+		{"not applied", []sale.Span{run("w0", "a", "k", 1, 5, 0, 10, true), run("w0", "b", "k", 2, 5, 10, 20, false)}, traceRules{}, "no applied run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := &recordingT{}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/inventory"
+	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/partition"
 )
 
@@ -166,7 +166,7 @@ func TestPausedWorker(t *testing.T) {
 	// The victim's runs that spanned the pause ran beside the successor's
 	// by design (leases did not behave); the rest must still be one at a
 	// time.
-	spansPause := func(r inventory.Run) bool {
+	spansPause := func(r sale.Span) bool {
 		return r.Worker == victim.id && r.Start < resumed.Add(leaseTTL).UnixNano() && r.End > paused.UnixNano()
 	}
 	rep := checkTrace(t, runs, ps, traceRules{ignoreOverlap: spansPause, unknownWrite: spansPause})

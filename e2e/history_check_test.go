@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/inventory"
+	"github.com/keylane/keylane/internal/sale"
 )
 
 // TestCheckHistoryCatches feeds checkHistory histories that break each of
@@ -22,8 +22,8 @@ func TestCheckHistoryCatches(t *testing.T) {
 		return histOp{ID: id, Key: key, Payload: payload, Invoke: at(from), Return: at(to)}
 	}
 	failed := func(o histOp) histOp { o.Err, o.Reply = errors.New("keylane: no reply"), ""; return o }
-	run := func(w, job, key string, seq, fence uint64, from, to int, applied bool) inventory.Run {
-		return inventory.Run{Worker: w, Job: job, Key: key, Seq: seq, Fence: fence, Start: at(from).UnixNano(), End: at(to).UnixNano(), Applied: applied}
+	run := func(w, job, key string, seq, fence uint64, from, to int, applied bool) sale.Span {
+		return sale.Span{Worker: w, Job: job, Key: key, Seq: seq, Fence: fence, Start: at(from).UnixNano(), End: at(to).UnixNano(), Applied: applied}
 	}
 	// A clean history: set 3, two buys by Call, a restock by Submit, a
 	// buy, all on k; applied in stream order.
@@ -34,7 +34,7 @@ func TestCheckHistoryCatches(t *testing.T) {
 		submit("r", "k", "restock 5", 22, 23),
 		call("c", "k", "buy 2", "sold 4", 60, 70),
 	}
-	cleanRuns := []inventory.Run{
+	cleanRuns := []sale.Span{
 		run("w0", "s", "k", 1, 5, 1, 2, true),
 		run("w0", "a", "k", 2, 5, 25, 26, true),
 		run("w0", "b", "k", 3, 5, 26, 27, true),
@@ -47,19 +47,19 @@ func TestCheckHistoryCatches(t *testing.T) {
 		ops[i] = o
 		return ops
 	}
-	withRun := func(rs []inventory.Run, i int, r inventory.Run) []inventory.Run {
-		rs = append([]inventory.Run(nil), rs...)
+	withRun := func(rs []sale.Span, i int, r sale.Span) []sale.Span {
+		rs = append([]sale.Span(nil), rs...)
 		rs[i] = r
 		return rs
 	}
-	without := func(rs []inventory.Run, i int) []inventory.Run {
-		return append(append([]inventory.Run(nil), rs[:i]...), rs[i+1:]...)
+	without := func(rs []sale.Span, i int) []sale.Span {
+		return append(append([]sale.Span(nil), rs[:i]...), rs[i+1:]...)
 	}
 
 	for _, tc := range []struct {
 		name  string
 		ops   []histOp
-		runs  []inventory.Run
+		runs  []sale.Span
 		final map[string]int64
 		rules historyRules
 		want  string // "" for a clean history

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/inventory"
 )
 
@@ -148,7 +149,7 @@ func (r historyReport) String() string {
 // This is a hand-written fold, not a linearizability search: the trace
 // gives the stream order, which fixes the one serial order keylane
 // promises, so there is nothing to search for.
-func checkHistory(t reporter, ops []histOp, runs []inventory.Run, final map[string]int64, rules historyRules) historyReport {
+func checkHistory(t reporter, ops []histOp, runs []sale.Span, final map[string]int64, rules historyRules) historyReport {
 	t.Helper()
 	rep := historyReport{ops: len(ops), runs: len(runs)}
 	errs := 0
@@ -177,9 +178,9 @@ func checkHistory(t reporter, ops []histOp, runs []inventory.Run, final map[stri
 			rep.unknown++
 		}
 	}
-	runsOf := map[string][]inventory.Run{}
-	appliedOf := map[string][]inventory.Run{}
-	byKey := map[string][]inventory.Run{}
+	runsOf := map[string][]sale.Span{}
+	appliedOf := map[string][]sale.Span{}
+	byKey := map[string][]sale.Span{}
 	for _, r := range runs {
 		runsOf[r.Job] = append(runsOf[r.Job], r)
 		byKey[r.Key] = append(byKey[r.Key], r)
@@ -202,7 +203,7 @@ func checkHistory(t reporter, ops []histOp, runs []inventory.Run, final map[stri
 
 	// Every acknowledged job: a well-formed reply, and applied once.
 	gaps := map[string]int{} // key -> acknowledged jobs with no applied run
-	var presumed []inventory.Run
+	var presumed []sale.Span
 	for _, o := range ops {
 		if !o.acked() {
 			continue
@@ -221,7 +222,7 @@ func checkHistory(t reporter, ops []histOp, runs []inventory.Run, final map[stri
 			// applied at its sequence: the fold checks the presumption
 			// against every later reply and the final stock.
 			rep.presumed++
-			presumed = append(presumed, inventory.Run{Worker: rs[0].Worker, Job: o.ID, Key: o.Key, Seq: rs[0].Seq, Fence: rs[0].Fence, Applied: true})
+			presumed = append(presumed, sale.Span{Worker: rs[0].Worker, Job: o.ID, Key: o.Key, Seq: rs[0].Seq, Fence: rs[0].Fence, Applied: true})
 			continue
 		}
 		if rules.lossy && (!o.Call || wellFormed(o.Payload, o.Reply)) {
@@ -241,8 +242,8 @@ func checkHistory(t reporter, ops []histOp, runs []inventory.Run, final map[stri
 	}
 	for _, key := range slices.Sorted(mapKeys(keys)) {
 		rs := byKey[key]
-		slices.SortFunc(rs, func(a, b inventory.Run) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End)) })
-		var applied []inventory.Run
+		slices.SortFunc(rs, func(a, b sale.Span) int { return cmp.Or(cmp.Compare(a.Start, b.Start), cmp.Compare(a.End, b.End)) })
+		var applied []sale.Span
 		for _, r := range rs {
 			if r.Applied {
 				applied = append(applied, r)
@@ -285,7 +286,7 @@ func checkHistory(t reporter, ops []histOp, runs []inventory.Run, final map[stri
 					bySeq = append(bySeq, r)
 				}
 			}
-			slices.SortFunc(bySeq, func(a, b inventory.Run) int { return cmp.Compare(a.Seq, b.Seq) })
+			slices.SortFunc(bySeq, func(a, b sale.Span) int { return cmp.Compare(a.Seq, b.Seq) })
 			var stock int64
 			for _, r := range bySeq {
 				o, ok := byID[r.Job]

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/internal/testwait"
-	"github.com/keylane/keylane/inventory"
 	"github.com/nats-io/nats.go"
 )
 
@@ -174,9 +174,9 @@ func checkStock(t *testing.T, c *cluster, skus []string, initial, demand, sold [
 
 // readTraces reads the JSON run lines of the given trace files. A worker
 // killed mid-write may leave a torn last line; it is skipped.
-func readTraces(t *testing.T, files []string) []inventory.Run {
+func readTraces(t *testing.T, files []string) []sale.Span {
 	t.Helper()
-	var runs []inventory.Run
+	var runs []sale.Span
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if os.IsNotExist(err) {
@@ -188,7 +188,7 @@ func readTraces(t *testing.T, files []string) []inventory.Run {
 		sc := bufio.NewScanner(bytes.NewReader(b))
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
-			var r inventory.Run
+			var r sale.Span
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				if !bytes.HasSuffix(b, append(slices.Clone(sc.Bytes()), '\n')) {
 					t.Logf("%s: torn trace line skipped: %q", f, sc.Bytes())
@@ -217,7 +217,7 @@ type traceRules struct {
 	mayLoseApplied bool
 	// ignoreOverlap leaves runs out of the one-at-a-time check (a paused
 	// worker's run spans its pause by design).
-	ignoreOverlap func(inventory.Run) bool
+	ignoreOverlap func(sale.Span) bool
 	// unknownWrite tells runs whose state write may have landed although
 	// the run was logged as not applied: a paused worker's write reached
 	// the server before the pause and its answer came after SIGCONT, when
@@ -225,7 +225,7 @@ type traceRules struct {
 	// successor then answered the job from the held outcome without running
 	// it. A purchase with a good reply and only such runs counts as applied;
 	// the stock check vouches for exactly-once.
-	unknownWrite func(inventory.Run) bool
+	unknownWrite func(sale.Span) bool
 }
 
 // traceReport is what checkTrace found, for logging.
@@ -242,11 +242,11 @@ type traceReport struct {
 //   - per key, applied runs in increasing stream order with non-decreasing
 //     fence (a stale owner never wrote after a newer one), and with
 //     rules.once all runs of a key started in increasing stream order.
-func checkTrace(t reporter, runs []inventory.Run, ps []purchase, rules traceRules) traceReport {
+func checkTrace(t reporter, runs []sale.Span, ps []purchase, rules traceRules) traceReport {
 	t.Helper()
 	rep := traceReport{runs: len(runs)}
-	byID := map[string][]inventory.Run{}
-	byKey := map[string][]inventory.Run{}
+	byID := map[string][]sale.Span{}
+	byKey := map[string][]sale.Span{}
 	for _, r := range runs {
 		byID[r.Job] = append(byID[r.Job], r)
 		byKey[r.Key] = append(byKey[r.Key], r)
@@ -311,7 +311,7 @@ func checkTrace(t reporter, runs []inventory.Run, ps []purchase, rules traceRule
 	for key, rs := range byKey {
 		// One at a time: sweep the runs in start order, tracking the ends
 		// of those still running.
-		slices.SortFunc(rs, func(a, b inventory.Run) int { return cmp.Compare(a.Start, b.Start) })
+		slices.SortFunc(rs, func(a, b sale.Span) int { return cmp.Compare(a.Start, b.Start) })
 		var running []int64
 		for _, r := range rs {
 			if rules.ignoreOverlap != nil && rules.ignoreOverlap(r) {
@@ -333,7 +333,7 @@ func checkTrace(t reporter, runs []inventory.Run, ps []purchase, rules traceRule
 				}
 			}
 		}
-		var applied []inventory.Run
+		var applied []sale.Span
 		for _, r := range rs {
 			if r.Applied {
 				applied = append(applied, r)

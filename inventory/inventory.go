@@ -23,7 +23,6 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/keylane/keylane"
 )
@@ -44,11 +43,6 @@ type Handler struct {
 	// State stores the stock when the handler runs as a Handler. A worker
 	// running it as a Reducer keeps the stock itself and ignores State.
 	State *keylane.State
-	// Hold is a pause between reading and writing the stock, to simulate a
-	// slow critical section in tests and demos. Defaults to none.
-	Hold time.Duration
-	// Tracker, when set, sees every run start and end.
-	Tracker *Tracker
 }
 
 // Command is a parsed job payload.
@@ -91,19 +85,7 @@ func (h *Handler) Reduce(ctx context.Context, job keylane.Job, cur []byte) ([]by
 	if err != nil {
 		return nil, nil, keylane.Permanent(err)
 	}
-	if h.Tracker != nil {
-		h.Tracker.Start(job)
-		defer h.Tracker.End(job)
-	}
-	return h.step(ctx, cmd, cur)
-}
-
-// Committed implements keylane's CommitObserver: it tells the tracker
-// whether a run's outcome was stored.
-func (h *Handler) Committed(job keylane.Job, applied bool) {
-	if h.Tracker != nil {
-		h.Tracker.Outcome(job, applied)
-	}
+	return step(cmd, cur)
 }
 
 // Handle implements keylane's Handler: the same commands, each applied
@@ -113,12 +95,6 @@ func (h *Handler) Handle(ctx context.Context, job keylane.Job) ([]byte, error) {
 	if err != nil {
 		return nil, keylane.Permanent(err)
 	}
-	var applied bool
-	if h.Tracker != nil {
-		h.Tracker.Start(job)
-		defer func() { h.Tracker.Outcome(job, applied) }()
-		defer h.Tracker.End(job)
-	}
 	if cmd.Op == "get" {
 		e, err := h.State.Get(ctx, job.Key)
 		if err != nil {
@@ -126,32 +102,17 @@ func (h *Handler) Handle(ctx context.Context, job keylane.Job) ([]byte, error) {
 		}
 		return []byte("stock " + strconv.FormatInt(decode(e.Value), 10)), nil
 	}
-	res, err := h.State.Apply(ctx, job, func(cur []byte) ([]byte, []byte, error) {
-		next, out, err := h.step(ctx, cmd, cur)
-		applied = err == nil
-		return next, out, err
+	return h.State.Apply(ctx, job, func(cur []byte) ([]byte, []byte, error) {
+		return step(cmd, cur)
 	})
-	if err != nil {
-		applied = false
-	}
-	return res, err
 }
 
 // step applies one command to the stock.
-func (h *Handler) step(ctx context.Context, cmd Command, cur []byte) ([]byte, []byte, error) {
+func step(cmd Command, cur []byte) ([]byte, []byte, error) {
 	if cmd.Op == "fail" {
 		return nil, nil, ErrPoison
 	}
 	stock := decode(cur)
-	if h.Hold > 0 {
-		t := time.NewTimer(h.Hold)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, nil, ctx.Err()
-		}
-	}
 	var out []byte
 	switch cmd.Op {
 	case "get":

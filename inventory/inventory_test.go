@@ -1,12 +1,10 @@
 package inventory
 
 import (
-	"context"
 	"errors"
 	"math"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/keylane/keylane"
 )
@@ -30,43 +28,6 @@ func TestParse(t *testing.T) {
 		"set -1", "restock -1", "set 9223372036854775808", "restock 99999999999999999999", "buy 9223372036854775808", "restock 1e3"} {
 		if _, err := Parse([]byte(in)); !errors.Is(err, ErrBadCommand) {
 			t.Errorf("Parse(%q) = %v, want ErrBadCommand", in, err)
-		}
-	}
-}
-
-// TestSaleInvariants runs the README's demo path, small: an embedded server,
-// three in-process workers, a skewed sale with request-reply and one with
-// fire-and-forget submits. Both must sell exactly what the stock allows.
-func TestSaleInvariants(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	local, err := StartLocal(ctx, LocalConfig{Workers: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Stop(context.Background())
-	c, err := local.Client(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ff := range []bool{false, true} {
-		cfg := SaleConfig{SKUs: 4, Stock: 300, Buyers: 32, Purchases: 2000, FireAndForget: ff}
-		v, err := RunSale(ctx, c, cfg, local.Tracker)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !v.OK() {
-			t.Fatalf("fire-and-forget=%v: verdict %+v", ff, v)
-		}
-		var want int64
-		for _, d := range v.Demand {
-			want += min(d, cfg.Stock)
-		}
-		if v.Sold != want || v.Sold+v.Refused != int64(cfg.Purchases) {
-			t.Fatalf("fire-and-forget=%v: sold %d refused %d, want sold %d of %d", ff, v.Sold, v.Refused, want, cfg.Purchases)
-		}
-		if v.MaxPerKey != 1 {
-			t.Fatalf("max concurrent runs per key %d, want 1", v.MaxPerKey)
 		}
 	}
 }
@@ -107,41 +68,6 @@ func TestRestockOverflow(t *testing.T) {
 			}
 			if next != nil {
 				t.Fatalf("refused restock returned new stock %q", next)
-			}
-		})
-	}
-}
-
-// TestRestockOverflowChangesNothing sends the overflowing restock through
-// real workers, both ways the handler runs: the caller gets a permanent
-// error and the stored stock is unchanged.
-func TestRestockOverflowChangesNothing(t *testing.T) {
-	for _, perJob := range []bool{false, true} {
-		t.Run(map[bool]string{false: "reducer", true: "handler"}[perJob], func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-			defer cancel()
-			local, err := StartLocal(ctx, LocalConfig{Workers: 1, PerJobWrites: perJob})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer local.Stop(context.Background())
-			c, err := local.Client(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			const stock = math.MaxInt64 - 5
-			if _, err := c.Call(ctx, "sku:big", []byte("set "+strconv.FormatInt(stock, 10))); err != nil {
-				t.Fatal(err)
-			}
-			res, err := c.Call(ctx, "sku:big", []byte("restock 10"))
-			var re *keylane.RemoteError
-			if !errors.As(err, &re) || !re.Permanent {
-				t.Fatalf("restock 10 onto %d = %q, %v; want a permanent remote error", stock, res, err)
-			}
-			t.Logf("refused: %v", err)
-			res, err = c.Call(ctx, "sku:big", []byte("get"))
-			if want := "stock " + strconv.FormatInt(stock, 10); err != nil || string(res) != want {
-				t.Fatalf("get after the refused restock = %q, %v; want %q", res, err, want)
 			}
 		})
 	}

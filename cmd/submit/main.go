@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
-	"github.com/keylane/keylane/inventory"
+	"github.com/keylane/keylane/internal/sale"
 	"github.com/nats-io/nats.go"
 )
 
@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	switch args[0] {
 	case "sale":
-		return sale(ctx, args[1:], out)
+		return runSale(ctx, args[1:], out)
 	case "call", "send":
 		return one(ctx, args[0], args[1:], out)
 	case "-h", "--help", "help":
@@ -98,7 +98,7 @@ func (c *common) logger() *slog.Logger {
 
 // connect returns a client, starting an in-process deployment when no URL
 // was given, and a function that tears everything down.
-func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Client, *inventory.Local, func(), error) {
+func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Client, *sale.Local, func(), error) {
 	if c.url != "" {
 		nc, err := nats.Connect(c.url, nats.Name("keylane-submit"))
 		if err != nil {
@@ -111,7 +111,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		}
 		return cl, nil, func() { cl.Close(); nc.Close() }, nil
 	}
-	local, err := inventory.StartLocal(ctx, inventory.LocalConfig{
+	local, err := sale.StartLocal(ctx, sale.LocalConfig{
 		Workers:  c.workers,
 		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards},
 		Hold:     hold,
@@ -133,11 +133,11 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 	}, nil
 }
 
-func sale(ctx context.Context, args []string, out io.Writer) error {
+func runSale(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("sale", flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	var cfg inventory.SaleConfig
+	var cfg sale.Config
 	var hold time.Duration
 	fs.IntVar(&cfg.SKUs, "skus", 5, "SKUs on sale")
 	fs.Int64Var(&cfg.Stock, "stock", 1000, "starting stock of each SKU")
@@ -161,13 +161,13 @@ func sale(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer done()
 	where := c.url
-	var tr *inventory.Tracker
+	var tr *sale.Tracker
 	if local != nil {
 		where = fmt.Sprintf("embedded NATS at %s, %d workers in this process", local.URL, len(local.Workers))
 		tr = local.Tracker
 	}
 	fmt.Fprintf(out, "keylane: %s, %d partitions\n", where, cl.Partitions())
-	v, err := inventory.RunSale(ctx, cl, cfg, tr)
+	v, err := sale.Run(ctx, cl, cfg, tr)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/inventory"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
@@ -152,16 +153,16 @@ func run(ctx context.Context, args []string) error {
 	if c.worker.ID == "" {
 		c.worker.ID = keylane.DefaultWorkerID() // known before the handler's tracker needs it
 	}
-	var tracker *inventory.Tracker
+	var tracker *sale.Tracker
 	if c.trace != "" {
 		f, err := os.OpenFile(c.trace, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		tracker = inventory.NewTracker(f, c.worker.ID)
+		tracker = sale.NewTracker(f, c.worker.ID)
 	}
-	h := &inventory.Handler{Hold: c.hold, Tracker: tracker}
+	h := &sale.Handler{Inventory: &inventory.Handler{}, Hold: c.hold, Tracker: tracker}
 	c.worker.Reducer = h
 	if c.crashOn != "" {
 		c.worker.Reducer = crashing{h, c.crashOn, log}
@@ -215,7 +216,7 @@ func serveMetrics(addr string, w *keylane.Worker, log *slog.Logger) (func(), err
 // crashing is the inventory reducer, exiting the process on one payload:
 // a job that takes down every worker that runs it, for tests.
 type crashing struct {
-	*inventory.Handler
+	*sale.Handler
 	on  string
 	log *slog.Logger
 }

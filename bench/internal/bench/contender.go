@@ -105,7 +105,7 @@ func (w Workload) Label() string {
 	return s
 }
 
-// picks returns the SKU of every purchase, drawn as inventory.RunSale
+// picks returns the SKU of every purchase, drawn as sale.Run
 // draws them, so every contender sees the same sequence.
 func (w Workload) picks() []int {
 	picks := make([]int, w.Purchases)

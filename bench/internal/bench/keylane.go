@@ -15,7 +15,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natscluster"
-	"github.com/keylane/keylane/inventory"
+	"github.com/keylane/keylane/internal/sale"
 )
 
 // workers is how many keylane workers every placement runs.
@@ -23,11 +23,11 @@ const workers = 3
 
 // keylaneSale sells through keylane's inventory handler: with Call
 // (request-reply) or, with submit set, SubmitMany and a wait until the
-// jobs stream is empty, as inventory.RunSale does.
+// jobs stream is empty, as sale.Run does.
 type keylaneSale struct {
 	submit bool
 
-	local   *inventory.Local     // embedded
+	local   *sale.Local          // embedded
 	srv     *natsServer          // separate
 	cluster *natscluster.Cluster // cluster
 	dir     string               // cluster: the nodes' stores
@@ -51,7 +51,7 @@ func (k *keylaneSale) Kind() Kind { return Keylane }
 func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	var err error
 	if env.Placement == Embedded {
-		k.local, err = inventory.StartLocal(ctx, inventory.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers})
+		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers})
 		if err != nil {
 			return err
 		}
@@ -72,7 +72,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	if k.nc, err = nats.Connect(k.srv.URL, nats.Name("keylane-bench")); err != nil {
 		return err
 	}
-	// As inventory.Local's clients: group commit when every write is synced.
+	// As sale.Local's clients: group commit when every write is synced.
 	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: env.Durable})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
@@ -226,7 +226,7 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	}
 	start, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	l, err := inventory.StartLocal(start, inventory.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
+	l, err := sale.StartLocal(start, sale.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
 		Topology: keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ type bulkShop interface {
 }
 
 // submitChunk is how many purchases a fire-and-forget sale submits at once,
-// as inventory.RunSale does; the deadline is checked between chunks.
+// as sale.Run does; the deadline is checked between chunks.
 const submitChunk = 4096
 
 // sell runs workload w through s: stock, the timed purchases, then the

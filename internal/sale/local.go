@@ -1,4 +1,4 @@
-package inventory
+package sale
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/inventory"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,7 +96,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			return nil, err
 		}
 		l.conns = append(l.conns, nc)
-		wcfg := keylane.WorkerConfig{Reducer: &Handler{Hold: cfg.Hold, Tracker: l.Tracker}}
+		wcfg := keylane.WorkerConfig{Reducer: &Handler{Inventory: &inventory.Handler{}, Hold: cfg.Hold, Tracker: l.Tracker}}
 		if cfg.PerJobWrites {
 			js, err := jetstream.New(nc)
 			if err != nil {
@@ -107,7 +108,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 				l.Stop(ctx)
 				return nil, err
 			}
-			wcfg = keylane.WorkerConfig{Handler: &Handler{State: keylane.NewState(topo.State), Hold: cfg.Hold, Tracker: l.Tracker}}
+			wcfg = keylane.WorkerConfig{Handler: &Handler{Inventory: &inventory.Handler{State: keylane.NewState(topo.State)}, Hold: cfg.Hold, Tracker: l.Tracker}}
 		}
 		w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
 			Topology:    cfg.Topology,
@@ -139,7 +140,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		select {
 		case <-ctx.Done():
 			l.Stop(context.Background())
-			return nil, errors.Join(errors.New("inventory: partitions not all owned"), ctx.Err())
+			return nil, errors.Join(errors.New("sale: partitions not all owned"), ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

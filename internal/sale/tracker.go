@@ -1,4 +1,4 @@
-package inventory
+package sale
 
 import (
 	"bufio"
@@ -13,7 +13,7 @@ import (
 // Tracker watches handler runs in one process: the most runs of one key seen
 // at the same time (keylane promises 1), and runs of a key that started out
 // of stream order. With a writer it also logs every run as a JSON line, so
-// runs in several processes can be checked together (see Run).
+// runs in several processes can be checked together (see Span).
 // It is safe for concurrent use.
 type Tracker struct {
 	mu      sync.Mutex
@@ -22,7 +22,7 @@ type Tracker struct {
 	order   int
 	runs    int64
 	out     *bufio.Writer
-	pending map[uint64]*Run // runs whose outcome is not known, when tracing
+	pending map[uint64]*Span // runs whose outcome is not known, when tracing
 	worker  string
 }
 
@@ -31,8 +31,8 @@ type keyTrack struct {
 	lastSeq uint64
 }
 
-// Run is one handler run as a trace line records it.
-type Run struct {
+// Span is one handler run as a trace line records it.
+type Span struct {
 	Worker  string `json:"w"`
 	Job     string `json:"job"`
 	Key     string `json:"key"`
@@ -46,7 +46,7 @@ type Run struct {
 // NewTracker returns a tracker; out, if not nil, receives a JSON line per
 // run, tagged with worker.
 func NewTracker(out io.Writer, worker string) *Tracker {
-	t := &Tracker{keys: map[string]*keyTrack{}, worker: worker, pending: map[uint64]*Run{}}
+	t := &Tracker{keys: map[string]*keyTrack{}, worker: worker, pending: map[uint64]*Span{}}
 	if out != nil {
 		t.out = bufio.NewWriterSize(out, 64<<10)
 	}
@@ -72,7 +72,7 @@ func (t *Tracker) Start(job keylane.Job) {
 	k.lastSeq = job.Seq
 	t.runs++
 	if t.out != nil {
-		t.pending[job.Seq] = &Run{Worker: t.worker, Job: job.ID, Key: job.Key, Seq: job.Seq, Fence: job.Fence, Start: time.Now().UnixNano()}
+		t.pending[job.Seq] = &Span{Worker: t.worker, Job: job.ID, Key: job.Key, Seq: job.Seq, Fence: job.Fence, Start: time.Now().UnixNano()}
 	}
 }
 

@@ -1,4 +1,4 @@
-package inventory
+package sale
 
 import (
 	"context"
@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// SaleConfig describes a flash sale: many buyers racing for the stock of a
+// Config describes a flash sale: many buyers racing for the stock of a
 // few hot SKUs.
-type SaleConfig struct {
+type Config struct {
 	// SKUs is how many products are on sale. Defaults to 5.
 	SKUs int
 	// Stock is each SKU's starting stock. Defaults to 1000.
@@ -45,7 +45,7 @@ type SaleConfig struct {
 	Timeout time.Duration
 }
 
-func (c *SaleConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.SKUs == 0 {
 		c.SKUs = 5
 	}
@@ -71,7 +71,7 @@ func (c *SaleConfig) setDefaults() {
 
 // Verdict is the outcome of a sale, with the invariants checked.
 type Verdict struct {
-	Config    SaleConfig
+	Config    Config
 	Sold      int64 // purchases answered "sold"
 	Refused   int64 // purchases answered "soldout"
 	Failed    int64 // purchases that got an error
@@ -140,13 +140,13 @@ func round(d time.Duration) time.Duration {
 	return d.Round(time.Microsecond)
 }
 
-// RunSale stocks the SKUs, runs the purchases through c and checks the
+// Run stocks the SKUs, runs the purchases through c and checks the
 // result. tr, if not nil, is the tracker the handlers share (in-process
 // workers), for the per-key concurrency and order checks.
-func RunSale(ctx context.Context, c *keylane.Client, cfg SaleConfig, tr *Tracker) (Verdict, error) {
+func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdict, error) {
 	cfg.setDefaults()
 	if !cfg.Even && cfg.Skew <= 1 {
-		return Verdict{Config: cfg}, fmt.Errorf("inventory: zipf skew must be above 1 (got %g); set Even for even demand", cfg.Skew)
+		return Verdict{Config: cfg}, fmt.Errorf("sale: zipf skew must be above 1 (got %g); set Even for even demand", cfg.Skew)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -237,7 +237,7 @@ func RunSale(ctx context.Context, c *keylane.Client, cfg SaleConfig, tr *Tracker
 	return v, nil
 }
 
-func callAll(ctx context.Context, c *keylane.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string, v *Verdict) ([]time.Duration, error) {
+func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, runID string, sku func(int) string, v *Verdict) ([]time.Duration, error) {
 	lat := make([]time.Duration, len(picks))
 	var next atomic.Int64
 	var sold, refused, failed atomic.Int64
@@ -281,7 +281,7 @@ func callAll(ctx context.Context, c *keylane.Client, cfg SaleConfig, picks []int
 	return lat, nil
 }
 
-func submitAll(ctx context.Context, c *keylane.Client, cfg SaleConfig, picks []int, runID string, sku func(int) string) error {
+func submitAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, runID string, sku func(int) string) error {
 	const chunk = 4096
 	for lo := 0; lo < len(picks); lo += chunk {
 		hi := min(lo+chunk, len(picks))
