@@ -1,8 +1,9 @@
 // Package e2e tests keylane across processes: worker processes built from
-// ./cmd/worker run against one NATS server that lives in the test process,
-// and the tests drive them through a keylane Client, kill, pause and stop
-// them, and check the invariants on what came back, on the final state and
-// on the workers' trace files.
+// ./e2e/testworker (cmd/worker with the test-only flags) run against one
+// NATS server that lives in the test process, and the tests drive them
+// through a keylane Client, kill, pause and stop them, and check the
+// invariants on what came back, on the final state and on the workers'
+// trace files.
 package e2e
 
 import (
@@ -42,7 +43,7 @@ func testMain(m *testing.M) int {
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	build := exec.Command(goBin, "build", "-o", workerBin, "github.com/keylane/keylane/cmd/worker")
+	build := exec.Command(goBin, "build", "-o", workerBin, "github.com/keylane/keylane/e2e/testworker")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: building the worker: %v\n%s", err, out)
 		return 1

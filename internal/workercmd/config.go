@@ -1,0 +1,105 @@
+// Package workercmd is the worker command: its flags and environment, and
+// its run, from the embedded server to the graceful drain. cmd/worker runs
+// it as it is; the e2e tests' worker adds test-only flags around it.
+package workercmd
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keylane/keylane"
+)
+
+// Config is what the worker command runs, as Parse reads it from flags and
+// the environment.
+type Config struct {
+	// URL of the NATS server(s), comma-separated; empty starts an embedded
+	// server on Listen with its store in Data.
+	URL, Listen, Data string
+	// SyncAlways makes the embedded server fsync every write.
+	SyncAlways bool
+	// Ping is how often the connection checks the server.
+	Ping time.Duration
+	// Drain bounds a graceful stop.
+	Drain time.Duration
+	// Metrics, when set, is the address to serve Prometheus metrics on.
+	Metrics string
+	// Worker is the worker's configuration. Parse sets its ID (a default
+	// one if none was given) and Logger; Run defaults its Reducer to the
+	// inventory handler when neither Reducer nor Handler is set.
+	Worker keylane.WorkerConfig
+}
+
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDur(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// Parse registers the worker's flags on fs, next to any fs already has,
+// parses args and returns the Config, with a text logger to stderr at the
+// level asked for.
+func Parse(fs *flag.FlagSet, args []string) (Config, error) {
+	var c Config
+	var logLevel string
+	fs.StringVar(&c.URL, "nats", os.Getenv("NATS_URL"), "NATS URL(s), comma-separated; empty starts an embedded server (env NATS_URL)")
+	fs.StringVar(&c.Listen, "listen", env("KEYLANE_LISTEN", "127.0.0.1:4222"), "embedded server address (env KEYLANE_LISTEN)")
+	fs.StringVar(&c.Data, "data", env("KEYLANE_DATA", "keylane-data"), "embedded server store directory (env KEYLANE_DATA)")
+	fs.BoolVar(&c.SyncAlways, "sync-always", os.Getenv("KEYLANE_SYNC_ALWAYS") == "1", "embedded server fsyncs every write (env KEYLANE_SYNC_ALWAYS=1)")
+	fs.StringVar(&c.Worker.Topology.Namespace, "namespace", env("KEYLANE_NAMESPACE", "keylane"), "namespace (env KEYLANE_NAMESPACE)")
+	fs.IntVar(&c.Worker.Topology.Partitions, "partitions", envInt("KEYLANE_PARTITIONS", 0), "partitions: 0 takes the stream's, or 16 when creating (env KEYLANE_PARTITIONS)")
+	fs.IntVar(&c.Worker.Topology.StreamShards, "stream-shards", envInt("KEYLANE_STREAM_SHARDS", 0), "jobs streams the partitions spread over (partition p in shard p % S), so several stream leaders share the storage work: 0 takes the namespace's, or 1 when creating; another count than the namespace's is refused (env KEYLANE_STREAM_SHARDS)")
+	fs.IntVar(&c.Worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", -1), "replicas of streams and buckets when creating them; an existing namespace with another count is refused. Default: 3 when --nats names more than one server (a cluster), else what exists, or 1 when creating (env KEYLANE_REPLICAS)")
+	fs.DurationVar(&c.Ping, "ping-interval", envDur("KEYLANE_PING_INTERVAL", 2*time.Second), "how often the connection checks the server; a worker on a paused or cut-off node notices within two of these (env KEYLANE_PING_INTERVAL)")
+	fs.DurationVar(&c.Worker.Topology.LeaseTTL, "lease-ttl", envDur("KEYLANE_LEASE_TTL", 10*time.Second), "partition lease TTL (env KEYLANE_LEASE_TTL)")
+	fs.IntVar(&c.Worker.Concurrency, "concurrency", envInt("KEYLANE_CONCURRENCY", 8), "keys of one partition run at once (env KEYLANE_CONCURRENCY)")
+	fs.IntVar(&c.Worker.MaxInFlight, "max-in-flight", envInt("KEYLANE_MAX_IN_FLIGHT", 1024), "fetched, unfinished jobs per partition (env KEYLANE_MAX_IN_FLIGHT)")
+	fs.IntVar(&c.Worker.MaxDeliver, "max-deliver", envInt("KEYLANE_MAX_DELIVER", 5), "attempts before dead-lettering (env KEYLANE_MAX_DELIVER)")
+	fs.DurationVar(&c.Worker.AckWait, "ack-wait", envDur("KEYLANE_ACK_WAIT", 30*time.Second), "server redelivery timeout (env KEYLANE_ACK_WAIT)")
+	fs.BoolVar(&c.Worker.StoreResults, "results", os.Getenv("KEYLANE_RESULTS") == "1", "store results in the results bucket (env KEYLANE_RESULTS=1)")
+	fs.StringVar(&c.Worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
+	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")
+	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env KEYLANE_METRICS)")
+	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if c.Worker.Topology.Replicas < 0 {
+		c.Worker.Topology.Replicas = 0 // follow the namespace, 1 when creating
+		if strings.Count(c.URL, ",") > 0 {
+			c.Worker.Topology.Replicas = 3 // a cluster
+		}
+	}
+	if c.Ping <= 0 {
+		return c, fmt.Errorf("--ping-interval must be positive, got %s", c.Ping)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return c, err
+	}
+	c.Worker.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if c.Worker.ID == "" {
+		c.Worker.ID = keylane.DefaultWorkerID() // known before a handler that names its worker needs it
+	}
+	return c, nil
+}

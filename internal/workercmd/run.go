@@ -1,0 +1,102 @@
+package workercmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/inventory"
+	"github.com/keylane/keylane/metrics"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Run starts an embedded NATS server unless c.URL is set, connects, and
+// runs a worker with c.Worker until ctx ends, then drains it within
+// c.Drain. stopped, if not nil, is called with the worker once it has
+// stopped; its error joins Run's.
+func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) error {
+	log := c.Worker.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	url := c.URL
+	if url == "" {
+		host, port, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return fmt.Errorf("--listen port: %w", err)
+		}
+		s, err := embedded.Start(embedded.Config{Host: host, Port: p, StoreDir: c.Data, SyncAlways: c.SyncAlways})
+		if errors.Is(err, embedded.ErrStoreInUse) {
+			return fmt.Errorf("--data: %w; give each embedded server its own --data, or join the running one with --nats", err)
+		}
+		if err != nil {
+			return err
+		}
+		defer func() { s.Shutdown(); s.WaitForShutdown() }()
+		url = s.ClientURL()
+		log.Info("embedded NATS started", "url", url, "data", c.Data)
+	}
+	nc, err := nats.Connect(url, nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if c.Worker.Reducer == nil && c.Worker.Handler == nil {
+		c.Worker.Reducer = &inventory.Handler{}
+	}
+	w, err := keylane.NewWorker(nc, c.Worker)
+	if err != nil {
+		return err
+	}
+	if c.Metrics != "" {
+		stopMetrics, err := serveMetrics(c.Metrics, w, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+	err = w.Run(ctx, c.Drain)
+	if stopped != nil {
+		err = errors.Join(err, stopped(w))
+	}
+	return err
+}
+
+// serveMetrics serves the worker's Prometheus metrics on addr until the
+// returned function is called.
+func serveMetrics(addr string, w *keylane.Worker, log *slog.Logger) (func(), error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.New(w), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
