@@ -1,0 +1,46 @@
+package workercmd
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, name := range []string{"NATS_URL", "KEYLANE_REPLICAS", "KEYLANE_PING_INTERVAL", "KEYLANE_LOG_LEVEL", "KEYLANE_WORKER_ID"} {
+		t.Setenv(name, "")
+	}
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		replicas int
+		err      string
+	}{
+		{"defaults", nil, 0, ""},
+		{"a cluster has 3 replicas", []string{"--nats", "nats://a:4222,nats://b:4222"}, 3, ""},
+		{"replicas given win", []string{"--nats", "nats://a:4222,nats://b:4222", "--replicas", "1"}, 1, ""},
+		{"ping must be positive", []string{"--ping-interval", "0"}, 0, "--ping-interval"},
+		{"unknown log level", []string{"--log-level", "loud"}, 0, "loud"},
+		{"test-only flags are not the worker's", []string{"--hold", "1ms"}, 0, "not defined"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			c, err := Parse(fs, tc.args)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Parse(%q) = %v; want an error about %q", tc.args, err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Worker.Topology.Replicas != tc.replicas || c.Worker.ID == "" || c.Worker.Logger == nil {
+				t.Fatalf("Parse(%q): replicas %d, ID %q, logger %v; want replicas %d, an ID and a logger",
+					tc.args, c.Worker.Topology.Replicas, c.Worker.ID, c.Worker.Logger, tc.replicas)
+			}
+		})
+	}
+}
