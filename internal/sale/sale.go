@@ -158,19 +158,9 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 		}
 	}
 	// Decide every purchase's SKU up front so demand is known exactly.
-	picks := make([]int, cfg.Purchases)
-	r := rand.New(rand.NewPCG(1, uint64(cfg.Purchases)))
-	var zipf *rand.Zipf
-	if !cfg.Even && cfg.SKUs > 1 {
-		zipf = rand.NewZipf(r, cfg.Skew, 1, uint64(cfg.SKUs-1))
-	}
-	for i := range picks {
-		if zipf != nil {
-			picks[i] = int(zipf.Uint64())
-		} else {
-			picks[i] = r.IntN(cfg.SKUs)
-		}
-		v.Demand[picks[i]]++
+	picks := Picks(cfg.Purchases, cfg.SKUs, cfg.Skew, cfg.Even)
+	for _, p := range picks {
+		v.Demand[p]++
 	}
 	runID := nuid.Next()
 	start := time.Now()
@@ -235,6 +225,30 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 		v.OutOfOrd = tr.OrderViolations()
 	}
 	return v, nil
+}
+
+// Picks returns the SKU of each of n purchases: Zipf-distributed over skus
+// SKUs with exponent skew (above 1; SKU 0 the hottest), or spread evenly
+// when even is set; all SKU 0 when there is one SKU. The draw depends on n
+// alone, so runs of the same size see the same demand, and the bench gives
+// every contender the sequence Run uses.
+func Picks(n, skus int, skew float64, even bool) []int {
+	picks := make([]int, n)
+	if skus <= 1 {
+		return picks
+	}
+	r := rand.New(rand.NewPCG(1, uint64(n)))
+	if even {
+		for i := range picks {
+			picks[i] = r.IntN(skus)
+		}
+		return picks
+	}
+	zipf := rand.NewZipf(r, skew, 1, uint64(skus-1))
+	for i := range picks {
+		picks[i] = int(zipf.Uint64())
+	}
+	return picks
 }
 
 func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, runID string, sku func(int) string, v *Verdict) ([]time.Duration, error) {

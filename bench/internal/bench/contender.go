@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"time"
+
+	"github.com/keylane/keylane/internal/sale"
 )
 
 // Contender is one way to run a flash sale. The harness calls Setup with a
@@ -105,20 +106,9 @@ func (w Workload) Label() string {
 	return s
 }
 
-// picks returns the SKU of every purchase, drawn as sale.Run
-// draws them, so every contender sees the same sequence.
-func (w Workload) picks() []int {
-	picks := make([]int, w.Purchases)
-	if w.SKUs <= 1 {
-		return picks
-	}
-	r := rand.New(rand.NewPCG(1, uint64(w.Purchases)))
-	z := rand.NewZipf(r, w.Skew, 1, uint64(w.SKUs-1))
-	for i := range picks {
-		picks[i] = int(z.Uint64())
-	}
-	return picks
-}
+// picks returns the SKU of every purchase, drawn as sale.Run draws them,
+// so every contender sees the same sequence.
+func (w Workload) picks() []int { return sale.Picks(w.Purchases, w.SKUs, w.Skew, false) }
 
 // Result is the outcome of one run.
 type Result struct {
