@@ -1,6 +1,8 @@
 // Package sale runs flash sales against keylane's inventory handler and
-// checks them. It is the one sale driver of `submit sale`, the e2e tests,
-// the bench and the root package's benchmark:
+// checks them. It is the sale driver of `submit sale` and the e2e tests.
+// The bench (bench/) runs keylane through StartLocal and draws its
+// purchases with Picks, but drives every contender, keylane and its peers,
+// through its own timed harness:
 //
 //   - sale.go: Run, the driver, which stocks the SKUs, buys with many
 //     buyers and returns a Verdict on the invariants (no oversell, final
