@@ -169,7 +169,17 @@ func TestPausedWorker(t *testing.T) {
 	spansPause := func(r sale.Span) bool {
 		return r.Worker == victim.id && r.Start < resumed.Add(leaseTTL).UnixNano() && r.End > paused.UnixNano()
 	}
-	rep := checkTrace(t, runs, ps, traceRules{ignoreOverlap: spansPause, unknownWrite: spansPause})
+	// While the resumed victim has not yet noticed its lease is gone, it and
+	// its successor both write: a write that loses the compare-and-set to
+	// the other's tells its tracer "not applied" although the other's write
+	// of the same job (held, answered from it) landed. Purchases whose runs
+	// in that window all say "not applied" are presumed applied, and the
+	// stock check (finishLoad) holds the presumption to account; outside
+	// the window the check stays strict.
+	inPauseWindow := func(r sale.Span) bool {
+		return r.Start < resumed.Add(leaseTTL).UnixNano() && r.End > paused.UnixNano()
+	}
+	rep := checkTrace(t, runs, ps, traceRules{ignoreOverlap: spansPause, unknownWrite: inPauseWindow})
 	t.Logf("%d purchases; trace: %d runs of %d jobs, %d redelivered", len(ps), rep.runs, rep.jobs, rep.reruns)
 	if testing.Verbose() {
 		t.Logf("log of the resumed worker:\n%s", tail(victim.stderr, 60))
