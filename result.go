@@ -8,15 +8,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Result fetches a finished job's stored result from the results bucket
-// (workers store results only with StoreResults on).
+// Result fetches a finished job's stored result from the results bucket:
+// one request to the server (the bucket's handle is kept after the first).
+// Workers store the result of every job only with StoreResults on, which
+// costs one more KV write per job before its reply (batched with the
+// group's other results, asynchronous, acked before the job is); jobs
+// submitted WithID and every Call's job are kept by ID in any case.
 func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	if err := ValidateJobID(jobID); err != nil {
 		return nil, err
 	}
-	kv, err := c.js.KeyValue(ctx, c.names.Results())
+	kv, err := c.resultsBucket(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("keylane: results bucket: %w", err)
+		return nil, fmt.Errorf("keylane: %w", err)
 	}
 	e, err := kv.Get(ctx, jobID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
