@@ -127,3 +127,7 @@ var ErrReplicasMismatch = errors.New("keylane: replica count differs from the na
 // shard metadata disagree. Nothing is changed: the shard count, like the
 // partition count, is fixed when the namespace is created.
 var ErrShardsMismatch = errors.New("keylane: stream shard count differs from the namespace's")
+
+// ErrNotStarted is returned by a worker's State before the worker started
+// (Worker.State).
+var ErrNotStarted = errors.New("keylane: the worker has not started: its State works once Start has set the namespace up")

@@ -69,7 +69,7 @@ func ExampleState_Apply() {
 	nc, stop := startExample()
 	defer stop()
 
-	var visits *keylane.State // the namespace's state bucket, once the worker set it up
+	var visits *keylane.State // the worker's State: the handler needs no Setup before NewWorker
 	count := keylane.HandlerFunc(func(ctx context.Context, job keylane.Job) ([]byte, error) {
 		return visits.Apply(ctx, job, func(cur []byte) (next, result []byte, err error) {
 			next = append(cur, '+')
@@ -77,9 +77,9 @@ func ExampleState_Apply() {
 		})
 	})
 	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{Handler: count})
+	visits = w.State()
 	_ = w.Start(ctx)
 	defer w.Stop(ctx)
-	visits = w.Topology().NewState()
 
 	c, _ := keylane.NewClient(ctx, nc, keylane.ClientConfig{})
 	defer c.Close()

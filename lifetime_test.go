@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 )
 
@@ -67,4 +68,33 @@ func TestWorkerDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-idle.Done()
+}
+
+// TestWorkerStateBeforeStart: a Handler gets the worker's State from
+// NewWorker on, without a Setup of its own; before Start it says so.
+func TestWorkerStateBeforeStart(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2})
+	nc := natstest.Connect(t, e.srv)
+	var st *State
+	h := HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) {
+		return st.Apply(ctx, job, func(cur []byte) ([]byte, []byte, error) { return append(cur, 'x'), append(cur, 'x'), nil })
+	})
+	w, err := NewWorker(nc, WorkerConfig{Topology: e.topo.Config, Handler: h, ID: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = w.State()
+	if _, err := st.Get(ctx(t), "k"); !errors.Is(err, ErrNotStarted) {
+		t.Fatalf("State before Start: %v, want ErrNotStarted", err)
+	}
+	if err := w.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	for want := range []string{"x", "xx"} {
+		res, err := e.client.Call(ctx(t), "k", nil)
+		if err != nil || len(res) != want+1 {
+			t.Fatalf("call %d: %q, %v", want+1, res, err)
+		}
+	}
 }

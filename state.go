@@ -70,6 +70,27 @@ func NewState(kv jetstream.KeyValue) *State {
 	return &State{kv: kv, keep: HeldJobs, cache: map[string]cachedEntry{}}
 }
 
+// bind points s at a topology's state bucket and epochs (Worker.Start, and
+// again when a repartition replaced the jobs streams), and forgets what it
+// cached.
+func (s *State) bind(t *Topology) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kv, s.epochs, s.adopted = t.State, slices.Clone(t.Epochs), t.Meta.Adopted
+	clear(s.cache)
+}
+
+// bucket returns the state bucket, or ErrNotStarted for a worker's State
+// before its Start.
+func (s *State) bucket() (jetstream.KeyValue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kv == nil {
+		return nil, ErrNotStarted
+	}
+	return s.kv, nil
+}
+
 // StateEntry is a decoded state entry.
 type StateEntry struct {
 	// Value is the application's value; nil for a key never written.
@@ -205,6 +226,8 @@ func (s *State) adopt(epochs []uint64) {
 // epochFor returns the epoch of the jobs stream shard that holds
 // partition p (shard p % S), or 0 when epochs are not checked.
 func (s *State) epochFor(p int) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if len(s.epochs) == 0 {
 		return 0
 	}
@@ -269,7 +292,11 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 // and caches it for this tenure. A failed write drops the cache: its
 // outcome may be unknown, so the next attempt re-reads.
 func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry) error {
-	newRev, err := casPut(ctx, s.kv, k, rev, encodeState(e))
+	kv, err := s.bucket()
+	if err != nil {
+		return err
+	}
+	newRev, err := casPut(ctx, kv, k, rev, encodeState(e))
 	if err != nil {
 		s.forget(k)
 		return err
@@ -299,7 +326,11 @@ func (s *State) current(ctx context.Context, k string, fence uint64, reread bool
 }
 
 func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) {
-	kve, err := s.kv.Get(ctx, k)
+	kv, err := s.bucket()
+	if err != nil {
+		return StateEntry{}, 0, err
+	}
+	kve, err := kv.Get(ctx, k)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return StateEntry{}, 0, nil
 	}

@@ -177,7 +177,7 @@ type Worker struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	topo  *Topology
-	state *State // the reducer's state; nil with a Handler
+	state *State // the namespace's state, bound at Start (State)
 	log   *slog.Logger
 
 	stats stats
@@ -206,7 +206,7 @@ func NewWorker(nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), done: make(chan struct{})}, nil
+	return &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), done: make(chan struct{}), state: &State{keep: HeldJobs, cache: map[string]cachedEntry{}}}, nil
 }
 
 // ID returns the worker's ID.
@@ -226,9 +226,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.topo = topo
-	if w.cfg.Reducer != nil {
-		w.state = topo.NewState()
-	}
+	w.state.bind(topo)
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {
 		return err
@@ -316,9 +314,7 @@ func (w *Worker) reloadTopology(meta Meta) {
 				return
 			}
 			w.topo = topo
-			if w.cfg.Reducer != nil {
-				w.state = topo.NewState()
-			}
+			w.state.bind(topo)
 			bctx, bcancel := context.WithTimeout(context.Background(), 3*w.cfg.Topology.LeaseTTL)
 			w.bal, err = startBalancer(bctx, w)
 			bcancel()
@@ -366,6 +362,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.doneOnce.Do(func() { close(w.done) })
 	return err
 }
+
+// State is the worker's view of the namespace's state bucket, for a
+// Handler that keeps per-key state with State.Apply: it exists from
+// NewWorker on, so a handler can hold it before the worker starts, and it
+// works once Start has set the namespace up (before that its methods
+// return ErrNotStarted). A Reducer worker keeps its reducer's state in the
+// same State. It follows the worker across a repartition.
+func (w *Worker) State() *State { return w.state }
 
 // Done is closed once the worker has stopped: Stop (or Run) returned, every
 // lease it could release released, every goroutine ended. A worker that
@@ -422,9 +426,6 @@ func (w *Worker) leaseConfig() lease.Config {
 // refreshEpoch re-reads the jobs streams' adopted epochs, so a key held
 // for ErrEpoch runs once an operator adopted its epoch.
 func (w *Worker) refreshEpoch(ctx context.Context) {
-	if w.state == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var adopted []uint64
