@@ -1,0 +1,110 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/keylane/keylane/lease"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Status is what Inspect reports of a namespace: its topology, its live
+// workers, its dead letters and each partition's owner and queue.
+type Status struct {
+	Namespace  string
+	Partitions int
+	Shards     int
+	Hash       string
+	Replicas   int
+	// Epochs holds each jobs stream shard's epoch.
+	Epochs []uint64
+	// Members are the workers with a live member entry, sorted.
+	Members []string
+	// DeadLetters counts the messages of the dead-letter stream.
+	DeadLetters uint64
+	Partition   []PartitionStatus
+}
+
+// PartitionStatus is one partition as Inspect saw it.
+type PartitionStatus struct {
+	Partition int
+	// Owner holds the partition's lease; empty if it is free.
+	Owner string
+	// Fence is the lease's fencing token (its entry's revision).
+	Fence uint64
+	// Since is when the owner took the lease, by its own clock.
+	Since time.Time
+	// Pending counts the partition's stored jobs not yet delivered.
+	Pending uint64
+	// InFlight counts jobs delivered and not yet acked.
+	InFlight int
+	// Redelivered counts delivered jobs that were delivered more than once.
+	Redelivered int
+	// LastActive is when the partition's consumer last delivered a job
+	// (zero if it never did, or has no consumer).
+	LastActive time.Time
+}
+
+// Inspect reads a namespace's state for an operator (keylane status): the
+// topology from the jobs streams' metadata, the members and leases from
+// their buckets, each partition's consumer, and the dead-letter count. It
+// only reads; each request is bounded by requestTimeout. A partition
+// whose consumer does not exist (no owner yet) has zero counts.
+func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	streams, metas, err := openShards(ctx, js, namespace)
+	if err != nil {
+		return Status{}, err
+	}
+	names := Names{Namespace: namespace}
+	info := streams[0].CachedInfo()
+	st := Status{Namespace: namespace, Partitions: metas[0].Partitions, Shards: len(streams), Hash: info.Config.Metadata[MetaHash], Replicas: info.Config.Replicas}
+	for _, m := range metas {
+		st.Epochs = append(st.Epochs, m.Epoch)
+	}
+	if dead, err := js.Stream(ctx, names.Dead()); err == nil {
+		st.DeadLetters = dead.CachedInfo().State.Msgs
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Status{}, fmt.Errorf("keylane: dead-letter stream: %w", err)
+	}
+	if members, err := js.KeyValue(ctx, names.Members()); err == nil {
+		keys, err := members.Keys(ctx)
+		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+			return Status{}, fmt.Errorf("keylane: members: %w", err)
+		}
+		st.Members = slices.Sorted(slices.Values(keys))
+	}
+	leases, err := js.KeyValue(ctx, names.Leases())
+	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return Status{}, fmt.Errorf("keylane: leases: %w", err)
+	}
+	for p := range st.Partitions {
+		ps := PartitionStatus{Partition: p}
+		if leases != nil {
+			holder, rev, err := lease.Read(ctx, leases, names.LeaseKey(p))
+			switch {
+			case err == nil:
+				ps.Owner, ps.Fence, ps.Since = holder.Holder, rev, holder.AcquiredAt
+			case !errors.Is(err, lease.ErrFree):
+				return Status{}, fmt.Errorf("keylane: lease of partition %d: %w", p, err)
+			}
+		}
+		cons, err := streams[ShardOf(p, len(streams))].Consumer(ctx, names.Consumer(p))
+		switch {
+		case err == nil:
+			ci := cons.CachedInfo()
+			ps.Pending, ps.InFlight, ps.Redelivered = ci.NumPending, ci.NumAckPending, ci.NumRedelivered
+			if ci.Delivered.Last != nil {
+				ps.LastActive = *ci.Delivered.Last
+			}
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return Status{}, fmt.Errorf("keylane: consumer of partition %d: %w", p, err)
+		}
+		st.Partition = append(st.Partition, ps)
+	}
+	return st, nil
+}
