@@ -214,7 +214,7 @@ func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
 func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 	var idx []int
 	for i, t := range ts {
-		if o.w.cfg.StoreResults || t.explicit || t.keep {
+		if o.w.cfg.StoreResults || t.explicit || t.keep || t.redriveOf != "" {
 			idx = append(idx, i)
 		}
 	}
@@ -249,11 +249,17 @@ func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(idx))
 	for _, i := range idx {
-		f, err := o.w.js.PublishAsync(subject+ts[i].job.ID, value(i))
-		if err != nil {
-			return err
+		ids := []string{ts[i].job.ID}
+		if of := ts[i].redriveOf; of != "" {
+			ids = append(ids, of)
 		}
-		futures = append(futures, f)
+		for _, id := range ids {
+			f, err := o.w.js.PublishAsync(subject+id, value(i))
+			if err != nil {
+				return err
+			}
+			futures = append(futures, f)
+		}
 	}
 	timeout := time.NewTimer(requestTimeout)
 	defer timeout.Stop()

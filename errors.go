@@ -131,3 +131,7 @@ var ErrShardsMismatch = errors.New("keylane: stream shard count differs from the
 // ErrNotStarted is returned by a worker's State before the worker started
 // (Worker.State).
 var ErrNotStarted = errors.New("keylane: the worker has not started: its State works once Start has set the namespace up")
+
+// ErrPayloadDropped is returned by Redrive for a dead letter whose payload
+// was dropped to fit: there is nothing to run again.
+var ErrPayloadDropped = errors.New("keylane: the dead letter's payload was dropped (too large); it cannot be redriven")

@@ -14,6 +14,9 @@ type task struct {
 	maybeDup bool // may have run before under an earlier owner
 	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
 	keep     bool // keep its outcome by ID (a Call)
+	// redriveOf is the ID of the dead-lettered job this one redrives: its
+	// outcome is kept under that ID too (Client.Redrive).
+	redriveOf string
 
 	kept        *keptOutcome // an earlier run's outcome, found by ID
 	outcomeKept bool         // this run's outcome is stored already

@@ -43,6 +43,9 @@ const (
 	// HeaderKeepOutcome asks the worker to keep the job's outcome by ID
 	// (every Call does, so a reply lost with a connection is recovered).
 	HeaderKeepOutcome = "Keylane-Keep-Outcome"
+	// HeaderRedriveOf names the dead-lettered job a redriven job replaces:
+	// the worker keeps the new outcome under that ID too.
+	HeaderRedriveOf = "Keylane-Redrive-Of"
 )
 
 // Metadata keys written into the jobs stream's configuration.

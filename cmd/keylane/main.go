@@ -47,6 +47,7 @@ commands:
   repartition  change the partition count: freeze, drain (workers must run), switch, resume; every key's state is kept
   adopt        carry the state of a deleted and re-created jobs stream over (workers hold such keys with ErrEpoch until then)
   leaders      show which server leads each jobs stream shard; --spread moves them onto different servers
+  dead         list, show, redrive or purge dead letters (keylane dead -h)
   status       partitions with owner, fence, tenure, backlog, in flight, redeliveries, last activity; members; dead letters (--json, --watch)
 
 run "keylane <command> -h" for flags.`
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return leaders(ctx, args[1:], out)
 	case "status":
 		return status(ctx, args[1:], out)
+	case "dead":
+		return dead(ctx, args[1:], out)
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil
