@@ -223,7 +223,13 @@ var monitorClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: t
 
 // monitor GETs a monitoring endpoint of the node and decodes its JSON.
 func (n *Node) monitor(ctx context.Context, path string, v any) error {
-	ctx, cancel := context.WithTimeout(ctx, requestWait)
+	return n.monitorWithin(ctx, path, v, requestWait)
+}
+
+// monitorWithin is monitor with its own bound: a full /jsz with every
+// consumer takes a loaded server longer than a health check.
+func (n *Node) monitorWithin(ctx context.Context, path string, v any, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.MonitorURL()+path, nil)
 	if err != nil {
@@ -355,13 +361,17 @@ type jszConsumers struct {
 // answer them, and one that has not yet started its Raft node answers
 // without cluster information. ErrNoLeader if no node leads it.
 func (c *Cluster) ConsumerPeers(ctx context.Context, stream, consumer string) (replicas int, leader string, peers int, err error) {
+	var errs []error
 	for _, n := range c.nodes {
 		if !n.Running() || n.Paused() {
 			continue
 		}
 		var r jszConsumers
-		if err := n.monitor(ctx, "/jsz?accounts=true&streams=true&consumers=true&config=true", &r); err != nil {
-			return 0, "", 0, err
+		// A node that does not answer in time (a loaded machine) is
+		// skipped: another node may lead the consumer.
+		if err := n.monitorWithin(ctx, "/jsz?accounts=true&streams=true&consumers=true&config=true", &r, 3*requestWait); err != nil {
+			errs = append(errs, err)
+			continue
 		}
 		for _, a := range r.Accounts {
 			for _, s := range a.Streams {
@@ -376,5 +386,9 @@ func (c *Cluster) ConsumerPeers(ctx context.Context, stream, consumer string) (r
 			}
 		}
 	}
-	return 0, "", 0, fmt.Errorf("%w: consumer %s/%s", ErrNoLeader, stream, consumer)
+	err = fmt.Errorf("%w: consumer %s/%s", ErrNoLeader, stream, consumer)
+	if len(errs) > 0 {
+		err = errors.Join(err, errors.Join(errs...))
+	}
+	return 0, "", 0, err
 }
