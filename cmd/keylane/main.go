@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -72,6 +73,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 
 type conn struct {
 	url, namespace string
+	auth           *natsflags.Auth
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
@@ -81,10 +83,15 @@ func (c *conn) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&c.url, "nats", url, "NATS URL (env NATS_URL)")
 	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
+	c.auth = natsflags.Register(fs)
 }
 
 func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(c.url, nats.Name("keylane-cli"), nats.Timeout(5*time.Second))
+	auth, err := c.auth.Options()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-cli"), nats.Timeout(5 * time.Second)}, auth...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
 	}

@@ -4,6 +4,7 @@
 package workercmd
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/nats-io/nats.go"
 )
 
 // Config is what the worker command runs, as Parse reads it from flags and
@@ -29,6 +32,9 @@ type Config struct {
 	Drain time.Duration
 	// Metrics, when set, is the address to serve Prometheus metrics on.
 	Metrics string
+	// Auth holds the credential and TLS options for --nats, from the
+	// natsflags flags; nil when none were given.
+	Auth []nats.Option
 	// Worker is the worker's configuration. Parse sets its ID (a default
 	// one if none was given) and Logger; Run defaults its Reducer to the
 	// inventory handler when neither Reducer nor Handler is set.
@@ -80,10 +86,19 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.StringVar(&c.Worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")
 	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env KEYLANE_METRICS)")
+	auth := natsflags.Register(fs)
 	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if auth.Set() && c.URL == "" {
+		return c, errors.New("--creds, --nkey, --user, --password and the --tls flags are for a server given with --nats; the embedded server runs without them")
+	}
+	opts, err := auth.Options()
+	if err != nil {
+		return c, err
+	}
+	c.Auth = opts
 	if c.Worker.Topology.Replicas < 0 {
 		c.Worker.Topology.Replicas = 0 // follow the namespace, 1 when creating
 		if strings.Count(c.URL, ",") > 0 {

@@ -50,9 +50,10 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) err
 		url = s.ClientURL()
 		log.Info("embedded NATS started", "url", url, "data", c.Data)
 	}
-	nc, err := nats.Connect(url, nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2))
+	opts := append([]nats.Option{nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2)}, c.Auth...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return err
+		return fmt.Errorf("connect to %s: %w", url, err)
 	}
 	defer nc.Close()
 	if c.Worker.Reducer == nil && c.Worker.Handler == nil {
