@@ -107,7 +107,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		return nil, nil, nil, err
 	}
 	if c.auth.Set() && c.url == "" {
-		return nil, nil, nil, errors.New("--creds, --nkey, --user, --password and the --tls flags are for a server given with --nats; the in-process deployment runs without them")
+		return nil, nil, nil, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the in-process deployment runs without them")
 	}
 	if c.url != "" {
 		nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-submit")}, auth...)...)

@@ -3,7 +3,8 @@
 // credentials and TLS, checked together, turned into nats.Options.
 //
 // The environment variables are the nats CLI's (NATS_CREDS, NATS_NKEY,
-// NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA), so a shell set
+// NATS_USER, NATS_PASSWORD, NATS_CERT, NATS_KEY, NATS_CA,
+// NATS_INBOX_PREFIX), so a shell set
 // up for `nats` works for keylane too. A password belongs in NATS_PASSWORD
 // or a --password-file: on the command line it shows in ps.
 package natsflags
@@ -18,13 +19,16 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// Auth holds the credential and TLS flags of one command. Its zero value
+// Auth holds the credential, TLS and inbox flags of one command. Its zero value
 // asks for nothing: Options returns no options. Register fills it; it is
 // not safe for concurrent use while the flags are parsed.
 type Auth struct {
 	Creds, NKey                  string
 	User, Password, PasswordFile string
 	TLSCA, TLSCert, TLSKey       string
+	// InboxPrefix replaces nats.go's _INBOX for this connection's
+	// replies, so a user's permissions can confine it to its own inboxes.
+	InboxPrefix string
 }
 
 // Register adds the flags to fs, each defaulting to its environment
@@ -39,6 +43,7 @@ func Register(fs *flag.FlagSet) *Auth {
 	fs.StringVar(&a.TLSCA, "tls-ca", os.Getenv("NATS_CA"), "CA certificate file to verify the NATS server by (env NATS_CA)")
 	fs.StringVar(&a.TLSCert, "tls-cert", os.Getenv("NATS_CERT"), "TLS client certificate file; needs --tls-key (env NATS_CERT)")
 	fs.StringVar(&a.TLSKey, "tls-key", os.Getenv("NATS_KEY"), "TLS client key file; needs --tls-cert (env NATS_KEY)")
+	fs.StringVar(&a.InboxPrefix, "inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "prefix of this connection's reply subjects, e.g. _INBOX.a for a user that may only subscribe to _INBOX.a.> (env NATS_INBOX_PREFIX)")
 	return a
 }
 
@@ -100,6 +105,9 @@ func (a *Auth) Options() ([]nats.Option, error) {
 	}
 	if a.User != "" {
 		opts = append(opts, nats.UserInfo(a.User, password))
+	}
+	if a.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(a.InboxPrefix))
 	}
 	if a.TLSCA != "" {
 		opts = append(opts, nats.RootCAs(a.TLSCA))

@@ -38,6 +38,7 @@ func TestOptions(t *testing.T) {
 		{"user and password file", []string{"--user", "u", "--password-file", file}, 1, ""},
 		{"creds", []string{"--creds", file}, 1, ""},
 		{"mutual TLS", []string{"--tls-ca", file, "--tls-cert", file, "--tls-key", file}, 2, ""},
+		{"inbox prefix", []string{"--inbox-prefix", "_INBOX.a"}, 1, ""},
 		{"cert without key", []string{"--tls-cert", file}, 0, "--tls-cert (NATS_CERT) and --tls-key (NATS_KEY) go together"},
 		{"key without cert", []string{"--tls-key", file}, 0, "go together"},
 		{"two ways", []string{"--creds", file, "--user", "u"}, 0, "not --creds and --user"},

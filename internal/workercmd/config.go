@@ -78,6 +78,7 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.IntVar(&c.Worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", -1), "replicas of streams and buckets when creating them; an existing namespace with another count is refused. Default: 3 when --nats names more than one server (a cluster), else what exists, or 1 when creating (env KEYLANE_REPLICAS)")
 	fs.DurationVar(&c.Ping, "ping-interval", envDur("KEYLANE_PING_INTERVAL", 2*time.Second), "how often the connection checks the server; a worker on a paused or cut-off node notices within two of these (env KEYLANE_PING_INTERVAL)")
 	fs.DurationVar(&c.Worker.Topology.LeaseTTL, "lease-ttl", envDur("KEYLANE_LEASE_TTL", 10*time.Second), "partition lease TTL (env KEYLANE_LEASE_TTL)")
+	fs.StringVar(&c.Worker.Topology.ReplyPrefix, "reply-prefix", env("KEYLANE_REPLY_PREFIX", keylane.DefaultReplyPrefix), "the only subject prefix workers reply to, fixed when the namespace is created; give each namespace its own (e.g. _INBOX.a.) when NATS permissions keep namespaces apart (env KEYLANE_REPLY_PREFIX)")
 	fs.IntVar(&c.Worker.Concurrency, "concurrency", envInt("KEYLANE_CONCURRENCY", 8), "keys of one partition run at once (env KEYLANE_CONCURRENCY)")
 	fs.IntVar(&c.Worker.MaxInFlight, "max-in-flight", envInt("KEYLANE_MAX_IN_FLIGHT", 1024), "fetched, unfinished jobs per partition (env KEYLANE_MAX_IN_FLIGHT)")
 	fs.IntVar(&c.Worker.MaxDeliver, "max-deliver", envInt("KEYLANE_MAX_DELIVER", 5), "attempts before dead-lettering (env KEYLANE_MAX_DELIVER)")
@@ -92,7 +93,7 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 		return c, err
 	}
 	if auth.Set() && c.URL == "" {
-		return c, errors.New("--creds, --nkey, --user, --password and the --tls flags are for a server given with --nats; the embedded server runs without them")
+		return c, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the embedded server runs without them")
 	}
 	opts, err := auth.Options()
 	if err != nil {
