@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,42 +18,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startServer runs a JetStream server with accounts.conf, its passwords
-// set to each user's name, and stops it when the test ends.
+// startServer runs a JetStream server with accounts.conf, each user's
+// password its name and "-secret".
 func startServer(t *testing.T) *server.Server {
 	t.Helper()
-	dir := t.TempDir()
-	accounts, err := os.ReadFile("accounts.conf")
-	if err != nil {
-		t.Fatal(err)
+	for _, user := range []string{"admin", "client-a", "worker-a", "client-b", "worker-b", "sys"} {
+		t.Setenv(strings.ToUpper(strings.ReplaceAll(user, "-", "_"))+"_PASSWORD", user+"-secret")
 	}
-	for _, name := range []string{"ADMIN", "CLIENT_A", "WORKER_A", "CLIENT_B", "WORKER_B", "SYS"} {
-		t.Setenv(name+"_PASSWORD", strings.ToLower(strings.ReplaceAll(name, "_", "-"))+"-secret")
-	}
-	conf := "listen: 127.0.0.1:-1\nserver_name: security\njetstream { store_dir: " + `"` + filepath.Join(dir, "js") + `"` + " }\ninclude ./accounts.conf\n"
-	for name, text := range map[string]string{"accounts.conf": string(accounts), "server.conf": conf} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	opts, err := server.ProcessConfigFile(filepath.Join(dir, "server.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.NoSigs, opts.NoLog = true, os.Getenv("SECURITY_TEST_LOG") == ""
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !opts.NoLog {
-		s.ConfigureLogger()
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
+	return natstest.StartConfig(t, "include ./accounts.conf\n", "accounts.conf")
 }
 
 // conn is a connection as one user of accounts.conf, with the inbox prefix
