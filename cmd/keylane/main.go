@@ -103,7 +103,7 @@ func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
-func repartition(ctx context.Context, args []string, out io.Writer) error {
+func repartition(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("repartition", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -120,6 +120,7 @@ func repartition(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	before, err := keylane.Open(ctx, js, c.namespace, 0)
@@ -145,7 +146,7 @@ func repartition(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func adopt(ctx context.Context, args []string, out io.Writer) error {
+func adopt(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("adopt", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -162,6 +163,7 @@ func adopt(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := keylane.AdoptEpoch(ctx, js, c.namespace, e); err != nil {
@@ -171,7 +173,7 @@ func adopt(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func leaders(ctx context.Context, args []string, out io.Writer) error {
+func leaders(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("leaders", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -185,6 +187,7 @@ func leaders(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	meta, err := keylane.Open(ctx, js, c.namespace, 0)

@@ -76,6 +76,12 @@ func TestSecuredServer(t *testing.T) {
 			t.Fatalf("call with a wrong password: %v, want an authorization violation", err)
 		}
 	})
+	t.Run("another namespace's user", func(t *testing.T) {
+		err := run(ctx, append(call, "--user", "client-b", "--password", "client-b-secret", "--timeout", "1s"), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), `Permissions Violation for Publish to "$JS.API.STREAM.INFO.A_JOBS"`) {
+			t.Fatalf("call into namespace a as client-b: %v, want the server's refusal named", err)
+		}
+	})
 	for _, tc := range []struct {
 		name  string
 		args  []string

@@ -80,6 +80,7 @@ type common struct {
 	workers    int
 	verbose    bool
 	auth       *natsflags.Auth
+	nc         *nats.Conn // once connected to --nats: the server's refusals are read from it
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -114,10 +115,11 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
 		}
+		c.nc = nc
 		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards})
 		if err != nil {
 			nc.Close()
-			return nil, nil, nil, err
+			return nil, nil, nil, natsflags.Refused(nc, err)
 		}
 		return cl, nil, func() { cl.Close(); nc.Close() }, nil
 	}
@@ -210,13 +212,13 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	if c.url == "" {
 		return errors.New("--nats (or NATS_URL) is required: start workers with `go run ./cmd/worker` first")
 	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout) // covers opening the namespace, which waits until ctx ends
+	defer cancel()
 	cl, _, done, err := c.connect(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer done()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
 	var opts []keylane.SubmitOpt
 	if *id != "" {
 		opts = append(opts, keylane.WithID(*id))
@@ -231,14 +233,14 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			return natsflags.Refused(c.nc, err)
 		}
 		fmt.Fprintln(out, jobID)
 		return nil
 	}
 	res, err := cl.Call(ctx, *key, []byte(*payload), opts...)
 	if err != nil {
-		return err
+		return natsflags.Refused(c.nc, err)
 	}
 	fmt.Fprintln(out, string(res))
 	return nil

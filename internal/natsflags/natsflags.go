@@ -117,3 +117,17 @@ func (a *Auth) Options() ([]nats.Option, error) {
 	}
 	return opts, nil
 }
+
+// Refused adds to err the permissions violation the server last reported
+// on nc, if any. A request the server refuses to pass on (a JetStream API
+// call a user may not make) otherwise ends only with its timeout; the
+// server says why asynchronously, on the connection.
+func Refused(nc *nats.Conn, err error) error {
+	if err == nil || nc == nil {
+		return err
+	}
+	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && !errors.Is(err, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w (the server refused: %v)", err, last)
+	}
+	return err
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/inventory"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
@@ -24,7 +25,7 @@ import (
 // runs a worker with c.Worker until ctx ends, then drains it within
 // c.Drain. stopped, if not nil, is called with the worker once it has
 // stopped; its error joins Run's.
-func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) error {
+func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (err error) {
 	log := c.Worker.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -56,6 +57,7 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) err
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	if c.Worker.Reducer == nil && c.Worker.Handler == nil {
 		c.Worker.Reducer = &inventory.Handler{}
 	}
