@@ -38,7 +38,9 @@ func Register(fs *flag.FlagSet) *Auth {
 	fs.StringVar(&a.Creds, "creds", os.Getenv("NATS_CREDS"), "NATS user credentials file (JWT and seed) (env NATS_CREDS)")
 	fs.StringVar(&a.NKey, "nkey", os.Getenv("NATS_NKEY"), "NATS user NKey seed file (env NATS_NKEY)")
 	fs.StringVar(&a.User, "user", os.Getenv("NATS_USER"), "NATS user name (env NATS_USER)")
-	fs.StringVar(&a.Password, "password", os.Getenv("NATS_PASSWORD"), "NATS password; prefer env NATS_PASSWORD or --password-file, as a flag it shows in ps")
+	// The password's default is read in Options, not here: -h prints a
+	// flag's default.
+	fs.StringVar(&a.Password, "password", "", "NATS password; prefer env NATS_PASSWORD or --password-file, as a flag it shows in ps")
 	fs.StringVar(&a.PasswordFile, "password-file", os.Getenv("NATS_PASSWORD_FILE"), "file holding the NATS password (env NATS_PASSWORD_FILE)")
 	fs.StringVar(&a.TLSCA, "tls-ca", os.Getenv("NATS_CA"), "CA certificate file to verify the NATS server by (env NATS_CA)")
 	fs.StringVar(&a.TLSCert, "tls-cert", os.Getenv("NATS_CERT"), "TLS client certificate file; needs --tls-key (env NATS_CERT)")
@@ -47,13 +49,16 @@ func Register(fs *flag.FlagSet) *Auth {
 	return a
 }
 
-// Set reports whether any credential or TLS setting was given.
-func (a *Auth) Set() bool { return *a != Auth{} }
+// Set reports whether any credential, TLS or inbox setting was given.
+func (a *Auth) Set() bool { return *a != Auth{} || os.Getenv("NATS_PASSWORD") != "" }
 
 // Options checks the settings together and returns the nats.Options that
 // apply them. It reads the password and NKey seed files, so that a missing
 // file is an error here, before anything starts, not at connect.
 func (a *Auth) Options() ([]nats.Option, error) {
+	if a.Password == "" {
+		a.Password = os.Getenv("NATS_PASSWORD")
+	}
 	var errs []error
 	var ways []string
 	for _, w := range []struct{ name, v string }{{"--creds", a.Creds}, {"--nkey", a.NKey}, {"--user", a.User}} {

@@ -65,10 +65,17 @@ func TestOptions(t *testing.T) {
 func TestEnvDefaults(t *testing.T) {
 	t.Setenv("NATS_USER", "u")
 	t.Setenv("NATS_PASSWORD", "p")
-	t.Setenv("NATS_CA", "/ca.pem")
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_CA", ca)
 	a := parse(t)
-	if a.User != "u" || a.Password != "p" || a.TLSCA != "/ca.pem" || !a.Set() {
+	if a.User != "u" || a.TLSCA != ca || !a.Set() {
 		t.Fatalf("env not taken: %+v", a)
+	}
+	if _, err := a.Options(); err != nil || a.Password != "p" {
+		t.Fatalf("NATS_PASSWORD not taken: %v, %+v", err, a)
 	}
 	if parse(t, "--user", "v").User != "v" {
 		t.Fatal("a flag does not override its env variable")
@@ -76,8 +83,12 @@ func TestEnvDefaults(t *testing.T) {
 }
 
 func TestPasswordHelpPointsAway(t *testing.T) {
+	t.Setenv("NATS_PASSWORD", "hunter2")
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	Register(fs)
+	if d := fs.Lookup("password").DefValue; d != "" {
+		t.Fatalf("-h would show the password: default %q", d)
+	}
 	if u := fs.Lookup("password").Usage; !strings.Contains(u, "NATS_PASSWORD") || !strings.Contains(u, "--password-file") || !strings.Contains(u, "ps") {
 		t.Fatalf("--password help does not steer away from the flag: %q", u)
 	}
