@@ -35,4 +35,12 @@
 // protocol is written down in package lease, the mapping of keys to
 // partitions in package partition, and classic Redis locks, for code that
 // cannot become a job, in package fallback.
+//
+// Clients and workers take a *nats.Conn, so authentication and TLS are the
+// connection's: nats.UserCredentials, nats.UserInfo, nats.RootCAs,
+// nats.ClientCert. Users that NATS permissions keep to one namespace each
+// also take their replies under that namespace's own prefix:
+// TopologyConfig.ReplyPrefix when the namespace is created, and
+// nats.CustomInboxPrefix on every connection. docs/security/accounts.conf
+// is such a configuration, tested against a real server.
 package keylane

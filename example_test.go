@@ -181,3 +181,30 @@ func ExamplePermanent() {
 	// Output:
 	// empty order true true
 }
+
+// A secured server needs nothing of keylane: connect as the namespace's
+// user and hand the connection over. With docs/security/accounts.conf,
+// client-a may take replies only under _INBOX.a, the reply prefix its
+// namespace was created with (a worker sets TopologyConfig.ReplyPrefix to
+// "_INBOX.a."). Not run: it needs that server.
+func ExampleNewClient_secured() {
+	ctx := context.Background()
+	nc, err := nats.Connect("tls://nats.example:4222",
+		nats.UserInfo("client-a", os.Getenv("NATS_PASSWORD")), // or nats.UserCredentials("client-a.creds")
+		nats.RootCAs("ca.pem"),
+		nats.CustomInboxPrefix("_INBOX.a"),
+	)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer nc.Close()
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: "a"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	res, err := c.Call(ctx, "seat:A7", []byte("ann"))
+	fmt.Println(string(res), err)
+}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -78,6 +79,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 
 type conn struct {
 	url, namespace string
+	auth           *natsflags.Auth
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
@@ -87,10 +89,15 @@ func (c *conn) register(fs *flag.FlagSet) {
 	}
 	fs.StringVar(&c.url, "nats", url, "NATS URL (env NATS_URL)")
 	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
+	c.auth = natsflags.Register(fs)
 }
 
 func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(c.url, nats.Name("keylane-cli"), nats.Timeout(5*time.Second))
+	auth, err := c.auth.Options()
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-cli"), nats.Timeout(5 * time.Second)}, auth...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
 	}
@@ -102,7 +109,7 @@ func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
-func repartition(ctx context.Context, args []string, out io.Writer) error {
+func repartition(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("repartition", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -119,6 +126,7 @@ func repartition(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	before, err := keylane.Open(ctx, js, c.namespace, 0)
@@ -144,7 +152,7 @@ func repartition(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func adopt(ctx context.Context, args []string, out io.Writer) error {
+func adopt(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("adopt", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -161,6 +169,7 @@ func adopt(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if err := keylane.AdoptEpoch(ctx, js, c.namespace, e); err != nil {
@@ -170,7 +179,7 @@ func adopt(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func leaders(ctx context.Context, args []string, out io.Writer) error {
+func leaders(ctx context.Context, args []string, out io.Writer) (err error) {
 	fs := flag.NewFlagSet("leaders", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -184,6 +193,7 @@ func leaders(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	meta, err := keylane.Open(ctx, js, c.namespace, 0)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/internal/sale"
 	"github.com/nats-io/nats.go"
 )
@@ -78,6 +79,8 @@ type common struct {
 	shards     int
 	workers    int
 	verbose    bool
+	auth       *natsflags.Auth
+	nc         *nats.Conn // once connected to --nats: the server's refusals are read from it
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -87,6 +90,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.shards, "stream-shards", 0, "jobs stream shards (0: the namespace's; 1 when creating)")
 	fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")
 	fs.BoolVar(&c.verbose, "v", false, "log worker events to stderr")
+	c.auth = natsflags.Register(fs)
 }
 
 func (c *common) logger() *slog.Logger {
@@ -99,15 +103,23 @@ func (c *common) logger() *slog.Logger {
 // connect returns a client, starting an in-process deployment when no URL
 // was given, and a function that tears everything down.
 func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Client, *sale.Local, func(), error) {
+	auth, err := c.auth.Options()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if c.auth.Set() && c.url == "" {
+		return nil, nil, nil, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the in-process deployment runs without them")
+	}
 	if c.url != "" {
-		nc, err := nats.Connect(c.url, nats.Name("keylane-submit"))
+		nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-submit")}, auth...)...)
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
 		}
+		c.nc = nc
 		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards})
 		if err != nil {
 			nc.Close()
-			return nil, nil, nil, err
+			return nil, nil, nil, natsflags.Refused(nc, err)
 		}
 		return cl, nil, func() { cl.Close(); nc.Close() }, nil
 	}
@@ -200,13 +212,13 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	if c.url == "" {
 		return errors.New("--nats (or NATS_URL) is required: start workers with `go run ./cmd/worker` first")
 	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout) // covers opening the namespace, which waits until ctx ends
+	defer cancel()
 	cl, _, done, err := c.connect(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer done()
-	ctx, cancel := context.WithTimeout(ctx, *timeout)
-	defer cancel()
 	var opts []keylane.SubmitOpt
 	if *id != "" {
 		opts = append(opts, keylane.WithID(*id))
@@ -221,14 +233,14 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			return natsflags.Refused(c.nc, err)
 		}
 		fmt.Fprintln(out, jobID)
 		return nil
 	}
 	res, err := cl.Call(ctx, *key, []byte(*payload), opts...)
 	if err != nil {
-		return err
+		return natsflags.Refused(c.nc, err)
 	}
 	fmt.Fprintln(out, string(res))
 	return nil

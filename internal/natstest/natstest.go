@@ -4,6 +4,8 @@ package natstest
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -91,4 +93,50 @@ func StreamMsgs(t testing.TB, js jetstream.JetStream, name string) []*jetstream.
 		out = append(out, m)
 	}
 	return out
+}
+
+// StartConfig runs a JetStream server from a configuration file's text, on
+// a free loopback port with its store in a temporary directory, and stops
+// it when the test ends. conf is written next to copies of files, so it
+// may include them by base name (include ./accounts.conf).
+func StartConfig(t testing.TB, conf string, files ...string) *server.Server {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Host, opts.Port = "127.0.0.1", -1
+	opts.JetStream, opts.StoreDir = true, filepath.Join(dir, "jetstream")
+	opts.NoSigs, opts.NoLog = true, true
+	if opts.ServerName == "" {
+		opts.ServerName = t.Name()
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("natstest: server not ready for connections")
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
 }

@@ -4,6 +4,7 @@
 package workercmd
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/nats-io/nats.go"
 )
 
 // Config is what the worker command runs, as Parse reads it from flags and
@@ -29,6 +32,9 @@ type Config struct {
 	Drain time.Duration
 	// Metrics, when set, is the address to serve Prometheus metrics on.
 	Metrics string
+	// Auth holds the credential and TLS options for --nats, from the
+	// natsflags flags; nil when none were given.
+	Auth []nats.Option
 	// Worker is the worker's configuration. Parse sets its ID (a default
 	// one if none was given) and Logger; Run defaults its Reducer to the
 	// inventory handler when neither Reducer nor Handler is set.
@@ -72,6 +78,7 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.IntVar(&c.Worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", -1), "replicas of streams and buckets when creating them; an existing namespace with another count is refused. Default: 3 when --nats names more than one server (a cluster), else what exists, or 1 when creating (env KEYLANE_REPLICAS)")
 	fs.DurationVar(&c.Ping, "ping-interval", envDur("KEYLANE_PING_INTERVAL", 2*time.Second), "how often the connection checks the server; a worker on a paused or cut-off node notices within two of these (env KEYLANE_PING_INTERVAL)")
 	fs.DurationVar(&c.Worker.Topology.LeaseTTL, "lease-ttl", envDur("KEYLANE_LEASE_TTL", 10*time.Second), "partition lease TTL (env KEYLANE_LEASE_TTL)")
+	fs.StringVar(&c.Worker.Topology.ReplyPrefix, "reply-prefix", env("KEYLANE_REPLY_PREFIX", keylane.DefaultReplyPrefix), "the only subject prefix workers reply to, fixed when the namespace is created; give each namespace its own (e.g. _INBOX.a.) when NATS permissions keep namespaces apart (env KEYLANE_REPLY_PREFIX)")
 	fs.IntVar(&c.Worker.Concurrency, "concurrency", envInt("KEYLANE_CONCURRENCY", 8), "keys of one partition run at once (env KEYLANE_CONCURRENCY)")
 	fs.IntVar(&c.Worker.MaxInFlight, "max-in-flight", envInt("KEYLANE_MAX_IN_FLIGHT", 1024), "fetched, unfinished jobs per partition (env KEYLANE_MAX_IN_FLIGHT)")
 	fs.IntVar(&c.Worker.MaxDeliver, "max-deliver", envInt("KEYLANE_MAX_DELIVER", 5), "attempts before dead-lettering (env KEYLANE_MAX_DELIVER)")
@@ -80,10 +87,19 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.StringVar(&c.Worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")
 	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env KEYLANE_METRICS)")
+	auth := natsflags.Register(fs)
 	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if auth.Set() && c.URL == "" {
+		return c, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the embedded server runs without them")
+	}
+	opts, err := auth.Options()
+	if err != nil {
+		return c, err
+	}
+	c.Auth = opts
 	if c.Worker.Topology.Replicas < 0 {
 		c.Worker.Topology.Replicas = 0 // follow the namespace, 1 when creating
 		if strings.Count(c.URL, ",") > 0 {

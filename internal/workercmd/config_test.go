@@ -8,7 +8,8 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	for _, name := range []string{"NATS_URL", "KEYLANE_REPLICAS", "KEYLANE_PING_INTERVAL", "KEYLANE_LOG_LEVEL", "KEYLANE_WORKER_ID"} {
+	for _, name := range []string{"NATS_URL", "KEYLANE_REPLICAS", "KEYLANE_PING_INTERVAL", "KEYLANE_LOG_LEVEL", "KEYLANE_WORKER_ID",
+		"NATS_CREDS", "NATS_NKEY", "NATS_USER", "NATS_PASSWORD", "NATS_PASSWORD_FILE", "NATS_CA", "NATS_CERT", "NATS_KEY", "NATS_INBOX_PREFIX"} {
 		t.Setenv(name, "")
 	}
 	for _, tc := range []struct {
@@ -22,6 +23,9 @@ func TestParse(t *testing.T) {
 		{"replicas given win", []string{"--nats", "nats://a:4222,nats://b:4222", "--replicas", "1"}, 1, ""},
 		{"ping must be positive", []string{"--ping-interval", "0"}, 0, "--ping-interval"},
 		{"unknown log level", []string{"--log-level", "loud"}, 0, "loud"},
+		{"a user for a server", []string{"--nats", "nats://a:4222", "--user", "u", "--password", "p"}, 0, ""},
+		{"credentials need --nats", []string{"--user", "u", "--password", "p"}, 0, "are for a server given with --nats"},
+		{"a certificate needs its key", []string{"--nats", "nats://a:4222", "--tls-cert", "c.pem"}, 0, "--tls-key"},
 		{"test-only flags are not the worker's", []string{"--hold", "1ms"}, 0, "not defined"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

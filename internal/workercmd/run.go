@@ -12,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/inventory"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
@@ -24,7 +25,7 @@ import (
 // runs a worker with c.Worker until ctx ends, then drains it within
 // c.Drain. stopped, if not nil, is called with the worker once it has
 // stopped; its error joins Run's.
-func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) error {
+func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (err error) {
 	log := c.Worker.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -50,11 +51,13 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) err
 		url = s.ClientURL()
 		log.Info("embedded NATS started", "url", url, "data", c.Data)
 	}
-	nc, err := nats.Connect(url, nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2))
+	opts := append([]nats.Option{nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2)}, c.Auth...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return err
+		return fmt.Errorf("connect to %s: %w", url, err)
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }()
 	if c.Worker.Reducer == nil && c.Worker.Handler == nil {
 		c.Worker.Reducer = &inventory.Handler{}
 	}
