@@ -43,6 +43,9 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) err
 		if errors.Is(err, embedded.ErrStoreInUse) {
 			return fmt.Errorf("--data: %w; give each embedded server its own --data, or join the running one with --nats", err)
 		}
+		if errors.Is(err, embedded.ErrAddrInUse) {
+			return fmt.Errorf("--listen: %w; pick a free --listen, or join the server there with --nats nats://%s", err, c.Listen)
+		}
 		if err != nil {
 			return err
 		}
