@@ -85,6 +85,7 @@ func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) 
 		ctx, cancel := context.WithTimeout(o.ctx, deadLetterTimeout)
 		_, err := o.w.js.PublishMsg(ctx, dm)
 		cancel()
+		err = natsError(err)
 		if err == nil {
 			break
 		}

@@ -114,8 +114,18 @@ var ErrEpoch = errors.New("keylane: state written under another jobs stream (re-
 var ErrPartitionMismatch = errors.New("keylane: partition count or hash differs from the jobs stream")
 
 // ErrNoTopology is returned when a client opens a namespace whose jobs
-// stream does not exist yet and was not asked to create it.
-var ErrNoTopology = errors.New("keylane: jobs stream not found (start a worker first, or set Partitions to create it)")
+// stream does not exist yet. Clients never create one (ClientConfig's
+// Partitions only checks the count); a worker, or Setup, does.
+var ErrNoTopology = errors.New("keylane: no jobs stream for the namespace: start a worker (it creates the namespace), or call Setup")
+
+// noTopologyError is ErrNoTopology naming the namespace.
+type noTopologyError struct{ namespace string }
+
+func (e *noTopologyError) Error() string {
+	return fmt.Sprintf("keylane: no jobs stream for namespace %q: start a worker (it creates the namespace), or call Setup", e.namespace)
+}
+
+func (e *noTopologyError) Unwrap() error { return ErrNoTopology }
 
 // ErrReplicasMismatch is returned when an object of the namespace exists
 // with another replica count than configured: consumers and buckets of

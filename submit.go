@@ -90,7 +90,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 		case <-f.Ok():
 		case err := <-f.Err():
 			if !retryablePublish(err) {
-				out[i].Err = err
+				out[i].Err = natsError(err)
 				continue
 			}
 			// Lost with a connection or a leader: publish it again, with
@@ -117,6 +117,7 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 		actx, cancel := context.WithTimeout(ctx, requestTimeout)
 		ack, err := c.js.PublishMsg(actx, m)
 		cancel()
+		err = natsError(err)
 		if err == nil {
 			return ack.Duplicate, nil
 		}

@@ -38,6 +38,13 @@ func TestSetupIsIdempotentAndRefusesMismatch(t *testing.T) {
 	if _, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: "nothing"}); !errors.Is(err, ErrNoTopology) {
 		t.Fatalf("client of a missing namespace: %v, want ErrNoTopology", err)
 	}
+	// The message names the namespace and says what creates it: a worker
+	// or Setup (a client's Partitions creates nothing).
+	if _, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: "nothing", Partitions: 4}); err == nil ||
+		!strings.Contains(err.Error(), `namespace "nothing"`) || !strings.Contains(err.Error(), "start a worker") ||
+		!strings.Contains(err.Error(), "Setup") || strings.Contains(err.Error(), "Partitions") {
+		t.Fatalf("client of a missing namespace said %q; want it to name the namespace and say a worker or Setup creates it", err)
+	}
 	// A stream made with another hash is refused too.
 	s, err := e.js.Stream(ctx(t), e.topo.Names.Jobs())
 	if err != nil {

@@ -5,6 +5,9 @@ package embedded
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -13,6 +16,10 @@ import (
 // ErrStoreInUse is returned by Start when another server, in this process
 // or another, runs on the same StoreDir.
 var ErrStoreInUse = errors.New("embedded: store directory in use by another server")
+
+// ErrAddrInUse is returned by Start when something already listens on the
+// address the server was to listen on.
+var ErrAddrInUse = errors.New("address in use")
 
 // Config says where the embedded server listens and stores.
 type Config struct {
@@ -76,6 +83,10 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAddr(cfg.Host, cfg.Port); err != nil {
+		lock.release()
+		return nil, err
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		lock.release()
@@ -90,4 +101,22 @@ func Start(cfg Config) (*server.Server, error) {
 	}
 	lock.keepUntilShutdown(s)
 	return s, nil
+}
+
+// checkAddr fails at once, naming the address, when host:port cannot be
+// listened on; the server itself would only fail to become ready after
+// ReadyTimeout. Port -1 (any free port) is not checked.
+func checkAddr(host string, port int) error {
+	if port < 0 {
+		return nil
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("embedded: %s: %w by another server or process", addr, ErrAddrInUse)
+	}
+	if err != nil {
+		return fmt.Errorf("embedded: cannot listen on %s: %w", addr, err)
+	}
+	return ln.Close()
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -136,5 +137,31 @@ func TestStartRefusesStoreInUseByAnotherProcess(t *testing.T) {
 	exited = true
 	if _, err := start(t, dir); err != nil {
 		t.Fatalf("start after the holder process was killed: %v", err)
+	}
+}
+
+// A port another process listens on is refused at once, naming the
+// address, instead of a "not ready" after the whole ReadyTimeout.
+func TestPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	s, err := embedded.Start(embedded.Config{Host: "127.0.0.1", Port: port, StoreDir: t.TempDir(), ReadyTimeout: 5 * time.Second})
+	took := time.Since(start)
+	if err == nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+		t.Fatalf("Start on a taken port succeeded")
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "in use") || took > time.Second {
+		t.Fatalf("Start on taken %s: %v after %s; want an error naming the address and \"in use\", at once", addr, err, took)
+	}
+	if !errors.Is(err, embedded.ErrAddrInUse) {
+		t.Fatalf("err = %v; want errors.Is ErrAddrInUse", err)
 	}
 }

@@ -141,12 +141,15 @@ func (l *Lease) lose(rev uint64, cause error) {
 
 func (l *Lease) expire(cause error) {
 	lastSent := l.trustDeadline() - l.cfg.window()
-	msg := fmt.Sprintf("no renew of %q landed within %s of the last one, sent %s ago", l.key, l.cfg.window(), (l.clock() - lastSent).Round(time.Millisecond))
+	since := (l.clock() - lastSent).Round(time.Millisecond)
+	msg := fmt.Sprintf("no renew of %q landed within %s of the last one, sent %s ago", l.key, l.cfg.window(), since)
+	attrs := []any{slog.Uint64("revision", l.revision.Load()), slog.Duration("window", l.cfg.window()), slog.Duration("since_last_renew", since)}
 	if cause != nil {
 		msg += fmt.Sprintf(" (%v)", cause)
+		attrs = append(attrs, slog.Any("err", cause))
 	}
 	if l.end(fmt.Errorf("%w: %s", ErrExpired, msg)) {
-		l.logger.Warn("lease expired", slog.Uint64("revision", l.revision.Load()), slog.Any("err", cause))
+		l.logger.Warn("lease expired", append([]any{slog.String("reason", msg)}, attrs...)...)
 	}
 }
 

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -29,6 +30,9 @@ func main() {
 func run(ctx context.Context, args []string) error {
 	c, err := workercmd.Parse(flag.NewFlagSet("worker", flag.ContinueOnError), args)
 	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // the flags were printed, as asked
+		}
 		return err
 	}
 	return workercmd.Run(ctx, c, nil)

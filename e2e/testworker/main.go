@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,9 @@ func run(ctx context.Context, args []string) error {
 	statsFile := fs.String("stats", "", "write the worker's final counters as JSON to this file")
 	c, err := workercmd.Parse(fs, args)
 	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil // the flags were printed, as asked
+		}
 		return err
 	}
 	var tracker *sale.Tracker

@@ -106,8 +106,18 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 			c.Worker.Topology.Replicas = 3 // a cluster
 		}
 	}
-	if c.Ping <= 0 {
-		return c, fmt.Errorf("--ping-interval must be positive, got %s", c.Ping)
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--ping-interval", c.Ping},
+		{"--drain", c.Drain},
+		{"--lease-ttl", c.Worker.Topology.LeaseTTL},
+		{"--ack-wait", c.Worker.AckWait},
+	} {
+		if d.v <= 0 {
+			return c, fmt.Errorf("%s must be positive, got %s", d.flag, d.v)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {

@@ -8,7 +8,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	for _, name := range []string{"NATS_URL", "KEYLANE_REPLICAS", "KEYLANE_PING_INTERVAL", "KEYLANE_LOG_LEVEL", "KEYLANE_WORKER_ID",
+	for _, name := range []string{"NATS_URL", "KEYLANE_REPLICAS", "KEYLANE_PING_INTERVAL", "KEYLANE_LOG_LEVEL", "KEYLANE_WORKER_ID", "KEYLANE_DRAIN", "KEYLANE_LEASE_TTL", "KEYLANE_ACK_WAIT",
 		"NATS_CREDS", "NATS_NKEY", "NATS_USER", "NATS_PASSWORD", "NATS_PASSWORD_FILE", "NATS_CA", "NATS_CERT", "NATS_KEY", "NATS_INBOX_PREFIX"} {
 		t.Setenv(name, "")
 	}
@@ -22,6 +22,13 @@ func TestParse(t *testing.T) {
 		{"a cluster has 3 replicas", []string{"--nats", "nats://a:4222,nats://b:4222"}, 3, ""},
 		{"replicas given win", []string{"--nats", "nats://a:4222,nats://b:4222", "--replicas", "1"}, 1, ""},
 		{"ping must be positive", []string{"--ping-interval", "0"}, 0, "--ping-interval"},
+		{"negative ping", []string{"--ping-interval", "-1s"}, 0, "--ping-interval"},
+		{"negative drain", []string{"--drain", "-1s"}, 0, "--drain"},
+		{"zero drain", []string{"--drain", "0"}, 0, "--drain"},
+		{"negative lease TTL", []string{"--lease-ttl", "-1s"}, 0, "--lease-ttl"},
+		{"zero lease TTL", []string{"--lease-ttl", "0"}, 0, "--lease-ttl"},
+		{"negative ack wait", []string{"--ack-wait", "-5s"}, 0, "--ack-wait"},
+		{"zero ack wait", []string{"--ack-wait", "0s"}, 0, "--ack-wait"},
 		{"unknown log level", []string{"--log-level", "loud"}, 0, "loud"},
 		{"a user for a server", []string{"--nats", "nats://a:4222", "--user", "u", "--password", "p"}, 0, ""},
 		{"credentials need --nats", []string{"--user", "u", "--password", "p"}, 0, "are for a server given with --nats"},

@@ -14,6 +14,7 @@ import (
 	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/inventory"
+	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,9 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 		if errors.Is(err, embedded.ErrStoreInUse) {
 			return fmt.Errorf("--data: %w; give each embedded server its own --data, or join the running one with --nats", err)
 		}
+		if errors.Is(err, embedded.ErrAddrInUse) {
+			return fmt.Errorf("--listen: %w; pick a free --listen, or join the server there with --nats nats://%s", err, c.Listen)
+		}
 		if err != nil {
 			return err
 		}
@@ -51,8 +55,8 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 		url = s.ClientURL()
 		log.Info("embedded NATS started", "url", url, "data", c.Data)
 	}
-	opts := append([]nats.Option{nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2)}, c.Auth...)
-	nc, err := nats.Connect(url, opts...)
+	opts := append(connHandlers(log), nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2))
+	nc, err := nats.Connect(url, append(opts, c.Auth...)...)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", url, err)
 	}
@@ -72,11 +76,59 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 		}
 		defer stopMetrics()
 	}
-	err = w.Run(ctx, c.Drain)
+	err = w.Start(ctx)
+	if err != nil {
+		err = startError(c, err)
+	} else {
+		<-ctx.Done()
+		log.Info("stopping: signal received, draining", slog.Duration("within", c.Drain))
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Drain)
+		err = w.Stop(sctx)
+		cancel()
+	}
 	if stopped != nil {
 		err = errors.Join(err, stopped(w))
 	}
 	return err
+}
+
+// startError says which flag to change when the worker is refused for a
+// namespace made with other settings; the library's error stays inside,
+// for errors.Is.
+func startError(c Config, err error) error {
+	switch {
+	case errors.Is(err, lease.ErrBucketMismatch):
+		return fmt.Errorf("--lease-ttl %s: %w; the namespace's lease bucket was made with another TTL: start with that --lease-ttl, or use another --namespace", c.Worker.Topology.LeaseTTL, err)
+	case c.URL == "" && (errors.Is(err, keylane.ErrPartitionMismatch) || errors.Is(err, keylane.ErrShardsMismatch) || errors.Is(err, keylane.ErrReplicasMismatch)):
+		return fmt.Errorf("--data %s: %w; the store there holds namespace %q made with other settings: start with its --partitions/--stream-shards/--replicas, move the directory away, or use another --data", c.Data, err, c.Worker.Topology.Namespace)
+	case errors.Is(err, keylane.ErrPartitionMismatch):
+		return fmt.Errorf("--partitions %d: %w", c.Worker.Topology.Partitions, err)
+	}
+	return err
+}
+
+// connHandlers log the connection's disconnects, reconnects and close
+// through the worker's logger, so an operator sees why partitions moved.
+func connHandlers(log *slog.Logger) []nats.Option {
+	return []nats.Option{
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("NATS disconnected; reconnecting", "err", err)
+				return
+			}
+			log.Warn("NATS disconnected; reconnecting")
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", nc.Reconnects)
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if err := nc.LastError(); err != nil {
+				log.Info("NATS connection closed", "err", err)
+				return
+			}
+			log.Info("NATS connection closed")
+		}),
+	}
 }
 
 // serveMetrics serves the worker's Prometheus metrics on addr until the

@@ -1,0 +1,158 @@
+package workercmd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/lease"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// logBuffer is a log sink written by other goroutines while the test reads.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// config is the worker command's Config for an embedded server with its
+// store in dir, as Parse makes it from the defaults.
+func config(t *testing.T, dir string, log *slog.Logger) Config {
+	t.Helper()
+	c := Config{
+		Listen: fmt.Sprintf("127.0.0.1:%d", testwait.FreePort(t)),
+		Data:   dir,
+		Ping:   2 * time.Second,
+		Drain:  5 * time.Second,
+	}
+	c.Worker.ID = "w1"
+	c.Worker.Logger = log
+	c.Worker.Topology = keylane.TopologyConfig{Namespace: "ops", LeaseTTL: 10 * time.Second}
+	return c
+}
+
+// setupIn makes the namespace "ops" in the store in dir, with an embedded
+// server that is shut down again, as an earlier worker run would have.
+func setupIn(t *testing.T, dir string, tc keylane.TopologyConfig) {
+	t.Helper()
+	s := natstest.Start(t, natstest.WithStoreDir(dir))
+	nc := natstest.Connect(t, s)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.Namespace = "ops"
+	if _, err := keylane.Setup(t.Context(), js, tc); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+func TestRunRefusalNamesTheFlag(t *testing.T) {
+	t.Run("taken --listen", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		c := config(t, t.TempDir(), nil)
+		c.Listen = ln.Addr().String()
+		err = Run(t.Context(), c, nil)
+		if !errors.Is(err, embedded.ErrAddrInUse) || !strings.Contains(err.Error(), "--listen") || !strings.Contains(err.Error(), c.Listen) {
+			t.Fatalf("Run on a taken %s: %v; want ErrAddrInUse naming --listen and the address", c.Listen, err)
+		}
+	})
+	t.Run("stale --data", func(t *testing.T) {
+		dir := t.TempDir()
+		setupIn(t, dir, keylane.TopologyConfig{Partitions: 4, LeaseTTL: 10 * time.Second})
+		c := config(t, dir, nil)
+		c.Worker.Topology.Partitions = 8
+		err := Run(t.Context(), c, nil)
+		if !errors.Is(err, keylane.ErrPartitionMismatch) || !strings.Contains(err.Error(), "--data "+dir) {
+			t.Fatalf("Run on a store made with 4 partitions, asking 8: %v; want ErrPartitionMismatch naming --data %s", err, dir)
+		}
+	})
+	t.Run("other --lease-ttl", func(t *testing.T) {
+		dir := t.TempDir()
+		setupIn(t, dir, keylane.TopologyConfig{Partitions: 4, LeaseTTL: 10 * time.Second})
+		c := config(t, dir, nil)
+		c.Worker.Topology.LeaseTTL = 5 * time.Second
+		err := Run(t.Context(), c, nil)
+		if !errors.Is(err, lease.ErrBucketMismatch) || !strings.Contains(err.Error(), "--lease-ttl 5s") {
+			t.Fatalf("Run with --lease-ttl 5s on a namespace made with 10s: %v; want lease.ErrBucketMismatch naming --lease-ttl 5s", err)
+		}
+	})
+}
+
+// A stop says so, with its drain bound as a duration.
+func TestRunLogsStop(t *testing.T) {
+	var logs logBuffer
+	c := config(t, t.TempDir(), logs.logger())
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c, nil) }()
+	testwait.Eventually(t, 20*time.Second, "the worker starts", func() bool { return strings.Contains(logs.String(), "worker started") })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * c.Drain):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if out := logs.String(); !strings.Contains(out, `msg="stopping: signal received, draining" within=5s`) {
+		t.Fatalf("no stop line with the drain bound in:\n%s", out)
+	}
+}
+
+// The connection's disconnect, reconnect and close are logged.
+func TestConnHandlersLog(t *testing.T) {
+	var logs logBuffer
+	dir := t.TempDir()
+	port := testwait.FreePort(t)
+	s := natstest.Start(t, natstest.WithStoreDir(dir), natstest.WithPort(port))
+	opts := append(connHandlers(logs.logger()), nats.ReconnectWait(20*time.Millisecond), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(s.ClientURL(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	testwait.Eventually(t, 5*time.Second, "the disconnect is logged", func() bool { return strings.Contains(logs.String(), "NATS disconnected") })
+	natstest.Start(t, natstest.WithStoreDir(dir), natstest.WithPort(port))
+	testwait.Eventually(t, 10*time.Second, "the reconnect is logged", func() bool { return strings.Contains(logs.String(), "NATS reconnected") })
+	nc.Close()
+	testwait.Eventually(t, 5*time.Second, "the close is logged", func() bool { return strings.Contains(logs.String(), "NATS connection closed") })
+}
