@@ -1,8 +1,12 @@
 package keylane
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -97,4 +101,48 @@ func TestWorkerStateBeforeStart(t *testing.T) {
 			t.Fatalf("call %d: %q, %v", want+1, res, err)
 		}
 	}
+}
+
+// TestOneInfoLinePerPartitionMove: at INFO a worker says once that it
+// took a partition and once that it gave it back, not once more for the
+// lease under it.
+func TestOneInfoLinePerPartitionMove(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2})
+	var buf syncBuffer
+	w := e.worker("wa", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) { return nil, nil }), func(c *WorkerConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	e.waitOwned(w)
+	if err := w.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"partition=0", "partition=1"} {
+		n := 0
+		for _, line := range strings.Split(buf.String(), "\n") {
+			if strings.Contains(line, "acquired") && (strings.Contains(line, p) || strings.Contains(line, "lease=p."+p[len("partition="):])) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d INFO lines say %s was acquired, want 1:\n%s", n, p, buf.String())
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -152,7 +152,7 @@ func start(kv jetstream.KeyValue, key string, cfg Config, nonce string, value []
 	}
 	l.revision.Store(rev)
 	l.setDeadline(sent)
-	l.logger.Info("lease acquired", slog.Duration("ttl", cfg.TTL), slog.Time("trusted_until", l.TrustDeadline()))
+	l.logger.Debug("lease acquired", slog.Duration("ttl", cfg.TTL), slog.Time("trusted_until", l.TrustDeadline()))
 	go l.watchdog(wctx, sent)
 	return l
 }
@@ -337,7 +337,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.logger.Warn("lease release failed; the entry expires by TTL unless a retry succeeds", slog.Any("err", err))
 		return fmt.Errorf("lease: release %q: %w", l.key, err)
 	}
-	l.logger.Info("lease released", slog.Uint64("revision", rev))
+	l.logger.Debug("lease released", slog.Uint64("revision", rev))
 	return l.settleRelease(nil)
 }
 
