@@ -74,9 +74,10 @@ func testMain(m *testing.M) int {
 // toxiproxyStuckPipe ignores a goroutine toxiproxy v2.5.0 leaves behind
 // when a proxied peer dies while the other side still sends (a SIGKILLed
 // worker, a cut): the link's writer stops at the write error without
-// draining its output channel (link.go, ToxicLink.write), so the noop toxic
-// that feeds it blocks for good on one chunk. It is toxiproxy's, holds at
+// draining its output channel (link.go, ToxicLink.write), so the toxic
+// that feeds it (noop, latency, timeout: any toxic's Pipe under
+// ToxicStub.Run) blocks for good on one chunk. It is toxiproxy's, holds at
 // most one chunk, and nothing of ours can reach it; the link's other
 // goroutines and the proxy's listener do exit, so a proxy left open is
 // still reported.
-var toxiproxyStuckPipe = goleak.IgnoreTopFunction("github.com/Shopify/toxiproxy/v2/toxics.(*NoopToxic).Pipe")
+var toxiproxyStuckPipe = goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run")

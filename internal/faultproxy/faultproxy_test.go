@@ -11,7 +11,16 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines, but for one toxiproxy v2.5.0
+// leaves behind: when a link's writer stops at a write error (a cut, a
+// peer gone) it does not drain its input, so the toxic feeding it (noop,
+// latency, …) blocks for good on one chunk (see e2e/main_test.go). It is
+// toxiproxy's and holds one chunk; a proxy left open is still reported,
+// by its listener and its links' other goroutines. Seen once in a clean
+// CI run: (*LatencyToxic).Pipe, chan send.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/Shopify/toxiproxy/v2/toxics.(*ToxicStub).Run"))
+}
 
 func startServer(t *testing.T) *server.Server {
 	t.Helper()
