@@ -13,6 +13,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -274,11 +275,7 @@ func refused(t *testing.T, c *conn, err error, what string) {
 	if err == nil {
 		t.Fatalf("not refused: %s", what)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(fmt.Sprint(c.asyncErrs()), what) {
-		if time.Now().After(deadline) {
-			t.Fatalf("refused with %v, but the server did not say %s (it said: %v)", err, what, c.asyncErrs())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Eventually(t, 5*time.Second, fmt.Sprintf("refused with %v, and the server says %s", err, what), func() bool {
+		return strings.Contains(fmt.Sprint(c.asyncErrs()), what)
+	})
 }
