@@ -174,29 +174,25 @@ const (
 
 // awaitOutcome waits for the outcome the worker keeps under a job ID in
 // the results bucket: at once if the job finished, when it finishes if it
-// still runs. It watches the key and also reads it with bounded requests
-// every outcomePoll, so a watch that stalls while the bucket elects a
-// leader (a cluster) does not make the caller wait out its deadline.
+// still runs. It reads the key with bounded requests every outcomePoll and,
+// beside that, watches it. The watch is set up on its own goroutine: its
+// consumer-create request is bounded only by ctx, so one lost in a leader
+// election, or refused to a client that may read the bucket but not
+// consume it (docs/security/accounts.conf), must not hold up the reads
+// until the caller's deadline.
 func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
+	wctx, stopWatch := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	defer watching.Wait()
+	defer stopWatch()
+	watched := make(chan jetstream.KeyValueEntry, 1)
 	var kv jetstream.KeyValue
-	var updates <-chan jetstream.KeyValueEntry
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	var stopWatch func()
-	defer func() {
-		if stopWatch != nil {
-			stopWatch()
-		}
-	}()
 	for {
 		var e jetstream.KeyValueEntry
 		select {
-		case u, ok := <-updates:
-			if !ok {
-				updates = nil // closed: keep polling
-				continue
-			}
-			e = u
+		case e = <-watched:
 		case <-poll.C:
 			poll.Reset(outcomePoll)
 			if kv == nil {
@@ -205,10 +201,7 @@ func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 				if kv, err = c.resultsBucket(ctx); err != nil {
 					continue
 				}
-				if watch, err := kv.Watch(ctx, id); err == nil {
-					stopWatch = func() { _ = watch.Stop() }
-					updates = watch.Updates()
-				}
+				watching.Go(func() { watchOutcome(wctx, kv, id, watched) })
 			}
 			gctx, cancel := context.WithTimeout(ctx, requestTimeout)
 			got, err := kv.Get(gctx, id)
@@ -229,6 +222,34 @@ func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 			return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
 		}
 		return res, rerr
+	}
+}
+
+// watchOutcome sends the first value put under id to out, until ctx ends.
+// A watch that cannot be set up (refused, or no leader) leaves the polling
+// to awaitOutcome.
+func watchOutcome(ctx context.Context, kv jetstream.KeyValue, id string, out chan<- jetstream.KeyValueEntry) {
+	w, err := kv.Watch(ctx, id)
+	if err != nil {
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				select {
+				case out <- e:
+				default:
+				}
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

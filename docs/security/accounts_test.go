@@ -125,6 +125,25 @@ func TestAccounts(t *testing.T) {
 		}
 	}
 
+	// A Call retried by ID finds the first one's outcome kept in the
+	// results bucket. client-a may read that bucket but not create a
+	// consumer on it (a watch): the look-up must not wait on the refused
+	// watch until the caller's deadline.
+	t.Run("retried call", func(t *testing.T) {
+		cl := clients["a"]
+		first, err := cl.Call(ctx, "retried", []byte("r"), keylane.WithID("retried-1"))
+		if err != nil {
+			t.Fatalf("first Call: %v", err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		start := time.Now()
+		again, err := cl.Call(rctx, "retried", []byte("r"), keylane.WithID("retried-1"))
+		if err != nil || string(again) != string(first) {
+			t.Fatalf("Call retried by ID after %s: %q, %v; want the first outcome %q", time.Since(start).Round(time.Millisecond), again, err, first)
+		}
+	})
+
 	t.Run("unauthenticated", func(t *testing.T) {
 		_, err := nats.Connect(s.ClientURL(), nats.Timeout(5*time.Second))
 		if !errors.Is(err, nats.ErrAuthorization) {
