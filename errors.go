@@ -145,3 +145,22 @@ var ErrNotStarted = errors.New("keylane: the worker has not started: its State w
 // ErrPayloadDropped is returned by Redrive for a dead letter whose payload
 // was dropped to fit: there is nothing to run again.
 var ErrPayloadDropped = errors.New("keylane: the dead letter's payload was dropped (too large); it cannot be redriven")
+
+// ErrStateUnavailable is wrapped by every error of a state bucket read or
+// write that failed or whose outcome is unknown: no leader, a lost
+// connection, a full store. It is never the job's fault: the worker tries
+// the job again with backoff for as long as its lease is trusted, without
+// spending one of its MaxDeliver attempts, and the next try re-reads the
+// entry, which tells whether a write of unknown outcome landed. A Handler
+// that uses State should return such an error unchanged (or wrapped).
+var ErrStateUnavailable = errors.New("keylane: state bucket unavailable")
+
+// stateError is a state bucket read or write that did not go through.
+type stateError struct {
+	key string
+	err error
+}
+
+func (e *stateError) Error() string { return fmt.Sprintf("keylane: state %q: %v", e.key, e.err) }
+
+func (e *stateError) Unwrap() []error { return []error{ErrStateUnavailable, e.err} }

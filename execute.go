@@ -128,6 +128,7 @@ func (o *owner) process(t *task) {
 		}
 	}
 	stalled := false
+	waits := 0 // tries that were not the job's fault: they only lengthen the backoff
 	for attempt := first; ; attempt++ {
 		t.job.Attempt = attempt
 		var res []byte
@@ -172,6 +173,17 @@ func (o *owner) process(t *task) {
 			o.log.Error("key's state was written under another jobs stream; holding the job until its epoch is adopted", "job_id", t.job.ID, "err", err)
 			o.w.refreshEpoch(o.ctx)
 			attempt-- // not the job's fault: never dead-lettered for it
+			waits++
+		} else if errors.Is(err, ErrStateUnavailable) {
+			// The state bucket did not take the read or write (a leader
+			// election, a cut connection, a full store). Not the job's
+			// fault: dead-lettering it would tell its caller "failed" for
+			// a write that may have landed. Try again, with backoff, for
+			// as long as the lease is trusted; the next attempt re-reads
+			// the entry, which settles a write of unknown outcome.
+			o.log.Warn("state bucket unavailable; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
+			attempt--
+			waits++
 		} else {
 			o.w.stats.failed.Add(1)
 			if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
@@ -191,7 +203,7 @@ func (o *owner) process(t *task) {
 				o.handBack(bt, true)
 			}
 		}
-		timer := time.NewTimer(o.w.cfg.Backoff(max(attempt, 1)))
+		timer := time.NewTimer(o.w.cfg.Backoff(max(attempt+waits, 1)))
 		select {
 		case <-timer.C:
 		case <-o.ctx.Done():

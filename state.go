@@ -170,7 +170,7 @@ func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, erro
 			if casConflict(err) {
 				return err
 			}
-			return fmt.Errorf("keylane: state %q: %w", job.Key, err)
+			return &stateError{job.Key, err}
 		}
 		out = result
 		return nil
@@ -335,7 +335,7 @@ func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) 
 		return StateEntry{}, 0, nil
 	}
 	if err != nil {
-		return StateEntry{}, 0, err
+		return StateEntry{}, 0, &stateError{keyOf(k), err}
 	}
 	e, err := decodeState(kve.Value())
 	if err != nil {
@@ -431,7 +431,10 @@ func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func
 		return 0, nil, err
 	}
 	if err := s.write(ctx, k, rev, s.next(cur, value, job0.Fence, ran, results)); err != nil {
-		return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
+		if casConflict(err) {
+			return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
+		}
+		return 0, nil, &stateError{job0.Key, err}
 	}
 	return n, rerr, nil
 }

@@ -3,12 +3,22 @@ package keylane
 import (
 	"encoding/base64"
 	"encoding/binary"
+	"strings"
 )
 
 // StateKey is the KV key that holds a resource key's state: the key in
 // unpadded base64url, since KV keys allow only a few characters.
 func StateKey(key string) string {
 	return "k." + base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// keyOf is the resource key of a state bucket key (StateKey's inverse).
+func keyOf(k string) string {
+	b, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, "k."))
+	if err != nil {
+		return k
+	}
+	return string(b)
 }
 
 // Entry encoding, big-endian. Version 3: version (1 byte), fence (8),

@@ -66,10 +66,17 @@
 // missing stream is ErrNoTopology at once. Every Call's outcome is kept by
 // ID (Keylane-Keep-Outcome), so a Call whose reply is lost — its own
 // connection dropped, or the reply is 5s late for a stored job — also
-// watches the results bucket and returns the kept outcome. Tested by
-// TestCallRepublishesALostPublish, TestCallRecoversALostReply and
-// TestSubmitRepublishesALostPublish (a fault proxy swallows or cuts), and
-// on three nodes by e2e/TestClusterSale.
+// watches the results bucket and returns the kept outcome. It reads the
+// key every second with bounded requests and watches it beside that; the
+// watch's consumer-create request is bounded only by the caller's context,
+// so it is set up on its own goroutine: one lost in a leader election, or
+// refused to a client that may read the bucket but not consume it
+// (docs/security/accounts.conf), once held the reads up until the
+// caller's deadline (8 of 7,142 Calls hung 30s after a leader kill).
+// Tested by TestCallRepublishesALostPublish, TestCallRecoversALostReply
+// and TestSubmitRepublishesALostPublish (a fault proxy swallows or cuts),
+// docs/security's "retried call" (the watch refused), and on three nodes
+// by e2e/TestClusterSale.
 //
 // # Owning a partition
 //
@@ -126,7 +133,15 @@
 // A failing job is retried in place with backoff, so later jobs of its key
 // wait behind it while other keys flow; after MaxDeliver attempts, or at
 // once for a Permanent error, it goes to NS_DEAD with Keylane-Error,
-// Keylane-Attempts and Keylane-Worker headers and is acked. Messages that
+// Keylane-Attempts and Keylane-Worker headers and is acked. A state bucket
+// that does not take a read or write (no leader, a cut connection, a full
+// store: ErrStateUnavailable) is not the job's fault: the job is tried
+// again with backoff while the lease is trusted, never spending its
+// attempts, and the next try re-reads the entry, which settles a write of
+// unknown outcome. Dead-lettering it instead told a buyer "failed" for a
+// purchase whose write had landed (a non-leader kill on three nodes under
+// load). Tested by TestStateOutageIsNotTheJobsFault (the bucket's store
+// full) and e2e/TestClusterSale. Messages that
 // are not valid jobs (no key, a key of another partition) are dead-lettered
 // as "malformed" and never reach the handler. Jobs waiting or running
 // longer than AckWait/3 get InProgress so the server does not redeliver
