@@ -149,6 +149,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 				continue
 			}
 			delivered = meta.Sequence.Consumer
+			o.backlog.Store(meta.NumPending)
 		}
 		o.dispatch(ln, msg)
 	}
@@ -191,7 +192,7 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	if id == "" {
 		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
-	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: h.Get(HeaderIdempotent) != "", keep: h.Get(HeaderKeepOutcome) != ""}
+	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: h.Get(HeaderIdempotent) != "", keep: h.Get(HeaderKeepOutcome) != "", stored: meta.Timestamp}
 	if of := h.Get(HeaderRedriveOf); of != "" && ValidateJobID(of) == nil {
 		t.redriveOf = of
 	}
