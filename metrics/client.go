@@ -56,7 +56,7 @@ func NewClient() *Client {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "keylane_client_request_seconds",
 			Help:    "Duration of one Submit, Call (until its result) or SubmitMany (all its jobs).",
-			Buckets: LatencyBuckets,
+			Buckets: latencyBuckets,
 		}, []string{"op"}),
 	}
 }

@@ -7,15 +7,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// LatencyBuckets are the buckets of every keylane duration histogram, in
+// latencyBuckets are the buckets of every keylane duration histogram, in
 // seconds: half a millisecond to a minute, about 2.5× apart, so a
 // reducer group of a millisecond and a flash sale's queue of tens of
 // seconds both read well through histogram_quantile.
-var LatencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
-// GroupBuckets are the buckets of keylane_group_jobs: powers of two up to
+// groupBuckets are the buckets of keylane_group_jobs: powers of two up to
 // the largest group a worker commits (256).
-var GroupBuckets = prometheus.ExponentialBuckets(1, 2, 9)
+var groupBuckets = prometheus.ExponentialBuckets(1, 2, 9)
 
 // Worker holds a worker's histograms: queue wait, run time, group size,
 // end-to-end latency and lease renew latency. It is a prometheus.Collector;
@@ -40,11 +40,11 @@ func NewWorker() *Worker {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Name: "keylane_" + name, Help: help, Buckets: buckets})
 	}
 	m := &Worker{
-		queueWait: h("job_queue_wait_seconds", "Time from the jobs stream storing a job to this worker taking it to run (server clock against worker clock).", LatencyBuckets),
-		run:       h("job_run_seconds", "Duration of one handler attempt, or of one reducer group with its state write.", LatencyBuckets),
-		group:     h("group_jobs", "Jobs settled by one reducer group commit.", GroupBuckets),
-		latency:   h("job_end_to_end_seconds", "Time from the jobs stream storing a job to this worker acking its outcome (a success or a dead letter).", LatencyBuckets),
-		renew:     h("lease_renew_seconds", "Round trip of one lease renew attempt (partition and member leases), failed ones included.", LatencyBuckets),
+		queueWait: h("job_queue_wait_seconds", "Time from the jobs stream storing a job to this worker taking it to run (server clock against worker clock).", latencyBuckets),
+		run:       h("job_run_seconds", "Duration of one handler attempt, or of one reducer group with its state write.", latencyBuckets),
+		group:     h("group_jobs", "Jobs settled by one reducer group commit.", groupBuckets),
+		latency:   h("job_end_to_end_seconds", "Time from the jobs stream storing a job to this worker acking its outcome (a success or a dead letter).", latencyBuckets),
+		renew:     h("lease_renew_seconds", "Round trip of one lease renew attempt (partition and member leases), failed ones included.", latencyBuckets),
 		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "keylane_lease_renew_failures_total", Help: "Lease renew attempts that failed (timeout, conflict, disconnect).",
 		}),
