@@ -26,7 +26,8 @@ import (
 // by ID (jobs with a caller's ID have their outcome stored in the results
 // bucket, for ResultsTTL); after it, the worker answers the new message
 // from the kept outcome.
-func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) ([]byte, error) {
+func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
+	defer c.observeCall(c.now(), &err)
 	r := build(key, payload, opts)
 	token, w, err := c.wait()
 	if err != nil {

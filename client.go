@@ -47,6 +47,10 @@ type ClientConfig struct {
 	// syncs once per batch instead of once per job. On a server with the
 	// default sync interval it costs more than it saves; leave it off there.
 	AtomicBatches bool
+	// Observer receives the client's measurements (latency and outcome of
+	// every Submit, Call and SubmitMany) for metrics; see package metrics.
+	// Defaults to nil: nothing is measured.
+	Observer *ClientObserver
 }
 
 // Client submits jobs. It is safe for concurrent use.
@@ -72,6 +76,7 @@ type Client struct {
 	token   atomic.Uint64
 	batch   []*batcher // by shard (an atomic batch stays in one stream); nil unless AtomicBatches
 	results jetstream.KeyValue
+	obs     *ClientObserver
 }
 
 // NewClient opens the namespace's jobs stream, checks its partition
@@ -100,7 +105,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{}), obs: cfg.Observer}
 	for i := range c.shards {
 		c.expect = append(c.expect, []string{names.JobsShard(i)})
 		if cfg.AtomicBatches {

@@ -29,6 +29,12 @@
 // updates (one write per job), and Job.Fence and Job.Seq let it make the
 // same check in its own store.
 //
+// A worker and a client report what they measure (queue wait, run time,
+// group size, end-to-end latency and lease renews; every Submit and Call)
+// to an optional WorkerConfig.Observer and ClientConfig.Observer, which
+// cost nothing when unset; package metrics turns them into Prometheus
+// metrics.
+//
 // How keylane uses JetStream — the namespace's streams and buckets, every
 // failure case and the test that covers it — is written down in package
 // jetstream (documentation only: see its doc.go for why). The lease

@@ -265,6 +265,7 @@ func (o *owner) call(job Job) (res []byte, err error) {
 		return o.reduceOne(job)
 	}
 	o.w.stats.runs.Add(1)
+	defer o.observeRun(o.w.now())
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: handler panicked: %v", r)

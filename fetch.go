@@ -149,6 +149,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 				continue
 			}
 			delivered = meta.Sequence.Consumer
+			o.backlog.Store(meta.NumPending)
 		}
 		o.dispatch(ln, msg)
 	}
@@ -195,6 +196,7 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	if of := h.Get(HeaderRedriveOf); of != "" && ValidateJobID(of) == nil {
 		t.redriveOf = of
 	}
+	t.stored = meta.Timestamp
 	t.job = Job{
 		ID: id, Key: key, Type: h.Get(HeaderType), Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,

@@ -23,6 +23,11 @@ type task struct {
 	requeued    bool         // put back in its lane by the runner that took it
 	progress    time.Time
 	firstErr    error // the error of a first run already made in a group
+
+	// For WorkerObserver: when the jobs stream stored it, and whether it
+	// was taken to run once.
+	stored  time.Time
+	started bool
 }
 
 // keptOutcome is a job's outcome as stored by ID.

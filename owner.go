@@ -38,6 +38,11 @@ type owner struct {
 	prevDelivered uint64        // last stream sequence the previous consumer delivered
 	maxAcked      atomic.Uint64 // highest stream sequence acked
 	ln            *lanes        // the lanes of the current consumer generation
+
+	// For Worker.Tenures: ln, and the consumer's pending count at the
+	// last delivery.
+	lanes   atomic.Pointer[lanes]
+	backlog atomic.Uint64
 }
 
 // How long a handed-back job stays with the server before it is delivered
@@ -91,6 +96,7 @@ func (o *owner) run() {
 	if o.w.cfg.Reducer != nil {
 		group, run = maxGroup, o.runGroup
 	}
+	run = o.observeQueueWait(run)
 	var cons jetstream.Consumer
 	pause := resyncBackoff{}
 	for {
@@ -116,6 +122,7 @@ func (o *owner) run() {
 		}
 		ln := newLanes(o.w.cfg.Concurrency, group, run)
 		o.ln = ln
+		o.lanes.Store(ln)
 		why := o.fetch(cons, ln)
 		if why == nil {
 			ln.close(o.ctx.Err() != nil)

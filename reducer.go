@@ -59,6 +59,7 @@ func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
 // applyGroup group-commits jobs (one key, stream order) and tells the
 // reducer's CommitObserver, if any, the fate of every run. See State.group.
 func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
+	defer o.observeGroup(o.w.now(), &n, &werr)
 	var ran []int
 	n, rerr, werr = o.w.state.group(o.ctx, jobs, out, func(i int, cur []byte) ([]byte, []byte, error) {
 		ran = append(ran, i)

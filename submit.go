@@ -13,7 +13,8 @@ import (
 // Submit stores a job and returns its ID once JetStream has stored it. It
 // does not wait for the job to run. Bad input (an empty or oversized key, an
 // oversized payload, a bad job ID) is refused before anything is sent.
-func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (string, error) {
+func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
+	defer c.observeSubmit(c.now(), &err)
 	r := build(key, payload, opts)
 	m, err := c.message(&r, "")
 	if err != nil {
@@ -62,8 +63,9 @@ type Submitted struct {
 // in flight, and returns once every one is stored or refused, in the order
 // given. It returns an error only if ctx ended; per-job errors are in the
 // slice.
-func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, error) {
-	out := make([]Submitted, len(reqs))
+func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitted, err error) {
+	defer c.observeSubmitMany(c.now(), &out, &err)
+	out = make([]Submitted, len(reqs))
 	futures := make([]jetstream.PubAckFuture, len(reqs))
 	for i := range reqs {
 		m, err := c.message(&reqs[i], "")

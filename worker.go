@@ -68,6 +68,10 @@ type WorkerConfig struct {
 	StoreResults bool
 	// Logger receives the worker's logs. Defaults to discarding them.
 	Logger *slog.Logger
+	// Observer receives the worker's measurements (queue wait, run time,
+	// group size, end-to-end latency, lease renews) for metrics; see
+	// package metrics. Defaults to nil: nothing is measured, at no cost.
+	Observer *WorkerObserver
 }
 
 var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
@@ -420,7 +424,7 @@ func (w *Worker) Topology() *Topology {
 }
 
 func (w *Worker) leaseConfig() lease.Config {
-	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger}
+	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger, Renewed: w.cfg.leaseRenewed()}
 }
 
 // refreshEpoch re-reads the jobs streams' adopted epochs, so a key held

@@ -32,6 +32,11 @@ type Config struct {
 	// Logger receives the lease's events at Debug, Info and Warn. Defaults
 	// to a logger that discards.
 	Logger *slog.Logger
+	// Renewed, if set, is called by the watchdog after every renew attempt
+	// with its round trip (on the trust window's clock) and its error: nil
+	// if the renew landed. It runs on the watchdog goroutine and must not
+	// block. It is meant for metrics. Defaults to nil.
+	Renewed func(took time.Duration, err error)
 }
 
 // resolve checks c against the bucket that kv is a view of and fills in the

@@ -68,6 +68,9 @@ func (l *Lease) watchdog(ctx context.Context, sent time.Duration) {
 		if ctx.Err() != nil {
 			return // stopped by Release or Orphan
 		}
+		if l.cfg.Renewed != nil {
+			l.cfg.Renewed(l.clock()-send, err)
+		}
 		switch {
 		case err == nil:
 			if l.clock() >= deadline {

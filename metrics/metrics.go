@@ -1,14 +1,31 @@
-// Package metrics exposes a keylane worker's counters to Prometheus.
+// Package metrics exposes keylane workers and clients to Prometheus.
 //
 //	reg := prometheus.NewRegistry()
-//	reg.MustRegister(metrics.New(worker))
+//	wm := metrics.NewWorker() // histograms, fed through the worker's Observer
+//	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{Observer: wm.Observer(), …})
+//	reg.MustRegister(wm, metrics.New(w))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// The collector reads Worker.Stats at scrape time; it adds nothing to the
-// job path.
+// and on the producing side
+//
+//	cm := metrics.NewClient()
+//	reg.MustRegister(cm)
+//	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Observer: cm.Observer()})
+//
+// New's Collector reads Worker.Stats and Worker.Tenures at scrape time (it
+// asks the NATS server nothing) and adds nothing to the job path. The
+// histograms of NewWorker and NewClient are fed by the observers, which
+// allocate nothing per job; a worker or client without an observer
+// measures nothing and reads no clock for it.
+//
+// The metric names, and a Grafana dashboard that uses them
+// (docs/grafana/keylane.json), are listed in the README under
+// "Operating keylane".
 package metrics
 
 import (
+	"strconv"
+
 	"github.com/keylane/keylane"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -19,6 +36,8 @@ type Collector struct {
 	w       *keylane.Worker
 	counter []metric
 	owned   *prometheus.Desc
+
+	backlog, inFlight, trustedFor *prometheus.Desc // by partition
 }
 
 type metric struct {
@@ -26,7 +45,9 @@ type metric struct {
 	get  func(keylane.Stats) int64
 }
 
-// New returns a collector of w's counters, labelled with its worker ID.
+// New returns a collector of w's counters (Worker.Stats) and of its owned
+// partitions' backlog, in-flight jobs and lease headroom (Worker.Tenures),
+// all labelled with its worker ID.
 func New(w *keylane.Worker) *Collector {
 	labels := prometheus.Labels{"worker": w.ID()}
 	c := func(name, help string, get func(keylane.Stats) int64) metric {
@@ -46,8 +67,19 @@ func New(w *keylane.Worker) *Collector {
 			c("leases_acquired_total", "Partition leases acquired.", func(s keylane.Stats) int64 { return s.Acquired }),
 			c("leases_lost_total", "Partition leases lost (not released).", func(s keylane.Stats) int64 { return s.Lost }),
 			c("leases_released_total", "Partition leases released gracefully.", func(s keylane.Stats) int64 { return s.Released }),
+			c("partition_resyncs_total", "Re-synchronisations of a partition's delivery (a delivery gap, a reconnect, missed heartbeats).", func(s keylane.Stats) int64 { return s.Resyncs }),
+			c("jobs_gap_total", "Jobs refused because a later job of their key had been applied (dead-lettered, never answered as a success).", func(s keylane.Stats) int64 { return s.Gaps }),
+			c("dead_letter_errors_total", "Failed dead-letter writes (the job stays in its lane until one succeeds).", func(s keylane.Stats) int64 { return s.DeadLetterErrors }),
+			c("jobs_handed_back_total", "Jobs a retrying key handed back to the server.", func(s keylane.Stats) int64 { return s.HandedBack }),
+			c("owners_stuck_total", "Owners whose handlers kept running after their lease was lost.", func(s keylane.Stats) int64 { return s.Stuck }),
 		},
 		owned: prometheus.NewDesc("keylane_partitions_owned", "Partitions this worker owns now.", nil, labels),
+		backlog: prometheus.NewDesc("keylane_partition_backlog",
+			"Jobs stored in an owned partition and not yet delivered to this worker, as of the last delivery (the consumer's pending count).", []string{"partition"}, labels),
+		inFlight: prometheus.NewDesc("keylane_partition_in_flight",
+			"Jobs of an owned partition fetched by this worker and not finished.", []string{"partition"}, labels),
+		trustedFor: prometheus.NewDesc("keylane_lease_trusted_for_seconds",
+			"How long an owned partition's lease stays trusted without another successful renew (the trust window's headroom).", []string{"partition"}, labels),
 	}
 }
 
@@ -57,6 +89,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.desc
 	}
 	ch <- c.owned
+	ch <- c.backlog
+	ch <- c.inFlight
+	ch <- c.trustedFor
 }
 
 // Collect implements prometheus.Collector.
@@ -66,4 +101,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.desc, prometheus.CounterValue, float64(m.get(s)))
 	}
 	ch <- prometheus.MustNewConstMetric(c.owned, prometheus.GaugeValue, float64(s.Owned))
+	for _, t := range c.w.Tenures() {
+		p := strconv.Itoa(t.Partition)
+		ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(t.Backlog), p)
+		ch <- prometheus.MustNewConstMetric(c.inFlight, prometheus.GaugeValue, float64(t.InFlight), p)
+		ch <- prometheus.MustNewConstMetric(c.trustedFor, prometheus.GaugeValue, t.TrustedFor.Seconds(), p)
+	}
 }

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -23,7 +25,10 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/internal/sale"
+	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func main() {
@@ -81,6 +86,10 @@ type common struct {
 	verbose    bool
 	auth       *natsflags.Auth
 	nc         *nats.Conn // once connected to --nats: the server's refusals are read from it
+
+	// With --metrics: the observers of the client and the in-process workers.
+	clientObs *keylane.ClientObserver
+	workerObs *keylane.WorkerObserver
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -116,7 +125,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 			return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
 		}
 		c.nc = nc
-		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards})
+		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, Observer: c.clientObs})
 		if err != nil {
 			nc.Close()
 			return nil, nil, nil, natsflags.Refused(nc, err)
@@ -128,6 +137,9 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards},
 		Hold:     hold,
 		Logger:   c.logger(),
+
+		WorkerObserver: c.workerObs,
+		ClientObserver: c.clientObs,
 	})
 	if err != nil {
 		return nil, nil, nil, err
@@ -159,8 +171,16 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 	fs.BoolVar(&cfg.FireAndForget, "fire-and-forget", false, "submit all purchases with SubmitMany, then wait for the stock")
 	fs.DurationVar(&hold, "hold", 0, "pause inside the critical section (in-process workers only)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on the whole sale")
+	metricsAddr := fs.String("metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics while the sale runs: the client's, and the in-process workers' (env KEYLANE_METRICS)")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
+	}
+	var reg *prometheus.Registry
+	if *metricsAddr != "" {
+		wm, cm := metrics.NewWorker(), metrics.NewClient()
+		c.workerObs, c.clientObs = wm.Observer(), cm.Observer()
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(wm, cm)
 	}
 	if cfg.Skew == 0 {
 		cfg.Even = true
@@ -179,6 +199,19 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 		tr = local.Tracker
 	}
 	fmt.Fprintf(out, "keylane: %s, %d partitions\n", where, cl.Partitions())
+	if reg != nil {
+		if local != nil {
+			for _, w := range local.Workers {
+				reg.MustRegister(metrics.New(w))
+			}
+		}
+		addr, stop, err := serveMetrics(*metricsAddr, reg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		fmt.Fprintf(out, "metrics: http://%s/metrics\n", addr)
+	}
 	v, err := sale.Run(ctx, cl, cfg, tr)
 	if err != nil {
 		return err
@@ -244,4 +277,27 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	}
 	fmt.Fprintln(out, string(res))
 	return nil
+}
+
+// serveMetrics serves reg at http://addr/metrics until stop is called, and
+// returns the address it listens on.
+func serveMetrics(addr string, reg *prometheus.Registry) (string, func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("--metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	return ln.Addr().String(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }

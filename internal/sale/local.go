@@ -48,6 +48,11 @@ type LocalConfig struct {
 	PerJobWrites bool
 	// Logger for the workers. Defaults to discarding.
 	Logger *slog.Logger
+	// WorkerObserver and ClientObserver measure the workers and the
+	// clients from Client (keylane.WorkerConfig.Observer,
+	// keylane.ClientConfig.Observer). Default to nil.
+	WorkerObserver *keylane.WorkerObserver
+	ClientObserver *keylane.ClientObserver
 }
 
 // Local is a running in-process deployment.
@@ -60,6 +65,7 @@ type Local struct {
 	tmp     string
 	ns      string
 	group   bool
+	obs     *keylane.ClientObserver
 }
 
 // StartLocal starts the server and the workers and waits until every
@@ -68,7 +74,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 3
 	}
-	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways}
+	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, obs: cfg.ClientObserver}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -117,6 +123,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			ID:          fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency: cfg.Concurrency,
 			Logger:      cfg.Logger,
+			Observer:    cfg.WorkerObserver,
 		})
 		if err != nil {
 			l.Stop(ctx)
@@ -153,7 +160,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Observer: l.obs})
 }
 
 // Stop stops the workers gracefully, then the server.

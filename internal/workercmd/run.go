@@ -65,12 +65,17 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 	if c.Worker.Reducer == nil && c.Worker.Handler == nil {
 		c.Worker.Reducer = &inventory.Handler{}
 	}
+	var observed *metrics.Worker
+	if c.Metrics != "" {
+		observed = metrics.NewWorker()
+		c.Worker.Observer = observed.Observer()
+	}
 	w, err := keylane.NewWorker(nc, c.Worker)
 	if err != nil {
 		return err
 	}
 	if c.Metrics != "" {
-		stopMetrics, err := serveMetrics(c.Metrics, w, log)
+		stopMetrics, err := serveMetrics(c.Metrics, w, observed, log)
 		if err != nil {
 			return err
 		}
@@ -131,11 +136,12 @@ func connHandlers(log *slog.Logger) []nats.Option {
 	}
 }
 
-// serveMetrics serves the worker's Prometheus metrics on addr until the
+// serveMetrics serves the worker's Prometheus metrics (its counters and
+// gauges, and the histograms its observer m feeds) on addr until the
 // returned function is called.
-func serveMetrics(addr string, w *keylane.Worker, log *slog.Logger) (func(), error) {
+func serveMetrics(addr string, w *keylane.Worker, m *metrics.Worker, log *slog.Logger) (func(), error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.New(w), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(metrics.New(w), m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", addr)

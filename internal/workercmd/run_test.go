@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -155,4 +157,62 @@ func TestConnHandlersLog(t *testing.T) {
 	testwait.Eventually(t, 10*time.Second, "the reconnect is logged", func() bool { return strings.Contains(logs.String(), "NATS reconnected") })
 	nc.Close()
 	testwait.Eventually(t, 5*time.Second, "the close is logged", func() bool { return strings.Contains(logs.String(), "NATS connection closed") })
+}
+
+// --metrics serves the worker's counters, per-partition gauges and job
+// histograms, the histograms fed by the jobs the worker ran.
+func TestRunServesMetrics(t *testing.T) {
+	var logs logBuffer
+	c := config(t, t.TempDir(), logs.logger())
+	c.Worker.Topology.Partitions = 2
+	c.Metrics = fmt.Sprintf("127.0.0.1:%d", testwait.FreePort(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c, nil) }()
+	defer func() { cancel(); <-done }()
+	testwait.Eventually(t, 20*time.Second, "the worker starts", func() bool { return strings.Contains(logs.String(), "worker started") })
+	nc, err := nats.Connect("nats://" + c.Listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: "ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, p := range []string{"set 10", "buy 1", "get"} {
+		if _, err := cl.Call(ctx, "sku:1", []byte(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scrape := func() string {
+		resp, err := http.Get("http://" + c.Metrics + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	want := []string{
+		"keylane_job_end_to_end_seconds_count 3",
+		"keylane_job_queue_wait_seconds_count 3",
+		"keylane_group_jobs_sum 3",
+		`keylane_partition_backlog{partition="0",worker="w1"} 0`,
+		`keylane_partition_in_flight{partition="1",worker="w1"} 0`,
+		`keylane_lease_trusted_for_seconds{partition="1",worker="w1"}`,
+		`keylane_jobs_succeeded_total{worker="w1"} 3`,
+		"keylane_lease_renew_seconds_bucket",
+	}
+	testwait.Until(t, 10*time.Second, "the metrics show the 3 jobs", func() (string, bool) {
+		body := scrape()
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				return "missing " + w + " in:\n" + body, false
+			}
+		}
+		return body, true
+	})
 }
