@@ -26,7 +26,7 @@ import (
 // by ID (jobs with a caller's ID have their outcome stored in the results
 // bucket, for ResultsTTL); after it, the worker answers the new message
 // from the kept outcome.
-func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) ([]byte, error) {
+func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
 	r := build(key, payload, opts)
 	token, w, err := c.wait()
 	if err != nil {
@@ -37,6 +37,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	if err != nil {
 		return nil, err
 	}
+	defer c.tracing.send(ctx, "call", m).end(&err) // starts the span now, ends it on return
 	// The worker keeps a Call's outcome by ID, so a reply lost with a
 	// connection is recovered from it.
 	m.Header[HeaderKeepOutcome] = oneHeader

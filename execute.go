@@ -253,10 +253,12 @@ func (o *owner) call(job Job) (res []byte, err error) {
 		return o.reduceOne(job)
 	}
 	o.w.stats.runs.Add(1)
+	ctx, span := job.trace.run(o.ctx, job)
+	defer span.end(&err) // after the recover below has set err
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: handler panicked: %v", r)
 		}
 	}()
-	return o.w.cfg.Handler.Handle(o.ctx, job)
+	return o.w.cfg.Handler.Handle(ctx, job)
 }

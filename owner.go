@@ -91,6 +91,7 @@ func (o *owner) run() {
 	if o.w.cfg.Reducer != nil {
 		group, run = maxGroup, o.runGroup
 	}
+	run = o.w.tracing.wrap(run)
 	var cons jetstream.Consumer
 	pause := resyncBackoff{}
 	for {

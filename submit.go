@@ -13,12 +13,13 @@ import (
 // Submit stores a job and returns its ID once JetStream has stored it. It
 // does not wait for the job to run. Bad input (an empty or oversized key, an
 // oversized payload, a bad job ID) is refused before anything is sent.
-func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (string, error) {
+func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
 	r := build(key, payload, opts)
 	m, err := c.message(&r, "")
 	if err != nil {
 		return "", err
 	}
+	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
 	if c.batch == nil {
 		dup, err := c.publish(ctx, m)
 		if err != nil {
@@ -65,6 +66,8 @@ type Submitted struct {
 func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, error) {
 	out := make([]Submitted, len(reqs))
 	futures := make([]jetstream.PubAckFuture, len(reqs))
+	span := c.tracing.sendMany(ctx, len(reqs))
+	defer span.end(out)
 	for i := range reqs {
 		m, err := c.message(&reqs[i], "")
 		out[i].ID = reqs[i].ID
@@ -72,6 +75,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 			out[i].Err = err
 			continue
 		}
+		span.inject(m)
 		f, err := c.async.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
 		if err != nil {
 			out[i].Err = err
