@@ -465,3 +465,44 @@ func TestTracingBadTraceparentIsIgnored(t *testing.T) {
 		t.Errorf("process span parent %v, want the sent traceparent's", pr.Parent())
 	}
 }
+
+// BenchmarkCallTracing measures a Call's round trip through a real
+// in-process server and worker with tracing off and on (an SDK provider
+// that samples every span and exports none: the instrumentation's cost).
+func BenchmarkCallTracing(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(map[bool]string{false: "off", true: "on"}[on], func(b *testing.B) {
+			srv := natstest.Start(b)
+			nc := natstest.Connect(b, srv)
+			var tp trace.TracerProvider
+			if on {
+				sdk := sdktrace.NewTracerProvider()
+				b.Cleanup(func() { _ = sdk.Shutdown(context.Background()) })
+				tp = sdk
+			}
+			bctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			w, err := NewWorker(nc, WorkerConfig{Topology: TopologyConfig{Partitions: 4, LeaseTTL: time.Second}, Handler: echo(), TracerProvider: tp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Start(bctx); err != nil {
+				b.Fatal(err)
+			}
+			defer w.Stop(bctx)
+			c, err := NewClient(bctx, nc, ClientConfig{TracerProvider: tp})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			testwait.Eventually(b, 10*time.Second, "partitions owned", func() bool { return len(w.Owned()) == 4 })
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := c.Call(bctx, "k", []byte("x")); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
