@@ -212,6 +212,9 @@ func TestTracingCallJoinsTheCallersTrace(t *testing.T) {
 	if process.Status().Code != codes.Error || attr(process, "keylane.outcome") != "dead_lettered" || !hasEvent(process, "keylane.dead_lettered") {
 		t.Errorf("process span of a dead-lettered job: status %v, outcome %q, events %v", process.Status(), attr(process, "keylane.outcome"), process.Events())
 	}
+	testwait.Eventually(t, 10*time.Second, "every span ended", func() bool {
+		return len(rec.Started()) == len(rec.Ended())
+	})
 }
 
 func TestTracingGroupCommitOneSpanPerGroup(t *testing.T) {
@@ -319,6 +322,111 @@ func TestTracingGroupCommitOneSpanPerGroup(t *testing.T) {
 			}
 		}
 	}
+	testwait.Eventually(t, 10*time.Second, "every span ended", func() bool {
+		return len(rec.Started()) == len(rec.Ended())
+	})
+}
+
+// TestTracingFailedGroupWrite: a group whose compare-and-set fails (the
+// test rewrites the key's state, same bytes, new revision, while the
+// group reduces) shows as a commit span with an error status covering the
+// group; the job the group put back in its lane ends its first span as
+// requeued and gets a second when it runs again; no span stays open.
+func TestTracingFailedGroupWrite(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	rec, tp := recorder(t)
+	type gate struct {
+		started chan struct{}
+		release chan struct{}
+		once    atomic.Bool
+	}
+	gates := map[string]*gate{}
+	for _, p := range []string{"first", "b2"} {
+		gates[p] = &gate{started: make(chan struct{}), release: make(chan struct{})}
+	}
+	for _, g := range gates {
+		defer func() {
+			select {
+			case <-g.release:
+			default:
+				close(g.release)
+			}
+		}()
+	}
+	count := ReducerFunc(func(ctx context.Context, j Job, state []byte) ([]byte, []byte, error) {
+		if g := gates[string(j.Payload)]; g != nil && g.once.CompareAndSwap(false, true) {
+			close(g.started)
+			<-g.release
+		}
+		next := append(append([]byte(nil), state...), 'x')
+		return next, next, nil
+	})
+	w := e.worker("w1", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.TracerProvider = nil, count, tp })
+	e.waitOwned(w)
+	c := tracedClient(t, e, tp)
+	wait := func(ch chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-ctx(t).Done():
+			t.Fatal(what)
+		}
+	}
+	if _, err := c.Call(ctx(t), "sku:1", []byte("init")); err != nil {
+		t.Fatal(err)
+	}
+	// b1 and b2 queue behind "first", then run as one group.
+	for _, id := range []string{"first", "b1", "b2"} {
+		if _, err := c.Submit(ctx(t), "sku:1", []byte(id), WithID(id)); err != nil {
+			t.Fatal(err)
+		}
+		if id == "first" {
+			wait(gates["first"].started, "the first job never ran")
+		}
+	}
+	p := partition.Of("sku:1", e.topo.Partitions)
+	cons, err := e.js.Consumer(ctx(t), e.topo.Names.Jobs(), e.topo.Names.Consumer(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "b1 and b2 delivered", func() bool {
+		info, err := cons.Info(ctx(t))
+		return err == nil && info.NumAckPending == 3
+	})
+	close(gates["first"].release)
+	// While the group reduces b2, move the key's revision on: its write fails.
+	wait(gates["b2"].started, "b2 never ran")
+	entry, err := e.topo.State.Get(ctx(t), StateKey("sku:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.topo.State.Put(ctx(t), StateKey("sku:1"), entry.Value()); err != nil {
+		t.Fatal(err)
+	}
+	close(gates["b2"].release)
+
+	b1 := waitProcessed(t, rec, e.ns, "b1")
+	testwait.Eventually(t, 10*time.Second, "b2's second process span", func() bool {
+		return len(ended(rec, "keylane.process "+e.ns, "b2")) == 2
+	})
+	b2 := ended(rec, "keylane.process "+e.ns, "b2")
+	if attr(b2[0], "keylane.outcome") != "requeued" || attr(b2[1], "keylane.outcome") != "acked" || attr(b1, "keylane.outcome") != "acked" {
+		t.Fatalf("outcomes: b1 %q, b2 %q then %q; want acked, requeued then acked",
+			attr(b1, "keylane.outcome"), attr(b2[0], "keylane.outcome"), attr(b2[1], "keylane.outcome"))
+	}
+	failed := oneSpan(t, "failed commit", children(rec, b2[0], "keylane.commit"))
+	if failed.Status().Code != codes.Error || attr(failed, "keylane.group.size") != "2" ||
+		len(failed.Links()) != 1 || failed.Links()[0].SpanContext.SpanID() != b1.SpanContext().SpanID() {
+		t.Fatalf("failed group commit span: status %v, group size %s, links %v; want an error covering b1 and b2",
+			failed.Status(), attr(failed, "keylane.group.size"), failed.Links())
+	}
+	// b1 was then settled alone, with a commit of its own.
+	if cs := children(rec, b1, "keylane.commit"); len(cs) != 1 || cs[0].Status().Code == codes.Error {
+		t.Fatalf("b1's own commit spans: %v", cs)
+	}
+	testwait.Eventually(t, 10*time.Second, "every span ended", func() bool {
+		return len(rec.Started()) == len(rec.Ended())
+	})
 }
 
 // traceparentOf returns the traceparent header of the stream's message
