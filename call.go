@@ -38,6 +38,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	if err != nil {
 		return nil, err
 	}
+	defer c.tracing.send(ctx, "call", m).end(&err) // starts the span now, ends it on return
 	// The worker keeps a Call's outcome by ID, so a reply lost with a
 	// connection is recovered from it.
 	m.Header[HeaderKeepOutcome] = oneHeader

@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ValidateJobID reports why id cannot be used as a job ID, or nil.
@@ -41,6 +43,17 @@ type ClientConfig struct {
 	// MaxPending bounds the asynchronous publishes in flight in SubmitMany.
 	// Defaults to 4096.
 	MaxPending int
+	// TracerProvider turns tracing on: Submit, Call and SubmitMany start
+	// a producer span and send its context in the job's headers, so the
+	// worker's spans join the caller's trace (see the package doc,
+	// "Tracing"). Defaults to nil: no span, no header, nothing allocated.
+	// The global provider (otel.GetTracerProvider) is never used unless
+	// passed here.
+	TracerProvider trace.TracerProvider
+	// Propagator writes the trace context into job headers. Defaults to
+	// W3C Trace Context (propagation.TraceContext{}, the traceparent and
+	// tracestate headers). Used only with a TracerProvider.
+	Propagator propagation.TextMapPropagator
 	// AtomicBatches coalesces concurrent Calls and Submits into JetStream
 	// atomic batches (server 2.12 or later), one batch in flight at a time
 	// per few, so a server that fsyncs every write (sync_interval: always)
@@ -77,6 +90,7 @@ type Client struct {
 	batch   []*batcher // by shard (an atomic batch stays in one stream); nil unless AtomicBatches
 	results jetstream.KeyValue
 	obs     *ClientObserver
+	tracing *clientTracing // nil: tracing off
 }
 
 // NewClient opens the namespace's jobs stream, checks its partition
@@ -112,6 +126,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 			c.batch = append(c.batch, newBatcher(c))
 		}
 	}
+	c.tracing = newClientTracing(cfg, nc)
 	c.subjects = make([]string, n)
 	for p := range n {
 		c.subjects[p] = partition.Subject(cfg.Namespace, p)

@@ -15,7 +15,8 @@ import (
 
 // finish stores the result, replies and acks, all only while the lease is
 // trusted. It reports whether it acked.
-func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
+func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) {
+	defer t.job.trace.finish(t.job, herr, dead).end(&acked) // starts the commit span now
 	if !o.l.Trusted() {
 		o.w.stats.unacked.Add(1)
 		return false

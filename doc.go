@@ -49,4 +49,54 @@
 // TopologyConfig.ReplyPrefix when the namespace is created, and
 // nats.CustomInboxPrefix on every connection. docs/security/accounts.conf
 // is such a configuration, tested against a real server.
+//
+// # Tracing
+//
+// Tracing is off unless ClientConfig.TracerProvider or
+// WorkerConfig.TracerProvider is set; keylane never falls back to the
+// global provider. Off, each hook is a nil check: no header is written or
+// read and nothing is allocated. The library imports only the
+// OpenTelemetry API; the application brings the SDK and an exporter.
+//
+// Submit and Call start a producer span, "keylane.submit <namespace>" or
+// "keylane.call <namespace>", under the caller's ctx, and send its
+// context in the job's headers (through the Propagator, W3C traceparent
+// by default). Call's span lasts until the result comes and carries its
+// error (a RemoteError, a NoReplyError). SubmitMany starts one span,
+// "keylane.submit_many <namespace>", whose context goes in every job of
+// the batch; Redrive submits through Submit. Attributes follow the
+// OpenTelemetry messaging conventions: messaging.system=nats,
+// messaging.destination.name (the partition's subject),
+// messaging.destination.partition.id, messaging.message.id (the job ID),
+// and keylane.key. A trace context that would take a job past its size
+// limit is left out, never a reason to refuse the job.
+//
+// The worker gives each job a consumer span, "keylane.process
+// <namespace>", a child of the context in its headers: a root span when
+// there is none or it does not parse (a malformed traceparent never fails
+// a job). It starts at the job's stream timestamp and ends when the job is
+// acked, dead-lettered or left unacked, with keylane.outcome saying which
+// and an error status unless acked. Its children are spans, not events,
+// since each has a duration worth seeing:
+//
+//   - keylane.queue, from the stream timestamp to the job's first run on
+//     this worker: the queue wait (keylane.delivered counts deliveries);
+//   - keylane.run, one per attempt, around the Handler or Reducer. The ctx
+//     they get carries it, so their own spans nest under it. A failed
+//     attempt is an error span and a keylane.attempt_failed event on the
+//     job's span; dead-lettering is a keylane.dead_lettered event there;
+//   - keylane.commit, settling the job: for a Handler job, keeping its
+//     outcome, the reply and the ack (a Handler's own State.Apply writes
+//     are inside its run); for a Reducer job, also the state write.
+//
+// A group commit stores several jobs with one compare-and-set, so it is
+// one commit span, not one per job: its parent is the group's last job,
+// whose stream sequence the write records, and it links to the other
+// jobs' spans, each of which links back to it (keylane.group.size counts
+// the jobs). One span per job would record a 256-job group's one write
+// 256 times; a root span would not show in the trace of any job. A failed
+// group write is a commit span with an error status. A job that a failed
+// group puts back in its lane ends its span with keylane.outcome=requeued
+// and gets a new one when it runs again: no span outlives the run of the
+// key's lane that started it.
 package keylane

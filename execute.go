@@ -266,10 +266,12 @@ func (o *owner) call(job Job) (res []byte, err error) {
 	}
 	o.w.stats.runs.Add(1)
 	defer o.observeRun(o.w.now())
+	ctx, span := job.trace.run(o.ctx, job)
+	defer span.end(&err) // after the recover below has set err
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: handler panicked: %v", r)
 		}
 	}()
-	return o.w.cfg.Handler.Handle(o.ctx, job)
+	return o.w.cfg.Handler.Handle(ctx, job)
 }

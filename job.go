@@ -30,6 +30,8 @@ type Job struct {
 	Attempt int
 	// Headers are the message headers as submitted.
 	Headers nats.Header
+
+	trace *jobTrace // the job's spans on this worker; nil when tracing is off
 }
 
 // Handler runs one job. The context is cancelled when the worker loses the

@@ -97,6 +97,7 @@ func (o *owner) run() {
 		group, run = maxGroup, o.runGroup
 	}
 	run = o.observeQueueWait(run)
+	run = o.w.tracing.wrap(run)
 	var cons jetstream.Consumer
 	pause := resyncBackoff{}
 	for {

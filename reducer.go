@@ -48,12 +48,14 @@ type CommitObserver interface {
 
 // reduce runs the reducer for one job, turning a panic into an error.
 func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
+	ctx, span := job.trace.run(o.ctx, job)
+	defer span.end(&err) // after the recover below has set err
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: reducer panicked: %v", r)
 		}
 	}()
-	return o.w.cfg.Reducer.Reduce(o.ctx, job, cur)
+	return o.w.cfg.Reducer.Reduce(ctx, job, cur)
 }
 
 // applyGroup group-commits jobs (one key, stream order) and tells the
@@ -66,6 +68,7 @@ func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 		o.w.stats.runs.Add(1)
 		return o.reduce(jobs[i], cur)
 	})
+	traceGroup(jobs, n, werr)
 	if obs, ok := o.w.cfg.Reducer.(CommitObserver); ok {
 		for _, i := range ran {
 			obs.Committed(jobs[i], werr == nil && i < n)

@@ -20,6 +20,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if err != nil {
 		return "", err
 	}
+	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
 	if c.batch == nil {
 		dup, err := c.publish(ctx, m)
 		if err != nil {
@@ -67,6 +68,8 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 	defer c.observeSubmitMany(c.now(), &out, &err)
 	out = make([]Submitted, len(reqs))
 	futures := make([]jetstream.PubAckFuture, len(reqs))
+	span := c.tracing.sendMany(ctx, len(reqs))
+	defer span.end(out)
 	for i := range reqs {
 		m, err := c.message(&reqs[i], "")
 		out[i].ID = reqs[i].ID
@@ -74,6 +77,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			out[i].Err = err
 			continue
 		}
+		span.inject(m)
 		f, err := c.async.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
 		if err != nil {
 			out[i].Err = err

@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // WorkerConfig configures a Worker.
@@ -66,6 +68,18 @@ type WorkerConfig struct {
 	// job returns its stored result instead of running again. Defaults to
 	// false.
 	StoreResults bool
+	// TracerProvider turns tracing on: each job gets a consumer span,
+	// child of the span its Submit or Call sent in the job's headers, with
+	// child spans for its queue wait, each run (the context passed to the
+	// Handler or Reducer carries it) and its commit (see the package doc,
+	// "Tracing"). Defaults to nil: no span, no header read, nothing
+	// allocated per job. The global provider is never used unless passed
+	// here.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context from job headers. Defaults to
+	// W3C Trace Context (propagation.TraceContext{}). Used only with a
+	// TracerProvider.
+	Propagator propagation.TextMapPropagator
 	// Logger receives the worker's logs. Defaults to discarding them.
 	Logger *slog.Logger
 	// Observer receives the worker's measurements (queue wait, run time,
@@ -184,6 +198,8 @@ type Worker struct {
 	state *State // the namespace's state, bound at Start (State)
 	log   *slog.Logger
 
+	tracing *workerTracing // nil: tracing off
+
 	stats stats
 	bal   *balancer
 
@@ -210,7 +226,9 @@ func NewWorker(nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), done: make(chan struct{}), state: &State{keep: HeldJobs, cache: map[string]cachedEntry{}}}, nil
+	w := &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), done: make(chan struct{}), state: &State{keep: HeldJobs, cache: map[string]cachedEntry{}}}
+	w.tracing = newWorkerTracing(cfg)
+	return w, nil
 }
 
 // ID returns the worker's ID.
