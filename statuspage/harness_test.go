@@ -55,7 +55,9 @@ func newScene(t *testing.T) *scene {
 	s := &scene{srv: srv, js: js, blockedKey: keyIn(blocked, "seat:"), poisonKey: keyIn(poisoned, "sku:"), poisonID: "order-666"}
 	w, err := keylane.NewWorker(natstest.Connect(t, srv), keylane.WorkerConfig{
 		ID:       workerID,
-		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: partitions, LeaseTTL: time.Second},
+		// The default TTL: a headless chromium starting on a busy machine
+		// must not cost the worker its leases (and the page its figures).
+		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: partitions, LeaseTTL: keylane.DefaultLeaseTTL},
 		// A window of one job: the jobs behind the blocked one stay on
 		// the server, pending.
 		MaxInFlight: 1,
@@ -63,7 +65,10 @@ func newScene(t *testing.T) *scene {
 		Handler: keylane.HandlerFunc(func(ctx context.Context, j keylane.Job) ([]byte, error) {
 			switch string(j.Payload) {
 			case "block":
-				started <- struct{}{}
+				select { // a redelivery (after a lost lease) must not block here
+				case started <- struct{}{}:
+				default:
+				}
 				select {
 				case <-release:
 					return nil, nil
