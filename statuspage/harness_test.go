@@ -54,7 +54,7 @@ func newScene(t *testing.T) *scene {
 	started := make(chan struct{}, 1)
 	s := &scene{srv: srv, js: js, blockedKey: keyIn(blocked, "seat:"), poisonKey: keyIn(poisoned, "sku:"), poisonID: "order-666"}
 	w, err := keylane.NewWorker(natstest.Connect(t, srv), keylane.WorkerConfig{
-		ID:       workerID,
+		ID: workerID,
 		// The default TTL: a headless chromium starting on a busy machine
 		// must not cost the worker its leases (and the page its figures).
 		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: partitions, LeaseTTL: keylane.DefaultLeaseTTL},
