@@ -191,10 +191,16 @@ func (h *handler) take(ctx context.Context) Page {
 }
 
 // failed says what failed; a request cut by the reading's deadline says
-// so, with the deadline, whatever error nats.go made of it.
+// so, with the deadline, whatever error nats.go made of it. The server
+// refuses a request the user may not publish asynchronously, so the
+// request only times out: the connection's last error then says why.
 func (h *handler) failed(what string, ctx context.Context, err error) string {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
-		return fmt.Sprintf("statuspage: %s: NATS gave no answer within %s: %v", what, h.cfg.Timeout, err)
+		msg := fmt.Sprintf("statuspage: %s: NATS gave no answer within %s: %v", what, h.cfg.Timeout, err)
+		if nc := h.js.Conn(); nc != nil && nc.LastError() != nil {
+			msg += "; the connection's last error: " + nc.LastError().Error()
+		}
+		return msg
 	}
 	return fmt.Sprintf("statuspage: %s: %v", what, err)
 }

@@ -19,7 +19,8 @@ import (
 // The status page a worker serves on --metrics reads as the worker's
 // user: worker-a's page of namespace a shows its owner and its dead
 // letter; a page of namespace b over worker-a's connection is an error
-// page within its Timeout, not a hang and not b's data.
+// page within its Timeout that names the permissions violation, not a
+// hang and not b's data.
 func TestStatusPageAsWorker(t *testing.T) {
 	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -87,7 +88,7 @@ func TestStatusPageAsWorker(t *testing.T) {
 	}
 	start := time.Now()
 	code, p = page("b")
-	if code != http.StatusServiceUnavailable || p.Status != nil || !strings.Contains(p.Error, "namespace b") {
+	if code != http.StatusServiceUnavailable || p.Status != nil || !strings.Contains(p.Error, "namespace b") || !strings.Contains(p.Error, "Permissions Violation") {
 		t.Fatalf("worker-a's page of namespace b: %d %+v", code, p)
 	}
 	if took := time.Since(start); took > 3*time.Second {
