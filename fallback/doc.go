@@ -126,6 +126,16 @@
 // take it from a consensus store (etcd revision, ZooKeeper zxid) or from
 // keylane's own leases.
 //
+// # A secured Redis
+//
+// The package takes a go-redis client, so TLS and credentials are the
+// client's: redis.Options{Username, Password, TLSConfig}. README.md shows
+// a redis.conf with TLS and a least-privilege ACL user (its keys, its
+// release channels, and the commands the scripts run), tested as written.
+// A refused credential or permission (WRONGPASS, NOAUTH, NOPERM, a command
+// a script may not run) is a *RefusedError naming the server and the user;
+// it proves nothing ran, so Lock returns it at once, with nothing to undo.
+//
 // # Keys
 //
 // For a name n and the default prefix: keylane:lock:{n} (the lock),

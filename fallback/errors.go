@@ -29,7 +29,43 @@ var (
 	// ErrClosed reports use of a closed Locker or RedLock, and is the cause
 	// reported by Lock.Err for locks abandoned by Close.
 	ErrClosed = errors.New("fallback: closed")
+
+	// ErrRefused reports that Redis refused the client's credentials or
+	// its user's permissions; see RefusedError.
+	ErrRefused = errors.New("fallback: refused by Redis")
 )
+
+// RefusedError reports that Redis refused a command for the client's
+// credentials (WRONGPASS, NOAUTH) or its ACL user's permissions (NOPERM,
+// or a command a script may not run). Nothing ran, and trying again does
+// not help until the configuration changes, so a blocked Lock returns it
+// at once instead of waiting. It unwraps to ErrRefused and to the Redis
+// error.
+type RefusedError struct {
+	// Addr is the server's address as the client was given it; empty if
+	// the client's type does not say.
+	Addr string
+	// User is the ACL user the client authenticates as; empty for the
+	// default user.
+	User string
+	// Err is the Redis error.
+	Err error
+}
+
+func (e *RefusedError) Error() string {
+	who := "Redis"
+	if e.Addr != "" {
+		who += " at " + e.Addr
+	}
+	user := "the default user"
+	if e.User != "" {
+		user = fmt.Sprintf("user %q", e.User)
+	}
+	return fmt.Sprintf("%s refused %s (check the client's Username, Password and the user's ACL): %v", who, user, e.Err)
+}
+
+// Unwrap returns ErrRefused and the Redis error.
+func (e *RefusedError) Unwrap() []error { return []error{ErrRefused, e.Err} }
 
 // QuorumError reports a RedLock acquisition that did not reach a quorum of
 // nodes in time. It unwraps to ErrNotAcquired and to every per-node error.

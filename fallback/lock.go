@@ -123,9 +123,9 @@ func (l *Lock) Unlock(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("fallback: unlock %q: %w", l.key, err)
 	case !held && cause != nil:
-		return fmt.Errorf("%w: %q: %w", ErrNotHeld, l.key, cause)
+		return fmt.Errorf("%w: Redis holds %q under another token or none; nothing deleted (this acquisition ended earlier: %w)", ErrNotHeld, l.key, cause)
 	case !held:
-		return fmt.Errorf("%w: %q", ErrNotHeld, l.key)
+		return fmt.Errorf("%w: Redis holds %q under another token or none; nothing deleted", ErrNotHeld, l.key)
 	}
 	return nil
 }

@@ -106,12 +106,15 @@ func (r *RedLock) lock(ctx context.Context, m *Mutex, block bool, o lockOptions)
 		})
 		var fence int64
 		var errs []error
-		granted := 0
+		granted, refusedBy := 0, 0
 		var retryIn time.Duration
 		for _, x := range res {
 			switch {
 			case x.err != nil:
 				errs = append(errs, x.err)
+				if errors.Is(x.err, ErrRefused) {
+					refusedBy++
+				}
 			case x.ok:
 				granted++
 				fence = max(fence, x.num)
@@ -146,10 +149,13 @@ func (r *RedLock) lock(ctx context.Context, m *Mutex, block bool, o lockOptions)
 		if validity <= 0 && granted >= r.quorum {
 			errs = append(errs, fmt.Errorf("validity used up (%v)", validity))
 		}
-		return attemptResult{
-			retryIn: retryIn,
-			soft:    &QuorumError{Acquired: granted, Needed: r.quorum, Nodes: len(r.c.nodes), Err: errors.Join(errs...)},
-		}, nil
+		qe := &QuorumError{Acquired: granted, Needed: r.quorum, Nodes: len(r.c.nodes), Err: errors.Join(errs...)}
+		if refusedBy > len(r.c.nodes)-r.quorum {
+			// Too many nodes refuse our credentials for a quorum ever to
+			// form: waiting would only repeat the refusal.
+			return attemptResult{}, qe
+		}
+		return attemptResult{retryIn: retryIn, soft: qe}, nil
 	}
 
 	res, err := r.c.acquire(ctx, block, waitSpec{channel: m.k.channel}, try)

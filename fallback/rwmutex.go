@@ -2,6 +2,7 @@ package fallback
 
 import (
 	"context"
+	"errors"
 	"strconv"
 )
 
@@ -95,7 +96,7 @@ func (rw *RWMutex) lock(ctx context.Context, block, read bool, opts []Option) (*
 	}
 	r, err := m.c.acquire(ctx, block, waitSpec{channel: m.k.channel, wakeAll: true}, try)
 	if err != nil {
-		if err != ErrNotAcquired {
+		if err != ErrNotAcquired && !errors.Is(err, ErrRefused) {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ttl)
 			_, _ = ops.release(uctx)
 			cancel()

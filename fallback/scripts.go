@@ -3,6 +3,7 @@ package fallback
 import (
 	"context"
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -77,7 +78,32 @@ func (s *script) run(ctx context.Context, c redis.Scripter, keys []string, args 
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		v, err = c.Eval(ctx, s.src, keys, args...).Result()
 	}
+	if err != nil && refused(err) {
+		return v, refusedBy(c, err)
+	}
 	return v, err
+}
+
+// refused reports a Redis error that proves the command did not run
+// because of who the client is: a wrong or missing password, or an ACL
+// user without the command, key or channel. Redis 7 reports a command a
+// script may not run as a plain ERR, recognised by its text (go-redis'
+// HasErrorPrefix skips the "ERR ").
+func refused(err error) bool {
+	return redis.IsAuthError(err) || redis.IsPermissionError(err) ||
+		redis.HasErrorPrefix(err, "The user executing the script can't run")
+}
+
+// refusedBy names the server and the user of c in a *RefusedError.
+func refusedBy(c redis.Scripter, err error) error {
+	e := &RefusedError{Err: err}
+	switch c := c.(type) {
+	case *redis.Client:
+		e.Addr, e.User = c.Options().Addr, c.Options().Username
+	case *redis.ClusterClient:
+		e.Addr, e.User = strings.Join(c.Options().Addrs, ","), c.Options().Username
+	}
+	return e
 }
 
 // acquireReply decodes {1, fence} or {0, pttl}.

@@ -1,10 +1,16 @@
 // Package redistest starts real redis-server processes for tests, on free
 // ports of 127.0.0.1, and offers a TCP proxy that can cut a connection
 // right after a given command reached the server.
+//
+// A server may require a password or ACL users (pass redis-server's own
+// arguments, e.g. "--requirepass", "pw"): the start-up check takes a
+// NOAUTH reply as proof the server is up. StartTLS starts one that speaks
+// TLS only.
 package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -39,6 +45,7 @@ type Server struct {
 	port  int
 	dir   string
 	extra []string
+	tls   *TLS
 	cmd   *exec.Cmd
 	wait  chan struct{}
 }
@@ -47,7 +54,27 @@ type Server struct {
 // temporary directory that Stop removes. The server runs with --save ""
 // --appendonly no, then extra: redis-server lets a later option override an
 // earlier one, so "--appendonly", "yes" turns the log on.
-func Start(extra ...string) (*Server, error) {
+func Start(extra ...string) (*Server, error) { return start(nil, extra) }
+
+// TLS configures a server that accepts TLS connections only.
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and key (PEM).
+	CertFile, KeyFile string
+	// CAFile holds the CA certificates that sign client certificates;
+	// redis-server insists on one even when clients need none.
+	CAFile string
+	// ClientCerts makes the server require a client certificate signed
+	// by CAFile (--tls-auth-clients yes).
+	ClientCerts bool
+	// Client is the configuration the start-up check dials with.
+	Client *tls.Config
+}
+
+// StartTLS starts a server like Start, serving TLS only on its port
+// (plain TCP is off).
+func StartTLS(t TLS, extra ...string) (*Server, error) { return start(&t, extra) }
+
+func start(t *TLS, extra []string) (*Server, error) {
 	dir, err := os.MkdirTemp("", "redistest-")
 	if err != nil {
 		return nil, err
@@ -59,7 +86,7 @@ func Start(extra ...string) (*Server, error) {
 			lastErr = err
 			continue
 		}
-		s := &Server{port: ports[0], dir: dir, extra: extra, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
+		s := &Server{port: ports[0], dir: dir, extra: extra, tls: t, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -72,6 +99,15 @@ func (s *Server) start() error {
 	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no",
 		"--dir", s.dir, "--protected-mode", "no", "--loglevel", "warning"}
+	if t := s.tls; t != nil {
+		auth := "no"
+		if t.ClientCerts {
+			auth = "yes"
+		}
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile,
+			"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", auth)
+	}
 	cmd := exec.Command(Binary(), append(args, s.extra...)...)
 	if err := cmd.Start(); err != nil {
 		return err
@@ -90,7 +126,7 @@ func (s *Server) start() error {
 			return testwait.Stop(errors.New("redis-server exited during start (port taken?)"))
 		default:
 		}
-		return ping(s.Addr)
+		return ping(s.Addr, s.tls)
 	})
 	if err != nil {
 		s.kill(syscall.SIGKILL)
@@ -99,9 +135,16 @@ func (s *Server) start() error {
 	return nil
 }
 
-// ping sends PING and expects +PONG.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+// ping sends PING and expects +PONG, or -NOAUTH from a server that
+// requires a password: either way it is up.
+func ping(addr string, t *TLS) error {
+	var c net.Conn
+	var err error
+	if t != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, t.Client)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return err
 	}
@@ -114,7 +157,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(line, "+PONG") {
+	if !strings.HasPrefix(line, "+PONG") && !strings.HasPrefix(line, "-NOAUTH") {
 		return fmt.Errorf("unexpected reply %q", line)
 	}
 	return nil

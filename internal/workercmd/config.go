@@ -30,7 +30,8 @@ type Config struct {
 	Ping time.Duration
 	// Drain bounds a graceful stop.
 	Drain time.Duration
-	// Metrics, when set, is the address to serve Prometheus metrics on.
+	// Metrics, when set, is the address to serve Prometheus metrics (at
+	// /metrics) and the status page (at /, package statuspage) on.
 	Metrics string
 	// Auth holds the credential and TLS options for --nats, from the
 	// natsflags flags; nil when none were given.
@@ -86,7 +87,7 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.BoolVar(&c.Worker.StoreResults, "results", os.Getenv("KEYLANE_RESULTS") == "1", "store results in the results bucket (env KEYLANE_RESULTS=1)")
 	fs.StringVar(&c.Worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")
-	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464 (env KEYLANE_METRICS)")
+	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics and a status page at http://ADDR/ (JSON: /status.json), e.g. 127.0.0.1:9464; it shows keys, job IDs and errors, so keep it on a loopback or private address (env KEYLANE_METRICS)")
 	auth := natsflags.Register(fs)
 	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {

@@ -16,7 +16,9 @@ import (
 	"github.com/keylane/keylane/inventory"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/metrics"
+	"github.com/keylane/keylane/statuspage"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -75,7 +77,7 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 		return err
 	}
 	if c.Metrics != "" {
-		stopMetrics, err := serveMetrics(c.Metrics, w, observed, log)
+		stopMetrics, err := serveMetrics(c.Metrics, nc, w, observed, c.Worker.Topology.Namespace, log)
 		if err != nil {
 			return err
 		}
@@ -137,13 +139,23 @@ func connHandlers(log *slog.Logger) []nats.Option {
 }
 
 // serveMetrics serves the worker's Prometheus metrics (its counters and
-// gauges, and the histograms its observer m feeds) on addr until the
-// returned function is called.
-func serveMetrics(addr string, w *keylane.Worker, m *metrics.Worker, log *slog.Logger) (func(), error) {
+// gauges, and the histograms its observer m feeds) on addr, and the
+// namespace's status page at / (JSON at /status.json), until the returned
+// function is called.
+func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Worker, namespace string, log *slog.Logger) (func(), error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.New(w), m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	page, err := statuspage.Handler(js, statuspage.Config{Namespace: namespace, Worker: w.ID()})
+	if err != nil {
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", page)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics: %w", err)
@@ -154,7 +166,7 @@ func serveMetrics(addr string, w *keylane.Worker, m *metrics.Worker, log *slog.L
 			log.Error("metrics server", "err", err)
 		}
 	}()
-	log.Info("serving metrics", "addr", ln.Addr().String())
+	log.Info("serving metrics and the status page", "addr", ln.Addr().String(), "page", "http://"+ln.Addr().String()+"/")
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()

@@ -3,6 +3,7 @@ package workercmd
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
+	"github.com/keylane/keylane/statuspage"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -215,4 +217,56 @@ func TestRunServesMetrics(t *testing.T) {
 		}
 		return body, true
 	})
+}
+
+// --metrics serves the status page beside the metrics: the page shows this
+// worker owning the namespace's partitions.
+func TestRunServesTheStatusPage(t *testing.T) {
+	c := config(t, t.TempDir(), nil)
+	c.Worker.Topology.Partitions = 2
+	c.Metrics = fmt.Sprintf("127.0.0.1:%d", testwait.FreePort(t))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, c, nil) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	get := func(path string) (int, string, error) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+c.Metrics+path, nil)
+		if err != nil {
+			return 0, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	testwait.Eventually(t, 20*time.Second, "status.json shows w1 owning both partitions", func() bool {
+		code, body, err := get("/status.json")
+		if err != nil || code != http.StatusOK {
+			return false
+		}
+		var p statuspage.Page
+		if json.Unmarshal([]byte(body), &p) != nil || p.Status == nil || p.Worker != "w1" || p.Status.Namespace != "ops" || len(p.Status.Partition) != 2 {
+			return false
+		}
+		for _, ps := range p.Status.Partition {
+			if ps.Owner != "w1" {
+				return false
+			}
+		}
+		return true
+	})
+	if code, body, err := get("/"); err != nil || code != http.StatusOK || !strings.Contains(body, `<td class="owner">w1</td>`) {
+		t.Fatalf("GET /: %d %v\n%s", code, err, body)
+	}
+	if code, body, err := get("/metrics"); err != nil || code != http.StatusOK || !strings.Contains(body, `keylane_partitions_owned{worker="w1"} 2`) {
+		t.Fatalf("GET /metrics: %d %v\n%s", code, err, body)
+	}
 }

@@ -1,0 +1,25 @@
+// Package statuspage serves a small status page of a keylane namespace:
+// each partition's owner, fence, tenure and backlog, the live workers, and
+// the dead letters with their errors. It is plain server-rendered HTML
+// that refreshes itself (no script, no external assets), and the same
+// reading as JSON at status.json.
+//
+// The worker command serves it on its --metrics address, next to
+// /metrics. A program that runs its own HTTP server mounts it anywhere:
+//
+//	page, err := statuspage.Handler(js, statuspage.Config{Namespace: "shop"})
+//	if err != nil { ... }
+//	mux.Handle("/keylane/", http.StripPrefix("/keylane", page))
+//
+// It reads with keylane.Inspect and keylane.DeadLetters, so it shows what
+// `keylane status` and `keylane dead list` show. Each reading is bounded
+// by Config.Timeout: a NATS that does not answer, or a connection that is
+// down, gives a page (HTTP 503) that says what failed, never a hang. One
+// reading runs at a time, and a reading younger than Config.MaxAge is
+// served again, so many open browser tabs cost NATS no more than one.
+//
+// The page shows job keys, job IDs and handler errors, but never a
+// payload (`keylane dead show SEQ` does). Serve it where only operators
+// reach it: the worker's --metrics address should be a loopback or private
+// address.
+package statuspage

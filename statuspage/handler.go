@@ -1,0 +1,260 @@
+package statuspage
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/keylane/keylane"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Defaults of Config.
+const (
+	DefaultTimeout     = 5 * time.Second
+	DefaultMaxAge      = time.Second
+	DefaultRefresh     = 5 * time.Second
+	DefaultDeadLetters = 20
+)
+
+// Config configures Handler. The zero value serves the default namespace.
+type Config struct {
+	// Namespace is the namespace to show. Defaults to "keylane".
+	Namespace string
+	// Worker is the ID of the worker serving the page, if one does: the
+	// page names it and marks its partitions. Defaults to none.
+	Worker string
+	// Timeout bounds one reading of the namespace (the topology, leases,
+	// consumers and dead letters together). Defaults to 5s.
+	Timeout time.Duration
+	// MaxAge is how long a reading is served again before NATS is asked
+	// anew. Defaults to 1s.
+	MaxAge time.Duration
+	// Refresh is how often the HTML page reloads itself. Defaults to 5s;
+	// a negative Refresh turns reloading off.
+	Refresh time.Duration
+	// DeadLetters is how many dead letters the page lists, oldest first
+	// (the count is always the stream's). Defaults to 20.
+	DeadLetters int
+}
+
+// Page is one reading of a namespace: what the HTML page shows and what
+// status.json returns.
+type Page struct {
+	// Time is when it was read, by the serving process's clock.
+	Time time.Time
+	// Worker is Config.Worker.
+	Worker string `json:",omitempty"`
+	// Status is keylane.Inspect's report; nil if the reading failed.
+	Status *keylane.Status `json:",omitempty"`
+	// DeadLetters are the oldest dead letters, at most Config.DeadLetters,
+	// with their Payload left out.
+	DeadLetters []keylane.DeadLetter `json:",omitempty"`
+	// Error says why the reading failed, or what part of it did.
+	Error string `json:",omitempty"`
+}
+
+// Handler returns an http.Handler that serves the page of cfg.Namespace,
+// read through js, at "/" and its JSON at "/status.json" (relative to
+// where it is mounted: strip a prefix with http.StripPrefix). Other paths
+// are 404, methods other than GET and HEAD 405. A failed reading is
+// served with status 503 and says what failed. It returns an error, and
+// no handler, for a nil js or a negative setting. The handler is safe for
+// concurrent use.
+func Handler(js jetstream.JetStream, cfg Config) (http.Handler, error) {
+	if js == nil {
+		return nil, errors.New("statuspage: a JetStream context is required")
+	}
+	if cfg.Timeout < 0 || cfg.MaxAge < 0 || cfg.DeadLetters < 0 {
+		return nil, fmt.Errorf("statuspage: Timeout %s, MaxAge %s and DeadLetters %d must not be negative", cfg.Timeout, cfg.MaxAge, cfg.DeadLetters)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = keylane.DefaultNamespace
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxAge == 0 {
+		cfg.MaxAge = DefaultMaxAge
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	if cfg.DeadLetters == 0 {
+		cfg.DeadLetters = DefaultDeadLetters
+	}
+	return &handler{js: js, cfg: cfg, sem: make(chan struct{}, 1)}, nil
+}
+
+type handler struct {
+	js  jetstream.JetStream
+	cfg Config
+
+	// sem lets one reading run at a time; last and lastAt (the monotonic
+	// clock's reading of when it was taken) are only touched holding it.
+	sem    chan struct{}
+	last   Page
+	lastAt time.Time
+}
+
+func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/" && r.URL.Path != "" && r.URL.Path != "/status.json" {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "statuspage: method "+r.Method+" not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+	defer cancel()
+	p := h.read(ctx)
+	code := http.StatusOK
+	if p.Status == nil {
+		code = http.StatusServiceUnavailable
+	}
+	var body bytes.Buffer
+	var err error
+	if r.URL.Path == "/status.json" {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(&body)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(p)
+	} else {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		err = pageTemplate.Execute(&body, h.view(p))
+	}
+	if err != nil {
+		http.Error(w, "statuspage: rendering the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_, _ = w.Write(body.Bytes())
+}
+
+// read returns a reading at most MaxAge old, taking a new one if needed.
+// It returns by ctx's deadline whatever NATS does.
+func (h *handler) read(ctx context.Context) Page {
+	select {
+	case h.sem <- struct{}{}:
+	case <-ctx.Done():
+		return Page{Time: time.Now(), Worker: h.cfg.Worker, Error: fmt.Sprintf("statuspage: an earlier reading of namespace %s is still waiting for NATS (%v)", h.cfg.Namespace, ctx.Err())}
+	}
+	defer func() { <-h.sem }()
+	if !h.lastAt.IsZero() && time.Since(h.lastAt) < h.cfg.MaxAge {
+		return h.last
+	}
+	h.last, h.lastAt = h.take(ctx), time.Now()
+	return h.last
+}
+
+// take reads the namespace once.
+func (h *handler) take(ctx context.Context) Page {
+	p := Page{Time: time.Now(), Worker: h.cfg.Worker}
+	if nc := h.js.Conn(); nc != nil && !nc.IsConnected() {
+		p.Error = fmt.Sprintf("statuspage: not connected to NATS (connection %s", nc.Status())
+		if err := nc.LastError(); err != nil {
+			p.Error += ", last error: " + err.Error()
+		}
+		p.Error += ")"
+		return p
+	}
+	st, err := keylane.Inspect(ctx, h.js, h.cfg.Namespace)
+	if err != nil {
+		p.Error = h.failed("reading namespace "+h.cfg.Namespace, ctx, err)
+		return p
+	}
+	p.Status = &st
+	if st.DeadLetters == 0 {
+		return p
+	}
+	dead, err := keylane.DeadLetters(ctx, h.js, h.cfg.Namespace, 0, h.cfg.DeadLetters)
+	if err != nil {
+		p.Error = h.failed("reading the dead letters of namespace "+h.cfg.Namespace, ctx, err)
+		return p
+	}
+	for i := range dead {
+		dead[i].Payload = nil
+	}
+	p.DeadLetters = dead
+	return p
+}
+
+// failed says what failed; a request cut by the reading's deadline says
+// so, with the deadline, whatever error nats.go made of it. The server
+// refuses a request the user may not publish asynchronously, so the
+// request only times out: the connection's last error then says why.
+func (h *handler) failed(what string, ctx context.Context, err error) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		msg := fmt.Sprintf("statuspage: %s: NATS gave no answer within %s: %v", what, h.cfg.Timeout, err)
+		if nc := h.js.Conn(); nc != nil && nc.LastError() != nil {
+			msg += "; the connection's last error: " + nc.LastError().Error()
+		}
+		return msg
+	}
+	return fmt.Sprintf("statuspage: %s: %v", what, err)
+}
+
+// view is what the template renders: the reading and a few sums of it.
+type view struct {
+	Page
+	Namespace string
+	Refresh   int // seconds; 0: off
+	Backlog   uint64
+	InFlight  int
+	Free      int
+	MoreDead  uint64 // dead letters not listed
+}
+
+func (h *handler) view(p Page) view {
+	v := view{Page: p, Namespace: h.cfg.Namespace}
+	if h.cfg.Refresh > 0 {
+		v.Refresh = int(math.Ceil(h.cfg.Refresh.Seconds()))
+	}
+	if p.Status != nil {
+		for _, ps := range p.Status.Partition {
+			v.Backlog += ps.Pending
+			v.InFlight += ps.InFlight
+			if ps.Owner == "" {
+				v.Free++
+			}
+		}
+		if n := uint64(len(p.DeadLetters)); p.Status.DeadLetters > n {
+			v.MoreDead = p.Status.DeadLetters - n
+		}
+	}
+	return v
+}
+
+//go:embed page.html
+var pageHTML string
+
+var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
+	// age is how long before now t was, rounded for reading; "-" for a
+	// zero t.
+	"age": func(now, t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		d := now.Sub(t)
+		switch {
+		case d < time.Second:
+			return d.Round(time.Millisecond).String()
+		case d < time.Hour:
+			return d.Round(time.Second).String()
+		default:
+			return d.Round(time.Minute).String()
+		}
+	},
+	"hex": func(n uint64) string { return fmt.Sprintf("%x", n) },
+}).Parse(pageHTML))
