@@ -23,10 +23,12 @@ import (
 // Display is one command's set of bars. Its zero value draws nothing. It
 // is safe for concurrent use.
 type Display struct {
-	p    *mpb.Progress
-	mu   sync.Mutex
-	bars []*mpb.Bar
-	term bool
+	p     *mpb.Progress
+	mu    sync.Mutex
+	bars  []*mpb.Bar
+	w     io.Writer // where the bars go
+	term  bool
+	delay *time.Timer // NewAfter's, until the bars show
 }
 
 // New returns a Display that draws on w when w is a terminal, or when
@@ -39,8 +41,27 @@ func New(w io.Writer, force bool) *Display {
 	}
 	return &Display{
 		p:    mpb.New(mpb.WithOutput(w), mpb.WithWidth(72), mpb.WithAutoRefresh(), mpb.WithRefreshRate(150*time.Millisecond)),
+		w:    w,
 		term: term,
 	}
+}
+
+// NewAfter is New for work that may be short: unless forced, the bars
+// appear only once it has run for after (a sale of a few seconds shows
+// none). Wait before then and nothing was drawn.
+func NewAfter(w io.Writer, force bool, after time.Duration) *Display {
+	term := terminal(w)
+	if force || !term {
+		return New(w, force)
+	}
+	shown := make(chan struct{})
+	d := &Display{
+		p:    mpb.New(mpb.WithOutput(w), mpb.WithWidth(72), mpb.WithAutoRefresh(), mpb.WithRefreshRate(150*time.Millisecond), mpb.WithRenderDelay(shown)),
+		w:    w,
+		term: term,
+	}
+	d.delay = time.AfterFunc(after, func() { close(shown) })
+	return d
 }
 
 // terminal reports whether w is a terminal.
@@ -52,12 +73,15 @@ func terminal(w io.Writer) bool {
 // Active reports whether d draws.
 func (d *Display) Active() bool { return d.p != nil }
 
-// Bar adds a bar named name that counts to total.
+// Bar adds a bar named name that counts to total; a total of 0 is not
+// known yet (Grow it, then SetTotal).
 func (d *Display) Bar(name string, total int64) *Bar {
 	if d.p == nil {
 		return &Bar{}
 	}
-	b := d.p.AddBar(total,
+	// The mpb bar is made open-ended (total 0) so that its total can
+	// change; Bar completes it when the count reaches a final total.
+	b := d.p.AddBar(0,
 		mpb.PrependDecorators(
 			decor.Name(name, decor.WCSyncSpaceR),
 			decor.CountersNoUnit("%d / %d", decor.WCSyncWidth),
@@ -69,15 +93,20 @@ func (d *Display) Bar(name string, total int64) *Bar {
 	d.mu.Lock()
 	d.bars = append(d.bars, b)
 	d.mu.Unlock()
-	return &Bar{b: b}
+	bar := &Bar{b: b}
+	if total > 0 {
+		bar.SetTotal(total)
+	}
+	return bar
 }
 
 // Lines returns where the command should write its own lines while the
 // bars draw: when out is a terminal and so is the bars' writer, above the
-// bars (they share the screen); otherwise out itself.
+// bars (they share the screen), and so when out is the bars' own writer
+// (the lines and the bars come in turn); otherwise out itself.
 func (d *Display) Lines(out io.Writer) io.Writer {
-	if d.p == nil || !d.term || !terminal(out) {
-		return out
+	if d.p == nil || d.delay != nil || !(out == d.w || d.term && terminal(out)) {
+		return out // a delayed Display may never show: its lines would vanish
 	}
 	return &above{p: d.p, out: out}
 }
@@ -102,6 +131,9 @@ func (d *Display) Wait() {
 	if d.p == nil {
 		return
 	}
+	if d.delay != nil {
+		d.delay.Stop() // not shown yet: stays so
+	}
 	d.mu.Lock()
 	for _, b := range d.bars {
 		b.Abort(false) // a no-op on a completed bar; Completed() races in mpb v8.9.3
@@ -114,26 +146,45 @@ func (d *Display) Wait() {
 // draws nothing, ignore every call, as does a nil *Bar. It is safe for
 // concurrent use.
 type Bar struct {
-	b *mpb.Bar
+	b     *mpb.Bar
+	mu    sync.Mutex
+	done  int64
+	total int64
+	final bool
 }
 
 // Add counts n more done.
 func (b *Bar) Add(n int) {
-	if b != nil && b.b != nil {
-		b.b.IncrBy(n)
-	}
+	b.update(func() { b.done += int64(n) })
 }
 
 // Set sets how many are done.
 func (b *Bar) Set(done int64) {
-	if b != nil && b.b != nil {
-		b.b.SetCurrent(done)
-	}
+	b.update(func() { b.done = done })
 }
 
-// SetTotal changes the bar's total, as when the work turns out larger.
+// Grow adds n to a total that is still being found out (lines read from
+// a stream); the bar does not complete until SetTotal says the total.
+func (b *Bar) Grow(n int) {
+	b.update(func() { b.total += int64(n) })
+}
+
+// SetTotal sets the total, final: the bar completes when the count
+// reaches it. It may be set again (the work turned out larger) until then.
 func (b *Bar) SetTotal(total int64) {
-	if b != nil && b.b != nil {
-		b.b.SetTotal(total, false)
+	b.update(func() { b.total, b.final = total, true })
+}
+
+func (b *Bar) update(change func()) {
+	if b == nil || b.b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	change()
+	complete := b.final && b.done >= b.total
+	b.b.SetTotal(b.total, complete)
+	if !complete {
+		b.b.SetCurrent(b.done)
 	}
 }

@@ -46,3 +46,31 @@ func TestNoTerminalNoBars(t *testing.T) {
 		t.Fatalf("wrote %q", buf.String())
 	}
 }
+
+// TestGrowingTotal: a bar whose total is found out as it goes does not
+// complete when the count catches up with the total so far, only once
+// the total is final.
+func TestGrowingTotal(t *testing.T) {
+	var buf bytes.Buffer
+	d := New(&buf, true)
+	b := d.Bar("bulk", 0)
+	b.Grow(2)
+	b.Add(2) // caught up, but more may come
+	b.Grow(3)
+	b.Add(3)
+	b.SetTotal(5)
+	grown := d.Bar("drain", 4)
+	grown.Set(3)
+	grown.SetTotal(6) // more than first counted
+	grown.Set(6)
+	d.Wait()
+	final := buf.String()[strings.LastIndex(buf.String(), "\x1b[J")+1:]
+	for _, want := range []string{"bulk", "5 / 5", "drain", "6 / 6"} {
+		if !strings.Contains(final, want) {
+			t.Errorf("final state lacks %q:\n%s", want, final)
+		}
+	}
+	if strings.Contains(final, "stopped") {
+		t.Errorf("a bar stopped:\n%s", final)
+	}
+}
