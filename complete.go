@@ -45,6 +45,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) bool {
 		o.log.Warn("ack", "job_id", t.job.ID, "err", err)
 		return false
 	}
+	o.logAcked(t)
 	if t.maybeDup {
 		o.forgetStarts(t.job.ID)
 	}

@@ -180,7 +180,7 @@ func (o *owner) process(t *task) {
 				}
 				return
 			}
-			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "attempt", attempt, "err", err)
+			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "key", t.job.Key, "attempt", attempt, "err", err)
 		}
 		if !stalled {
 			// Keep a few of the key's queued jobs; hand the rest back so
@@ -253,6 +253,8 @@ func (o *owner) call(job Job) (res []byte, err error) {
 		return o.reduceOne(job)
 	}
 	o.w.stats.runs.Add(1)
+	start := o.jobClock()
+	defer func() { o.logRan(&job, start, err) }() // after the recover below
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: handler panicked: %v", r)
