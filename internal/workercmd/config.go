@@ -62,10 +62,26 @@ func envDur(name string, def time.Duration) time.Duration {
 	return def
 }
 
+// UsageError is a command line that Parse refused: a bad flag or value.
+// The command exits 2 for it.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
 // Parse registers the worker's flags on fs, next to any fs already has,
 // parses args and returns the Config, with a text logger to stderr at the
-// level asked for.
+// level asked for. A refused command line is a *UsageError; -h is
+// flag.ErrHelp, as fs.Parse returns it.
 func Parse(fs *flag.FlagSet, args []string) (Config, error) {
+	c, err := parse(fs, args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		err = &UsageError{err}
+	}
+	return c, err
+}
+
+func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	var c Config
 	var logLevel string
 	fs.StringVar(&c.URL, "nats", os.Getenv("NATS_URL"), "NATS URL(s), comma-separated; empty starts an embedded server (env NATS_URL)")
