@@ -44,6 +44,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
+	before := c.nc.LastError() // a refusal after it is this publish's
 	status := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(status)
 	publish := func(m *nats.Msg) {
@@ -123,6 +124,9 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			recover()
 		case <-ackTimer.C:
 			if !acked {
+				if refused := refusal(c.nc, before, m.Subject); refused != nil {
+					return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, refused)
+				}
 				republish()
 			}
 		case <-status:

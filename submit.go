@@ -20,7 +20,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	if c.batch == nil {
-		dup, err := c.publish(ctx, m)
+		dup, err := c.publishWatched(ctx, m)
 		if err != nil {
 			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 		}
@@ -65,6 +65,8 @@ type Submitted struct {
 func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, error) {
 	out := make([]Submitted, len(reqs))
 	futures := make([]jetstream.PubAckFuture, len(reqs))
+	rs := &refusals{before: c.nc.LastError()} // a refusal after it is one of these publishes'
+
 	for i := range reqs {
 		m, err := c.message(&reqs[i], "")
 		out[i].ID = reqs[i].ID
@@ -86,22 +88,19 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) ([]Submitted, e
 		if f == nil {
 			continue
 		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			if !retryablePublish(err) {
-				out[i].Err = natsError(err)
-				continue
-			}
+		err, done := c.awaitAck(ctx, f, rs)
+		switch {
+		case done != nil:
+			return out, done
+		case err == nil:
+		case !retryablePublish(err):
+			out[i].Err = natsError(err)
+		default:
 			// Lost with a connection or a leader: publish it again, with
 			// its ID, until it is stored or ctx ends.
-			if _, err := c.publish(ctx, f.Msg()); err != nil {
+			if _, err := c.publishWatched(ctx, f.Msg()); err != nil {
 				out[i].Err = err
 			}
-		case <-ctx.Done():
-			return out, ctx.Err()
-		case <-c.done:
-			return out, ErrClosed
 		}
 	}
 	return out, ctx.Err()
