@@ -17,7 +17,9 @@ import (
 
 // Call stores a job and waits for its handler's result. A handler error
 // comes back as a *RemoteError. If ctx ends first, Call returns a
-// *NoReplyError (errors.Is ErrNoReply and ctx.Err()).
+// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A publish the server
+// refuses (a permissions violation for the job's subject) ends it within
+// its first ack wait, errors.Is nats.ErrPermissionViolation.
 //
 // Retries: a Call with the same WithID as an earlier one returns that
 // job's outcome, at once if it finished, when it finishes if it still runs,

@@ -12,7 +12,10 @@ import (
 
 // Submit stores a job and returns its ID once JetStream has stored it. It
 // does not wait for the job to run. Bad input (an empty or oversized key, an
-// oversized payload, a bad job ID) is refused before anything is sent.
+// oversized payload, a bad job ID) is refused before anything is sent. A
+// publish the server refuses (a permissions violation for the job's
+// subject) ends it with that refusal, errors.Is nats.ErrPermissionViolation
+// (see refused.go for how, and its limits).
 func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (string, error) {
 	r := build(key, payload, opts)
 	m, err := c.message(&r, "")
