@@ -214,7 +214,8 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start sets up the namespace (idempotently), registers the worker as a
 // member and starts balancing. It returns once the worker is registered;
-// partitions are taken in the background.
+// partitions are taken in the background. A request the server refuses
+// (a permissions violation) ends it with that refusal.
 func (w *Worker) Start(ctx context.Context) (err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
