@@ -37,6 +37,8 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	defer c.unwait(token)
+	wctx, stopWatch := refusalWatch(ctx, c.nc, c.nc.LastError(), m.Subject)
+	defer stopWatch()
 	c.batcherOf(m).publish(m, token)
 	select {
 	case ack := <-w.ack:
@@ -48,7 +50,10 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 		}
 		return r.ID, nil
-	case <-ctx.Done():
+	case <-wctx.Done():
+		if refused := refusedCause(wctx); refused != nil {
+			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, refused)
+		}
 		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ctx.Err())
 	case <-c.done:
 		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ErrClosed)

@@ -37,6 +37,11 @@ func TestRefusedPublishFailsFast(t *testing.T) {
 		t.Fatalf("a client over worker-a's connection: %v (%v)", err, c.asyncErrs())
 	}
 	t.Cleanup(cl.Close)
+	batched, err := keylane.NewClient(ctx, c.Conn, keylane.ClientConfig{Namespace: "a", AtomicBatches: true})
+	if err != nil {
+		t.Fatalf("a batching client over worker-a's connection: %v (%v)", err, c.asyncErrs())
+	}
+	t.Cleanup(batched.Close)
 	const fast = 4 * time.Second // the calls wait 30s for an ack otherwise
 	for _, tc := range []struct {
 		name, refused string
@@ -48,6 +53,14 @@ func TestRefusedPublishFailsFast(t *testing.T) {
 		}},
 		{"call", `Publish to "a.jobs.`, func(ctx context.Context) error {
 			_, err := cl.Call(ctx, "k", []byte("forged"))
+			return err
+		}},
+		{"submit in atomic batches", `Publish to "a.jobs.`, func(ctx context.Context) error {
+			_, err := batched.Submit(ctx, "k", []byte("forged"))
+			return err
+		}},
+		{"call in atomic batches", `Publish to "a.jobs.`, func(ctx context.Context) error {
+			_, err := batched.Call(ctx, "k", []byte("forged"))
 			return err
 		}},
 		{"submit many", `Publish to "a.jobs.`, func(ctx context.Context) error {
