@@ -17,7 +17,9 @@ import (
 
 // Call stores a job and waits for its handler's result. A handler error
 // comes back as a *RemoteError. If ctx ends first, Call returns a
-// *NoReplyError (errors.Is ErrNoReply and ctx.Err()).
+// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A publish the server
+// refuses (a permissions violation for the job's subject) ends it within
+// its first ack wait, errors.Is nats.ErrPermissionViolation.
 //
 // Retries: a Call with the same WithID as an earlier one returns that
 // job's outcome, at once if it finished, when it finishes if it still runs,
@@ -46,6 +48,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
+	before := c.nc.LastError() // a refusal after it is this publish's
 	status := c.nc.StatusChanged(nats.CONNECTED)
 	defer c.nc.RemoveStatusListener(status)
 	publish := func(m *nats.Msg) {
@@ -125,6 +128,9 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			recover()
 		case <-ackTimer.C:
 			if !acked {
+				if refused := refusal(c.nc, before, m.Subject); refused != nil {
+					return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, refused)
+				}
 				republish()
 			}
 		case <-status:

@@ -18,12 +18,15 @@ var errTooManyWriters = errors.New("too many concurrent writers")
 
 // casPut is the one compare-and-set write of keylane's KV entries (State
 // entries, the crash-loop counter): it creates k if rev is 0 and updates it
-// from revision rev otherwise, and returns the new revision.
-func casPut(ctx context.Context, kv jetstream.KeyValue, k string, rev uint64, value []byte) (uint64, error) {
+// from revision rev otherwise, and returns the new revision. A refusal
+// says "nats:" once (nats.go's KV puts its own before the API error's).
+func casPut(ctx context.Context, kv jetstream.KeyValue, k string, rev uint64, value []byte) (next uint64, err error) {
 	if rev == 0 {
-		return kv.Create(ctx, k, value)
+		next, err = kv.Create(ctx, k, value)
+	} else {
+		next, err = kv.Update(ctx, k, value, rev)
 	}
-	return kv.Update(ctx, k, value, rev)
+	return next, natsError(err)
 }
 
 // casConflict reports whether a casPut failed because another writer

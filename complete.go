@@ -47,6 +47,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 		return false
 	}
 	o.observeSettled(t)
+	o.logAcked(t)
 	if t.maybeDup {
 		o.forgetStarts(t.job.ID)
 	}

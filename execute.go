@@ -192,7 +192,7 @@ func (o *owner) process(t *task) {
 				}
 				return
 			}
-			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "attempt", attempt, "err", err)
+			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "key", t.job.Key, "attempt", attempt, "err", err)
 		}
 		if !stalled {
 			// Keep a few of the key's queued jobs; hand the rest back so
@@ -268,6 +268,8 @@ func (o *owner) call(job Job) (res []byte, err error) {
 	defer o.observeRun(o.w.now())
 	ctx, span := job.trace.run(o.ctx, job)
 	defer span.end(&err) // after the recover below has set err
+	start := o.jobClock()
+	defer func() { o.logRan(&job, start, err) }() // after the recover below
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: handler panicked: %v", r)

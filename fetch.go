@@ -201,6 +201,7 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		ID: id, Key: key, Type: h.Get(HeaderType), Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
 	}
+	o.logReceived(t, meta.NumDelivered)
 	if _, back, stalled := ln.addTo(t); back {
 		o.handBack(t, stalled)
 	}

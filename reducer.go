@@ -66,9 +66,15 @@ func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 	n, rerr, werr = o.w.state.group(o.ctx, jobs, out, func(i int, cur []byte) ([]byte, []byte, error) {
 		ran = append(ran, i)
 		o.w.stats.runs.Add(1)
-		return o.reduce(jobs[i], cur)
+		start := o.jobClock()
+		state, res, err := o.reduce(jobs[i], cur)
+		o.logRan(&jobs[i], start, err)
+		return state, res, err
 	})
 	traceGroup(jobs, n, werr)
+	if werr == nil {
+		o.logCommitted(jobs[:n])
+	}
 	if obs, ok := o.w.cfg.Reducer.(CommitObserver); ok {
 		for _, i := range ran {
 			obs.Committed(jobs[i], werr == nil && i < n)

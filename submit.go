@@ -12,7 +12,10 @@ import (
 
 // Submit stores a job and returns its ID once JetStream has stored it. It
 // does not wait for the job to run. Bad input (an empty or oversized key, an
-// oversized payload, a bad job ID) is refused before anything is sent.
+// oversized payload, a bad job ID) is refused before anything is sent. A
+// publish the server refuses (a permissions violation for the job's
+// subject) ends it with that refusal, errors.Is nats.ErrPermissionViolation
+// (see refused.go for how, and its limits).
 func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
 	defer c.observeSubmit(c.now(), &err)
 	r := build(key, payload, opts)
@@ -22,7 +25,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	}
 	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
 	if c.batch == nil {
-		dup, err := c.publish(ctx, m)
+		dup, err := c.publishWatched(ctx, m)
 		if err != nil {
 			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 		}
@@ -36,6 +39,8 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	defer c.unwait(token)
+	wctx, stopWatch := refusalWatch(ctx, c.nc, c.nc.LastError(), m.Subject)
+	defer stopWatch()
 	c.batcherOf(m).publish(m, token)
 	select {
 	case ack := <-w.ack:
@@ -47,7 +52,10 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 		}
 		return r.ID, nil
-	case <-ctx.Done():
+	case <-wctx.Done():
+		if refused := refusedCause(wctx); refused != nil {
+			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, refused)
+		}
 		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ctx.Err())
 	case <-c.done:
 		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ErrClosed)
@@ -70,6 +78,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 	futures := make([]jetstream.PubAckFuture, len(reqs))
 	span := c.tracing.sendMany(ctx, len(reqs))
 	defer span.end(out)
+	rs := &refusals{before: c.nc.LastError()} // a refusal after it is one of these publishes'
 	for i := range reqs {
 		m, err := c.message(&reqs[i], "")
 		out[i].ID = reqs[i].ID
@@ -92,22 +101,19 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 		if f == nil {
 			continue
 		}
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			if !retryablePublish(err) {
-				out[i].Err = natsError(err)
-				continue
-			}
+		err, done := c.awaitAck(ctx, f, rs)
+		switch {
+		case done != nil:
+			return out, done
+		case err == nil:
+		case !retryablePublish(err):
+			out[i].Err = natsError(err)
+		default:
 			// Lost with a connection or a leader: publish it again, with
 			// its ID, until it is stored or ctx ends.
-			if _, err := c.publish(ctx, f.Msg()); err != nil {
+			if _, err := c.publishWatched(ctx, f.Msg()); err != nil {
 				out[i].Err = err
 			}
-		case <-ctx.Done():
-			return out, ctx.Err()
-		case <-c.done:
-			return out, ErrClosed
 		}
 	}
 	return out, ctx.Err()

@@ -236,10 +236,14 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start sets up the namespace (idempotently), registers the worker as a
 // member and starts balancing. It returns once the worker is registered;
-// partitions are taken in the background.
-func (w *Worker) Start(ctx context.Context) error {
+// partitions are taken in the background. A request the server refuses
+// (a permissions violation) ends it with that refusal.
+func (w *Worker) Start(ctx context.Context) (err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	before := w.nc.LastError()
+	ctx, stopWatch := refusalWatch(ctx, w.nc, before, "")
+	defer func() { err = startRefused(ctx, w.nc, before, err); stopWatch() }()
 	if w.started {
 		return errors.New("keylane: worker already started")
 	}

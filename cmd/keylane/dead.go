@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/progress"
 )
 
 const deadUsage = `usage: keylane dead <list|show|redrive|purge> [flags]
@@ -23,9 +24,16 @@ const deadUsage = `usage: keylane dead <list|show|redrive|purge> [flags]
 
 // dead runs the dead-letter subcommands on keylane's library API
 // (keylane.DeadLetters, DeadLetterAt, Client.Redrive, PurgeDeadLetters).
-func dead(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 {
+func dead(ctx context.Context, args []string, out, errOut io.Writer) error {
+	switch {
+	case len(args) == 0:
+		fmt.Fprintln(errOut, deadUsage)
+		return exitError(2)
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprintln(out, deadUsage)
+		return exitError(0)
+	case args[0] != "list" && args[0] != "show" && args[0] != "redrive" && args[0] != "purge":
+		fmt.Fprintf(errOut, "keylane: unknown dead-letter command %q\n%s\n", args[0], deadUsage)
 		return exitError(2)
 	}
 	fs := flag.NewFlagSet("dead "+args[0], flag.ContinueOnError)
@@ -35,11 +43,9 @@ func dead(ctx context.Context, args []string, out io.Writer) error {
 	limit := fs.Int("limit", 100, "list at most this many")
 	from := fs.Uint64("from", 0, "list from this dead-letter sequence on")
 	all := fs.Bool("all", false, "redrive every dead letter")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitError(2)
+	forceBars := progressFlag(fs)
+	if err := parse(fs, args[1:], errOut); err != nil {
+		return err
 	}
 	seqArg := func() (uint64, error) {
 		if fs.NArg() != 1 {
@@ -117,16 +123,25 @@ func dead(ctx context.Context, args []string, out io.Writer) error {
 			}
 			dls = []keylane.DeadLetter{d}
 		}
+		bars := &progress.Display{} // one letter: nothing to watch
+		var bar *progress.Bar
+		if *all && len(dls) > 0 {
+			bars = progress.New(errOut, *forceBars)
+			bar = bars.Bar("redrive", int64(len(dls)))
+		}
+		lines := bars.Lines(out)
 		failed := 0
 		for _, d := range dls {
 			id, err := cl.Redrive(ctx, d)
+			bar.Add(1)
 			if err != nil {
 				failed++
-				fmt.Fprintf(out, "dead letter %d (job %s): %v\n", d.Seq, d.JobID, err)
+				fmt.Fprintf(lines, "dead letter %d (job %s): %v\n", d.Seq, d.JobID, err)
 				continue
 			}
-			fmt.Fprintf(out, "dead letter %d (job %s) redriven as %s\n", d.Seq, d.JobID, id)
+			fmt.Fprintf(lines, "dead letter %d (job %s) redriven as %s\n", d.Seq, d.JobID, id)
 		}
+		bars.Wait()
 		if failed > 0 {
 			return fmt.Errorf("%d of %d dead letters not redriven", failed, len(dls))
 		}
@@ -139,6 +154,5 @@ func dead(ctx context.Context, args []string, out io.Writer) error {
 		fmt.Fprintf(out, "purged %d dead letters of namespace %s\n", n, c.namespace)
 		return nil
 	}
-	fmt.Fprintln(out, deadUsage)
-	return exitError(2)
+	return fmt.Errorf("dead %s: not a dead-letter command", args[0]) // checked before connecting
 }

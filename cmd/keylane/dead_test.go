@@ -61,8 +61,12 @@ func TestDeadCommand(t *testing.T) {
 	}
 	broken.Store(false)
 	out.Reset()
-	if err := run(ctx, []string{"dead", "redrive", "--nats", url, "--namespace", "dl", "--all"}, &out, &out); err != nil || !strings.Contains(out.String(), "redriven as") {
+	var bars bytes.Buffer
+	if err := run(ctx, []string{"dead", "redrive", "--nats", url, "--namespace", "dl", "--all", "--progress"}, &out, &bars); err != nil || !strings.Contains(out.String(), "redriven as") {
 		t.Fatalf("dead redrive --all: %v\n%s", err, out.String())
+	}
+	if final := bars.String()[strings.LastIndex(bars.String(), "\n\x1b[")+1:]; !strings.Contains(final, "redrive") || !strings.Contains(final, "1 / 1") || !strings.Contains(final, "done") {
+		t.Fatalf("dead redrive --all --progress: the bar's final state is %q", final)
 	}
 	testwait.Eventually(t, 10*time.Second, "pay-1 answers with the redriven outcome", func() bool {
 		res, err := c.Result(ctx, "pay-1")

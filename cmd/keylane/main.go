@@ -19,6 +19,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/keylane/keylane/internal/progress"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -30,14 +31,15 @@ func main() {
 	var exit exitError
 	switch {
 	case errors.As(err, &exit):
-		os.Exit(int(exit))
+		os.Exit(int(exit)) // 0 after -h
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "keylane:", err)
 		os.Exit(1)
 	}
 }
 
-// exitError is a non-zero exit that has already been explained.
+// exitError is an exit that has already been explained: 0 after -h
+// printed the usage, 2 after a usage error.
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
@@ -60,20 +62,36 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	switch args[0] {
 	case "repartition":
-		return repartition(ctx, args[1:], out)
+		return repartition(ctx, args[1:], out, errOut)
 	case "adopt":
-		return adopt(ctx, args[1:], out)
+		return adopt(ctx, args[1:], out, errOut)
 	case "leaders":
-		return leaders(ctx, args[1:], out)
+		return leaders(ctx, args[1:], out, errOut)
 	case "status":
-		return status(ctx, args[1:], out)
+		return status(ctx, args[1:], out, errOut)
 	case "dead":
-		return dead(ctx, args[1:], out)
+		return dead(ctx, args[1:], out, errOut)
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil
 	}
-	fmt.Fprintln(errOut, usage)
+	fmt.Fprintf(errOut, "keylane: unknown command %q\n%s\n", args[0], usage)
+	return exitError(2)
+}
+
+// parse parses a subcommand's flags, its messages going to errOut. -h
+// prints the flags and is no failure: it returns exitError(0), which ends
+// the command at once with status 0. A bad flag returns exitError(2), the
+// flag package having said which flag and printed the flags.
+func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
+	fs.SetOutput(errOut)
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		return exitError(0)
+	}
 	return exitError(2)
 }
 
@@ -90,6 +108,12 @@ func (c *conn) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "nats", url, "NATS URL (env NATS_URL)")
 	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
 	c.auth = natsflags.Register(fs)
+}
+
+// progressFlag registers --progress on a command with long work, whose
+// bars go to stderr when it is a terminal, or always with the flag.
+func progressFlag(fs *flag.FlagSet) *bool {
+	return fs.Bool("progress", false, "draw progress bars on stderr even when it is not a terminal")
 }
 
 func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
@@ -109,14 +133,19 @@ func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
 	return nc, js, nil
 }
 
-func repartition(ctx context.Context, args []string, out io.Writer) (err error) {
+// repartitionFunc is keylane.Repartition; a test wraps it to hold the
+// workers until the drain has counted its jobs.
+var repartitionFunc = keylane.Repartition
+
+func repartition(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	fs := flag.NewFlagSet("repartition", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
+	forceBars := progressFlag(fs)
 	to := fs.Int("to", 0, "the new partition count (required)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the workers to drain the old stream; if it passes, nothing changes")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	if err := parse(fs, args, errOut); err != nil {
+		return err
 	}
 	if *to <= 0 || *timeout <= 0 {
 		return errors.New("repartition: --to must be a positive partition count and --timeout positive")
@@ -134,13 +163,31 @@ func repartition(ctx context.Context, args []string, out io.Writer) (err error) 
 		return err
 	}
 	fmt.Fprintf(out, "namespace %s: %d partitions -> %d; freezing, draining\n", c.namespace, before.Partitions, *to)
+	bars := progress.New(errOut, *forceBars)
+	var drained *progress.Bar
+	var total uint64
 	last := time.Time{}
-	err = keylane.Repartition(ctx, js, c.namespace, *to, func(left uint64) {
+	err = repartitionFunc(ctx, js, c.namespace, *to, func(left uint64) {
+		if bars.Active() {
+			// The first count is the drain's total; more (jobs stored
+			// just before the freeze) grows it.
+			if drained == nil && left > 0 {
+				total = left
+				drained = bars.Bar("drain", int64(total))
+			}
+			if left > total {
+				total = left
+				drained.SetTotal(int64(total))
+			}
+			drained.Set(int64(total - left))
+			return
+		}
 		if time.Since(last) >= time.Second || left == 0 {
 			fmt.Fprintf(out, "  %d jobs left to drain\n", left)
 			last = time.Now()
 		}
 	})
+	bars.Wait()
 	if err != nil {
 		return err
 	}
@@ -152,13 +199,13 @@ func repartition(ctx context.Context, args []string, out io.Writer) (err error) 
 	return nil
 }
 
-func adopt(ctx context.Context, args []string, out io.Writer) (err error) {
+func adopt(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	fs := flag.NewFlagSet("adopt", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
 	epoch := fs.String("epoch", "", "the old jobs stream's epoch, in hex, as the workers' ErrEpoch log names it (required)")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	if err := parse(fs, args, errOut); err != nil {
+		return err
 	}
 	e, err := strconv.ParseUint(*epoch, 16, 64)
 	if err != nil || e == 0 {
@@ -179,14 +226,14 @@ func adopt(ctx context.Context, args []string, out io.Writer) (err error) {
 	return nil
 }
 
-func leaders(ctx context.Context, args []string, out io.Writer) (err error) {
+func leaders(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	fs := flag.NewFlagSet("leaders", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
 	spread := fs.Bool("spread", false, "move shard leaders so no server leads more than its share (a preferred-server step-down per move)")
 	shards := fs.Int("stream-shards", 0, "the shard count you expect; another count than the namespace's is refused (0: any)")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	if err := parse(fs, args, errOut); err != nil {
+		return err
 	}
 	nc, js, err := c.open()
 	if err != nil {

@@ -14,17 +14,14 @@ import (
 )
 
 // status prints keylane.Inspect of a namespace, once or every --watch.
-func status(ctx context.Context, args []string, out io.Writer) error {
+func status(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
 	watch := fs.Duration("watch", 0, "print it again every this long until interrupted (0: once)")
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		return exitError(2)
+	if err := parse(fs, args, errOut); err != nil {
+		return err
 	}
 	if *watch < 0 {
 		return fmt.Errorf("--watch %s: must not be negative", *watch)

@@ -47,7 +47,7 @@ func TestSecuredServer(t *testing.T) {
 		t.Setenv("NATS_USER", "client-a")
 		t.Setenv("NATS_PASSWORD", "client-a-secret")
 		var out bytes.Buffer
-		if err := run(ctx, call, &out); err != nil {
+		if err := run(ctx, call, &out, &out); err != nil {
 			t.Fatalf("call as client-a: %v", err)
 		}
 		if !strings.Contains(out.String(), "got hi") {
@@ -60,24 +60,24 @@ func TestSecuredServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		if err := run(ctx, append(call, "--user", "client-a", "--password-file", file), &out); err != nil || !strings.Contains(out.String(), "got hi") {
+		if err := run(ctx, append(call, "--user", "client-a", "--password-file", file), &out, &out); err != nil || !strings.Contains(out.String(), "got hi") {
 			t.Fatalf("call with --password-file: %v, %q", err, out.String())
 		}
 	})
 	t.Run("unauthenticated", func(t *testing.T) {
-		err := run(ctx, call, &bytes.Buffer{})
+		err := run(ctx, call, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "connect to "+url) || !strings.Contains(err.Error(), "Authorization Violation") {
 			t.Fatalf("call without a user: %v, want an authorization violation naming %s", err, url)
 		}
 	})
 	t.Run("wrong password", func(t *testing.T) {
-		err := run(ctx, append(call, "--user", "client-a", "--password", "nope"), &bytes.Buffer{})
+		err := run(ctx, append(call, "--user", "client-a", "--password", "nope"), &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "Authorization Violation") {
 			t.Fatalf("call with a wrong password: %v, want an authorization violation", err)
 		}
 	})
 	t.Run("another namespace's user", func(t *testing.T) {
-		err := run(ctx, append(call, "--user", "client-b", "--password", "client-b-secret", "--timeout", "1s"), &bytes.Buffer{})
+		err := run(ctx, append(call, "--user", "client-b", "--password", "client-b-secret", "--timeout", "1s"), &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), `Permissions Violation for Publish to "$JS.API.STREAM.INFO.A_JOBS"`) {
 			t.Fatalf("call into namespace a as client-b: %v, want the server's refusal named", err)
 		}
@@ -92,14 +92,14 @@ func TestSecuredServer(t *testing.T) {
 		{"missing credentials file", []string{"--creds", "/nonexistent/user.creds"}, "--creds: stat /nonexistent/user.creds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := run(ctx, append(call, tc.args...), &bytes.Buffer{})
+			err := run(ctx, append(call, tc.args...), &bytes.Buffer{}, &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tc.wrong) {
 				t.Fatalf("%v: %v, want an error naming %s", tc.args, err, tc.wrong)
 			}
 		})
 	}
 	t.Run("sale in process refuses credentials", func(t *testing.T) {
-		err := run(ctx, []string{"sale", "--user", "client-a"}, &bytes.Buffer{})
+		err := run(ctx, []string{"sale", "--user", "client-a"}, &bytes.Buffer{}, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), "--nats") {
 			t.Fatalf("sale --user without --nats: %v, want a refusal naming --nats", err)
 		}

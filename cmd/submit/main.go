@@ -6,6 +6,7 @@
 //	submit sale --nats nats://…       # against running workers
 //	submit call --key sku:1 --payload "buy 1"
 //	submit send --key sku:1 --payload "restock 10" --id restock-42
+//	submit bulk --file jobs.jsonl     # one {"key":…,"payload":…,"id":…} per line
 package main
 
 import (
@@ -19,11 +20,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/keylane/keylane/internal/progress"
 	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
@@ -33,19 +36,20 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	var exit exitError
 	switch {
 	case errors.As(err, &exit):
-		os.Exit(int(exit))
+		os.Exit(int(exit)) // 0 after -h
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "submit:", err)
 		os.Exit(1)
 	}
 }
 
-// exitError is a non-zero exit that has already been explained.
+// exitError is an exit that has already been explained: 0 after -h
+// printed the usage, 2 after a usage error.
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
@@ -56,24 +60,43 @@ commands:
   sale    run a flash sale and check it (no --nats: embedded NATS and workers in this process)
   call    submit one job and print its result
   send    submit one job and print its ID
+  bulk    submit JSON lines {"key":…,"payload":…,"id":…,"type":…} from a file or stdin, fire-and-forget
 
 run "submit <command> -h" for flags.`
 
-func run(ctx context.Context, args []string, out io.Writer) error {
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, usage)
+		fmt.Fprintln(errOut, usage)
 		return exitError(2)
 	}
 	switch args[0] {
 	case "sale":
-		return runSale(ctx, args[1:], out)
+		return runSale(ctx, args[1:], out, errOut)
 	case "call", "send":
-		return one(ctx, args[0], args[1:], out)
+		return one(ctx, args[0], args[1:], out, errOut)
+	case "bulk":
+		return bulk(ctx, args[1:], out, errOut)
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil
 	}
-	fmt.Fprintln(os.Stderr, usage)
+	fmt.Fprintf(errOut, "submit: unknown command %q\n%s\n", args[0], usage)
+	return exitError(2)
+}
+
+// parse parses a command's flags, its messages going to errOut. -h prints
+// the flags and is no failure: it returns exitError(0), which ends the
+// command at once with status 0. A bad flag returns exitError(2), the
+// flag package having said which flag and printed the flags.
+func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
+	fs.SetOutput(errOut)
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		return exitError(0)
+	}
 	return exitError(2)
 }
 
@@ -157,7 +180,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 	}, nil
 }
 
-func runSale(ctx context.Context, args []string, out io.Writer) error {
+func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("sale", flag.ContinueOnError)
 	var c common
 	c.register(fs)
@@ -172,8 +195,9 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&hold, "hold", 0, "pause inside the critical section (in-process workers only)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on the whole sale")
 	metricsAddr := fs.String("metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics while the sale runs: the client's, and the in-process workers' (env KEYLANE_METRICS)")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	forceBars := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal, and from the start (on a terminal it shows once the sale has run 2s)")
+	if err := parse(fs, args, errOut); err != nil {
+		return err
 	}
 	var reg *prometheus.Registry
 	if *metricsAddr != "" {
@@ -212,7 +236,24 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 		defer stop()
 		fmt.Fprintf(out, "metrics: http://%s/metrics\n", addr)
 	}
+	bars := progress.NewAfter(errOut, *forceBars, 2*time.Second)
+	purchases := cfg.Purchases
+	if purchases == 0 {
+		purchases = 10000 // sale.Config's default
+	}
+	bar := bars.Bar("purchases", int64(purchases))
+	var mu sync.Mutex
+	most := 0
+	cfg.Progress = func(done int) {
+		mu.Lock() // buyers answer out of order: the bar only moves on
+		defer mu.Unlock()
+		if done > most {
+			most = done
+			bar.Set(int64(done))
+		}
+	}
 	v, err := sale.Run(ctx, cl, cfg, tr)
+	bars.Wait()
 	if err != nil {
 		return err
 	}
@@ -230,7 +271,7 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 	return nil
 }
 
-func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
+func one(ctx context.Context, cmd string, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	var c common
 	c.register(fs)
@@ -239,8 +280,8 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	id := fs.String("id", "", "job ID, the idempotency key (default: a new one)")
 	typ := fs.String("type", "", "job type, for workers with a Mux")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait")
-	if err := fs.Parse(args); err != nil {
-		return exitError(2)
+	if err := parse(fs, args, errOut); err != nil {
+		return err
 	}
 	if c.url == "" {
 		return errors.New("--nats (or NATS_URL) is required: start workers with `go run ./cmd/worker` first")

@@ -14,13 +14,17 @@ import (
 )
 
 // TestSaleCommand runs the README's first command, smaller, and checks it
-// reports a clean verdict.
+// reports a clean verdict, and that its forced progress bar ends at the
+// purchases' total.
 func TestSaleCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var out bytes.Buffer
-	if err := run(ctx, []string{"sale", "-purchases", "1500", "-buyers", "32"}, &out); err != nil {
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"sale", "-purchases", "1500", "-buyers", "32", "--progress"}, &out, &errOut); err != nil {
 		t.Fatalf("sale: %v\n%s", err, out.String())
+	}
+	if final := errOut.String()[strings.LastIndex(errOut.String(), "\x1b[J")+1:]; !strings.Contains(final, "purchases") || !strings.Contains(final, "1500 / 1500") || !strings.Contains(final, "done") {
+		t.Errorf("the bar's final state: %q", final)
 	}
 	for _, want := range []string{"oversell 0", "stock mismatches 0", "max concurrent runs per key 1", "verdict: OK", "jobs/s"} {
 		if !strings.Contains(out.String(), want) {
@@ -32,7 +36,7 @@ func TestSaleCommand(t *testing.T) {
 func TestUsageErrors(t *testing.T) {
 	var out bytes.Buffer
 	for _, args := range [][]string{nil, {"nope"}, {"sale", "-skew", "0.5"}, {"call", "-key", "k"}} {
-		if err := run(context.Background(), args, &out); err == nil {
+		if err := run(context.Background(), args, &out, &out); err == nil {
 			t.Errorf("run(%q) succeeded", args)
 		}
 	}
@@ -47,7 +51,7 @@ func TestSaleServesMetrics(t *testing.T) {
 	done := make(chan error, 1)
 	var out bytes.Buffer
 	go func() {
-		done <- run(ctx, []string{"sale", "-purchases", "2000", "-buyers", "16", "-hold", "2ms", "-metrics", addr}, &out)
+		done <- run(ctx, []string{"sale", "-purchases", "2000", "-buyers", "16", "-hold", "2ms", "-metrics", addr}, &out, io.Discard)
 	}()
 	want := []string{
 		`keylane_client_jobs_total{op="call",outcome="ok"}`,

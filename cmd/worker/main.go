@@ -20,11 +20,25 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
+	err := run(ctx, os.Args[1:])
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
-		os.Exit(1)
 	}
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// exitCode is 0 for success (and -h), 2 for a command line refused, 1 for
+// anything else.
+func exitCode(err error) int {
+	var usage *workercmd.UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &usage):
+		return 2
+	}
+	return 1
 }
 
 func run(ctx context.Context, args []string) error {

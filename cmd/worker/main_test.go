@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +22,33 @@ func TestHelpExitsZero(t *testing.T) {
 	for _, arg := range []string{"-h", "--help"} {
 		if err := run(context.Background(), []string{arg}); err != nil {
 			t.Errorf("run(%q) = %v; want nil (exit 0)", arg, err)
+		}
+	}
+}
+
+// TestBadFlagsExitTwo: a flag that does not exist or a value refused is a
+// usage error, exit 2, with a message naming the flag; nothing starts.
+func TestBadFlagsExitTwo(t *testing.T) {
+	stderr := os.Stderr
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	os.Stderr = devnull // the flag package's own message and the flags
+	defer func() { os.Stderr = stderr }()
+	for _, tc := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
+		{[]string{"--drain", "-1s"}, "--drain must be positive"},
+		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--lease-ttl", "soon"}, `invalid value "soon" for flag -lease-ttl`},
+	} {
+		err := run(context.Background(), tc.args)
+		if code := exitCode(err); code != 2 || !strings.Contains(fmt.Sprint(err), tc.says) {
+			t.Errorf("worker %q: exit %d, %v; want exit 2 saying %q", tc.args, code, err, tc.says)
 		}
 	}
 }

@@ -43,6 +43,11 @@ type Config struct {
 	FireAndForget bool
 	// Timeout bounds the whole sale. Defaults to 5 minutes.
 	Timeout time.Duration
+	// Progress, if set, is told how many purchases are done: answered
+	// (Call), or gone from the jobs stream once all are stored
+	// (FireAndForget). It is called from the buyers' goroutines, so it
+	// must be safe for concurrent use.
+	Progress func(done int)
 }
 
 func (c *Config) setDefaults() {
@@ -183,6 +188,9 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 			if err != nil {
 				return v, err
 			}
+			if cfg.Progress != nil {
+				cfg.Progress(cfg.Purchases - int(min(n, uint64(cfg.Purchases))))
+			}
 			if n == 0 {
 				break
 			}
@@ -254,7 +262,7 @@ func Picks(n, skus int, skew float64, even bool) []int {
 func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, runID string, sku func(int) string, v *Verdict) ([]time.Duration, error) {
 	lat := make([]time.Duration, len(picks))
 	var next atomic.Int64
-	var sold, refused, failed atomic.Int64
+	var sold, refused, failed, answered atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	for b := 0; b < cfg.Buyers; b++ {
@@ -269,6 +277,9 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 				t0 := time.Now()
 				res, err := c.Call(ctx, sku(picks[i]), []byte("buy 1"), keylane.WithID(runID+"-"+strconv.Itoa(i)))
 				lat[i] = time.Since(t0)
+				if cfg.Progress != nil {
+					cfg.Progress(int(answered.Add(1)))
+				}
 				switch {
 				case err != nil:
 					failed.Add(1)

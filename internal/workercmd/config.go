@@ -63,10 +63,26 @@ func envDur(name string, def time.Duration) time.Duration {
 	return def
 }
 
+// UsageError is a command line that Parse refused: a bad flag or value.
+// The command exits 2 for it.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
 // Parse registers the worker's flags on fs, next to any fs already has,
 // parses args and returns the Config, with a text logger to stderr at the
-// level asked for.
+// level asked for. A refused command line is a *UsageError; -h is
+// flag.ErrHelp, as fs.Parse returns it.
 func Parse(fs *flag.FlagSet, args []string) (Config, error) {
+	c, err := parse(fs, args)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		err = &UsageError{err}
+	}
+	return c, err
+}
+
+func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	var c Config
 	var logLevel string
 	fs.StringVar(&c.URL, "nats", os.Getenv("NATS_URL"), "NATS URL(s), comma-separated; empty starts an embedded server (env NATS_URL)")
@@ -89,7 +105,7 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")
 	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics and a status page at http://ADDR/ (JSON: /status.json), e.g. 127.0.0.1:9464; it shows keys, job IDs and errors, so keep it on a loopback or private address (env KEYLANE_METRICS)")
 	auth := natsflags.Register(fs)
-	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error (env KEYLANE_LOG_LEVEL)")
+	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error; debug adds a line per job event: received, ran, committed, acked (env KEYLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -122,7 +138,7 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return c, err
+		return c, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
 	}
 	c.Worker.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if c.Worker.ID == "" {

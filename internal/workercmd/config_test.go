@@ -1,8 +1,10 @@
 package workercmd
 
 import (
+	"context"
 	"flag"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -29,7 +31,7 @@ func TestParse(t *testing.T) {
 		{"zero lease TTL", []string{"--lease-ttl", "0"}, 0, "--lease-ttl"},
 		{"negative ack wait", []string{"--ack-wait", "-5s"}, 0, "--ack-wait"},
 		{"zero ack wait", []string{"--ack-wait", "0s"}, 0, "--ack-wait"},
-		{"unknown log level", []string{"--log-level", "loud"}, 0, "loud"},
+		{"unknown log level", []string{"--log-level", "loud"}, 0, `--log-level "loud": want debug, info, warn or error`},
 		{"a user for a server", []string{"--nats", "nats://a:4222", "--user", "u", "--password", "p"}, 0, ""},
 		{"credentials need --nats", []string{"--user", "u", "--password", "p"}, 0, "are for a server given with --nats"},
 		{"a certificate needs its key", []string{"--nats", "nats://a:4222", "--tls-cert", "c.pem"}, 0, "--tls-key"},
@@ -53,5 +55,30 @@ func TestParse(t *testing.T) {
 					tc.args, c.Worker.Topology.Replicas, c.Worker.ID, c.Worker.Logger, tc.replicas)
 			}
 		})
+	}
+}
+
+// TestLogLevel: --log-level (or KEYLANE_LOG_LEVEL) sets the worker's
+// logger's level; debug turns on the per-job events.
+func TestLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		env   string
+		debug bool
+	}{
+		{nil, "", false},
+		{[]string{"--log-level", "debug"}, "", true},
+		{nil, "debug", true},
+		{[]string{"--log-level", "info"}, "debug", false},
+	} {
+		t.Setenv("KEYLANE_LOG_LEVEL", tc.env)
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		c, err := Parse(fs, tc.args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Worker.Logger.Enabled(context.Background(), slog.LevelDebug); got != tc.debug {
+			t.Errorf("Parse(%q) with KEYLANE_LOG_LEVEL=%q: DEBUG on %v, want %v", tc.args, tc.env, got, tc.debug)
+		}
 	}
 }
