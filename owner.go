@@ -83,7 +83,16 @@ func newOwner(w *Worker, p int, l *lease.Lease) *owner {
 func (o *owner) handOver() { o.handoverOnce.Do(func() { close(o.handoverCh) }) }
 
 // abort asks the owner to stop now: cancel handlers, drop queued jobs.
-func (o *owner) abort() { o.abortOnce.Do(func() { close(o.abortCh) }) }
+// abort ends the tenure at once: running handlers' contexts are cancelled,
+// queued jobs do not run, nothing more is acked. It cancels o.ctx itself:
+// an abort can come while the owner drains after its fetch ended (Stop's
+// deadline during a hand-over), when no controller is left to do it.
+func (o *owner) abort() {
+	o.abortOnce.Do(func() {
+		close(o.abortCh)
+		o.cancel()
+	})
+}
 
 func (o *owner) run() {
 	defer close(o.done)

@@ -1,0 +1,62 @@
+package keylane
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
+)
+
+// TestStopDeadlineCancelsTheDrain: Stop drains gracefully, but when its
+// context ends it aborts: the running handler's context is cancelled, the
+// jobs still queued behind it do not run, nothing more is acked, and Stop
+// returns. Before, an abort that came while the owner was already draining
+// (its queued jobs running one by one) cancelled nothing: a Stop with a
+// 300ms deadline waited for every queued job.
+func TestStopDeadlineCancelsTheDrain(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	const jobs, hold = 40, 200 * time.Millisecond
+	var ran, cancelled atomic.Int32
+	started := make(chan struct{}, jobs)
+	w := e.worker("w", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
+		started <- struct{}{}
+		t := time.NewTimer(hold)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			ran.Add(1)
+			return nil, nil
+		case <-ctx.Done():
+			cancelled.Add(1)
+			return nil, ctx.Err()
+		}
+	}), nil)
+	e.waitOwned(w)
+	reqs := make([]Request, jobs)
+	for i := range reqs {
+		reqs[i] = Request{Key: "one-key", Payload: []byte("x"), ID: fmt.Sprintf("j-%d", i)}
+	}
+	if _, err := e.client.SubmitMany(ctx(t), reqs); err != nil {
+		t.Fatal(err)
+	}
+	<-started // the first job runs; the others queue behind it on the key
+	sctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	_ = w.Stop(sctx)
+	took := time.Since(begin)
+	if took > 3*time.Second {
+		t.Fatalf("Stop with a 300ms deadline took %s (%d jobs ran meanwhile); want it to abort the drain", took.Round(time.Millisecond), ran.Load())
+	}
+	if cancelled.Load() == 0 && int(ran.Load()) < jobs {
+		t.Errorf("no running handler saw its context cancelled")
+	}
+	// What did not run stays stored for the next owner.
+	testwait.Eventually(t, 5*time.Second, "the unrun jobs stay in the stream", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == uint64(jobs)-uint64(ran.Load())
+	})
+	t.Logf("Stop took %s; %d jobs ran, %d handlers cancelled", took.Round(time.Millisecond), ran.Load(), cancelled.Load())
+}
