@@ -316,15 +316,30 @@ func submitAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, 
 		}
 		out, err := c.SubmitMany(ctx, reqs)
 		if err != nil {
-			return err
+			// ctx ended: the chunk's outcomes are not all known.
+			return fmt.Errorf("%s: %w", storedSoFar("at least ", lo, len(picks)), err)
 		}
+		var first error
+		stored := lo
 		for _, s := range out {
-			if s.Err != nil {
-				return fmt.Errorf("submit %s: %w", s.ID, s.Err)
+			switch {
+			case s.Err == nil:
+				stored++
+			case first == nil:
+				first = fmt.Errorf("submit %s: %w", s.ID, s.Err)
 			}
+		}
+		if first != nil {
+			return fmt.Errorf("%s: %w", storedSoFar("", stored, len(picks)), first)
 		}
 	}
 	return nil
+}
+
+// storedSoFar says, for an aborted fire-and-forget sale, how many
+// purchases were stored: they stay in the stream and will run.
+func storedSoFar(bound string, stored, total int) string {
+	return fmt.Sprintf("fire-and-forget sale aborted with %s%d of %d purchases stored (those will run; no more were submitted)", bound, stored, total)
 }
 
 func stock(ctx context.Context, c *keylane.Client, key string) (int64, error) {

@@ -3,12 +3,16 @@ package sale
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestSaleInvariants runs the README's demo path, small: an embedded server,
@@ -81,4 +85,58 @@ func TestRestockOverflowChangesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAbortedFireAndForgetSaysWhatWasStored: a fire-and-forget sale the
+// jobs stream stops taking (here: full, as a stream at its limits refuses
+// new messages) says how many purchases it stored, which still run.
+func TestAbortedFireAndForgetSaysWhatWasStored(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// The worker holds each purchase a second, so the stream fills; the
+	// test does not wait for the stored ones to run.
+	local, err := StartLocal(ctx, LocalConfig{Workers: 1, Topology: keylane.TopologyConfig{Namespace: "abort", Partitions: 1}, Hold: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		local.Stop(sctx)
+	}()
+	c, err := local.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(local.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := js.Stream(ctx, keylane.Names{Namespace: "abort"}.Jobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.Config
+	cfg.MaxMsgs, cfg.Discard = 50, jetstream.DiscardNew
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(ctx, c, Config{SKUs: 1, Stock: 10, Buyers: 4, Purchases: 500, FireAndForget: true, Even: true}, local.Tracker)
+	var stored int
+	if err == nil {
+		t.Fatal("the sale went through a stream that holds 50 messages")
+	}
+	if _, serr := fmt.Sscanf(err.Error()[strings.Index(err.Error(), "aborted with ")+len("aborted with "):], "%d of 500 purchases stored", &stored); serr != nil || stored < 1 || stored > 60 {
+		t.Fatalf("error %q; want it to say how many of the 500 purchases were stored (about 50): %v", err, serr)
+	}
+	t.Logf("%v", err)
 }
