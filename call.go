@@ -107,6 +107,10 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				continue
 			}
 			if err != nil {
+				res, applied, err := c.refused(ctx, m, err)
+				if applied {
+					return res, err // an earlier call with this ID was applied
+				}
 				return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 			}
 			if dup && !acked {

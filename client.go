@@ -51,17 +51,19 @@ type ClientConfig struct {
 
 // Client submits jobs. It is safe for concurrent use.
 type Client struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	async    jetstream.JetStream
-	names    Names
-	n        int
-	shards   int
-	subjects []string   // partition subjects, by partition
-	expect   [][]string // the Nats-Expected-Stream header value, by shard, shared
-	nHeader  []string   // the Keylane-Partitions header value, shared
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	async   jetstream.JetStream
+	names   Names
+	n       int
+	shards  int
+	expect  [][]string // the Nats-Expected-Stream header value, by shard, shared
+	nHeader []string   // the Keylane-Partitions header value, shared
 
 	replyPrefix string // the topology's: workers reply nowhere else
+	// maxKeyBacklog is the namespace's per-key cap (0: none), named in
+	// KeyBacklogFullError.
+	maxKeyBacklog int64
 
 	mu      sync.Mutex
 	inbox   string
@@ -100,16 +102,12 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, maxKeyBacklog: meta.MaxKeyBacklog, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
 	for i := range c.shards {
 		c.expect = append(c.expect, []string{names.JobsShard(i)})
 		if cfg.AtomicBatches {
 			c.batch = append(c.batch, newBatcher(c))
 		}
-	}
-	c.subjects = make([]string, n)
-	for p := range n {
-		c.subjects[p] = partition.Subject(cfg.Namespace, p)
 	}
 	return c, nil
 }
@@ -174,7 +172,7 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 		return nil, err
 	}
 	p := partition.Of(r.Key, c.n)
-	m := &nats.Msg{Subject: c.subjects[p], Data: r.Payload, Header: make(nats.Header, 4+len(r.Headers))}
+	m := &nats.Msg{Subject: partition.Subject(c.names.Namespace, p, r.Key), Data: r.Payload, Header: make(nats.Header, 4+len(r.Headers))}
 	for k, vs := range r.Headers {
 		m.Header[k] = append([]string(nil), vs...)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,6 +178,11 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	}
 	if p := partition.Of(key, o.w.topo.Partitions); p != o.p {
 		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("key %q belongs to partition %d, arrived on %d", key, p, o.p))
+		return
+	}
+	if !strings.HasSuffix(msg.Subject(), "."+partition.KeyToken(key)) {
+		// Not the key's own subject: it would bypass the key's backlog cap.
+		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("subject %q is not key %q's (token %s)", msg.Subject(), key, partition.KeyToken(key)))
 		return
 	}
 	if n := h.Get(HeaderPartitions); n != "" && n != o.w.topo.nHeader {

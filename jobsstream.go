@@ -12,9 +12,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// partitionSubjects lists the jobs stream's subjects: exactly one per
-// partition, so a publish to anything else (another N's partition, a typo)
-// is refused by the server instead of stored where no consumer reads it.
+// partitionSubjects lists the jobs stream's subjects: exactly one filter
+// per partition, ns.jobs.<p>.* (a subject per key inside it), so a publish
+// to anything else (another N's partition, a typo) is refused by the
+// server instead of stored where no consumer reads it.
 func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0) }
 
 // shardSubjects lists the subjects of jobs stream shard i of s: those of
@@ -22,7 +23,7 @@ func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 
 func shardSubjects(ns string, n, s, i int) []string {
 	subjects := make([]string, 0, (n+s-1)/s)
 	for p := i; p < n; p += s {
-		subjects = append(subjects, partition.Subject(ns, p))
+		subjects = append(subjects, partition.Filter(ns, p))
 	}
 	return subjects
 }
@@ -72,6 +73,9 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 			if info.Config.Replicas != info0.Config.Replicas {
 				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, shard 0 %d", ErrReplicasMismatch, name, info.Config.Replicas, info0.Config.Replicas)
 			}
+			if m.MaxKeyBacklog != m0.MaxKeyBacklog {
+				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d, shard 0 at %d", ErrKeyBacklogMismatch, name, m.MaxKeyBacklog, m0.MaxKeyBacklog)
+			}
 			cfg := TopologyConfig{Namespace: names.Namespace}
 			if err := upgradeJobs(ctx, js, info, m, &cfg); err != nil {
 				return nil, Meta{}, err
@@ -115,6 +119,9 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		if cfg.StreamShards != 0 && meta.Shards != cfg.StreamShards {
 			return Meta{}, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d (configure %d, or 0 to follow it)", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards, meta.Shards)
 		}
+		if cfg.MaxKeyBacklog != 0 && meta.MaxKeyBacklog != cfg.MaxKeyBacklog {
+			return Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d (0: none), configured %d (configure %d, or 0 to follow it; keylane never changes it: the server would delete stored jobs over a new cap)", ErrKeyBacklogMismatch, info.Config.Name, meta.MaxKeyBacklog, cfg.MaxKeyBacklog, meta.MaxKeyBacklog)
+		}
 		if cfg.Replicas != 0 && info.Config.Replicas != cfg.Replicas {
 			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
 		}
@@ -138,7 +145,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	md := map[string]string{
 		MetaPartitions:  strconv.Itoa(n),
 		MetaHash:        partition.HashName,
-		MetaVersion:     "2",
+		MetaVersion:     subjectsVersion,
 		MetaReplyPrefix: cfg.ReplyPrefix,
 	}
 	if shards > 1 {
@@ -150,9 +157,9 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		return Meta{}, err
 	}
 	md[MetaEpoch] = formatEpoch(epoch)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:        names.Jobs(),
-		Description: "keylane jobs, one subject per partition",
+		Description: "keylane jobs: ns.jobs.<partition>.<key token>",
 		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
@@ -163,7 +170,15 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		// Lets clients group-commit jobs in atomic batches.
 		AllowAtomicPublish: true,
 		Metadata:           md,
-	})
+	}
+	if cfg.MaxKeyBacklog > 0 {
+		// A key's jobs are one subject; on a WorkQueue stream an acked
+		// job is removed, so the subject's count is the key's backlog, and
+		// the server refuses the next one atomically, storing nothing.
+		sc.MaxMsgsPerSubject = cfg.MaxKeyBacklog
+		sc.DiscardNewPerSubject = true
+	}
+	_, err = js.CreateStream(ctx, sc)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		// Another worker won the race to create it: check what it made.
 		return ensureJobs(ctx, js, names, cfg)
@@ -171,11 +186,12 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if err != nil {
 		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
 	}
-	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix}, nil
+	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog}, nil
 }
 
-// upgradeJobs brings a jobs stream made by an older keylane up to date: one
-// subject per partition instead of a wildcard, group commit allowed, and
+// upgradeJobs brings a jobs stream made by an older keylane of the same
+// subject scheme (readMeta refuses older ones) up to date: exactly its
+// partitions' subjects, group commit allowed, and
 // its epoch written down. Every worker computes the same epoch for an old
 // stream (its creation time), so concurrent upgrades agree.
 func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {

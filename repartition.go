@@ -105,6 +105,7 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 		next.Metadata[MetaEpoch] = formatEpoch(epoch)
 		next.Metadata[MetaAdopted] = strings.Join(adopted, ",")
 		next.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
+		next.Metadata[MetaVersion] = subjectsVersion
 		nexts[i] = next
 	}
 	for _, old := range olds {

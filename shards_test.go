@@ -62,7 +62,7 @@ func TestShardsRunEveryPartitionInKeyOrder(t *testing.T) {
 		var want []string
 		for p := range n {
 			if ShardOf(p, s) == i {
-				want = append(want, partition.Subject(e.ns, p))
+				want = append(want, partition.Filter(e.ns, p))
 			}
 		}
 		if !slices.Equal(sc.Subjects, want) {
