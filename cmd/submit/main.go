@@ -77,6 +77,7 @@ type common struct {
 	namespace  string
 	partitions int
 	shards     int
+	maxBacklog int64
 	workers    int
 	verbose    bool
 	auth       *natsflags.Auth
@@ -125,7 +126,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 	}
 	local, err := sale.StartLocal(ctx, sale.LocalConfig{
 		Workers:  c.workers,
-		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards},
+		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, MaxKeyBacklog: c.maxBacklog},
 		Hold:     hold,
 		Logger:   c.logger(),
 	})
@@ -158,9 +159,13 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 	fs.Float64Var(&cfg.Skew, "skew", 1.1, "zipf exponent of demand over SKUs (>1), 0 for even demand")
 	fs.BoolVar(&cfg.FireAndForget, "fire-and-forget", false, "submit all purchases with SubmitMany, then wait for the stock")
 	fs.DurationVar(&hold, "hold", 0, "pause inside the critical section (in-process workers only)")
+	fs.Int64Var(&c.maxBacklog, "max-key-backlog", 0, "in-process workers only: create the namespace with this per-key backlog cap (admission control; purchases beyond it are refused, nothing stored); with --nats the namespace's workers fix it (worker --max-key-backlog)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on the whole sale")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
+	}
+	if c.maxBacklog < 0 || (c.maxBacklog > 0 && c.url != "") {
+		return errors.New("--max-key-backlog must be 0 or more, and only without --nats: a namespace's workers fix its cap (worker --max-key-backlog)")
 	}
 	if cfg.Skew == 0 {
 		cfg.Even = true
