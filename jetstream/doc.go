@@ -23,11 +23,14 @@
 // object at the jobs stream's replica count (ErrReplicasMismatch for an
 // explicit other one):
 //
-//	NS_JOBS     stream, subjects ns.jobs.0 … ns.jobs.<N-1> (exactly the
-//	            partitions: the server refuses any other subject; with
-//	            StreamShards S > 1, one stream per shard: see # Shards), WorkQueue
-//	            retention, file storage, duplicate window ≥ 2m; metadata
-//	            keylane.partitions=N, keylane.hash, keylane.epoch,
+//	NS_JOBS     stream, subjects ns.jobs.0.* … ns.jobs.<N-1>.* (exactly the
+//	            partitions: the server refuses any other subject; a job
+//	            travels on its key's subject ns.jobs.<p>.<key token>, see
+//	            # Admission control; with StreamShards S > 1, one stream
+//	            per shard: see # Shards), WorkQueue retention, file
+//	            storage, duplicate window ≥ 2m, MaxMsgsPerSubject =
+//	            MaxKeyBacklog when set; metadata keylane.partitions=N,
+//	            keylane.hash, keylane.version=3, keylane.epoch,
 //	            keylane.adopted, keylane.reply-prefix
 //	NS_DEAD     stream, subjects ns.dead.<p>: failed and malformed jobs
 //	NS_LEASES   KV, key p.<p>: partition leases (TTL = lease TTL, History 1)
@@ -50,8 +53,8 @@
 // # Submitting
 //
 // Client.Submit validates the key (package partition), the job ID and the
-// size, then publishes to ns.jobs.<xxhash(key) mod N> with the key in the
-// Keylane-Key header and the job ID in Nats-Msg-Id, and returns when the
+// size, then publishes to ns.jobs.<xxhash(key) mod N>.<key token> with the
+// key in the Keylane-Key header and the job ID in Nats-Msg-Id, and returns when the
 // stream has stored it. Call adds a Keylane-Reply header naming a
 // per-client inbox and waits for the worker's reply. SubmitMany publishes
 // asynchronously with a bounded window.
@@ -266,8 +269,8 @@
 // consumers' deliveries. TopologyConfig.StreamShards = S spreads the
 // partitions over S jobs streams:
 //
-//	NS_JOBS      shard 0: subjects ns.jobs.p for p % S == 0
-//	NS_JOBS_<i>  shard i (1 ≤ i < S): subjects ns.jobs.p for p % S == i
+//	NS_JOBS      shard 0: subjects ns.jobs.p.* for p % S == 0
+//	NS_JOBS_<i>  shard i (1 ≤ i < S): subjects ns.jobs.p.* for p % S == i
 //
 // S = 1 (the default) is the layout above exactly: same name, same
 // metadata, so existing namespaces and older clients keep working. With
@@ -338,6 +341,70 @@
 // On 3 servers with R3 and saturated cores there is nothing for shards to
 // win, and splitting one raft group's traffic over three batches less.
 // The report, with tables and commands: docs/bench-shards-2026-11-22.md.
+//
+// # Admission control
+//
+// TopologyConfig.MaxKeyBacklog = N refuses a key's job when the key already
+// has N jobs stored and not finished, so a flash sale of 1,000 units is not
+// queued a million purchases deep. The server does the counting and the
+// refusing, atomically with the store:
+//
+//   - Each key has its own subject inside its partition's: a job of key k
+//     goes to ns.jobs.<p>.<KeyToken(k)>, the token being xxhash64(k) as 16
+//     hex digits (the hash that picks the partition; safe in a subject for
+//     any key, and short). The jobs stream's subjects are ns.jobs.<p>.* and
+//     the consumer p<p> filters on ns.jobs.<p>.*, so routing, ownership
+//     and per-key order are the partition's, as before. The key itself
+//     stays in the Keylane-Key header: order, lanes and state follow it.
+//   - The stream has MaxMsgsPerSubject = N, Discard New and
+//     DiscardNewPerSubject: the server refuses the (N+1)th message of a
+//     subject and stores nothing (error 10077, "maximum messages per
+//     subject exceeded"; on a cluster the leader also counts the
+//     subject's proposals in flight). On a WorkQueue stream a job leaves
+//     when it is acked, so the subject's count is the key's backlog:
+//     waiting, fetched, running, retrying or handed back; a job leaves it
+//     when it succeeded or was dead-lettered.
+//   - The client maps that refusal to *KeyBacklogFullError (errors.Is
+//     ErrKeyBacklogFull, with the key and the cap) in Submit, Call,
+//     SubmitMany, atomic batches (a batch with a refused job is refused
+//     whole, then sent job by job, so only the jobs over the cap are
+//     refused) and Redrive (the dead letter stays). It is not retried.
+//
+// Failure cases:
+//
+//   - A retry by job ID. The server checks Nats-Msg-Id before the limit,
+//     so a copy of a stored job is a duplicate, never "full": Submit says
+//     ErrDuplicate and Call waits for the kept outcome. A retry after the
+//     duplicate window (or after a restart rebuilt the window without the
+//     acked job) that meets a full key looks the job's kept outcome up
+//     (one results get, only for jobs marked Keylane-Idempotent) and
+//     returns it, or ErrDuplicate from Submit: a shop never answers "sold
+//     out" to a purchase that went through. Tested by
+//     TestKeyBacklogCapRefusesBeyondN and
+//     TestKeyBacklogRetryOfAnAppliedJobGetsItsOutcome.
+//   - Two keys with one token (a 64-bit hash collision, about one pair in
+//     2^64) share a subject, hence a cap; nothing else. Whoever can craft
+//     such a key can submit the real key's jobs anyway.
+//   - A publisher that puts a key's job on another subject (no keylane
+//     client does) would escape the key's cap: the worker dead-letters it
+//     as malformed (TestMalformedMessagesAreDeadLettered).
+//   - Changing the cap. The server enforces a lowered or newly set
+//     MaxMsgsPerSubject by deleting the oldest messages of every subject
+//     over it, which would drop stored jobs; so keylane never updates it.
+//     The cap is fixed when the namespace is created, like N: a non-zero
+//     MaxKeyBacklog that differs from the stream's is ErrKeyBacklogMismatch
+//     and nothing changes, 0 follows the stream, and every shard and a
+//     repartitioned stream copy it (TestKeyBacklogCapIsFixed). To change
+//     it, drain the namespace and create it again.
+//   - A jobs stream made before per-key subjects (keylane.version below 3,
+//     one literal subject per partition) holds jobs no consumer filter of
+//     today matches: Setup, clients and the operator's functions refuse it
+//     with ErrOldJobsStream and change nothing (pre-1.0: no migration;
+//     drain it with the keylane that made it). Tested by
+//     TestOldSubjectSchemeIsRefused.
+//   - Per-subject bookkeeping costs the server memory per key with stored
+//     jobs, not per key ever seen: acked jobs take their subject's entry
+//     with them.
 //
 // # Retries by job ID
 //
