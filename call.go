@@ -28,6 +28,9 @@ import (
 // from the kept outcome.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) ([]byte, error) {
 	r := build(key, payload, opts)
+	if r.optErr != nil || !r.RunAt.IsZero() {
+		return nil, errors.Join(ErrDelayedCall, r.optErr)
+	}
 	token, w, err := c.wait()
 	if err != nil {
 		return nil, err

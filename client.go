@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -64,6 +65,7 @@ type Client struct {
 	// maxKeyBacklog is the namespace's per-key cap (0: none), named in
 	// KeyBacklogFullError.
 	maxKeyBacklog int64
+	delays        bool // the namespace takes delayed jobs
 
 	mu      sync.Mutex
 	inbox   string
@@ -102,7 +104,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, maxKeyBacklog: meta.MaxKeyBacklog, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, maxKeyBacklog: meta.MaxKeyBacklog, delays: meta.Delays, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{})}
 	for i := range c.shards {
 		c.expect = append(c.expect, []string{names.JobsShard(i)})
 		if cfg.AtomicBatches {
@@ -138,6 +140,11 @@ type Request struct {
 	Type string
 	// Headers are extra headers carried to the handler. Optional.
 	Headers nats.Header
+	// RunAt, when set, is when the job joins its key's queue (WithRunAt).
+	// Optional: the zero time is now.
+	RunAt time.Time
+
+	optErr error // an option's refusal
 }
 
 // SubmitOpt sets a per-submit option.
@@ -185,6 +192,9 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	m.Header[expectStreamHeader] = c.expect[ShardOf(p, c.shards)]
 	if r.Type != "" {
 		m.Header[HeaderType] = []string{r.Type}
+	}
+	if err := c.delay(r, m, p); err != nil {
+		return nil, err
 	}
 	if reply != "" {
 		m.Header[HeaderReply] = []string{reply}

@@ -195,6 +195,9 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	}
 	id := h.Get(HeaderJobID)
 	if id == "" {
+		id = h.Get(HeaderDelayedID) // a delayed job, stored when due
+	}
+	if id == "" {
 		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
 	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: h.Get(HeaderIdempotent) != "", keep: h.Get(HeaderKeepOutcome) != ""}

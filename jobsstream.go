@@ -16,14 +16,20 @@ import (
 // per partition, ns.jobs.<p>.* (a subject per key inside it), so a publish
 // to anything else (another N's partition, a typo) is refused by the
 // server instead of stored where no consumer reads it.
-func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0) }
+func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0, false) }
 
 // shardSubjects lists the subjects of jobs stream shard i of s: those of
-// its partitions only, so the subject decides the shard.
-func shardSubjects(ns string, n, s, i int) []string {
+// its partitions only, so the subject decides the shard; with delays, each
+// partition's delayed jobs' subjects too (ns.delay.<p>.*).
+func shardSubjects(ns string, n, s, i int, delays bool) []string {
 	subjects := make([]string, 0, (n+s-1)/s)
 	for p := i; p < n; p += s {
 		subjects = append(subjects, partition.Filter(ns, p))
+	}
+	if delays {
+		for p := i; p < n; p += s {
+			subjects = append(subjects, partition.DelayFilter(ns, p))
+		}
 	}
 	return subjects
 }
@@ -91,7 +97,7 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 		}
 		sc := info0.Config
 		sc.Name = name
-		sc.Subjects = shardSubjects(names.Namespace, m0.Partitions, m0.Shards, i)
+		sc.Subjects = shardSubjects(names.Namespace, m0.Partitions, m0.Shards, i, m0.Delays)
 		sc.Metadata = maps.Clone(sc.Metadata)
 		sc.Metadata[MetaShard] = strconv.Itoa(i)
 		sc.Metadata[MetaEpoch] = formatEpoch(epoch)
@@ -118,6 +124,9 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		}
 		if cfg.StreamShards != 0 && meta.Shards != cfg.StreamShards {
 			return Meta{}, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d (configure %d, or 0 to follow it)", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards, meta.Shards)
+		}
+		if cfg.Delays && !meta.Delays {
+			return Meta{}, fmt.Errorf("%w: jobs stream %s was made without Delays (configure false to follow it; keylane does not turn them on later)", ErrDelaysOff, info.Config.Name)
 		}
 		if cfg.MaxKeyBacklog != 0 && meta.MaxKeyBacklog != cfg.MaxKeyBacklog {
 			return Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d (0: none), configured %d (configure %d, or 0 to follow it; keylane never changes it: the server would delete stored jobs over a new cap)", ErrKeyBacklogMismatch, info.Config.Name, meta.MaxKeyBacklog, cfg.MaxKeyBacklog, meta.MaxKeyBacklog)
@@ -160,7 +169,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	sc := jetstream.StreamConfig{
 		Name:        names.Jobs(),
 		Description: "keylane jobs: ns.jobs.<partition>.<key token>",
-		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0),
+		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0, cfg.Delays),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
@@ -170,6 +179,14 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		// Lets clients group-commit jobs in atomic batches.
 		AllowAtomicPublish: true,
 		Metadata:           md,
+	}
+	if cfg.Delays {
+		if err := schedulesSupported(js); err != nil {
+			return Meta{}, err
+		}
+		// The server's message schedules need a stream that discards old
+		// messages (with no limits set it never does) and allows roll-ups.
+		sc.AllowMsgSchedules, sc.Discard, sc.AllowRollup = true, jetstream.DiscardOld, true
 	}
 	if cfg.MaxKeyBacklog > 0 {
 		// A key's jobs are one subject; on a WorkQueue stream an acked
@@ -186,7 +203,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if err != nil {
 		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
 	}
-	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog}, nil
+	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog, Delays: cfg.Delays}, nil
 }
 
 // upgradeJobs brings a jobs stream made by an older keylane of the same
@@ -196,7 +213,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 // stream (its creation time), so concurrent upgrades agree.
 func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {
 	sc := info.Config
-	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard)
+	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard, meta.Delays)
 	_, hasEpoch := sc.Metadata[MetaEpoch]
 	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch {
 		return nil

@@ -35,6 +35,9 @@ type Meta struct {
 	// MaxKeyBacklog is the stream's per-key backlog cap (its
 	// MaxMsgsPerSubject, refusing new jobs), or 0 for none.
 	MaxKeyBacklog int64
+	// Delays reports whether the stream takes delayed jobs (it allows
+	// message schedules).
+	Delays bool
 }
 
 // Open reads an existing namespace for a client: it checks the metadata
@@ -159,7 +162,7 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 	if v := sc.Metadata[MetaVersion]; v != subjectsVersion {
 		return Meta{}, fmt.Errorf("%w: stream %s has %s %q and subjects %v; drain it with the keylane that made it, then delete it (nats stream rm %s), or use another namespace", ErrOldJobsStream, sc.Name, MetaVersion, v, sc.Subjects, sc.Name)
 	}
-	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix], MaxKeyBacklog: keyBacklog(sc)}
+	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix], MaxKeyBacklog: keyBacklog(sc), Delays: sc.AllowMsgSchedules}
 	if v, ok := sc.Metadata[MetaShards]; ok {
 		s, err := strconv.Atoi(v)
 		i, ierr := strconv.Atoi(sc.Metadata[MetaShard])

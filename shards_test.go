@@ -358,7 +358,7 @@ func TestRepartitionKeepsShards(t *testing.T) {
 	topo := w.Topology()
 	for i := range 2 {
 		sc := topo.Streams[i].CachedInfo().Config
-		if !slices.Equal(sc.Subjects, shardSubjects(e.ns, 6, 2, i)) {
+		if !slices.Equal(sc.Subjects, shardSubjects(e.ns, 6, 2, i, false)) {
 			t.Errorf("shard %d subjects %v", i, sc.Subjects)
 		}
 		if !slices.Contains(topo.Meta.Adopted, e.topo.Epochs[i]) || topo.Epochs[i] == e.topo.Epochs[i] {

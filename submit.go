@@ -19,7 +19,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if err != nil {
 		return "", err
 	}
-	if c.batch == nil {
+	if c.batch == nil || m.Header[scheduleHeader] != nil {
 		dup, err := c.publish(ctx, m)
 		if err != nil {
 			return c.submitError(ctx, m, r.ID, err)

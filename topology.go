@@ -73,6 +73,17 @@ type TopologyConfig struct {
 	// delete the oldest stored jobs of every key over a lowered or new
 	// cap). Defaults to 0.
 	MaxKeyBacklog int64
+	// Delays lets jobs be submitted to run later (WithDelay, WithRunAt):
+	// the jobs streams allow NATS message schedules (nats-server 2.12 or
+	// later). The server refuses schedules on a stream that discards new
+	// messages, so Delays excludes MaxKeyBacklog and MaxBytes (whose
+	// stream would then delete stored jobs when full); and it allows
+	// roll-ups, so grant job publishing to keylane clients only (see
+	// jetstream/doc.go, "Delayed jobs"). False means "whatever the
+	// existing stream has", and none when it is created; true on a
+	// namespace made without is refused with ErrDelaysOff. Fixed when the
+	// namespace is created. Defaults to false.
+	Delays bool
 }
 
 func (c *TopologyConfig) setDefaults() error {
@@ -116,6 +127,9 @@ func (c *TopologyConfig) setDefaults() error {
 	}
 	if c.MaxKeyBacklog < 0 {
 		return fmt.Errorf("keylane: max key backlog must be 0 (no cap, or follow the namespace) or more, got %d", c.MaxKeyBacklog)
+	}
+	if c.Delays && (c.MaxKeyBacklog > 0 || c.MaxBytes > 0) {
+		return fmt.Errorf("keylane: Delays cannot be combined with MaxKeyBacklog or MaxBytes: the server refuses message schedules on a stream that discards new jobs, and one that discards old jobs would delete stored ones")
 	}
 	if c.ReplyPrefix == "" {
 		c.ReplyPrefix = DefaultReplyPrefix
@@ -238,7 +252,7 @@ const setupAttemptTimeout = 5 * time.Second
 func permanentSetupError(err error) bool {
 	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
 		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig) ||
-		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream)
+		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff)
 }
 
 func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
@@ -258,6 +272,7 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) 
 	t.Config.Replicas = t.Replicas
 	t.Config.StreamShards = t.Shards
 	t.Config.MaxKeyBacklog = meta.MaxKeyBacklog
+	t.Config.Delays = meta.Delays
 	if err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        names.Dead(),
 		Description: "keylane dead letters: the original job plus error headers",

@@ -108,6 +108,21 @@ func Subject(namespace string, p int, key string) string {
 	return namespace + ".jobs." + strconv.Itoa(p) + "." + KeyToken(key)
 }
 
+// DelayFilter returns the subject filter of partition p's delayed jobs
+// waiting for their time, e.g. "keylane.delay.3.*". It is no consumer's:
+// at its time the server stores the job on its key's Subject.
+func DelayFilter(namespace string, p int) string {
+	return namespace + ".delay." + strconv.Itoa(p) + ".*"
+}
+
+// DelaySubject returns the subject of the schedule that stores job ID id
+// on its key's subject in partition p when it is due, e.g.
+// "keylane.delay.3.order~17" (the server keeps one schedule per subject,
+// so the ID names it; its dots become '~', which IDs never hold).
+func DelaySubject(namespace string, p int, id string) string {
+	return namespace + ".delay." + strconv.Itoa(p) + "." + strings.ReplaceAll(id, ".", "~")
+}
+
 // SubjectWildcard returns the subject filter that matches every job.
 func SubjectWildcard(namespace string) string { return namespace + ".jobs.*.*" }
 

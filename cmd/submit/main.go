@@ -211,6 +211,7 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	id := fs.String("id", "", "job ID, the idempotency key (default: a new one)")
 	typ := fs.String("type", "", "job type, for workers with a Mux")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait")
+	delay := fs.Duration("delay", 0, "send only: the job joins its key's queue this much later (a namespace made with worker --delays)")
 	if err := fs.Parse(args); err != nil {
 		return exitError(2)
 	}
@@ -230,6 +231,9 @@ func one(ctx context.Context, cmd string, args []string, out io.Writer) error {
 	}
 	if *typ != "" {
 		opts = append(opts, keylane.WithType(*typ))
+	}
+	if *delay != 0 {
+		opts = append(opts, keylane.WithDelay(*delay))
 	}
 	if cmd == "send" {
 		jobID, err := cl.Submit(ctx, *key, []byte(*payload), opts...)
