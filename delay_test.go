@@ -214,3 +214,25 @@ func TestDelayBadInputStoresNothing(t *testing.T) {
 		t.Error("Setup with Delays and MaxKeyBacklog accepted")
 	}
 }
+
+// TestDelayedJobsOnShards: every jobs stream shard takes its partitions'
+// delayed jobs, and each runs on its key's partition.
+func TestDelayedJobsOnShards(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 4, StreamShards: 2, Delays: true})
+	var log runLog
+	w := e.worker("w1", log.handler(), nil)
+	e.waitOwned(w)
+	for p := range 4 {
+		key := keyIn(p, 4, "seat:")
+		if _, err := e.client.Submit(ctx(t), key, nil, WithID("d-"+key[5:]), WithDelay(500*time.Millisecond)); err != nil {
+			t.Fatalf("partition %d: %v", p, err)
+		}
+	}
+	testwait.Eventually(t, 10*time.Second, "every delayed job ran", func() bool { return len(log.order()) == 4 })
+	testwait.Eventually(t, 10*time.Second, "both shards empty", func() bool {
+		return e.streamMsgs(e.topo.Names.JobsShard(0))+e.streamMsgs(e.topo.Names.JobsShard(1)) == 0
+	})
+	if o := log.order(); len(o) != 4 {
+		t.Fatalf("runs %v, want each of the 4 delayed jobs once", o)
+	}
+}
