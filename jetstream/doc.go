@@ -132,8 +132,9 @@
 // wait behind it while other keys flow; after MaxDeliver attempts, or at
 // once for a Permanent error, it goes to NS_DEAD with Keylane-Error,
 // Keylane-Attempts and Keylane-Worker headers and is acked. Messages that
-// are not valid jobs (no key, a key of another partition) are dead-lettered
-// as "malformed" and never reach the handler. Jobs waiting or running
+// are not valid jobs (no key, a key of another partition, a subject that is
+// not its key's) are dead-lettered as "malformed" and never reach the
+// handler. Jobs waiting or running
 // longer than AckWait/3 get InProgress so the server does not redeliver
 // them.
 //
