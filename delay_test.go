@@ -10,7 +10,9 @@ import (
 
 	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // runLog records which jobs a handler ran, and when.
@@ -234,5 +236,37 @@ func TestDelayedJobsOnShards(t *testing.T) {
 	})
 	if o := log.order(); len(o) != 4 {
 		t.Fatalf("runs %v, want each of the 4 delayed jobs once", o)
+	}
+}
+
+// TestDelayedJobSurvivesWorkerRestart: the worker that was running when
+// the job was submitted is gone when it comes due; the next one runs it,
+// once.
+func TestDelayedJobSurvivesWorkerRestart(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1, Delays: true})
+	var log runLog
+	w1 := e.worker("w1", log.handler(), nil)
+	e.waitOwned(w1)
+	due := time.Now().Add(time.Second)
+	if _, err := e.client.Submit(ctx(t), "seat:C3", []byte("release"), WithID("c3"), WithRunAt(due)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w1.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "the job is due and stored for its key", func() bool {
+		info, err := e.topo.Jobs.Info(ctx(t), jetstream.WithSubjectFilter(e.ns+".>"))
+		return err == nil && len(info.State.Subjects) == 1 && info.State.Subjects[partition.Subject(e.ns, 0, "seat:C3")] == 1
+	})
+	if n := len(log.order()); n != 0 {
+		t.Fatalf("%d jobs ran with no worker", n)
+	}
+	e.worker("w2", log.handler(), nil)
+	testwait.Eventually(t, 10*time.Second, "the next worker ran it", func() bool { return len(log.of("c3")) == 1 })
+	if res, err := e.client.Call(ctx(t), "seat:C3", []byte("after")); err != nil || string(res) != "ok" {
+		t.Fatalf("call after: %q, %v", res, err)
+	}
+	if o := log.order(); len(o) != 2 || o[0] != "c3" || log.of("c3")[0].at.Before(due) {
+		t.Fatalf("runs %v: want c3 once, not before its time, then the call", o)
 	}
 }

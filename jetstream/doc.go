@@ -450,7 +450,8 @@
 //     index when it starts. Tested by TestDelayedJobSurvivesServerRestart
 //     (a server restarted with the same store before t runs the job once,
 //     not early). A worker restart does not matter: before t there is no
-//     job to run, after t it is an ordinary stored job.
+//     job to run, after t it is an ordinary stored job
+//     (TestDelayedJobSurvivesWorkerRestart).
 //   - Bad input is ErrBadDelay and stores nothing: a negative delay, a t
 //     further than RunAtTolerance (1s) in the past (within it, the job
 //     runs at once), or beyond MaxDelay (30 days). A namespace without
