@@ -336,3 +336,41 @@ func TestKeyBacklogRetryOfAnAppliedJobGetsItsOutcome(t *testing.T) {
 	_, err = c.Submit(ctx(t), "ticket:1", []byte("order-2"), WithID("order-2"))
 	wantFull(t, "a new job on the full key", err, "ticket:1", 1)
 }
+
+// TestRedriveIntoAFullKeyKeepsTheDeadLetter: a redrive the key's cap
+// refuses says so, and the dead letter stays to be redriven later.
+func TestRedriveIntoAFullKeyKeepsTheDeadLetter(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1, MaxKeyBacklog: 1})
+	release := make(chan struct{})
+	e.worker("w", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
+		switch string(j.Payload) {
+		case "bad":
+			return nil, Permanent(errors.New("refused"))
+		case "block":
+			<-release
+		}
+		return []byte("ok"), nil
+	}), nil)
+	if _, err := e.client.Call(ctx(t), "seat:1", []byte("bad"), WithID("bad-1")); err == nil {
+		t.Fatal("the bad job succeeded")
+	}
+	var dls []DeadLetter
+	testwait.Eventually(t, 10*time.Second, "one dead letter", func() bool {
+		var err error
+		dls, err = DeadLetters(ctx(t), e.js, e.ns, 0, 10)
+		return err == nil && len(dls) == 1
+	})
+	if _, err := e.client.Submit(ctx(t), "seat:1", []byte("block")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.client.Redrive(ctx(t), dls[0])
+	wantFull(t, "Redrive into a full key", err, "seat:1", 1)
+	if again, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(again) != 1 {
+		t.Fatalf("dead letters after the refused redrive: %d, %v; want it kept", len(again), err)
+	}
+	close(release)
+	testwait.NoError(t, 10*time.Second, "redriven once the key has room", func() error {
+		_, err := e.client.Redrive(ctx(t), dls[0])
+		return err
+	})
+}

@@ -371,7 +371,8 @@
 //     ErrKeyBacklogFull, with the key and the cap) in Submit, Call,
 //     SubmitMany, atomic batches (a batch with a refused job is refused
 //     whole, then sent job by job, so only the jobs over the cap are
-//     refused) and Redrive (the dead letter stays). It is not retried.
+//     refused) and Redrive (the dead letter stays:
+//     TestRedriveIntoAFullKeyKeepsTheDeadLetter). It is not retried.
 //
 // Failure cases:
 //
