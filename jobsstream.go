@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go/jetstream"
@@ -213,6 +214,11 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 // stream (its creation time), so concurrent upgrades agree.
 func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {
 	sc := info.Config
+	if len(sc.Subjects) == 1 && strings.HasPrefix(sc.Subjects[0], cfg.Namespace+".frozen.") {
+		// A repartition froze it to drain it: giving it its subjects back
+		// would let jobs in that the repartition then deletes with it.
+		return fmt.Errorf("keylane: jobs stream %s is frozen by a repartition in progress (subjects %v); waiting until it is replaced", sc.Name, sc.Subjects)
+	}
 	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard, meta.Delays)
 	_, hasEpoch := sc.Metadata[MetaEpoch]
 	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch {

@@ -253,8 +253,9 @@
 // partition count while workers run: it freezes the jobs stream (its
 // subjects move off the partitions, so new jobs are refused at once and
 // consumers keep draining what is stored), waits until the workers
-// drained it (if the wait ends first it unfreezes, and nothing changed),
-// then replaces it with a stream of the new N whose epoch adopts the old
+// drained it (if the wait ends first it unfreezes, and nothing changed;
+// a worker that starts meanwhile does not unfreeze it, its Setup waits:
+// TestSetupLeavesAFrozenStreamFrozen), then replaces it with a stream of the new N whose epoch adopts the old
 // one and whose sequences continue after the old last one. Workers look at
 // the stream's epoch every lease TTL, and at once when an owner finds it
 // changed (an owner never consumes a stream of another epoch than its
