@@ -31,6 +31,9 @@ import (
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
 	defer c.observeCall(c.now(), &err)
 	r := build(key, payload, opts)
+	if r.optErr != nil || !r.RunAt.IsZero() {
+		return nil, errors.Join(ErrDelayedCall, r.optErr)
+	}
 	token, w, err := c.wait()
 	if err != nil {
 		return nil, err
@@ -112,6 +115,10 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				continue
 			}
 			if err != nil {
+				res, applied, err := c.refused(ctx, m, err)
+				if applied {
+					return res, err // an earlier call with this ID was applied
+				}
 				return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 			}
 			if dup && !acked {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -68,17 +69,20 @@ type ClientConfig struct {
 
 // Client submits jobs. It is safe for concurrent use.
 type Client struct {
-	nc       *nats.Conn
-	js       jetstream.JetStream
-	async    jetstream.JetStream
-	names    Names
-	n        int
-	shards   int
-	subjects []string   // partition subjects, by partition
-	expect   [][]string // the Nats-Expected-Stream header value, by shard, shared
-	nHeader  []string   // the Keylane-Partitions header value, shared
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	async   jetstream.JetStream
+	names   Names
+	n       int
+	shards  int
+	expect  [][]string // the Nats-Expected-Stream header value, by shard, shared
+	nHeader []string   // the Keylane-Partitions header value, shared
 
 	replyPrefix string // the topology's: workers reply nowhere else
+	// maxKeyBacklog is the namespace's per-key cap (0: none), named in
+	// KeyBacklogFullError.
+	maxKeyBacklog int64
+	delays        bool // the namespace takes delayed jobs
 
 	mu      sync.Mutex
 	inbox   string
@@ -119,7 +123,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		return nil, err
 	}
 	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{}), obs: cfg.Observer}
+	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, maxKeyBacklog: meta.MaxKeyBacklog, delays: meta.Delays, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{}), obs: cfg.Observer}
 	for i := range c.shards {
 		c.expect = append(c.expect, []string{names.JobsShard(i)})
 		if cfg.AtomicBatches {
@@ -127,10 +131,6 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		}
 	}
 	c.tracing = newClientTracing(cfg, nc)
-	c.subjects = make([]string, n)
-	for p := range n {
-		c.subjects[p] = partition.Subject(cfg.Namespace, p)
-	}
 	return c, nil
 }
 
@@ -160,6 +160,11 @@ type Request struct {
 	Type string
 	// Headers are extra headers carried to the handler. Optional.
 	Headers nats.Header
+	// RunAt, when set, is when the job joins its key's queue (WithRunAt).
+	// Optional: the zero time is now.
+	RunAt time.Time
+
+	optErr error // an option's refusal
 }
 
 // SubmitOpt sets a per-submit option.
@@ -194,7 +199,7 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 		return nil, err
 	}
 	p := partition.Of(r.Key, c.n)
-	m := &nats.Msg{Subject: c.subjects[p], Data: r.Payload, Header: make(nats.Header, 4+len(r.Headers))}
+	m := &nats.Msg{Subject: partition.Subject(c.names.Namespace, p, r.Key), Data: r.Payload, Header: make(nats.Header, 4+len(r.Headers))}
 	for k, vs := range r.Headers {
 		m.Header[k] = append([]string(nil), vs...)
 	}
@@ -207,6 +212,9 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	m.Header[expectStreamHeader] = c.expect[ShardOf(p, c.shards)]
 	if r.Type != "" {
 		m.Header[HeaderType] = []string{r.Type}
+	}
+	if err := c.delay(r, m, p); err != nil {
+		return nil, err
 	}
 	if reply != "" {
 		m.Header[HeaderReply] = []string{reply}

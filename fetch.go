@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -180,6 +181,11 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("key %q belongs to partition %d, arrived on %d", key, p, o.p))
 		return
 	}
+	if !strings.HasSuffix(msg.Subject(), "."+partition.KeyToken(key)) {
+		// Not the key's own subject: it would bypass the key's backlog cap.
+		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("subject %q is not key %q's (token %s)", msg.Subject(), key, partition.KeyToken(key)))
+		return
+	}
 	if n := h.Get(HeaderPartitions); n != "" && n != o.w.topo.nHeader {
 		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("routed by a client that counts %s partitions, the jobs stream has %d: re-open the client", n, o.w.topo.Partitions))
 		return
@@ -189,6 +195,9 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		return
 	}
 	id := h.Get(HeaderJobID)
+	if id == "" {
+		id = h.Get(HeaderDelayedID) // a delayed job, stored when due
+	}
 	if id == "" {
 		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}

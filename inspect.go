@@ -19,6 +19,10 @@ type Status struct {
 	Shards     int
 	Hash       string
 	Replicas   int
+	// MaxKeyBacklog is the per-key backlog cap (TopologyConfig), 0 for none.
+	MaxKeyBacklog int64
+	// Delays reports whether the namespace takes delayed jobs.
+	Delays bool
 	// Epochs holds each jobs stream shard's epoch.
 	Epochs []uint64
 	// Members are the workers with a live member entry, sorted.
@@ -62,7 +66,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 	}
 	names := Names{Namespace: namespace}
 	info := streams[0].CachedInfo()
-	st := Status{Namespace: namespace, Partitions: metas[0].Partitions, Shards: len(streams), Hash: info.Config.Metadata[MetaHash], Replicas: info.Config.Replicas}
+	st := Status{Namespace: namespace, Partitions: metas[0].Partitions, Shards: len(streams), Hash: info.Config.Metadata[MetaHash], Replicas: info.Config.Replicas, MaxKeyBacklog: metas[0].MaxKeyBacklog, Delays: metas[0].Delays}
 	for _, m := range metas {
 		st.Epochs = append(st.Epochs, m.Epoch)
 	}

@@ -7,22 +7,30 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// partitionSubjects lists the jobs stream's subjects: exactly one per
-// partition, so a publish to anything else (another N's partition, a typo)
-// is refused by the server instead of stored where no consumer reads it.
-func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0) }
+// partitionSubjects lists the jobs stream's subjects: exactly one filter
+// per partition, ns.jobs.<p>.* (a subject per key inside it), so a publish
+// to anything else (another N's partition, a typo) is refused by the
+// server instead of stored where no consumer reads it.
+func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0, false) }
 
 // shardSubjects lists the subjects of jobs stream shard i of s: those of
-// its partitions only, so the subject decides the shard.
-func shardSubjects(ns string, n, s, i int) []string {
+// its partitions only, so the subject decides the shard; with delays, each
+// partition's delayed jobs' subjects too (ns.delay.<p>.*).
+func shardSubjects(ns string, n, s, i int, delays bool) []string {
 	subjects := make([]string, 0, (n+s-1)/s)
 	for p := i; p < n; p += s {
-		subjects = append(subjects, partition.Subject(ns, p))
+		subjects = append(subjects, partition.Filter(ns, p))
+	}
+	if delays {
+		for p := i; p < n; p += s {
+			subjects = append(subjects, partition.DelayFilter(ns, p))
+		}
 	}
 	return subjects
 }
@@ -72,6 +80,9 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 			if info.Config.Replicas != info0.Config.Replicas {
 				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, shard 0 %d", ErrReplicasMismatch, name, info.Config.Replicas, info0.Config.Replicas)
 			}
+			if m.MaxKeyBacklog != m0.MaxKeyBacklog {
+				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d, shard 0 at %d", ErrKeyBacklogMismatch, name, m.MaxKeyBacklog, m0.MaxKeyBacklog)
+			}
 			cfg := TopologyConfig{Namespace: names.Namespace}
 			if err := upgradeJobs(ctx, js, info, m, &cfg); err != nil {
 				return nil, Meta{}, err
@@ -87,7 +98,7 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 		}
 		sc := info0.Config
 		sc.Name = name
-		sc.Subjects = shardSubjects(names.Namespace, m0.Partitions, m0.Shards, i)
+		sc.Subjects = shardSubjects(names.Namespace, m0.Partitions, m0.Shards, i, m0.Delays)
 		sc.Metadata = maps.Clone(sc.Metadata)
 		sc.Metadata[MetaShard] = strconv.Itoa(i)
 		sc.Metadata[MetaEpoch] = formatEpoch(epoch)
@@ -115,6 +126,12 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		if cfg.StreamShards != 0 && meta.Shards != cfg.StreamShards {
 			return Meta{}, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d (configure %d, or 0 to follow it)", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards, meta.Shards)
 		}
+		if cfg.Delays && !meta.Delays {
+			return Meta{}, fmt.Errorf("%w: jobs stream %s was made without Delays (configure false to follow it; keylane does not turn them on later)", ErrDelaysOff, info.Config.Name)
+		}
+		if cfg.MaxKeyBacklog != 0 && meta.MaxKeyBacklog != cfg.MaxKeyBacklog {
+			return Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d (0: none), configured %d (configure %d, or 0 to follow it; keylane never changes it: the server would delete stored jobs over a new cap)", ErrKeyBacklogMismatch, info.Config.Name, meta.MaxKeyBacklog, cfg.MaxKeyBacklog, meta.MaxKeyBacklog)
+		}
 		if cfg.Replicas != 0 && info.Config.Replicas != cfg.Replicas {
 			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
 		}
@@ -138,7 +155,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	md := map[string]string{
 		MetaPartitions:  strconv.Itoa(n),
 		MetaHash:        partition.HashName,
-		MetaVersion:     "2",
+		MetaVersion:     subjectsVersion,
 		MetaReplyPrefix: cfg.ReplyPrefix,
 	}
 	if shards > 1 {
@@ -150,10 +167,10 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		return Meta{}, err
 	}
 	md[MetaEpoch] = formatEpoch(epoch)
-	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:        names.Jobs(),
-		Description: "keylane jobs, one subject per partition",
-		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0),
+		Description: "keylane jobs: ns.jobs.<partition>.<key token>",
+		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0, cfg.Delays),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
@@ -163,7 +180,23 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		// Lets clients group-commit jobs in atomic batches.
 		AllowAtomicPublish: true,
 		Metadata:           md,
-	})
+	}
+	if cfg.Delays {
+		if err := schedulesSupported(js); err != nil {
+			return Meta{}, err
+		}
+		// The server's message schedules need a stream that discards old
+		// messages (with no limits set it never does) and allows roll-ups.
+		sc.AllowMsgSchedules, sc.Discard, sc.AllowRollup = true, jetstream.DiscardOld, true
+	}
+	if cfg.MaxKeyBacklog > 0 {
+		// A key's jobs are one subject; on a WorkQueue stream an acked
+		// job is removed, so the subject's count is the key's backlog, and
+		// the server refuses the next one atomically, storing nothing.
+		sc.MaxMsgsPerSubject = cfg.MaxKeyBacklog
+		sc.DiscardNewPerSubject = true
+	}
+	_, err = js.CreateStream(ctx, sc)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		// Another worker won the race to create it: check what it made.
 		return ensureJobs(ctx, js, names, cfg)
@@ -171,16 +204,22 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if err != nil {
 		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
 	}
-	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix}, nil
+	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog, Delays: cfg.Delays}, nil
 }
 
-// upgradeJobs brings a jobs stream made by an older keylane up to date: one
-// subject per partition instead of a wildcard, group commit allowed, and
+// upgradeJobs brings a jobs stream made by an older keylane of the same
+// subject scheme (readMeta refuses older ones) up to date: exactly its
+// partitions' subjects, group commit allowed, and
 // its epoch written down. Every worker computes the same epoch for an old
 // stream (its creation time), so concurrent upgrades agree.
 func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {
 	sc := info.Config
-	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard)
+	if len(sc.Subjects) == 1 && strings.HasPrefix(sc.Subjects[0], cfg.Namespace+".frozen.") {
+		// A repartition froze it to drain it: giving it its subjects back
+		// would let jobs in that the repartition then deletes with it.
+		return fmt.Errorf("keylane: jobs stream %s is frozen by a repartition in progress (subjects %v); waiting until it is replaced", sc.Name, sc.Subjects)
+	}
+	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard, meta.Delays)
 	_, hasEpoch := sc.Metadata[MetaEpoch]
 	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch {
 		return nil

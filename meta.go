@@ -32,6 +32,12 @@ type Meta struct {
 	Adopted []uint64
 	// ReplyPrefix is where workers may reply (TopologyConfig.ReplyPrefix).
 	ReplyPrefix string
+	// MaxKeyBacklog is the stream's per-key backlog cap (its
+	// MaxMsgsPerSubject, refusing new jobs), or 0 for none.
+	MaxKeyBacklog int64
+	// Delays reports whether the stream takes delayed jobs (it allows
+	// message schedules).
+	Delays bool
 }
 
 // Open reads an existing namespace for a client: it checks the metadata
@@ -153,7 +159,10 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix]}
+	if v := sc.Metadata[MetaVersion]; v != subjectsVersion {
+		return Meta{}, fmt.Errorf("%w: stream %s has %s %q and subjects %v; drain it with the keylane that made it, then delete it (nats stream rm %s), or use another namespace", ErrOldJobsStream, sc.Name, MetaVersion, v, sc.Subjects, sc.Name)
+	}
+	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix], MaxKeyBacklog: keyBacklog(sc), Delays: sc.AllowMsgSchedules}
 	if v, ok := sc.Metadata[MetaShards]; ok {
 		s, err := strconv.Atoi(v)
 		i, ierr := strconv.Atoi(sc.Metadata[MetaShard])
@@ -180,6 +189,14 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 		m.Adopted = append(m.Adopted, e)
 	}
 	return m, nil
+}
+
+// keyBacklog is a jobs stream's per-key backlog cap, or 0.
+func keyBacklog(sc jetstream.StreamConfig) int64 {
+	if sc.DiscardNewPerSubject && sc.MaxMsgsPerSubject > 0 {
+		return sc.MaxMsgsPerSubject
+	}
+	return 0
 }
 
 func checkMeta(sc jetstream.StreamConfig, want int) (int, error) {

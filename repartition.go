@@ -2,6 +2,7 @@ package keylane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strconv"
@@ -79,6 +80,14 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 			return unfreeze(i, fmt.Errorf("freeze %s: %w", old.Name, err))
 		}
 	}
+	if meta.Delays {
+		// Frozen, the streams take no new delayed job; one that waits
+		// for its time would come due on a subject the frozen stream no
+		// longer has, so the namespace keeps its N until they have run.
+		if n, err := pendingDelays(ctx, streams, namespace); err != nil || n > 0 {
+			return unfreeze(len(olds), errors.Join(fmt.Errorf("%d delayed jobs wait for their time; repartition when they have run", n), err))
+		}
+	}
 	last, err := drain(ctx, streams, progress)
 	if err != nil {
 		return unfreeze(len(olds), fmt.Errorf("drain: %w", err))
@@ -97,7 +106,7 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 			return unfreeze(len(olds), err)
 		}
 		next := old
-		next.Subjects = shardSubjects(namespace, n, meta.Shards, i)
+		next.Subjects = shardSubjects(namespace, n, meta.Shards, i, meta.Delays)
 		// Every shard continues after the highest sequence any shard had.
 		next.FirstSeq = last + 1
 		next.Metadata = maps.Clone(old.Metadata)
@@ -105,6 +114,7 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 		next.Metadata[MetaEpoch] = formatEpoch(epoch)
 		next.Metadata[MetaAdopted] = strings.Join(adopted, ",")
 		next.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
+		next.Metadata[MetaVersion] = subjectsVersion
 		nexts[i] = next
 	}
 	for _, old := range olds {
@@ -123,6 +133,22 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 
 // drain waits until the streams hold no job and returns the highest last
 // sequence among them.
+// pendingDelays counts the delayed jobs the streams hold, waiting for
+// their time.
+func pendingDelays(ctx context.Context, streams []jetstream.Stream, namespace string) (uint64, error) {
+	var n uint64
+	for _, s := range streams {
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(namespace+".delay.>"))
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range info.State.Subjects {
+			n += c
+		}
+	}
+	return n, nil
+}
+
 func drain(ctx context.Context, streams []jetstream.Stream, progress RepartitionProgress) (uint64, error) {
 	pause := 10 * time.Millisecond
 	for {

@@ -1,10 +1,12 @@
 package keylane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,4 +87,29 @@ func TestRepartitionKeepsEveryKeysState(t *testing.T) {
 	testwait.Eventually(t, 10*time.Second, "no job left to rot in the new stream", func() bool {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
+}
+
+// TestSetupLeavesAFrozenStreamFrozen: a worker that starts while a
+// repartition drains the frozen jobs stream must not give it its subjects
+// back (jobs stored then would be deleted with the stream); its Setup
+// waits, and fails only when its context ends.
+func TestSetupLeavesAFrozenStreamFrozen(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2})
+	sc := e.topo.Jobs.CachedInfo().Config
+	sc.Subjects = []string{e.ns + ".frozen.1"}
+	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx(t), 500*time.Millisecond)
+	defer cancel()
+	if _, err := Setup(sctx, e.js, e.topo.Config); err == nil || !strings.Contains(err.Error(), "frozen") {
+		t.Fatalf("Setup on a frozen stream: %v, want it to wait and say the stream is frozen", err)
+	}
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Jobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.CachedInfo().Config.Subjects; len(got) != 1 || got[0] != e.ns+".frozen.1" {
+		t.Fatalf("subjects after Setup: %v; the frozen stream was unfrozen", got)
+	}
 }

@@ -62,7 +62,7 @@ func TestShardsRunEveryPartitionInKeyOrder(t *testing.T) {
 		var want []string
 		for p := range n {
 			if ShardOf(p, s) == i {
-				want = append(want, partition.Subject(e.ns, p))
+				want = append(want, partition.Filter(e.ns, p))
 			}
 		}
 		if !slices.Equal(sc.Subjects, want) {
@@ -364,7 +364,7 @@ func TestRepartitionKeepsShards(t *testing.T) {
 	topo := w.Topology()
 	for i := range 2 {
 		sc := topo.Streams[i].CachedInfo().Config
-		if !slices.Equal(sc.Subjects, shardSubjects(e.ns, 6, 2, i)) {
+		if !slices.Equal(sc.Subjects, shardSubjects(e.ns, 6, 2, i, false)) {
 			t.Errorf("shard %d subjects %v", i, sc.Subjects)
 		}
 		if !slices.Contains(topo.Meta.Adopted, e.topo.Epochs[i]) || topo.Epochs[i] == e.topo.Epochs[i] {

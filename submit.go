@@ -24,10 +24,10 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
-	if c.batch == nil {
+	if c.batch == nil || m.Header[scheduleHeader] != nil {
 		dup, err := c.publishWatched(ctx, m)
 		if err != nil {
-			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+			return c.submitError(ctx, m, r.ID, err)
 		}
 		if dup {
 			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
@@ -46,7 +46,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	case ack := <-w.ack:
 		dup, err := pubAckError(ack)
 		if err != nil {
-			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, err)
+			return c.submitError(ctx, m, r.ID, err)
 		}
 		if dup {
 			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
@@ -60,6 +60,17 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	case <-c.done:
 		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ErrClosed)
 	}
+}
+
+// submitError is the error of a submit the stream refused: a
+// *KeyBacklogFullError over the key's cap, ErrDuplicate for a retry of a
+// job that was applied before, or err.
+func (c *Client) submitError(ctx context.Context, m *nats.Msg, id string, err error) (string, error) {
+	_, applied, err := c.refused(ctx, m, err)
+	if applied {
+		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
+	}
+	return "", fmt.Errorf("keylane: submit %s: %w", id, err)
 }
 
 // Submitted is the outcome of one job of SubmitMany.
@@ -107,12 +118,12 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			return out, done
 		case err == nil:
 		case !retryablePublish(err):
-			out[i].Err = natsError(err)
+			_, out[i].Err = c.submitError(ctx, f.Msg(), out[i].ID, natsError(err))
 		default:
 			// Lost with a connection or a leader: publish it again, with
 			// its ID, until it is stored or ctx ends.
 			if _, err := c.publishWatched(ctx, f.Msg()); err != nil {
-				out[i].Err = err
+				_, out[i].Err = c.submitError(ctx, f.Msg(), out[i].ID, err)
 			}
 		}
 	}

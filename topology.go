@@ -60,6 +60,30 @@ type TopologyConfig struct {
 	// permissions. Fixed in the jobs stream's metadata when it is created.
 	// Defaults to "_INBOX.".
 	ReplyPrefix string
+	// MaxKeyBacklog caps how many jobs of one key the jobs stream holds
+	// (stored and not finished: waiting, running, retrying): the next
+	// submit of that key is refused by the server with ErrKeyBacklogFull
+	// and stores nothing, while other keys still get in; once the worker
+	// finishes some of the key's jobs, it is admitted again. A flash sale
+	// of 1,000 units then queues at most about that many purchases per
+	// item. Zero means "whatever the existing jobs stream has", and no
+	// cap when it is created. Fixed when the namespace is created, like
+	// N: a non-zero value that differs from the stream's is refused with
+	// ErrKeyBacklogMismatch and nothing is changed (the server would
+	// delete the oldest stored jobs of every key over a lowered or new
+	// cap). Defaults to 0.
+	MaxKeyBacklog int64
+	// Delays lets jobs be submitted to run later (WithDelay, WithRunAt):
+	// the jobs streams allow NATS message schedules (nats-server 2.12 or
+	// later). The server refuses schedules on a stream that discards new
+	// messages, so Delays excludes MaxKeyBacklog and MaxBytes (whose
+	// stream would then delete stored jobs when full); and it allows
+	// roll-ups, so grant job publishing to keylane clients only (see
+	// jetstream/doc.go, "Delayed jobs"). False means "whatever the
+	// existing stream has", and none when it is created; true on a
+	// namespace made without is refused with ErrDelaysOff. Fixed when the
+	// namespace is created. Defaults to false.
+	Delays bool
 }
 
 func (c *TopologyConfig) setDefaults() error {
@@ -100,6 +124,12 @@ func (c *TopologyConfig) setDefaults() error {
 	}
 	if c.MaxBytes == 0 {
 		c.MaxBytes = -1
+	}
+	if c.MaxKeyBacklog < 0 {
+		return fmt.Errorf("keylane: max key backlog must be 0 (no cap, or follow the namespace) or more, got %d", c.MaxKeyBacklog)
+	}
+	if c.Delays && (c.MaxKeyBacklog > 0 || c.MaxBytes > 0) {
+		return fmt.Errorf("keylane: Delays cannot be combined with MaxKeyBacklog or MaxBytes: the server refuses message schedules on a stream that discards new jobs, and one that discards old jobs would delete stored ones")
 	}
 	if c.ReplyPrefix == "" {
 		c.ReplyPrefix = DefaultReplyPrefix
@@ -221,7 +251,8 @@ const setupAttemptTimeout = 5 * time.Second
 
 func permanentSetupError(err error) bool {
 	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
-		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig)
+		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig) ||
+		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff)
 }
 
 func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
@@ -240,6 +271,8 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) 
 	cfg.Replicas = t.Replicas // everything follows the jobs stream
 	t.Config.Replicas = t.Replicas
 	t.Config.StreamShards = t.Shards
+	t.Config.MaxKeyBacklog = meta.MaxKeyBacklog
+	t.Config.Delays = meta.Delays
 	if err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        names.Dead(),
 		Description: "keylane dead letters: the original job plus error headers",
@@ -321,7 +354,7 @@ func (t *Topology) consumerConfig(p int, ackWait time.Duration, maxAckPending in
 	return jetstream.ConsumerConfig{
 		Durable:       t.Names.Consumer(p),
 		Description:   "keylane partition " + strconv.Itoa(p),
-		FilterSubject: partition.Subject(t.Names.Namespace, p),
+		FilterSubject: partition.Filter(t.Names.Namespace, p),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		// keylane counts attempts itself and dead-letters in place; the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 )
 
@@ -25,7 +26,7 @@ func TestInjectedReplySubjectIsDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, reply := range targets {
-		m := nats.NewMsg(e.ns + ".jobs.0")
+		m := nats.NewMsg(partition.Subject(e.ns, 0, "k"))
 		m.Header.Set(HeaderKey, "k")
 		m.Header.Set(HeaderJobID, "evil-"+strconv.Itoa(i))
 		m.Header.Set(HeaderReply, reply)
@@ -57,7 +58,7 @@ func TestInjectedReplySubjectIsDeadLettered(t *testing.T) {
 // wildcard but are no partition must not be stored to rot.
 func TestNonPartitionSubjectsAreRefused(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 16})
-	for _, subj := range []string{"jobs.23", "jobs.abc", "jobs.01", "jobs.-1"} {
+	for _, subj := range []string{"jobs.23", "jobs.abc", "jobs.01", "jobs.-1", "jobs.0", "jobs.23.0123456789abcdef", "jobs.0.a.b", "delay.0.x"} {
 		m := nats.NewMsg(e.topo.Names.Namespace + "." + subj)
 		m.Header.Set(HeaderKey, "k")
 		if _, err := e.js.PublishMsg(ctx(t), m); err == nil {

@@ -260,9 +260,11 @@ func (b batchSpan) end(out []Submitted) {
 }
 
 // subjectPartition is the partition token of a job subject
-// ("<namespace>.jobs.<p>").
+// ("<namespace>.jobs.<p>.<key token>").
 func subjectPartition(subject string) string {
-	return subject[strings.LastIndexByte(subject, '.')+1:]
+	// <ns>.jobs.<partition>.<key token>
+	rest := subject[:max(strings.LastIndexByte(subject, '.'), 0)]
+	return rest[strings.LastIndexByte(rest, '.')+1:]
 }
 
 // workerTracing makes a worker's spans; nil when tracing is off.

@@ -144,7 +144,7 @@ func TestTracingCallJoinsTheCallersTrace(t *testing.T) {
 	p := partition.Of("seat:A7", e.topo.Partitions)
 	wantAttrs(t, call, map[string]string{
 		"messaging.system": "nats", "messaging.operation.type": "send", "messaging.operation.name": "call",
-		"messaging.destination.name": partition.Subject(e.ns, p), "messaging.destination.partition.id": fmt.Sprint(p),
+		"messaging.destination.name": partition.Subject(e.ns, p, "seat:A7"), "messaging.destination.partition.id": fmt.Sprint(p),
 		"messaging.message.id": "order-1", "keylane.key": "seat:A7",
 	})
 	if call.Status().Code == codes.Error {
@@ -160,7 +160,7 @@ func TestTracingCallJoinsTheCallersTrace(t *testing.T) {
 	}
 	wantAttrs(t, process, map[string]string{
 		"messaging.system": "nats", "messaging.operation.type": "process", "messaging.message.id": "order-1",
-		"messaging.destination.name": partition.Subject(e.ns, p), "messaging.consumer.group.name": fmt.Sprintf("p%d", p),
+		"messaging.destination.name": partition.Subject(e.ns, p, "seat:A7"), "messaging.consumer.group.name": fmt.Sprintf("p%d", p),
 		"keylane.key": "seat:A7", "keylane.worker": "w1", "keylane.outcome": "acked", "keylane.attempts": "2",
 	})
 	if !hasEvent(process, "keylane.attempt_failed") {

@@ -229,17 +229,19 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 	e.waitOwned(w)
 	n := e.topo.Partitions
 	raw := []*nats.Msg{
-		{Subject: partition.Subject(e.ns, 1), Data: []byte("no key header")},
-		{Subject: partition.Subject(e.ns, 2), Data: []byte{0xff, 0x00, 0x13}, Header: nats.Header{HeaderKey: []string{""}}},
-		{Subject: partition.Subject(e.ns, 3), Data: []byte("wrong partition"), Header: nats.Header{HeaderKey: []string{keyIn(0, n, "x")}}},
+		{Subject: partition.Subject(e.ns, 1, ""), Data: []byte("no key header")},
+		{Subject: partition.Subject(e.ns, 2, ""), Data: []byte{0xff, 0x00, 0x13}, Header: nats.Header{HeaderKey: []string{""}}},
+		{Subject: partition.Subject(e.ns, 3, keyIn(0, n, "x")), Data: []byte("wrong partition"), Header: nats.Header{HeaderKey: []string{keyIn(0, n, "x")}}},
+		// A key's job on another key's subject would bypass its backlog cap.
+		{Subject: partition.Subject(e.ns, 1, keyIn(1, n, "y")), Data: []byte("wrong subject"), Header: nats.Header{HeaderKey: []string{keyIn(1, n, "z")}}},
 	}
 	for _, m := range raw {
 		if _, err := e.js.PublishMsg(ctx(t), m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testwait.Eventually(t, 10*time.Second, "three malformed messages dead-lettered", func() bool {
-		return len(e.deadLetters()) == 3
+	testwait.Eventually(t, 10*time.Second, "four malformed messages dead-lettered", func() bool {
+		return len(e.deadLetters()) == len(raw)
 	})
 	for _, m := range e.deadLetters() {
 		if !strings.HasPrefix(m.Header.Get(HeaderError), "malformed") {
@@ -250,8 +252,8 @@ func TestMalformedMessagesAreDeadLettered(t *testing.T) {
 	if res, err := e.client.Call(ctx(t), "fine", []byte("x")); err != nil || string(res) != "done x" {
 		t.Fatalf("worker broken after malformed input: %q, %v", res, err)
 	}
-	if s := w.Stats(); s.Malformed != 3 {
-		t.Fatalf("Malformed = %d, want 3", s.Malformed)
+	if s := w.Stats(); s.Malformed != int64(len(raw)) {
+		t.Fatalf("Malformed = %d, want %d", s.Malformed, len(raw))
 	}
 }
 

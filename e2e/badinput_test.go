@@ -95,7 +95,7 @@ func TestBadInput(t *testing.T) {
 
 	t.Run("malformed messages", func(t *testing.T) {
 		const p = 3
-		subject := partition.Subject(c.ns, p)
+		subject := partition.Subject(c.ns, p, "raw")
 		var elsewhere string
 		for i := 0; elsewhere == ""; i++ {
 			if k := fmt.Sprintf("sku:%d", i); partition.Of(k, partitions) != p {

@@ -88,7 +88,7 @@ func TestPoisonJob(t *testing.T) {
 	submitted := time.Now()
 	poisonCh := c.callAsync(poisonKey, "fail", keylane.WithID(lastPoison))
 	// The purchase on the same key must be stored after the poison job.
-	c.waitStored(partition.Subject(c.ns, pp), lastPoison, 10*time.Second)
+	c.waitStored(partition.Subject(c.ns, pp, poisonKey), lastPoison, 10*time.Second)
 	afterCh := c.callAsync(poisonKey, "buy 1", keylane.WithID("after-poison"))
 
 	b := c.startBuyers(32, skus, "poison-others", others, func(i int) int { return i % len(skus) })

@@ -23,11 +23,16 @@
 // object at the jobs stream's replica count (ErrReplicasMismatch for an
 // explicit other one):
 //
-//	NS_JOBS     stream, subjects ns.jobs.0 … ns.jobs.<N-1> (exactly the
-//	            partitions: the server refuses any other subject; with
-//	            StreamShards S > 1, one stream per shard: see # Shards), WorkQueue
-//	            retention, file storage, duplicate window ≥ 2m; metadata
-//	            keylane.partitions=N, keylane.hash, keylane.epoch,
+//	NS_JOBS     stream, subjects ns.jobs.0.* … ns.jobs.<N-1>.* (exactly the
+//	            partitions: the server refuses any other subject; a job
+//	            travels on its key's subject ns.jobs.<p>.<key token>, see
+//	            # Admission control; with StreamShards S > 1, one stream
+//	            per shard: see # Shards), WorkQueue retention, file
+//	            storage, duplicate window ≥ 2m, MaxMsgsPerSubject =
+//	            MaxKeyBacklog when set; with Delays also subjects
+//	            ns.delay.<p>.* and message schedules (# Delayed jobs);
+//	            metadata keylane.partitions=N,
+//	            keylane.hash, keylane.version=3, keylane.epoch,
 //	            keylane.adopted, keylane.reply-prefix
 //	NS_DEAD     stream, subjects ns.dead.<p>: failed and malformed jobs
 //	NS_LEASES   KV, key p.<p>: partition leases (TTL = lease TTL, History 1)
@@ -50,8 +55,8 @@
 // # Submitting
 //
 // Client.Submit validates the key (package partition), the job ID and the
-// size, then publishes to ns.jobs.<xxhash(key) mod N> with the key in the
-// Keylane-Key header and the job ID in Nats-Msg-Id, and returns when the
+// size, then publishes to ns.jobs.<xxhash(key) mod N>.<key token> with the
+// key in the Keylane-Key header and the job ID in Nats-Msg-Id, and returns when the
 // stream has stored it. Call adds a Keylane-Reply header naming a
 // per-client inbox and waits for the worker's reply. SubmitMany publishes
 // asynchronously with a bounded window.
@@ -141,9 +146,9 @@
 // unknown outcome. Dead-lettering it instead told a buyer "failed" for a
 // purchase whose write had landed (a non-leader kill on three nodes under
 // load). Tested by TestStateOutageIsNotTheJobsFault (the bucket's store
-// full) and e2e/TestClusterSale. Messages that
-// are not valid jobs (no key, a key of another partition) are dead-lettered
-// as "malformed" and never reach the handler. Jobs waiting or running
+// full) and e2e/TestClusterSale. Messages that are not valid jobs (no
+// key, a key of another partition, a subject that is not its key's) are
+// dead-lettered as "malformed" and never reach the handler. Jobs waiting or running
 // longer than AckWait/3 get InProgress so the server does not redeliver
 // them.
 //
@@ -262,8 +267,9 @@
 // partition count while workers run: it freezes the jobs stream (its
 // subjects move off the partitions, so new jobs are refused at once and
 // consumers keep draining what is stored), waits until the workers
-// drained it (if the wait ends first it unfreezes, and nothing changed),
-// then replaces it with a stream of the new N whose epoch adopts the old
+// drained it (if the wait ends first it unfreezes, and nothing changed;
+// a worker that starts meanwhile does not unfreeze it, its Setup waits:
+// TestSetupLeavesAFrozenStreamFrozen), then replaces it with a stream of the new N whose epoch adopts the old
 // one and whose sequences continue after the old last one. Workers look at
 // the stream's epoch every lease TTL, and at once when an owner finds it
 // changed (an owner never consumes a stream of another epoch than its
@@ -281,8 +287,8 @@
 // consumers' deliveries. TopologyConfig.StreamShards = S spreads the
 // partitions over S jobs streams:
 //
-//	NS_JOBS      shard 0: subjects ns.jobs.p for p % S == 0
-//	NS_JOBS_<i>  shard i (1 ≤ i < S): subjects ns.jobs.p for p % S == i
+//	NS_JOBS      shard 0: subjects ns.jobs.p.* for p % S == 0
+//	NS_JOBS_<i>  shard i (1 ≤ i < S): subjects ns.jobs.p.* for p % S == i
 //
 // S = 1 (the default) is the layout above exactly: same name, same
 // metadata, so existing namespaces and older clients keep working. With
@@ -353,6 +359,143 @@
 // On 3 servers with R3 and saturated cores there is nothing for shards to
 // win, and splitting one raft group's traffic over three batches less.
 // The report, with tables and commands: docs/bench-shards-2026-11-22.md.
+//
+// # Admission control
+//
+// TopologyConfig.MaxKeyBacklog = N refuses a key's job when the key already
+// has N jobs stored and not finished, so a flash sale of 1,000 units is not
+// queued a million purchases deep. The server does the counting and the
+// refusing, atomically with the store:
+//
+//   - Each key has its own subject inside its partition's: a job of key k
+//     goes to ns.jobs.<p>.<KeyToken(k)>, the token being xxhash64(k) as 16
+//     hex digits (the hash that picks the partition; safe in a subject for
+//     any key, and short). The jobs stream's subjects are ns.jobs.<p>.* and
+//     the consumer p<p> filters on ns.jobs.<p>.*, so routing, ownership
+//     and per-key order are the partition's, as before. The key itself
+//     stays in the Keylane-Key header: order, lanes and state follow it.
+//   - The stream has MaxMsgsPerSubject = N, Discard New and
+//     DiscardNewPerSubject: the server refuses the (N+1)th message of a
+//     subject and stores nothing (error 10077, "maximum messages per
+//     subject exceeded"; on a cluster the leader also counts the
+//     subject's proposals in flight). On a WorkQueue stream a job leaves
+//     when it is acked, so the subject's count is the key's backlog:
+//     waiting, fetched, running, retrying or handed back; a job leaves it
+//     when it succeeded or was dead-lettered.
+//   - The client maps that refusal to *KeyBacklogFullError (errors.Is
+//     ErrKeyBacklogFull, with the key and the cap) in Submit, Call,
+//     SubmitMany, atomic batches (a batch with a refused job is refused
+//     whole, then sent job by job, so only the jobs over the cap are
+//     refused) and Redrive (the dead letter stays:
+//     TestRedriveIntoAFullKeyKeepsTheDeadLetter). It is not retried.
+//
+// Failure cases:
+//
+//   - A retry by job ID. The server checks Nats-Msg-Id before the limit,
+//     so a copy of a stored job is a duplicate, never "full": Submit says
+//     ErrDuplicate and Call waits for the kept outcome. A retry after the
+//     duplicate window (or after a restart rebuilt the window without the
+//     acked job) that meets a full key looks the job's kept outcome up
+//     (one results get, only for jobs marked Keylane-Idempotent) and
+//     returns it, or ErrDuplicate from Submit: a shop never answers "sold
+//     out" to a purchase that went through. Tested by
+//     TestKeyBacklogCapRefusesBeyondN and
+//     TestKeyBacklogRetryOfAnAppliedJobGetsItsOutcome.
+//   - Two keys with one token (a 64-bit hash collision, about one pair in
+//     2^64) share a subject, hence a cap; nothing else. Whoever can craft
+//     such a key can submit the real key's jobs anyway.
+//   - A publisher that puts a key's job on another subject (no keylane
+//     client does) would escape the key's cap: the worker dead-letters it
+//     as malformed (TestMalformedMessagesAreDeadLettered).
+//   - Changing the cap. The server enforces a lowered or newly set
+//     MaxMsgsPerSubject by deleting the oldest messages of every subject
+//     over it, which would drop stored jobs; so keylane never updates it.
+//     The cap is fixed when the namespace is created, like N: a non-zero
+//     MaxKeyBacklog that differs from the stream's is ErrKeyBacklogMismatch
+//     and nothing changes, 0 follows the stream, and every shard and a
+//     repartitioned stream copy it (TestKeyBacklogCapIsFixed). To change
+//     it, drain the namespace and create it again.
+//   - A jobs stream made before per-key subjects (keylane.version below 3,
+//     one literal subject per partition) holds jobs no consumer filter of
+//     today matches: Setup, clients and the operator's functions refuse it
+//     with ErrOldJobsStream and change nothing (pre-1.0: no migration;
+//     drain it with the keylane that made it). Tested by
+//     TestOldSubjectSchemeIsRefused.
+//   - Per-subject bookkeeping costs the server memory per key with stored
+//     jobs, not per key ever seen: acked jobs take their subject's entry
+//     with them.
+//
+// # Delayed jobs
+//
+// WithDelay(d) and WithRunAt(t) submit a job that joins its key's queue at
+// t (a seat's hold that expires), on a namespace created with
+// TopologyConfig.Delays, using nats-server 2.12's message schedules:
+//
+//   - The client publishes a schedule to ns.delay.<p>.<job ID, dots as
+//     '~'> in the partition's jobs stream, carrying the job (payload and
+//     headers) with Nats-Schedule "@at <t, RFC 3339, UTC>" and
+//     Nats-Schedule-Target its key's subject ns.jobs.<p>.<key token>. No
+//     consumer filter matches ns.delay.<p>.*, so nothing delivers it.
+//   - At t the server stores the job on the target subject and removes
+//     the schedule. The stored job lacks Nats-Msg-Id (the server strips
+//     it), so the client also writes the ID in Keylane-Job-Id, which the
+//     worker reads.
+//
+// What is promised, and why it holds:
+//
+//   - Order: the job arrives in its partition when it is due, so per-key
+//     order is the order of arrival, which for a delayed job is its due
+//     time: it runs after the key's jobs stored before it came due and
+//     before those stored after. Tested by
+//     TestDelayedJobRunsAtItsTimeInKeyOrder (a job submitted after it but
+//     due at once runs first).
+//   - Never early: the server stores it when its scheduler finds t passed
+//     (the timer is re-armed at least 250ms apart); measured 3-28ms late
+//     in that test.
+//   - Once: the schedule's publish carries the job ID in Nats-Msg-Id, so a
+//     retried submit within the duplicate window is dropped; the server
+//     keeps one schedule per subject, and the subject is the job ID's, so
+//     a submit again after the window replaces the waiting schedule (the
+//     later time wins) instead of adding a second. If the server stops
+//     between storing the due job and removing its schedule, it may store
+//     the job again after the restart: delayed jobs are marked
+//     Keylane-Idempotent, so the worker keeps their outcome by ID and
+//     answers the copy from it without running it.
+//   - Survives restarts: a schedule is a stored message (file storage,
+//     replicated with the stream), and the server rebuilds its schedule
+//     index when it starts. Tested by TestDelayedJobSurvivesServerRestart
+//     (a server restarted with the same store before t runs the job once,
+//     not early). A worker restart does not matter: before t there is no
+//     job to run, after t it is an ordinary stored job
+//     (TestDelayedJobSurvivesWorkerRestart).
+//   - Bad input is ErrBadDelay and stores nothing: a negative delay, a t
+//     further than RunAtTolerance (1s) in the past (within it, the job
+//     runs at once), or beyond MaxDelay (30 days). A namespace without
+//     Delays refuses a delayed job with ErrDelaysOff; Call refuses one
+//     with ErrDelayedCall (a delayed job has no result to wait for;
+//     submit it WithID and read Result later). Tested by
+//     TestDelayBadInputStoresNothing.
+//
+// Limits, each refused with a clear error rather than half working:
+//
+//   - The server refuses message schedules on a stream that discards new
+//     messages, and a stream that discards old ones deletes stored jobs
+//     when a limit is reached. So a Delays namespace has Discard Old and
+//     no limits (none to reach), and excludes MaxKeyBacklog (which needs
+//     Discard New per subject) and MaxBytes. Delays is fixed when the
+//     namespace is created (ErrDelaysOff for a namespace made without).
+//     Setup checks the server's version first: a server before 2.12
+//     would store a schedule as a plain message that never runs.
+//   - The server turns on roll-ups for schedules, so whoever may publish
+//     jobs could also purge a key's stored jobs with a Nats-Rollup header.
+//     keylane's client never sends one; grant job publishing only to
+//     keylane clients.
+//   - Repartition freezes the streams, then refuses (and unfreezes) while
+//     a delayed job waits for its time: it would come due on a subject
+//     the frozen stream no longer has. Repartition once they have run.
+//   - Client.Backlog counts waiting delayed jobs (they are stream
+//     messages); Inspect's per-partition Pending does not (they match no
+//     consumer until due).
 //
 // # Retries by job ID
 //

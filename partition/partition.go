@@ -1,5 +1,6 @@
 // Package partition maps resource keys onto the partitions of the keylane
-// jobs stream, names the subjects that carry them, and assigns the
+// jobs stream, names the subjects that carry them (one per key inside its
+// partition's: ns.jobs.<p>.<KeyToken(key)>), and assigns the
 // partitions to workers (Assign: even, sticky, by rendezvous hash).
 //
 // The mapping is xxhash64(key) mod N. It is the only hash keylane ever uses:
@@ -14,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -75,14 +77,54 @@ func Of(key string, n int) int {
 	return int(xxhash.Sum64String(key) % uint64(n))
 }
 
-// Subject returns the subject that carries the jobs of partition p, e.g.
-// "keylane.jobs.3".
-func Subject(namespace string, p int) string {
-	return namespace + ".jobs." + strconv.Itoa(p)
+// KeyToken returns the subject token of key: its xxhash64 as 16 lowercase
+// hex digits. A key's jobs travel on their own subject inside their
+// partition's, so the server counts each key's stored jobs and can cap
+// them (MaxMsgsPerSubject). The key itself stays in a header: any UTF-8
+// text is safe there, and no subject grows with the key. Two keys with one
+// hash (about one pair in 2^64) share a subject, and so a backlog cap;
+// they never share order or state, which follow the key header.
+func KeyToken(key string) string {
+	var b [16]byte
+	h := xxhash.Sum64String(key)
+	const digits = "0123456789abcdef"
+	for i := 15; i >= 0; i-- {
+		b[i] = digits[h&0xf]
+		h >>= 4
+	}
+	return string(b[:])
 }
 
-// SubjectWildcard returns the subject filter that matches every partition.
-func SubjectWildcard(namespace string) string { return namespace + ".jobs.*" }
+// Filter returns the subject filter of partition p's jobs, every key's,
+// e.g. "keylane.jobs.3.*": the jobs stream's subject for p and the filter
+// of p's consumer.
+func Filter(namespace string, p int) string {
+	return namespace + ".jobs." + strconv.Itoa(p) + ".*"
+}
+
+// Subject returns the subject that carries the jobs of key in partition
+// p, e.g. "keylane.jobs.3.9f1c6a08d2b7e415" (see KeyToken).
+func Subject(namespace string, p int, key string) string {
+	return namespace + ".jobs." + strconv.Itoa(p) + "." + KeyToken(key)
+}
+
+// DelayFilter returns the subject filter of partition p's delayed jobs
+// waiting for their time, e.g. "keylane.delay.3.*". It is no consumer's:
+// at its time the server stores the job on its key's Subject.
+func DelayFilter(namespace string, p int) string {
+	return namespace + ".delay." + strconv.Itoa(p) + ".*"
+}
+
+// DelaySubject returns the subject of the schedule that stores job ID id
+// on its key's subject in partition p when it is due, e.g.
+// "keylane.delay.3.order~17" (the server keeps one schedule per subject,
+// so the ID names it; its dots become '~', which IDs never hold).
+func DelaySubject(namespace string, p int, id string) string {
+	return namespace + ".delay." + strconv.Itoa(p) + "." + strings.ReplaceAll(id, ".", "~")
+}
+
+// SubjectWildcard returns the subject filter that matches every job.
+func SubjectWildcard(namespace string) string { return namespace + ".jobs.*.*" }
 
 // DeadSubject returns the dead-letter subject of partition p.
 func DeadSubject(namespace string, p int) string {
@@ -92,18 +134,35 @@ func DeadSubject(namespace string, p int) string {
 // DeadWildcard returns the subject filter that matches every dead-letter subject.
 func DeadWildcard(namespace string) string { return namespace + ".dead.*" }
 
-// FromSubject parses the partition number out of a jobs subject made by
-// Subject. It returns an error for any other subject.
-func FromSubject(namespace, subject string) (int, error) {
+// FromSubject parses the partition number and the key token out of a jobs
+// subject made by Subject. It returns an error for any other subject.
+func FromSubject(namespace, subject string) (p int, token string, err error) {
 	prefix := namespace + ".jobs."
-	if len(subject) <= len(prefix) || subject[:len(prefix)] != prefix {
-		return 0, fmt.Errorf("partition: subject %q is not a jobs subject of %q", subject, namespace)
+	rest, ok := strings.CutPrefix(subject, prefix)
+	num, token, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return 0, "", fmt.Errorf("partition: subject %q is not a jobs subject of %q", subject, namespace)
 	}
-	p, err := strconv.Atoi(subject[len(prefix):])
-	if err != nil || p < 0 || strconv.Itoa(p) != subject[len(prefix):] {
-		return 0, fmt.Errorf("partition: subject %q has no partition number", subject)
+	p, err = strconv.Atoi(num)
+	if err != nil || p < 0 || strconv.Itoa(p) != num {
+		return 0, "", fmt.Errorf("partition: subject %q has no partition number", subject)
 	}
-	return p, nil
+	if !validToken(token) {
+		return 0, "", fmt.Errorf("partition: subject %q has no key token", subject)
+	}
+	return p, token, nil
+}
+
+func validToken(token string) bool {
+	if len(token) != 16 {
+		return false
+	}
+	for i := 0; i < len(token); i++ {
+		if c := token[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // Owner returns, among members, the one with the highest rendezvous hash for

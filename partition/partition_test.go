@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 func TestValidateKey(t *testing.T) {
@@ -54,15 +56,37 @@ func TestOfIsStableAndSpread(t *testing.T) {
 
 func TestSubjectRoundTrip(t *testing.T) {
 	for p := 0; p < 100; p++ {
-		got, err := FromSubject("keylane", Subject("keylane", p))
-		if err != nil || got != p {
-			t.Fatalf("FromSubject(Subject(%d)) = %d, %v", p, got, err)
+		key := fmt.Sprintf("seat:%d", p)
+		got, token, err := FromSubject("keylane", Subject("keylane", p, key))
+		if err != nil || got != p || token != KeyToken(key) {
+			t.Fatalf("FromSubject(Subject(%d, %q)) = %d, %q, %v", p, key, got, token, err)
 		}
 	}
-	for _, bad := range []string{"keylane.jobs.", "keylane.jobs.x", "keylane.jobs.01", "other.jobs.1", "keylane.jobs.-1", "keylane.jobs.1.2"} {
-		if _, err := FromSubject("keylane", bad); err == nil {
+	for _, bad := range []string{"keylane.jobs.", "keylane.jobs.x", "keylane.jobs.01", "other.jobs.1", "keylane.jobs.-1", "keylane.jobs.1",
+		"keylane.jobs.1.2", "keylane.jobs.1.0123456789abcdeF", "keylane.jobs.1.0123456789abcdef.x", "keylane.jobs.x.0123456789abcdef"} {
+		if _, _, err := FromSubject("keylane", bad); err == nil {
 			t.Errorf("FromSubject(%q) accepted", bad)
 		}
+	}
+}
+
+func TestKeyToken(t *testing.T) {
+	seen := map[string]string{}
+	for _, key := range []string{"sku:1", "sku:2", "siège 12", "a.b.c", "*", ">", "with space", strings.Repeat("x", MaxKeyLen)} {
+		tok := KeyToken(key)
+		if !validToken(tok) {
+			t.Fatalf("KeyToken(%q) = %q, not 16 hex digits", key, tok)
+		}
+		if other, ok := seen[tok]; ok {
+			t.Fatalf("KeyToken(%q) = KeyToken(%q)", key, other)
+		}
+		seen[tok] = key
+		if tok != KeyToken(key) {
+			t.Fatalf("KeyToken(%q) not stable", key)
+		}
+	}
+	if got, want := KeyToken("sku:1"), fmt.Sprintf("%016x", xxhash.Sum64String("sku:1")); got != want {
+		t.Fatalf("KeyToken = %s, want %s", got, want)
 	}
 }
 
@@ -101,7 +125,7 @@ func FuzzOf(f *testing.F) {
 		if p < 0 || p >= n {
 			t.Fatalf("Of(%q, %d) = %d out of range", key, n, p)
 		}
-		got, err := FromSubject("ns", Subject("ns", p))
+		got, _, err := FromSubject("ns", Subject("ns", p, key))
 		if err != nil || got != p {
 			t.Fatalf("subject round trip of %d gave %d, %v", p, got, err)
 		}

@@ -67,6 +67,12 @@ func printStatus(out io.Writer, st keylane.Status, now time.Time) {
 		epochs += strconv.FormatUint(e, 16)
 	}
 	fmt.Fprintf(out, "namespace %s: %d partitions (%s) over %d jobs stream shard(s), replicas %d, epoch %s\n", st.Namespace, st.Partitions, st.Hash, st.Shards, st.Replicas, epochs)
+	if st.Delays {
+		fmt.Fprintln(out, "delayed jobs: on (WithDelay, WithRunAt)")
+	}
+	if st.MaxKeyBacklog > 0 {
+		fmt.Fprintf(out, "admission: at most %d jobs of one key waiting or running\n", st.MaxKeyBacklog)
+	}
 	fmt.Fprintf(out, "members (%d): %v\ndead letters: %d\n", len(st.Members), st.Members, st.DeadLetters)
 	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "partition\towner\tfence\ttenure\tpending\tin flight\tredelivered\tlast active")

@@ -105,6 +105,7 @@ type common struct {
 	namespace  string
 	partitions int
 	shards     int
+	maxBacklog int64
 	workers    int
 	verbose    bool
 	auth       *natsflags.Auth
@@ -157,7 +158,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 	}
 	local, err := sale.StartLocal(ctx, sale.LocalConfig{
 		Workers:  c.workers,
-		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards},
+		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, MaxKeyBacklog: c.maxBacklog},
 		Hold:     hold,
 		Logger:   c.logger(),
 
@@ -193,6 +194,7 @@ func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.Float64Var(&cfg.Skew, "skew", 1.1, "zipf exponent of demand over SKUs (>1), 0 for even demand")
 	fs.BoolVar(&cfg.FireAndForget, "fire-and-forget", false, "submit all purchases with SubmitMany, then wait for the stock")
 	fs.DurationVar(&hold, "hold", 0, "pause inside the critical section (in-process workers only)")
+	fs.Int64Var(&c.maxBacklog, "max-key-backlog", 0, "in-process workers only: create the namespace with this per-key backlog cap (admission control; purchases beyond it are refused, nothing stored); with --nats the namespace's workers fix it (worker --max-key-backlog)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on the whole sale")
 	metricsAddr := fs.String("metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics while the sale runs: the client's, and the in-process workers' (env KEYLANE_METRICS)")
 	forceBars := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal, and from the start (on a terminal it shows once the sale has run 2s)")
@@ -205,6 +207,9 @@ func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 		c.workerObs, c.clientObs = wm.Observer(), cm.Observer()
 		reg = prometheus.NewRegistry()
 		reg.MustRegister(wm, cm)
+	}
+	if c.maxBacklog < 0 || (c.maxBacklog > 0 && c.url != "") {
+		return errors.New("--max-key-backlog must be 0 or more, and only without --nats: a namespace's workers fix its cap (worker --max-key-backlog)")
 	}
 	if cfg.Skew == 0 {
 		cfg.Even = true
@@ -280,6 +285,7 @@ func one(ctx context.Context, cmd string, args []string, out, errOut io.Writer) 
 	id := fs.String("id", "", "job ID, the idempotency key (default: a new one)")
 	typ := fs.String("type", "", "job type, for workers with a Mux")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait")
+	delay := fs.Duration("delay", 0, "send only: the job joins its key's queue this much later (a namespace made with worker --delays)")
 	if err := parse(fs, args, errOut); err != nil {
 		return err
 	}
@@ -299,6 +305,9 @@ func one(ctx context.Context, cmd string, args []string, out, errOut io.Writer) 
 	}
 	if *typ != "" {
 		opts = append(opts, keylane.WithType(*typ))
+	}
+	if *delay != 0 {
+		opts = append(opts, keylane.WithDelay(*delay))
 	}
 	if cmd == "send" {
 		jobID, err := cl.Submit(ctx, *key, []byte(*payload), opts...)

@@ -161,8 +161,8 @@ func TestAccounts(t *testing.T) {
 		{"client writes membership", "client-a", "$KV.A_MEMBERS.forged"},
 		{"client writes a result", "client-a", "$KV.A_RESULTS.forged"},
 		{"client acks a job", "client-a", "$JS.ACK.A_JOBS.p0.1.1.1.1.1.0"},
-		{"client submits to another namespace", "client-a", "b.jobs.0"},
-		{"worker submits to another namespace", "worker-a", "b.jobs.0"},
+		{"client submits to another namespace", "client-a", "b.jobs.0.0123456789abcdef"},
+		{"worker submits to another namespace", "worker-a", "b.jobs.0.0123456789abcdef"},
 		{"worker dead-letters in another namespace", "worker-a", "b.dead.0"},
 		{"worker writes another namespace's lease", "worker-a", "$KV.B_LEASES.p.0"},
 		{"worker writes another namespace's state", "worker-a", "$KV.B_STATE.k"},
@@ -184,7 +184,7 @@ func TestAccounts(t *testing.T) {
 	for _, tc := range []struct {
 		name, user, subject string
 	}{
-		{"client reads another namespace's jobs", "client-a", "b.jobs.*"},
+		{"client reads another namespace's jobs", "client-a", "b.jobs.*.*"},
 		{"client reads another namespace's replies", "client-a", "_INBOX.b.>"},
 		{"client reads every reply", "client-a", "_INBOX.>"},
 		{"client reads its namespace's dead letters", "client-a", "a.dead.*"},

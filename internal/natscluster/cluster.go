@@ -27,7 +27,8 @@ type TB interface {
 
 // Options configure Start.
 type Options struct {
-	// Nodes is the number of servers. Defaults to 3.
+	// Nodes is the number of servers. Defaults to 3; one is a plain
+	// server without a cluster block.
 	Nodes int
 	// Binary is the nats-server executable. Defaults to one built from the
 	// nats-server module version in go.mod (see Binary).
@@ -221,15 +222,21 @@ func (c *Cluster) launch(ctx context.Context, opts Options) error {
 // monitoring port, explicit routes to every node, JetStream in the
 // application account, and a system account for the meta step-down.
 func (n *Node) config(cluster string, routes []string) string {
-	return fmt.Sprintf(`server_name: %q
-listen: "127.0.0.1:%d"
-http: "127.0.0.1:%d"
-cluster {
+	clusterBlock := fmt.Sprintf(`cluster {
   name: %q
   listen: "127.0.0.1:%d"
   routes: [%s]
 }
-jetstream {
+`, cluster, n.routePort, strings.Join(routes, ", "))
+	if len(routes) == 1 {
+		// One node: a plain server, for tests that want nats-server out
+		// of the test process (and out of its race detector).
+		clusterBlock = ""
+	}
+	return fmt.Sprintf(`server_name: %q
+listen: "127.0.0.1:%d"
+http: "127.0.0.1:%d"
+%sjetstream {
   store_dir: %q
   max_memory_store: 256MB
   max_file_store: 4GB
@@ -240,7 +247,7 @@ accounts {
 }
 system_account: SYS
 no_auth_user: "app"
-`, n.name, n.clientPort, n.httpPort, cluster, n.routePort, strings.Join(routes, ", "), n.StoreDir(), sysUser, sysPassword)
+`, n.name, n.clientPort, n.httpPort, clusterBlock, n.StoreDir(), sysUser, sysPassword)
 }
 
 // URLs is every node's client URL, comma-separated, for nats.Connect or a

@@ -299,6 +299,9 @@ func (c *Cluster) healthy(ctx context.Context) error {
 			return fmt.Errorf("natscluster: %s health %s: %s", n.name, h.Status, h.Error)
 		}
 	}
+	if len(c.nodes) == 1 {
+		return nil // a plain server: no meta group
+	}
 	leader, err := c.MetaLeader(ctx)
 	if err != nil {
 		return err

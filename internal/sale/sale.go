@@ -76,10 +76,14 @@ func (c *Config) setDefaults() {
 
 // Verdict is the outcome of a sale, with the invariants checked.
 type Verdict struct {
-	Config    Config
-	Sold      int64 // purchases answered "sold"
-	Refused   int64 // purchases answered "soldout"
-	Failed    int64 // purchases that got an error
+	Config  Config
+	Sold    int64 // purchases answered "sold"
+	Refused int64 // purchases answered "soldout"
+	Failed  int64 // purchases that got an error
+	// Full counts, by SKU, the purchases refused at admission: the SKU's
+	// backlog was full (keylane.ErrKeyBacklogFull), nothing stored. They
+	// are neither sold nor failed: the shop says "try again later".
+	Full      []int64
 	Oversold  int64 // units sold beyond stock: must be 0
 	Mismatch  int   // SKUs whose final stock is not start − sold: must be 0
 	Final     []int64
@@ -92,6 +96,15 @@ type Verdict struct {
 	OutOfOrd  int // runs of a key that started out of stream order
 	// FirstError is the first purchase error, if any failed.
 	FirstError string
+}
+
+// BacklogFull is how many purchases were refused at admission.
+func (v Verdict) BacklogFull() int64 {
+	var n int64
+	for _, f := range v.Full {
+		n += f
+	}
+	return n
 }
 
 // OK reports whether every invariant held.
@@ -119,6 +132,9 @@ func (v Verdict) Print(w io.Writer) {
 		fmt.Fprintf(w, "  %s%-3d demand %6d  sold %6d  final stock %6d\n", c.Prefix, i, v.Demand[i], c.Stock-f, f)
 	}
 	fmt.Fprintf(w, "sold %d, refused %d, failed %d\n", v.Sold, v.Refused, v.Failed)
+	if full := v.BacklogFull(); full > 0 {
+		fmt.Fprintf(w, "refused at admission (key backlog full, nothing stored) %d\n", full)
+	}
 	if v.FirstError != "" {
 		fmt.Fprintf(w, "first failure: %s\n", v.FirstError)
 	}
@@ -155,7 +171,7 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	v := Verdict{Config: cfg, MaxPerKey: -1, Final: make([]int64, cfg.SKUs), Demand: make([]int64, cfg.SKUs)}
+	v := Verdict{Config: cfg, MaxPerKey: -1, Final: make([]int64, cfg.SKUs), Demand: make([]int64, cfg.SKUs), Full: make([]int64, cfg.SKUs)}
 	sku := func(i int) string { return cfg.Prefix + strconv.Itoa(i) }
 	for i := 0; i < cfg.SKUs; i++ {
 		if _, err := c.Call(ctx, sku(i), []byte("set "+strconv.FormatInt(cfg.Stock, 10))); err != nil {
@@ -172,7 +188,7 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 	var err error
 	var lat []time.Duration
 	if cfg.FireAndForget {
-		err = submitAll(ctx, c, cfg, picks, runID, sku)
+		err = submitAll(ctx, c, cfg, picks, runID, sku, &v)
 	} else {
 		lat, err = callAll(ctx, c, cfg, picks, runID, sku, &v)
 	}
@@ -212,7 +228,7 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 		}
 		v.Final[i] = got
 		sold := cfg.Stock - got
-		want := min(cfg.Stock, v.Demand[i])
+		want := min(cfg.Stock, v.Demand[i]-v.Full[i]) // what was admitted
 		if got < 0 {
 			v.Oversold += -got
 		}
@@ -224,7 +240,7 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 		for i := range v.Final {
 			v.Sold += cfg.Stock - v.Final[i]
 		}
-		v.Refused = int64(cfg.Purchases) - v.Sold
+		v.Refused = int64(cfg.Purchases) - v.Sold - v.BacklogFull()
 	} else if total := int64(cfg.SKUs) * cfg.Stock; v.Sold > total {
 		v.Oversold += v.Sold - total
 	}
@@ -263,6 +279,7 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 	lat := make([]time.Duration, len(picks))
 	var next atomic.Int64
 	var sold, refused, failed, answered atomic.Int64
+	full := make([]atomic.Int64, cfg.SKUs)
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	for b := 0; b < cfg.Buyers; b++ {
@@ -281,6 +298,8 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 					cfg.Progress(int(answered.Add(1)))
 				}
 				switch {
+				case errors.Is(err, keylane.ErrKeyBacklogFull):
+					full[picks[i]].Add(1)
 				case err != nil:
 					failed.Add(1)
 					firstErr.CompareAndSwap(nil, err)
@@ -297,6 +316,9 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 	}
 	wg.Wait()
 	v.Sold, v.Refused, v.Failed = sold.Load(), refused.Load(), failed.Load()
+	for i := range full {
+		v.Full[i] = full[i].Load()
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -306,7 +328,7 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 	return lat, nil
 }
 
-func submitAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, runID string, sku func(int) string) error {
+func submitAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, runID string, sku func(int) string, v *Verdict) error {
 	const chunk = 4096
 	for lo := 0; lo < len(picks); lo += chunk {
 		hi := min(lo+chunk, len(picks))
@@ -321,10 +343,12 @@ func submitAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, 
 		}
 		var first error
 		stored := lo
-		for _, s := range out {
+		for j, s := range out {
 			switch {
 			case s.Err == nil:
 				stored++
+			case errors.Is(s.Err, keylane.ErrKeyBacklogFull):
+				v.Full[picks[lo+j]]++ // refused at admission: part of the verdict
 			case first == nil:
 				first = fmt.Errorf("submit %s: %w", s.ID, s.Err)
 			}

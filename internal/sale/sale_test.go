@@ -52,6 +52,32 @@ func TestSaleInvariants(t *testing.T) {
 	}
 }
 
+// TestSaleWithAdmissionControl: a namespace made with a per-key backlog
+// cap refuses what floods a hot SKU at admission, storing nothing, while
+// every admitted purchase still runs exactly once: what sold is exactly
+// what the stock allows of the admitted demand.
+func TestSaleWithAdmissionControl(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	local, err := StartLocal(ctx, LocalConfig{Workers: 2, Topology: keylane.TopologyConfig{Partitions: 4, MaxKeyBacklog: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Stop(context.Background())
+	c, err := local.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{SKUs: 2, Stock: 100, Purchases: 3000, FireAndForget: true}
+	v, err := Run(ctx, c, cfg, local.Tracker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.OK() || v.BacklogFull() == 0 || v.Sold+v.Refused+v.BacklogFull() != int64(cfg.Purchases) {
+		t.Fatalf("verdict %+v: want OK, some refused at admission, every purchase counted once", v)
+	}
+}
+
 // TestRestockOverflowChangesNothing sends the overflowing restock through
 // real workers, both ways the handler runs: the caller gets a permanent
 // error and the stored stock is unchanged.

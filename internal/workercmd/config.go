@@ -93,6 +93,8 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.IntVar(&c.Worker.Topology.Partitions, "partitions", envInt("KEYLANE_PARTITIONS", 0), "partitions: 0 takes the stream's, or 16 when creating (env KEYLANE_PARTITIONS)")
 	fs.IntVar(&c.Worker.Topology.StreamShards, "stream-shards", envInt("KEYLANE_STREAM_SHARDS", 0), "jobs streams the partitions spread over (partition p in shard p % S), so several stream leaders share the storage work: 0 takes the namespace's, or 1 when creating; another count than the namespace's is refused (env KEYLANE_STREAM_SHARDS)")
 	fs.IntVar(&c.Worker.Topology.Replicas, "replicas", envInt("KEYLANE_REPLICAS", -1), "replicas of streams and buckets when creating them; an existing namespace with another count is refused. Default: 3 when --nats names more than one server (a cluster), else what exists, or 1 when creating (env KEYLANE_REPLICAS)")
+	fs.Int64Var(&c.Worker.Topology.MaxKeyBacklog, "max-key-backlog", int64(envInt("KEYLANE_MAX_KEY_BACKLOG", 0)), "admission control: at most this many jobs of one key waiting or running; the next submit of that key is refused (ErrKeyBacklogFull) and stores nothing. Fixed when the namespace is created: 0 takes the namespace's, or no cap when creating; another cap than the namespace's is refused (env KEYLANE_MAX_KEY_BACKLOG)")
+	fs.BoolVar(&c.Worker.Topology.Delays, "delays", os.Getenv("KEYLANE_DELAYS") == "1", "create the namespace taking delayed jobs (WithDelay, WithRunAt; nats-server 2.12+); not with --max-key-backlog. Fixed when the namespace is created (env KEYLANE_DELAYS=1)")
 	fs.DurationVar(&c.Ping, "ping-interval", envDur("KEYLANE_PING_INTERVAL", 2*time.Second), "how often the connection checks the server; a worker on a paused or cut-off node notices within two of these (env KEYLANE_PING_INTERVAL)")
 	fs.DurationVar(&c.Worker.Topology.LeaseTTL, "lease-ttl", envDur("KEYLANE_LEASE_TTL", 10*time.Second), "partition lease TTL (env KEYLANE_LEASE_TTL)")
 	fs.StringVar(&c.Worker.Topology.ReplyPrefix, "reply-prefix", env("KEYLANE_REPLY_PREFIX", keylane.DefaultReplyPrefix), "the only subject prefix workers reply to, fixed when the namespace is created; give each namespace its own (e.g. _INBOX.a.) when NATS permissions keep namespaces apart (env KEYLANE_REPLY_PREFIX)")
@@ -117,6 +119,12 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 		return c, err
 	}
 	c.Auth = opts
+	if c.Worker.Topology.MaxKeyBacklog < 0 {
+		return c, fmt.Errorf("--max-key-backlog must be 0 (no cap, or the namespace's) or more, got %d", c.Worker.Topology.MaxKeyBacklog)
+	}
+	if c.Worker.Topology.Delays && c.Worker.Topology.MaxKeyBacklog > 0 {
+		return c, errors.New("--delays and --max-key-backlog cannot be combined: the server refuses message schedules on a stream that discards new jobs")
+	}
 	if c.Worker.Topology.Replicas < 0 {
 		c.Worker.Topology.Replicas = 0 // follow the namespace, 1 when creating
 		if strings.Count(c.URL, ",") > 0 {

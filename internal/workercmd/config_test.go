@@ -10,7 +10,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
-	for _, name := range []string{"NATS_URL", "KEYLANE_REPLICAS", "KEYLANE_PING_INTERVAL", "KEYLANE_LOG_LEVEL", "KEYLANE_WORKER_ID", "KEYLANE_DRAIN", "KEYLANE_LEASE_TTL", "KEYLANE_ACK_WAIT",
+	for _, name := range []string{"NATS_URL", "KEYLANE_REPLICAS", "KEYLANE_PING_INTERVAL", "KEYLANE_LOG_LEVEL", "KEYLANE_WORKER_ID", "KEYLANE_DRAIN", "KEYLANE_LEASE_TTL", "KEYLANE_ACK_WAIT", "KEYLANE_MAX_KEY_BACKLOG", "KEYLANE_DELAYS",
 		"NATS_CREDS", "NATS_NKEY", "NATS_USER", "NATS_PASSWORD", "NATS_PASSWORD_FILE", "NATS_CA", "NATS_CERT", "NATS_KEY", "NATS_INBOX_PREFIX"} {
 		t.Setenv(name, "")
 	}
@@ -32,6 +32,10 @@ func TestParse(t *testing.T) {
 		{"negative ack wait", []string{"--ack-wait", "-5s"}, 0, "--ack-wait"},
 		{"zero ack wait", []string{"--ack-wait", "0s"}, 0, "--ack-wait"},
 		{"unknown log level", []string{"--log-level", "loud"}, 0, `--log-level "loud": want debug, info, warn or error`},
+		{"a key backlog cap", []string{"--max-key-backlog", "1000"}, 0, ""},
+		{"negative key backlog cap", []string{"--max-key-backlog", "-1"}, 0, "--max-key-backlog"},
+		{"delayed jobs", []string{"--delays"}, 0, ""},
+		{"delays exclude a backlog cap", []string{"--delays", "--max-key-backlog", "10"}, 0, "cannot be combined"},
 		{"a user for a server", []string{"--nats", "nats://a:4222", "--user", "u", "--password", "p"}, 0, ""},
 		{"credentials need --nats", []string{"--user", "u", "--password", "p"}, 0, "are for a server given with --nats"},
 		{"a certificate needs its key", []string{"--nats", "nats://a:4222", "--tls-cert", "c.pem"}, 0, "--tls-key"},

@@ -1,0 +1,119 @@
+package keylane
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// MaxDelay bounds WithDelay and WithRunAt: a job runs at most 30 days
+// after it is submitted.
+const MaxDelay = 30 * 24 * time.Hour
+
+// RunAtTolerance is how far in the past WithRunAt may be (clocks of
+// callers and servers differ a little): such a job runs at once. Earlier
+// is refused with ErrBadDelay.
+const RunAtTolerance = time.Second
+
+var (
+	// ErrBadDelay is returned for a negative delay, a run-at time further
+	// in the past than RunAtTolerance, or one beyond MaxDelay: nothing is
+	// stored.
+	ErrBadDelay = errors.New("keylane: bad delay")
+	// ErrDelaysOff is returned for a delayed job (and by Setup when
+	// TopologyConfig.Delays is asked of a namespace made without) when
+	// the namespace was not created with Delays: nothing is stored.
+	ErrDelaysOff = errors.New("keylane: the namespace takes no delayed jobs (create it with TopologyConfig.Delays, worker --delays)")
+	// ErrDelayedCall is returned by Call with WithDelay or WithRunAt:
+	// Call waits for a result, a delayed job has none until it ran.
+	// Submit it, and fetch its outcome with Result (submit it WithID, so
+	// it is kept by ID).
+	ErrDelayedCall = errors.New("keylane: Call takes no delay: Submit the delayed job, and read its outcome with Result")
+)
+
+// WithDelay makes the job join its key's queue d from now instead of at
+// once (see WithRunAt). A negative d, or one beyond MaxDelay, is refused
+// with ErrBadDelay; 0 is no delay.
+func WithDelay(d time.Duration) SubmitOpt {
+	return func(r *Request) {
+		if d < 0 || d > MaxDelay {
+			r.optErr = fmt.Errorf("%w: delay %s must be 0 to %s", ErrBadDelay, d, MaxDelay)
+			return
+		}
+		if d > 0 {
+			r.RunAt = time.Now().Add(d)
+		}
+	}
+}
+
+// WithRunAt makes the job join its key's queue at t instead of at once:
+// the server stores it until then (it survives worker and server
+// restarts), then on its key's subject, so it runs after the key's jobs
+// that arrived before t and before those that arrive after; never before
+// t, and once. A t in the past by at most RunAtTolerance runs at once;
+// earlier, or beyond MaxDelay from now, is refused with ErrBadDelay. The
+// namespace must have been created with TopologyConfig.Delays.
+func WithRunAt(t time.Time) SubmitOpt {
+	return func(r *Request) { r.RunAt = t }
+}
+
+// HeaderDelayedID carries a delayed job's ID: the server leaves
+// Nats-Msg-Id out of the job it stores when the job is due.
+const HeaderDelayedID = "Keylane-Job-Id"
+
+// Message-schedule headers of nats-server 2.12 and later.
+const (
+	scheduleHeader       = "Nats-Schedule"
+	scheduleTargetHeader = "Nats-Schedule-Target"
+)
+
+// delay turns m, a job of key in partition p, into the schedule that
+// stores it on its key's subject at r.RunAt, or leaves m as it is when the
+// job is due now. It refuses what ErrBadDelay and ErrDelaysOff say.
+func (c *Client) delay(r *Request, m *nats.Msg, p int) error {
+	if r.optErr != nil {
+		return r.optErr
+	}
+	if r.RunAt.IsZero() {
+		return nil
+	}
+	until := time.Until(r.RunAt)
+	switch {
+	case until < -RunAtTolerance:
+		return fmt.Errorf("%w: run-at %s is %s in the past (tolerance %s)", ErrBadDelay, r.RunAt.Format(time.RFC3339Nano), -until, RunAtTolerance)
+	case until > MaxDelay:
+		return fmt.Errorf("%w: run-at %s is beyond %s from now", ErrBadDelay, r.RunAt.Format(time.RFC3339Nano), MaxDelay)
+	case until <= 0:
+		return nil // due: it runs at once
+	case !c.delays:
+		return fmt.Errorf("%w: namespace %s", ErrDelaysOff, c.names.Namespace)
+	}
+	m.Header[scheduleHeader] = []string{"@at " + r.RunAt.UTC().Format(time.RFC3339Nano)}
+	m.Header[scheduleTargetHeader] = []string{m.Subject}
+	m.Header[HeaderDelayedID] = []string{r.ID}
+	// The server may store a due job twice if it stops between storing
+	// it and removing the schedule: the worker looks the ID up first.
+	m.Header[HeaderIdempotent] = oneHeader
+	m.Subject = partition.DelaySubject(c.names.Namespace, p, r.ID)
+	return nil
+}
+
+// schedulesSupported refuses a server older than 2.12, which would store
+// a schedule as a plain message that never runs.
+func schedulesSupported(js jetstream.JetStream) error {
+	v := js.Conn().ConnectedServerVersion()
+	major, rest, _ := strings.Cut(v, ".")
+	minor, _, _ := strings.Cut(rest, ".")
+	ma, err1 := strconv.Atoi(major)
+	mi, err2 := strconv.Atoi(minor)
+	if err1 != nil || err2 != nil || ma < 2 || (ma == 2 && mi < 12) {
+		return fmt.Errorf("%w: nats-server %q has no message schedules (2.12 or later)", ErrDelaysOff, v)
+	}
+	return nil
+}
