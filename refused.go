@@ -35,8 +35,15 @@ import (
 // refusalCheck is how often a late ack looks for the server's refusal.
 const refusalCheck = 200 * time.Millisecond
 
+// apiSubjects stands for every subject a worker's start publishes to (the
+// JetStream API, $JS.API.…, and KV writes, $KV.…): a refusal of a job
+// subject, left on a connection the worker shares with a client, is not
+// the start's.
+const apiSubjects = "$"
+
 // refusal returns the server's permissions violation for a publish to
-// subject ("" for any subject; a subject ending in "." for any under it)
+// subject ("" for any subject; a subject ending in "." or apiSubjects for
+// any under it)
 // that nc reported since before (its LastError when the call began), or
 // nil.
 func refusal(nc *nats.Conn, before error, subject string) error {
@@ -45,7 +52,7 @@ func refusal(nc *nats.Conn, before error, subject string) error {
 		return nil
 	}
 	what := `Publish to "` + subject
-	if !strings.HasSuffix(subject, ".") {
+	if !strings.HasSuffix(subject, ".") && subject != apiSubjects {
 		what += `"`
 	}
 	if subject != "" && !strings.Contains(last.Error(), what) {
@@ -169,7 +176,7 @@ func startRefused(ctx context.Context, nc *nats.Conn, before, err error) error {
 	}
 	r := refusedCause(ctx)
 	if r == nil {
-		r = refusal(nc, before, "")
+		r = refusal(nc, before, apiSubjects)
 	}
 	if r == nil {
 		return err

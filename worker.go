@@ -242,7 +242,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	before := w.nc.LastError()
-	ctx, stopWatch := refusalWatch(ctx, w.nc, before, "")
+	ctx, stopWatch := refusalWatch(ctx, w.nc, before, apiSubjects)
 	defer func() { err = startRefused(ctx, w.nc, before, err); stopWatch() }()
 	if w.started {
 		return errors.New("keylane: worker already started")

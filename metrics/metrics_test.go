@@ -8,6 +8,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -41,6 +42,8 @@ func TestCollectorReportsWorkerCounters(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A Call returns with its reply; the worker counts the job once acked.
+	testwait.Eventually(t, 10*time.Second, "the worker counts 3 jobs", func() bool { return w.Stats().Succeeded == 3 })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(New(w))
 	want := `

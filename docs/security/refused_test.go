@@ -74,7 +74,10 @@ func TestRefusedPublishFailsFast(t *testing.T) {
 			return out[1].Err
 		}},
 		{"worker start in another namespace", `Publish to "$JS.API.`, func(ctx context.Context) error {
-			w, err := startWorker(ctx, c, "b")
+			// Its own connection: the refusals of the job publishes above
+			// may still be arriving on c, and a connection keeps only its
+			// last error (refused.go's limit).
+			w, err := startWorker(ctx, connect(t, s, "worker-a", "_INBOX.a"), "b")
 			if err == nil {
 				w.Stop(context.Background())
 			}
