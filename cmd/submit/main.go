@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -218,7 +219,10 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	v, err := sale.Run(ctx, cl, cfg, tr)
+	runtime.ReadMemStats(&after)
 	if perr := stopProfile(); err == nil {
 		err = perr
 	}
@@ -226,6 +230,10 @@ func runSale(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	v.Print(out)
+	if local != nil {
+		fmt.Fprintf(out, "  allocations: %.0f per purchase in this process (client, workers and embedded server together)\n",
+			float64(after.Mallocs-before.Mallocs)/float64(v.Config.Purchases))
+	}
 	if local != nil {
 		for _, w := range local.Workers {
 			s := w.Stats()
