@@ -35,13 +35,14 @@ func keyOf(k string) string {
 //     IDs of one client share a long prefix (a nuid's first 12 characters,
 //     a caller's run or order prefix);
 //   - its result: 0 (uvarint) when it is the previous outcome's result byte
-//     for byte ("sold", "soldout"), else its length + 1 (uvarint) and the
-//     result;
+//     for byte (a sold-out SKU's "soldout 0"), else its length + 1
+//     (uvarint) and the result;
 //
 // and the rest is the value. A hot key's entry holds up to HeldJobs
 // outcomes and is rewritten by every group commit: version 3 took 14 bytes
-// of lengths and sequence plus the whole ID per outcome, 52 bytes for a
-// 28-byte ID and a 4-byte result, which version 4 stores in about 12.
+// of lengths and sequence plus the whole ID per outcome: 51 bytes for the
+// demo sale's 28-byte IDs and "sold N" results, which version 4 stores in
+// 14, and in 5 once the results repeat (TestStateCodecCompactsAFullWindow).
 // Every outcome version 3 held is held by version 4; only the bytes differ.
 //
 // Version 3: version (1 byte), fence (8), epoch (8), the count of held
@@ -49,8 +50,9 @@ func keyOf(k string) string {
 // and result, the last applied job last; the rest is the value. Versions 1
 // and 2 (seq, fence, job ID, result, and in 2 the earlier results of the
 // same write) are still read, as is 3. A worker that reads only versions up
-// to 3 refuses a version 4 entry with ErrBadState (loud, nothing written):
-// upgrade every worker of a namespace before the new ones write.
+// to 3 refuses a version 4 entry with ErrBadState and dead-letters the
+// key's jobs (jetstream/doc.go, "Outcomes are held"): upgrade every worker
+// of a namespace before the new ones take partitions.
 const (
 	stateV1 = 1
 	stateV2 = 2
