@@ -80,3 +80,39 @@ func TestStateSameJobIDAfterDuplicateWindowAppliesOnce(t *testing.T) {
 		t.Fatalf("value = %q, want 4 (2+1, retries not applied, then order-3)", got.Value)
 	}
 }
+
+// A full window written by group commits and read back from the bucket (a
+// new owner, nothing cached) answers every held job's redelivery with its
+// own result, and the first job past the window is a gap: the entry's
+// encoding keeps every outcome of the window, no fewer.
+func TestStateFullWindowSurvivesTheBucket(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	s := NewState(e.topo.State)
+	const total = HeldJobs + 76
+	jobs := make([]Job, total)
+	for i := range jobs {
+		jobs[i] = Job{ID: "order-" + strconv.Itoa(100000+i), Key: "hot", Seq: uint64(10 + i), Fence: 5}
+	}
+	for at := 0; at < total; {
+		batch := jobs[at:min(at+256, total)]
+		out := make([][]byte, len(batch))
+		n, rerr, werr := s.group(ctx(t), batch, out, step)
+		if werr != nil || rerr != nil || n == 0 {
+			t.Fatalf("group at %d: n %d rerr %v werr %v", at, n, rerr, werr)
+		}
+		at += n
+	}
+	next := NewState(e.topo.State)
+	for i := total - HeldJobs; i < total; i++ {
+		res, err := next.Apply(ctx(t), jobs[i], add(1000))
+		if want := "now " + strconv.Itoa(i+1); err != nil || string(res) != want {
+			t.Fatalf("redelivered %s = %q, %v; want %q", jobs[i].ID, res, err, want)
+		}
+	}
+	if res, err := next.Apply(ctx(t), jobs[total-HeldJobs-1], add(1000)); !errors.Is(err, ErrGap) {
+		t.Fatalf("the job just past the window = %q, %v; want ErrGap", res, err)
+	}
+	if got, _ := next.Get(ctx(t), "hot"); string(got.Value) != strconv.Itoa(total) {
+		t.Fatalf("value = %q, want %d (nothing applied twice)", got.Value, total)
+	}
+}

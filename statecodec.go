@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/binary"
 	"strings"
@@ -21,33 +22,70 @@ func keyOf(k string) string {
 	return string(b)
 }
 
-// Entry encoding, big-endian. Version 3: version (1 byte), fence (8),
-// epoch (8), the count of held outcomes (2) and each as seq (8), ID length
-// (2) and ID, result length (4) and result, the last applied job last; the
-// rest is the value. Versions 1 and 2 (seq, fence, job ID, result, and in 2
-// the earlier results of the same write) are still read.
+// Entry encoding. Version 4, written since 2026-11-22: version (1 byte),
+// fence (uvarint), epoch (8, big-endian), the count of held outcomes
+// (uvarint), then each held outcome, oldest first and the last applied job
+// last, as
+//
+//   - its stream sequence: the zigzag varint of the difference from the
+//     previous outcome's (from 0 for the first); sequences of an adopted
+//     stream may run backwards;
+//   - its job ID: the length of the prefix it shares with the previous
+//     outcome's ID (uvarint), the length of the rest (uvarint) and the rest.
+//     IDs of one client share a long prefix (a nuid's first 12 characters,
+//     a caller's run or order prefix);
+//   - its result: 0 (uvarint) when it is the previous outcome's result byte
+//     for byte (a sold-out SKU's "soldout 0"), else its length + 1
+//     (uvarint) and the result;
+//
+// and the rest is the value. A hot key's entry holds up to HeldJobs
+// outcomes and is rewritten by every group commit: version 3 took 14 bytes
+// of lengths and sequence plus the whole ID per outcome: 51 bytes for the
+// demo sale's 28-byte IDs and "sold N" results, which version 4 stores in
+// 14, and in 5 once the results repeat (TestStateCodecCompactsAFullWindow).
+// Every outcome version 3 held is held by version 4; only the bytes differ.
+//
+// Version 3: version (1 byte), fence (8), epoch (8), the count of held
+// outcomes (2) and each as seq (8), ID length (2) and ID, result length (4)
+// and result, the last applied job last; the rest is the value. Versions 1
+// and 2 (seq, fence, job ID, result, and in 2 the earlier results of the
+// same write) are still read, as is 3. A worker that reads only versions up
+// to 3 refuses a version 4 entry with ErrBadState and dead-letters the
+// key's jobs (jetstream/doc.go, "Outcomes are held"): upgrade every worker
+// of a namespace before the new ones take partitions.
 const (
 	stateV1 = 1
 	stateV2 = 2
 	stateV3 = 3
+	stateV4 = 4
 )
 
 func encodeState(e StateEntry) []byte {
-	n := 1 + 8 + 8 + 2 + 14 + len(e.JobID) + len(e.Result) + len(e.Value)
-	for _, r := range e.Recent {
-		n += 14 + len(r.ID) + len(r.Result)
-	}
+	// A guess for a window of IDs that share prefixes and of repeated
+	// results (12 bytes an outcome); append grows it for others.
+	n := 1 + 3*binary.MaxVarintLen64 + 8 + 12*len(e.Recent) + len(e.JobID) + len(e.Result) + len(e.Value)
 	b := make([]byte, 0, n)
-	b = append(b, stateV3)
-	b = binary.BigEndian.AppendUint64(b, e.Fence)
+	b = append(b, stateV4)
+	b = binary.AppendUvarint(b, e.Fence)
 	b = binary.BigEndian.AppendUint64(b, e.Epoch)
-	b = binary.BigEndian.AppendUint16(b, uint16(len(e.Recent)+1))
+	b = binary.AppendUvarint(b, uint64(len(e.Recent)+1))
+	var prevSeq uint64
+	var prevID string
+	var prevRes []byte
+	prevShared, first := 0, true
 	appendOne := func(seq uint64, id string, res []byte) {
-		b = binary.BigEndian.AppendUint64(b, seq)
-		b = binary.BigEndian.AppendUint16(b, uint16(len(id)))
-		b = append(b, id...)
-		b = binary.BigEndian.AppendUint32(b, uint32(len(res)))
-		b = append(b, res...)
+		b = binary.AppendVarint(b, int64(seq-prevSeq))
+		shared := sharedPrefix(id, prevID, prevShared)
+		b = binary.AppendUvarint(b, uint64(shared))
+		b = binary.AppendUvarint(b, uint64(len(id)-shared))
+		b = append(b, id[shared:]...)
+		if !first && bytes.Equal(res, prevRes) {
+			b = append(b, 0)
+		} else {
+			b = binary.AppendUvarint(b, uint64(len(res))+1)
+			b = append(b, res...)
+		}
+		prevSeq, prevID, prevRes, prevShared, first = seq, id, res, shared, false
 	}
 	for _, r := range e.Recent {
 		appendOne(r.Seq, r.ID, r.Result)
@@ -56,9 +94,28 @@ func encodeState(e StateEntry) []byte {
 	return append(b, e.Value...)
 }
 
+// sharedPrefix returns the length of the prefix a and b share. Neighbouring
+// IDs of a window usually share as much as the pair before them (guess):
+// one comparison of that prefix, then byte by byte.
+func sharedPrefix(a, b string, guess int) int {
+	n := 0
+	if guess <= len(a) && guess <= len(b) && a[:guess] == b[:guess] {
+		n = guess
+	}
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
 func decodeState(b []byte) (StateEntry, error) {
-	if len(b) > 0 && b[0] == stateV3 {
-		return decodeStateV3(b)
+	if len(b) > 0 {
+		switch b[0] {
+		case stateV4:
+			return decodeStateV4(b)
+		case stateV3:
+			return decodeStateV3(b)
+		}
 	}
 	var e StateEntry
 	if len(b) < 1+8+8+2 || (b[0] != stateV1 && b[0] != stateV2) {
@@ -141,6 +198,72 @@ func decodeStateV3(b []byte) (StateEntry, error) {
 			held[i].Result = append([]byte(nil), b[:r]...)
 		}
 		b = b[r:]
+	}
+	last := held[k-1]
+	e.Seq, e.JobID, e.Result = last.Seq, last.ID, last.Result
+	if k > 1 {
+		e.Recent = held[:k-1]
+	}
+	e.Value = append([]byte(nil), b...)
+	return e, nil
+}
+
+func decodeStateV4(b []byte) (StateEntry, error) {
+	var e StateEntry
+	b = b[1:]
+	uvarint := func() (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	fence, ok := uvarint()
+	if !ok || len(b) < 8 {
+		return e, ErrBadState
+	}
+	e.Fence = fence
+	e.Epoch = binary.BigEndian.Uint64(b)
+	b = b[8:]
+	k, ok := uvarint()
+	// Every outcome takes at least 4 bytes: a count beyond that is corrupt
+	// (and must not size an allocation).
+	if !ok || k == 0 || k > uint64(len(b)/4) {
+		return e, ErrBadState
+	}
+	held := make([]AppliedResult, k)
+	var prevSeq uint64
+	var prevID string
+	var prevRes []byte
+	for i := range held {
+		d, n := binary.Varint(b)
+		if n <= 0 {
+			return e, ErrBadState
+		}
+		b = b[n:]
+		shared, ok1 := uvarint()
+		rest, ok2 := uvarint()
+		if !ok1 || !ok2 || shared > uint64(len(prevID)) || rest > uint64(len(b)) {
+			return e, ErrBadState
+		}
+		id := prevID[:shared] + string(b[:rest])
+		b = b[rest:]
+		r, ok := uvarint()
+		if !ok || (r == 0 && i == 0) || r > uint64(len(b))+1 {
+			return e, ErrBadState
+		}
+		var res []byte
+		switch {
+		case r == 0:
+			res = bytes.Clone(prevRes)
+		case r > 1:
+			res = append([]byte(nil), b[:r-1]...)
+		}
+		b = b[max(r, 1)-1:]
+		seq := prevSeq + uint64(d)
+		held[i] = AppliedResult{Seq: seq, ID: id, Result: res}
+		prevSeq, prevID, prevRes = seq, id, res
 	}
 	last := held[k-1]
 	e.Seq, e.JobID, e.Result = last.Seq, last.ID, last.Result

@@ -20,6 +20,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"time"
@@ -198,6 +200,7 @@ func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound on the whole sale")
 	metricsAddr := fs.String("metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics while the sale runs: the client's, and the in-process workers' (env KEYLANE_METRICS)")
 	forceBars := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal, and from the start (on a terminal it shows once the sale has run 2s)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the sale itself (not the set-up) to FILE; with no --nats it covers the embedded server and workers too")
 	if err := parse(fs, args, errOut); err != nil {
 		return err
 	}
@@ -257,12 +260,26 @@ func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 			bar.Set(int64(done))
 		}
 	}
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
 	v, err := sale.Run(ctx, cl, cfg, tr)
+	runtime.ReadMemStats(&after)
 	bars.Wait()
+	if perr := stopProfile(); err == nil {
+		err = perr
+	}
 	if err != nil {
 		return err
 	}
 	v.Print(out)
+	if local != nil {
+		fmt.Fprintf(out, "  allocations: %.0f per purchase in this process (client, workers and embedded server together)\n",
+			float64(after.Mallocs-before.Mallocs)/float64(v.Config.Purchases))
+	}
 	if local != nil {
 		for _, w := range local.Workers {
 			s := w.Stats()
@@ -349,5 +366,25 @@ func serveMetrics(addr string, reg *prometheus.Registry) (string, func(), error)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-done
+	}, nil
+}
+
+// startCPUProfile starts a CPU profile into path (none when empty) and
+// returns the function that stops it and closes the file.
+func startCPUProfile(path string) (func() error, error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
 	}, nil
 }
