@@ -176,8 +176,13 @@ func TestPausedWorker(t *testing.T) {
 	// in that window all say "not applied" are presumed applied, and the
 	// stock check (finishLoad) holds the presumption to account; outside
 	// the window the check stays strict.
+	// A run's write follows its end (group commit): what counts is when
+	// the write's outcome was known, Settled. A run that ended just before
+	// SIGSTOP, its write in flight through the pause, is in the window (a
+	// run ended 4ms before the pause, its write landed, the successor
+	// answered the job from it: 2026-11-22).
 	inPauseWindow := func(r sale.Span) bool {
-		return r.Start < resumed.Add(leaseTTL).UnixNano() && r.End > paused.UnixNano()
+		return r.Start < resumed.Add(leaseTTL).UnixNano() && max(r.End, r.Settled) > paused.UnixNano()
 	}
 	rep := checkTrace(t, runs, ps, traceRules{ignoreOverlap: spansPause, unknownWrite: inPauseWindow})
 	t.Logf("%d purchases; trace: %d runs of %d jobs, %d redelivered", len(ps), rep.runs, rep.jobs, rep.reruns)

@@ -41,6 +41,9 @@ type Span struct {
 	Start   int64  `json:"start"` // wall clock, ns
 	End     int64  `json:"end"`
 	Applied bool   `json:"applied"` // the state write of this run took effect
+	// Settled is when the run's write outcome was known (wall clock, ns):
+	// after End for a group commit, whose write follows the runs.
+	Settled int64 `json:"settled,omitempty"`
 }
 
 // NewTracker returns a tracker; out, if not nil, receives a JSON line per
@@ -102,7 +105,7 @@ func (t *Tracker) Outcome(job keylane.Job, applied bool) {
 		return
 	}
 	delete(t.pending, job.Seq)
-	r.Applied = applied
+	r.Applied, r.Settled = applied, time.Now().UnixNano()
 	b, _ := json.Marshal(r)
 	_, _ = t.out.Write(append(b, '\n'))
 	_ = t.out.Flush()
