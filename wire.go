@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -175,14 +175,4 @@ func pubAckError(m *nats.Msg) (dup bool, err error) {
 // APIError (whose own text starts with "nats: ") in one more "nats: ", as
 // jetstream's publish does: "nats: nats: API error …" reads as a bug. The
 // error stays in the chain for errors.Is and errors.As.
-func natsError(err error) error {
-	if err == nil || !strings.HasPrefix(err.Error(), "nats: nats: ") {
-		return err
-	}
-	return &onceError{err}
-}
-
-type onceError struct{ err error }
-
-func (e *onceError) Error() string { return strings.TrimPrefix(e.err.Error(), "nats: ") }
-func (e *onceError) Unwrap() error { return e.err }
+func natsError(err error) error { return natserr.Once(err) }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -17,6 +18,7 @@ import (
 // returned at once. When ctx ends first it returns
 // errors.Join(ErrNotAcquired, ctx.Err()).
 func Campaign(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config) (*Lease, error) {
+	kv = natserr.KeyValue(kv) // errors say "nats:" once
 	c := campaign{kv: kv, key: key}
 	defer c.stopWatch()
 

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -55,6 +56,7 @@ type Lease struct {
 // returns a *HeldError, which wraps ErrHeld. It blocks for a few round trips
 // (the bucket status, the Create) and never waits for the key.
 func Acquire(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config) (*Lease, error) {
+	kv = natserr.KeyValue(kv) // errors say "nats:" once
 	cfg, err := cfg.resolve(ctx, kv)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -53,6 +54,7 @@ func newNonce() string {
 // Read returns the current holder of key and the entry's revision. A free
 // key (never taken, deleted, purged or expired) returns ErrFree.
 func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Info, uint64, error) {
+	kv = natserr.KeyValue(kv) // errors say "nats:" once
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return Info{}, 0, fmt.Errorf("%w: key %q", ErrFree, key)
