@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/cmdutil"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/internal/progress"
 	"github.com/nats-io/nats.go"
@@ -28,21 +29,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	var exit exitError
-	switch {
-	case errors.As(err, &exit):
-		os.Exit(int(exit)) // 0 after -h
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "keylane:", err)
-		os.Exit(1)
-	}
+	cmdutil.Exit("keylane", err)
 }
 
-// exitError is an exit that has already been explained: 0 after -h
-// printed the usage, 2 after a usage error.
-type exitError int
-
-func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+// exitError is an exit that has already been explained (cmdutil.ExitError).
+type exitError = cmdutil.ExitError
 
 const usage = `usage: keylane <command> [flags]
 
@@ -79,20 +70,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	return exitError(2)
 }
 
-// parse parses a subcommand's flags, its messages going to errOut. -h
-// prints the flags and is no failure: it returns exitError(0), which ends
-// the command at once with status 0. A bad flag returns exitError(2), the
-// flag package having said which flag and printed the flags.
+// parse parses a command's flags: cmdutil.Parse.
 func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
-	fs.SetOutput(errOut)
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		return exitError(0)
-	}
-	return exitError(2)
+	return cmdutil.Parse(fs, args, errOut)
 }
 
 type conn struct {
