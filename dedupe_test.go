@@ -3,15 +3,12 @@ package keylane
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/testwait"
-	"github.com/nats-io/nats.go"
 )
 
 // TestSameJobIDAfterDuplicateWindow: the server's duplicate window is cut
@@ -86,22 +83,8 @@ func TestSameJobIDAfterDuplicateWindow(t *testing.T) {
 // so a restarted server rebuilds a duplicate table without them. The same
 // job ID submitted again within the two minutes must not apply twice.
 func TestSameJobIDAfterServerRestart(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Config{Port: -1, StoreDir: dir, ServerName: "restart"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := srv.Addr().(*net.TCPAddr).Port
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	wnc, cnc := connect(), connect()
+	srv := startRestartable(t, "restart")
+	wnc, cnc := srv.connect(), srv.connect()
 	w, err := NewWorker(wnc, WorkerConfig{Topology: TopologyConfig{Partitions: 1, LeaseTTL: time.Second}, Reducer: countReducer, ID: "w"})
 	if err != nil {
 		t.Fatal(err)
@@ -123,12 +106,7 @@ func TestSameJobIDAfterServerRestart(t *testing.T) {
 		got, _ := state.Get(ctx(t), "k")
 		return string(got.Value) == "1"
 	})
-	srv.Shutdown()
-	srv.WaitForShutdown()
-	srv, err = embedded.Start(embedded.Config{Port: port, StoreDir: dir, ServerName: "restart"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv.restart()
 	testwait.Eventually(t, 10*time.Second, "client reconnected", cnc.IsConnected)
 	if _, err := c.Submit(ctx(t), "k", nil, WithID("X")); err != nil && !isDuplicate(err) {
 		t.Fatal(err)

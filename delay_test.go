@@ -3,15 +3,12 @@ package keylane
 import (
 	"context"
 	"errors"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -103,22 +100,8 @@ func TestDelayedJobRunsAtItsTimeInKeyOrder(t *testing.T) {
 // server restarted (same store) before the job's time still runs it, once
 // and not early.
 func TestDelayedJobSurvivesServerRestart(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Config{Port: -1, StoreDir: dir, ServerName: "delay-restart"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := srv.Addr().(*net.TCPAddr).Port
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	connect := func() *nats.Conn {
-		nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	wnc, cnc := connect(), connect()
+	srv := startRestartable(t, "delay-restart")
+	wnc, cnc := srv.connect(), srv.connect()
 	var log runLog
 	w, err := NewWorker(wnc, WorkerConfig{Topology: TopologyConfig{Partitions: 1, LeaseTTL: time.Second, Delays: true}, Handler: log.handler(), ID: "w"})
 	if err != nil {
@@ -137,11 +120,7 @@ func TestDelayedJobSurvivesServerRestart(t *testing.T) {
 	if _, err := c.Submit(ctx(t), "seat:B2", []byte("release"), WithID("d1"), WithRunAt(due)); err != nil {
 		t.Fatal(err)
 	}
-	srv.Shutdown()
-	srv.WaitForShutdown()
-	if srv, err = embedded.Start(embedded.Config{Port: port, StoreDir: dir, ServerName: "delay-restart"}); err != nil {
-		t.Fatal(err)
-	}
+	srv.restart()
 	testwait.Eventually(t, 20*time.Second, "the delayed job ran after the restart", func() bool { return len(log.of("d1")) > 0 })
 	if r := log.of("d1")[0]; r.at.Before(due) {
 		t.Fatalf("ran at %s, before its time %s", r.at, due)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
@@ -136,4 +138,49 @@ func keyIn(p, n int, prefix string) string {
 			return k
 		}
 	}
+}
+
+// restartable is an embedded server whose store and port survive restart,
+// and its reconnecting clients.
+type restartable struct {
+	t   *testing.T
+	cfg embedded.Config
+	srv *server.Server
+}
+
+func startRestartable(t *testing.T, name string) *restartable {
+	t.Helper()
+	r := &restartable{t: t, cfg: embedded.Config{Port: -1, StoreDir: t.TempDir(), ServerName: name}}
+	r.start()
+	r.cfg.Port = r.srv.Addr().(*net.TCPAddr).Port
+	t.Cleanup(func() { r.srv.Shutdown(); r.srv.WaitForShutdown() })
+	return r
+}
+
+func (r *restartable) start() {
+	r.t.Helper()
+	srv, err := embedded.Start(r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.srv = srv
+}
+
+// connect returns a client that reconnects across restarts.
+func (r *restartable) connect() *nats.Conn {
+	r.t.Helper()
+	nc, err := nats.Connect(r.srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(nc.Close)
+	return nc
+}
+
+// restart shuts the server down and starts it again on its port and store.
+func (r *restartable) restart() {
+	r.t.Helper()
+	r.srv.Shutdown()
+	r.srv.WaitForShutdown()
+	r.start()
 }
