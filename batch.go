@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -58,6 +59,11 @@ func newBatcher(c *Client) *batcher {
 // publish queues m (a job message whose stream ack must reach the waiter
 // token) and sends a batch if fewer than batchInflight are in flight.
 func (b *batcher) publish(m *nats.Msg, token string) {
+	// The batcher sets and clears batch headers and the reply on its own
+	// copy: the caller's message is read without b.mu (Call clones it to
+	// publish again), and a copy taken mid-batch must not carry a stale
+	// Nats-Batch-Id into a publish of its own.
+	m = &nats.Msg{Subject: m.Subject, Reply: m.Reply, Header: maps.Clone(m.Header), Data: m.Data}
 	b.mu.Lock()
 	b.queue = append(b.queue, batchJob{m, token})
 	b.sendLocked()

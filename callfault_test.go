@@ -144,3 +144,38 @@ func TestSubmitRepublishesALostPublish(t *testing.T) {
 		t.Fatalf("%d jobs stored, want 1", n)
 	}
 }
+
+// TestSubmitWhoseAckWasLostIsNoDuplicate: the stream stores a job, its ack
+// is lost, and Submit's copy is answered "duplicate". That duplicate is
+// Submit's own first copy: the job was stored once, by this call, and
+// Submit must say so (nil), not ErrDuplicate ("stored before, nothing
+// new"), which a shop would read as a failed order and retry under a new
+// ID.
+func TestSubmitWhoseAckWasLostIsNoDuplicate(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	c, _, p := e.proxiedClient()
+	swallow, err := p.Timeout(faultproxy.Downstream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := c.Submit(cctx, "k", nil)
+		done <- err
+	}()
+	testwait.Eventually(t, 5*time.Second, "the job stored (its ack swallowed)", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 1 })
+	swallow.Remove()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("submit = %v; want nil: the only earlier copy was its own", err)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("Submit never settled after its ack was lost")
+	}
+	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 1 {
+		t.Fatalf("%d jobs stored, want 1", n)
+	}
+}

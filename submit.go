@@ -133,7 +133,8 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 // publish stores m and waits for the stream's ack, publishing it again with
 // backoff (its job ID makes that safe) while the failure is one a
 // reconnect or an election cures, until ctx ends. Each attempt is bounded.
-// It reports whether the stream had the job already.
+// It reports whether the stream had the job before this call: a duplicate
+// answer to the first copy; one to a later copy may be the first's own.
 func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error) {
 	pause := 50 * time.Millisecond
 	for try := 1; ; try++ {
@@ -142,7 +143,9 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 		cancel()
 		err = natsError(err)
 		if err == nil {
-			return ack.Duplicate, nil
+			// A duplicate answer to a copy sent again may be our own
+			// first copy, whose ack was lost: stored once, by this call.
+			return ack.Duplicate && try == 1, nil
 		}
 		if !retryablePublish(err) || ctx.Err() != nil {
 			return false, err
