@@ -82,7 +82,7 @@ type Submitted struct {
 // SubmitMany stores many jobs with at most MaxPending asynchronous publishes
 // in flight, and returns once every one is stored or refused, in the order
 // given. It returns an error only if ctx ended; per-job errors are in the
-// slice.
+// slice, and a job has a nil Err only if the stream acked it.
 func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitted, err error) {
 	defer c.observeSubmitMany(c.now(), &out, &err)
 	out = make([]Submitted, len(reqs))
@@ -105,6 +105,10 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 		}
 		futures[i] = f
 		if ctx.Err() != nil {
+			// The rest are not sent: say so, none may look stored.
+			for j := i + 1; j < len(reqs); j++ {
+				out[j] = Submitted{ID: reqs[j].ID, Err: fmt.Errorf("keylane: not submitted: %w", ctx.Err())}
+			}
 			break
 		}
 	}
@@ -115,6 +119,12 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 		err, done := c.awaitAck(ctx, f, rs)
 		switch {
 		case done != nil:
+			// Every job whose ack was not seen: stored or not, unknown.
+			for j := i; j < len(futures); j++ {
+				if futures[j] != nil {
+					out[j].Err = fmt.Errorf("keylane: submit %s: no stream ack, stored or not: %w", out[j].ID, done)
+				}
+			}
 			return out, done
 		case err == nil:
 		case !retryablePublish(err):
