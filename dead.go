@@ -45,7 +45,9 @@ func DeadLetters(ctx context.Context, js jetstream.JetStream, namespace string, 
 	if err != nil {
 		return nil, err
 	}
-	info, err := s.Info(ctx)
+	ictx, cancel := context.WithTimeout(ctx, requestTimeout)
+	info, err := s.Info(ictx)
+	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("keylane: dead-letter stream: %w", err)
 	}
@@ -79,6 +81,8 @@ func PurgeDeadLetters(ctx context.Context, js jetstream.JetStream, namespace str
 	if err != nil {
 		return 0, err
 	}
+	ctx, cancel := context.WithTimeout(ctx, 2*requestTimeout)
+	defer cancel()
 	info, err := s.Info(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("keylane: dead-letter stream: %w", err)
@@ -116,7 +120,9 @@ func (c *Client) Redrive(ctx context.Context, d DeadLetter) (string, error) {
 	if err != nil {
 		return id, err
 	}
-	if err := s.DeleteMsg(ctx, d.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	dctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := s.DeleteMsg(dctx, d.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		return id, fmt.Errorf("keylane: redrove dead letter %d as %s, but could not delete it: %w", d.Seq, id, err)
 	}
 	return id, nil

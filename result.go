@@ -22,7 +22,9 @@ func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keylane: %w", err)
 	}
-	e, err := kv.Get(ctx, jobID)
+	gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	e, err := kv.Get(gctx, jobID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, ErrNoResult
 	}
