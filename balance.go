@@ -438,7 +438,11 @@ func (b *balancer) acquire(p int, orphan bool) {
 	}
 	if b.stopping {
 		b.mu.Unlock()
-		_ = l.Release(context.WithoutCancel(b.ctx))
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), b.w.cfg.Topology.LeaseTTL)
+		if err := l.Release(rctx); err != nil {
+			b.w.log.Warn("release of a partition acquired while stopping", "partition", p, "err", err)
+		}
+		cancel()
 		return
 	}
 	o := newOwner(b.w, p, l)

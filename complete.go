@@ -43,6 +43,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 		return false
 	}
 	if err := t.msg.Ack(); err != nil {
+		o.w.stats.unacked.Add(1)
 		o.log.Warn("ack", "job_id", t.job.ID, "err", err)
 		return false
 	}
@@ -163,18 +164,45 @@ func messageSize(m *nats.Msg) int64 {
 	return int64(n)
 }
 
+// storedResult looks up the outcome kept under a job ID. Only "no such
+// key" means none: a look-up that fails (no leader, a cut connection) is
+// tried again with backoff while the tenure lasts, for running the job on
+// a failed look-up would run again a job that finished (a paid order's
+// side effect, for a Handler). It reports false also when the tenure
+// ended first; the caller then must not run the job (o.ctx is done).
 func (o *owner) storedResult(id string) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-	defer cancel()
-	e, err := o.w.topo.Results.Get(ctx, id)
-	if err != nil {
-		return nil, nil, false
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+		e, err := o.w.topo.Results.Get(ctx, id)
+		cancel()
+		switch {
+		case err == nil:
+			res, rerr, ok := decodeResult(e.Value())
+			return res, rerr, ok
+		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+			return nil, nil, false
+		}
+		o.log.Warn("kept outcome look-up failed; trying again", "job_id", id, "try", try, "err", err)
+		t := time.NewTimer(o.w.cfg.Backoff(try))
+		select {
+		case <-t.C:
+		case <-o.ctx.Done():
+			t.Stop()
+			return nil, nil, false
+		}
 	}
-	res, rerr, ok := decodeResult(e.Value())
-	return res, rerr, ok
+}
+
+// replay answers t from an outcome kept by an earlier run: stored already,
+// and a dead letter's outcome stays a dead letter's.
+func (o *owner) replay(t *task, res []byte, rerr error) {
+	o.w.stats.fromResults.Add(1)
+	t.outcomeKept = true
+	var re *RemoteError
+	o.finish(t, res, rerr, errors.As(rerr, &re) && re.DeadLettered)
 }
 
 // firstKept looks up, concurrently, the kept outcomes of the tasks whose ID
@@ -183,12 +211,14 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 func (o *owner) firstKept(ts []*task) int {
 	var wg sync.WaitGroup
 	for _, t := range ts {
-		if t.explicit {
+		if t.explicit && !t.lookedUp && t.kept == nil {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				if res, rerr, ok := o.storedResult(t.job.ID); ok {
 					t.kept = &keptOutcome{res: res, err: rerr}
+				} else {
+					t.lookedUp = true
 				}
 			}()
 		}

@@ -39,9 +39,13 @@ func (o *owner) runGroup(ts []*task) {
 		}
 		// Jobs with a caller's ID may be retries of jobs that finished
 		// long ago: one concurrent look-up of their kept outcomes.
-		if i := o.firstKept(ts[:k]); i == 0 {
-			o.w.stats.fromResults.Add(1)
-			o.finish(ts[0], ts[0].kept.res, ts[0].kept.err, false)
+		i := o.firstKept(ts[:k])
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(int64(len(ts)))
+			return
+		}
+		if i == 0 {
+			o.replay(ts[0], ts[0].kept.res, ts[0].kept.err)
 			ts = ts[1:]
 			continue
 		} else if i > 0 {
@@ -71,9 +75,9 @@ func (o *owner) runGroup(ts []*task) {
 			return
 		}
 		if !o.keepOutcomes(g[:n], out[:n]) {
-			o.w.stats.unacked.Add(int64(n))
-			ts = ts[n:]
-			continue
+			// The tenure ended: nothing more is applied or acked here.
+			o.w.stats.unacked.Add(int64(len(ts)))
+			return
 		}
 		for i := range n {
 			if o.finish(g[i], out[i], nil, false) {
@@ -97,14 +101,22 @@ func (o *owner) process(t *task) {
 	if o.ctx.Err() != nil {
 		return
 	}
-	if t.explicit || t.maybeDup && o.w.cfg.StoreResults {
+	if t.kept != nil {
+		o.replay(t, t.kept.res, t.kept.err)
+		return
+	}
+	if !t.lookedUp && (t.explicit || t.maybeDup && o.w.cfg.StoreResults) {
 		// A job the caller may retry by ID (or a redelivery) that finished
 		// before is answered from its kept outcome.
 		if res, rerr, ok := o.storedResult(t.job.ID); ok {
-			o.w.stats.fromResults.Add(1)
-			o.finish(t, res, rerr, false)
+			o.replay(t, res, rerr)
 			return
 		}
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(1)
+			return
+		}
+		t.lookedUp = true
 	}
 	first := 1
 	if t.maybeDup {

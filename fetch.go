@@ -229,5 +229,9 @@ func (o *owner) malformed(msg jetstream.Msg, seq uint64, why error) {
 			o.log.Warn("reply", "seq", seq, "err", perr)
 		}
 	}
-	_ = msg.Ack()
+	if err := msg.Ack(); err != nil {
+		// Redelivered, it is dead-lettered again: say so.
+		o.w.stats.unacked.Add(1)
+		o.log.Warn("ack of a dead-lettered malformed message", "seq", seq, "err", err)
+	}
 }

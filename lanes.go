@@ -19,6 +19,7 @@ type task struct {
 	redriveOf string
 
 	kept        *keptOutcome // an earlier run's outcome, found by ID
+	lookedUp    bool         // its kept outcome was looked for (none found) this tenure
 	outcomeKept bool         // this run's outcome is stored already
 	requeued    bool         // put back in its lane by the runner that took it
 	progress    time.Time

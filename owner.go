@@ -75,7 +75,11 @@ func newOwner(w *Worker, p int, l *lease.Lease) *owner {
 		handoverCh: make(chan struct{}), abortCh: make(chan struct{}), done: make(chan struct{}),
 	}
 	o.log = w.log.With("partition", p, "fence", l.Fence())
-	o.ctx, o.cancel = context.WithCancel(context.Background())
+	// The tenure's context ends with the lease (lost, expired), not only
+	// when the fetch loop notices: a lease lost while the owner drains its
+	// queued jobs after a hand-over or a re-sync, when no controller
+	// watches it any more, must still cancel the running handlers.
+	o.ctx, o.cancel = l.Context(context.Background())
 	return o
 }
 
