@@ -465,3 +465,44 @@ func TestTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestPartialPermissions: a user whose ACL misses a command a script runs
+// after it wrote, or the release channel, must never be left with a lock
+// that nobody holds, nor told "failed" for an unlock that released.
+func TestPartialPermissions(t *testing.T) {
+	args := []string{"--user", "default", "off"}
+	// No channel: the release's PUBLISH comes after its DEL.
+	args = append(args, userArgs("nochan", "p", "~keylane:lock:* resetchannels -@all +evalsha +eval +ping +get +set +del +incr +pexpire +pttl")...)
+	// No INCR: acquire.lua refuses it after its SET.
+	args = append(args, userArgs("noincr", "p", "~keylane:lock:* &keylane:lock:* -@all +evalsha +eval +ping +get +set +del +pexpire +pttl +publish")...)
+	args = append(args, userArgs("admin", "adm1n", "~* &* +@all")...)
+	srv := startRedis(t, args...)
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "admin", Password: "adm1n"})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := t.Context()
+
+	t.Run("unlock without the channel", func(t *testing.T) {
+		l := lockerFor(t, &redis.Options{Addr: srv.Addr, Username: "nochan", Password: "p"}, nil)
+		lk, err := l.Mutex("nochan").Lock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lk.Unlock(ctx); err != nil {
+			t.Fatalf("Unlock: %v; the lock was released, the wake-up is best effort", err)
+		}
+		if keys, _ := admin.Keys(ctx, "keylane:lock:*nochan*").Result(); len(keys) > 1 {
+			t.Fatalf("still there after Unlock: %v", keys) // the fence counter stays
+		}
+	})
+	t.Run("refused inside the acquire script", func(t *testing.T) {
+		l := lockerFor(t, &redis.Options{Addr: srv.Addr, Username: "noincr", Password: "p"}, nil)
+		_, err := l.Mutex("noincr").Lock(ctx)
+		if !errors.Is(err, fallback.ErrRefused) {
+			t.Fatalf("Lock: %v; want ErrRefused", err)
+		}
+		keys, _ := admin.Keys(ctx, "keylane:lock:*noincr*").Result()
+		if len(keys) != 0 {
+			t.Errorf("left behind: %v (a lock nobody holds until its TTL)", keys)
+		}
+	})
+}

@@ -134,7 +134,12 @@
 // release channels, and the commands the scripts run), tested as written.
 // A refused credential or permission (WRONGPASS, NOAUTH, NOPERM, a command
 // a script may not run) is a *RefusedError naming the server and the user;
-// it proves nothing ran, so Lock returns it at once, with nothing to undo.
+// Lock returns it at once. A refusal before the script ran leaves nothing
+// to undo; a command refused inside a script (RefusedError.InScript) may
+// follow writes Redis keeps, so Lock undoes the acquisition then, as for a
+// lost reply. Release scripts publish their wake-up with redis.pcall: a
+// user without the channel still releases, and waiters fall back to their
+// backoff.
 //
 // # Keys
 //

@@ -50,6 +50,16 @@ type RefusedError struct {
 	User string
 	// Err is the Redis error.
 	Err error
+	// InScript: a command inside a script was refused; what the script
+	// wrote before it stays written (Redis does not roll a script back).
+	InScript bool
+}
+
+// nothingRan reports an error that proves the script did not run at all
+// (refused before it started), so there is nothing to undo.
+func nothingRan(err error) bool {
+	var re *RefusedError
+	return errors.As(err, &re) && !re.InScript
 }
 
 func (e *RefusedError) Error() string {

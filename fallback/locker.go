@@ -149,7 +149,7 @@ func (m *Mutex) lock(ctx context.Context, block bool, opts []Option) (*Lock, err
 	if err != nil {
 		// A plain "held by someone else" needs no undo; anything else may
 		// have left an acquisition behind whose reply we never saw.
-		if undo != nil && err != ErrNotAcquired && !errors.Is(err, ErrClosed) && !errors.Is(err, ErrRefused) {
+		if undo != nil && err != ErrNotAcquired && !errors.Is(err, ErrClosed) && !nothingRan(err) {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ttl)
 			undo(uctx)
 			cancel()
@@ -163,7 +163,8 @@ func (m *Mutex) attempt(ctx context.Context, s *script, n *node, keys []string, 
 	sent := time.Now()
 	v, err := s.run(ctx, n.scripts, keys, args...)
 	if errors.Is(err, ErrRefused) {
-		// Refused before it ran: nothing to undo, nothing to wait for.
+		// Refused: nothing to wait for (Lock undoes what a script refused
+		// part-way may have written).
 		return attemptResult{}, fmt.Errorf("%w: %q: %w", ErrNotAcquired, m.name, err)
 	}
 	if err != nil {

@@ -2,7 +2,6 @@ package fallback
 
 import (
 	"context"
-	"errors"
 	"strconv"
 )
 
@@ -96,7 +95,7 @@ func (rw *RWMutex) lock(ctx context.Context, block, read bool, opts []Option) (*
 	}
 	r, err := m.c.acquire(ctx, block, waitSpec{channel: m.k.channel, wakeAll: true}, try)
 	if err != nil {
-		if err != ErrNotAcquired && !errors.Is(err, ErrRefused) {
+		if err != ErrNotAcquired && !nothingRan(err) {
 			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.ttl)
 			_, _ = ops.release(uctx)
 			cancel()

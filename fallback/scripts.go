@@ -96,7 +96,7 @@ func refused(err error) bool {
 
 // refusedBy names the server and the user of c in a *RefusedError.
 func refusedBy(c redis.Scripter, err error) error {
-	e := &RefusedError{Err: err}
+	e := &RefusedError{Err: err, InScript: redis.HasErrorPrefix(err, "The user executing the script can't run")}
 	switch c := c.(type) {
 	case *redis.Client:
 		e.Addr, e.User = c.Options().Addr, c.Options().Username

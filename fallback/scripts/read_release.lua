@@ -8,6 +8,6 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 if redis.call('ZCARD', KEYS[1]) == 0 then
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.pcall('PUBLISH', ARGV[2], 'released')
 end
 return 1

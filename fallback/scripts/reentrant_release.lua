@@ -11,5 +11,5 @@ if n > 0 then
   return n
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[2], 'released')
+redis.pcall('PUBLISH', ARGV[2], 'released')
 return 0

@@ -3,7 +3,7 @@
 -- Returns 1 when the token held the lock and it is now deleted, else 0.
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[2], 'released')
+  redis.pcall('PUBLISH', ARGV[2], 'released')
   return 1
 end
 return 0
