@@ -78,9 +78,17 @@ func (c *Client) refused(ctx context.Context, m *nats.Msg, err error) (res []byt
 	if m.Header.Get(HeaderIdempotent) == "" {
 		return nil, false, full
 	}
-	res, rerr := c.Result(ctx, m.Header.Get(HeaderJobID))
-	if errors.Is(rerr, ErrNoResult) || (rerr != nil && !isRemote(rerr)) {
+	id := m.Header.Get(HeaderJobID)
+	res, rerr := c.Result(ctx, id)
+	switch {
+	case errors.Is(rerr, ErrNoResult):
+		// No outcome kept: not applied (or, after the duplicate window,
+		// still queued from an earlier call, which then runs).
 		return nil, false, full
+	case rerr != nil && !isRemote(rerr):
+		// Whether an earlier copy was applied is unknown: never say "full"
+		// (nothing stored) for a purchase that may have gone through.
+		return nil, false, fmt.Errorf("keylane: key %q is at its backlog cap, and whether job %s was applied before is unknown: %w", full.Key, id, rerr)
 	}
 	return res, true, rerr
 }
