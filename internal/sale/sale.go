@@ -83,7 +83,9 @@ type Verdict struct {
 	// Full counts, by SKU, the purchases refused at admission: the SKU's
 	// backlog was full (keylane.ErrKeyBacklogFull), nothing stored. They
 	// are neither sold nor failed: the shop says "try again later".
-	Full      []int64
+	Full []int64
+	// SoldBy counts, by SKU, the purchases answered "sold" (Call mode).
+	SoldBy    []int64
 	Oversold  int64 // units sold beyond stock: must be 0
 	Mismatch  int   // SKUs whose final stock is not start − sold: must be 0
 	Final     []int64
@@ -96,6 +98,34 @@ type Verdict struct {
 	OutOfOrd  int // runs of a key that started out of stream order
 	// FirstError is the first purchase error, if any failed.
 	FirstError string
+}
+
+// judge checks every SKU: its final stock is start − what was admitted
+// (demand less admission refusals, at most the stock), never below zero,
+// and, with request-reply, the buyers told "sold" are exactly the units
+// taken: more is an oversell (a promise the stock does not back), fewer a
+// sale nobody was told of, unless some purchases failed.
+func (v *Verdict) judge() {
+	c := v.Config
+	for i, got := range v.Final {
+		taken := c.Stock - got
+		if got < 0 {
+			v.Oversold += -got
+		}
+		if taken != min(c.Stock, v.Demand[i]-v.Full[i]) {
+			v.Mismatch++
+		}
+		if c.FireAndForget || i >= len(v.SoldBy) {
+			continue
+		}
+		told := v.SoldBy[i]
+		if told > max(taken, 0) {
+			v.Oversold += told - max(taken, 0)
+		}
+		if told != taken && v.Failed == 0 {
+			v.Mismatch++
+		}
+	}
 }
 
 // BacklogFull is how many purchases were refused at admission.
@@ -227,23 +257,14 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 			return v, err
 		}
 		v.Final[i] = got
-		sold := cfg.Stock - got
-		want := min(cfg.Stock, v.Demand[i]-v.Full[i]) // what was admitted
-		if got < 0 {
-			v.Oversold += -got
-		}
-		if sold != want {
-			v.Mismatch++
-		}
 	}
 	if cfg.FireAndForget {
 		for i := range v.Final {
 			v.Sold += cfg.Stock - v.Final[i]
 		}
 		v.Refused = int64(cfg.Purchases) - v.Sold - v.BacklogFull()
-	} else if total := int64(cfg.SKUs) * cfg.Stock; v.Sold > total {
-		v.Oversold += v.Sold - total
 	}
+	v.judge()
 	if tr != nil {
 		v.MaxPerKey = tr.MaxConcurrent()
 		v.OutOfOrd = tr.OrderViolations()
@@ -280,6 +301,7 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 	var next atomic.Int64
 	var sold, refused, failed, answered atomic.Int64
 	full := make([]atomic.Int64, cfg.SKUs)
+	soldBy := make([]atomic.Int64, cfg.SKUs)
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	for b := 0; b < cfg.Buyers; b++ {
@@ -305,6 +327,7 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 					firstErr.CompareAndSwap(nil, err)
 				case strings.HasPrefix(string(res), "sold "):
 					sold.Add(1)
+					soldBy[picks[i]].Add(1)
 				case strings.HasPrefix(string(res), "soldout "):
 					refused.Add(1)
 				default:
@@ -316,8 +339,10 @@ func callAll(ctx context.Context, c *keylane.Client, cfg Config, picks []int, ru
 	}
 	wg.Wait()
 	v.Sold, v.Refused, v.Failed = sold.Load(), refused.Load(), failed.Load()
+	v.SoldBy = make([]int64, len(soldBy))
 	for i := range full {
 		v.Full[i] = full[i].Load()
+		v.SoldBy[i] = soldBy[i].Load()
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

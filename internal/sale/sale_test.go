@@ -166,3 +166,23 @@ func TestAbortedFireAndForgetSaysWhatWasStored(t *testing.T) {
 	}
 	t.Logf("%v", err)
 }
+
+// TestJudgeCatchesWhatTheTotalsHide: one SKU answered "sold" once more
+// than its stock moved (a lost write, a buyer answered twice) while the
+// sale's total stays under the total stock; the verdict must fail.
+func TestJudgeCatchesWhatTheTotalsHide(t *testing.T) {
+	v := Verdict{
+		Config: Config{SKUs: 2, Stock: 1000},
+		Demand: []int64{4000, 300}, Full: []int64{0, 0},
+		Final: []int64{0, 700}, SoldBy: []int64{1001, 300},
+	}
+	v.judge()
+	if v.OK() || v.Oversold != 1 {
+		t.Fatalf("verdict %+v: want an oversell of 1 and not OK", v)
+	}
+	good := Verdict{Config: v.Config, Demand: v.Demand, Full: v.Full, Final: v.Final, SoldBy: []int64{1000, 300}}
+	good.judge()
+	if !good.OK() {
+		t.Fatalf("a clean sale judged %+v", good)
+	}
+}
