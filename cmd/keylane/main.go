@@ -86,7 +86,7 @@ func (c *conn) register(fs *flag.FlagSet) {
 		url = nats.DefaultURL
 	}
 	fs.StringVar(&c.url, "nats", url, "NATS URL (env NATS_URL)")
-	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
+	fs.StringVar(&c.namespace, "namespace", cmdutil.Namespace(), "keylane namespace (env KEYLANE_NAMESPACE)")
 	c.auth = natsflags.Register(fs)
 }
 

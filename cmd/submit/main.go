@@ -100,7 +100,7 @@ type common struct {
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "nats", os.Getenv("NATS_URL"), "NATS URL; empty starts an embedded server and workers in this process (env NATS_URL)")
-	fs.StringVar(&c.namespace, "namespace", "keylane", "keylane namespace")
+	fs.StringVar(&c.namespace, "namespace", cmdutil.Namespace(), "keylane namespace (env KEYLANE_NAMESPACE)")
 	fs.IntVar(&c.partitions, "partitions", 0, "partition count: with --nats it must match the stream's (0 takes it; a client creates no stream, a worker does); without, the in-process workers create the namespace with it (0: 16)")
 	fs.IntVar(&c.shards, "stream-shards", 0, "jobs stream shards (0: the namespace's; 1 when creating)")
 	fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")

@@ -45,3 +45,13 @@ func Exit(name string, err error) {
 		os.Exit(1)
 	}
 }
+
+// Namespace is the default of every command's --namespace: the
+// environment's KEYLANE_NAMESPACE, as the worker reads it, else "keylane".
+// An operator who exported it for the workers acts on the same namespace.
+func Namespace() string {
+	if ns := os.Getenv("KEYLANE_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "keylane"
+}
