@@ -154,7 +154,13 @@ func (h *handler) read(ctx context.Context) Page {
 	if !h.lastAt.IsZero() && time.Since(h.lastAt) < h.cfg.MaxAge {
 		return h.last
 	}
-	h.last, h.lastAt = h.take(ctx), time.Now()
+	p := h.take(ctx)
+	if r := context.Cause(ctx); r != nil && !errors.Is(r, context.DeadlineExceeded) {
+		// This viewer went away mid-reading: its failure is not the
+		// namespace's, so it is not cached for the other viewers.
+		return p
+	}
+	h.last, h.lastAt = p, time.Now()
 	return h.last
 }
 
