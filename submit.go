@@ -42,9 +42,24 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	wctx, stopWatch := refusalWatch(ctx, c.nc, c.nc.LastError(), m.Subject)
 	defer stopWatch()
 	c.batcherOf(m).publish(m, token)
+	// The batcher resends a batch without an ack one job at a time, after
+	// batchTimeout; if that ack is lost too, or the stream has no leader,
+	// the job goes through publish's bounded retries with backoff. A
+	// duplicate there may be the batch's own copy: stored, nothing more.
+	late := time.NewTimer(batchTimeout + maxCallAckWait)
+	defer late.Stop()
+	alone := func() (string, error) {
+		if _, err := c.publishWatched(ctx, m); err != nil {
+			return c.submitError(ctx, m, r.ID, err)
+		}
+		return r.ID, nil
+	}
 	select {
 	case ack := <-w.ack:
 		dup, err := pubAckError(ack)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return alone()
+		}
 		if err != nil {
 			return c.submitError(ctx, m, r.ID, err)
 		}
@@ -52,6 +67,8 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 		}
 		return r.ID, nil
+	case <-late.C:
+		return alone()
 	case <-wctx.Done():
 		if refused := refusedCause(wctx); refused != nil {
 			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, refused)
