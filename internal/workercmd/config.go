@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,33 @@ func envDur(name string, def time.Duration) time.Duration {
 	return def
 }
 
+// envName finds the variable a flag's help names: "(env NAME" or
+// "(env NAME=1".
+var envName = regexp.MustCompile(`\(env ([A-Z][A-Z0-9_]*)`)
+
+// applyEnv sets every flag not given on the command line from the
+// variable its help names, through the flag's own parser: a value the
+// flag would refuse (KEYLANE_LEASE_TTL=10, KEYLANE_SYNC_ALWAYS=yes) is an
+// error naming the variable, never silently the default. The defaults
+// read from the environment above only show in -h.
+func applyEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		m := envName.FindStringSubmatch(f.Usage)
+		if given[f.Name] || m == nil {
+			return
+		}
+		if v := os.Getenv(m[1]); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q (for --%s): %w", m[1], v, f.Name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
 // UsageError is a command line that Parse refused: a bad flag or value.
 // The command exits 2 for it.
 type UsageError struct{ Err error }
@@ -109,6 +137,9 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	auth := natsflags.Register(fs)
 	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error; debug adds a line per job event: received, ran, committed, acked (env KEYLANE_LOG_LEVEL)")
 	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := applyEnv(fs); err != nil {
 		return c, err
 	}
 	if auth.Set() && c.URL == "" {

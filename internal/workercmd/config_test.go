@@ -2,6 +2,7 @@ package workercmd
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -84,5 +85,34 @@ func TestLogLevel(t *testing.T) {
 		if got := c.Worker.Logger.Enabled(context.Background(), slog.LevelDebug); got != tc.debug {
 			t.Errorf("Parse(%q) with KEYLANE_LOG_LEVEL=%q: DEBUG on %v, want %v", tc.args, tc.env, got, tc.debug)
 		}
+	}
+}
+
+// TestBadEnvironmentIsRefused: a variable the flag would refuse is a
+// usage error naming it, never silently the default (KEYLANE_SYNC_ALWAYS
+// =true ran without fsync, KEYLANE_LEASE_TTL=10 with 10s); a good one is
+// read through the flag's parser (true for a boolean).
+func TestBadEnvironmentIsRefused(t *testing.T) {
+	for _, tc := range []struct{ name, value, says string }{
+		{"KEYLANE_LEASE_TTL", "10", "KEYLANE_LEASE_TTL"},
+		{"KEYLANE_SYNC_ALWAYS", "yes", "KEYLANE_SYNC_ALWAYS"},
+		{"KEYLANE_MAX_KEY_BACKLOG", "1k", "KEYLANE_MAX_KEY_BACKLOG"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.name, tc.value)
+			fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			_, err := Parse(fs, nil)
+			var usage *UsageError
+			if !errors.As(err, &usage) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("%s=%s: %v; want a usage error naming it", tc.name, tc.value, err)
+			}
+		})
+	}
+	t.Setenv("KEYLANE_SYNC_ALWAYS", "true")
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	c, err := Parse(fs, nil)
+	if err != nil || !c.SyncAlways {
+		t.Fatalf("KEYLANE_SYNC_ALWAYS=true: sync %v, %v; want on", c.SyncAlways, err)
 	}
 }
