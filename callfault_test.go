@@ -95,7 +95,11 @@ func TestCallRecoversALostReply(t *testing.T) {
 		res, err = c.Call(cctx, "k", nil)
 		done <- err
 	}()
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker never ran the job")
+	}
 	p.Cut()
 	close(release)
 	testwait.Eventually(t, 10*time.Second, "the job finished and was answered into the void", func() bool { return w.Stats().Succeeded == 1 })

@@ -26,7 +26,9 @@ type Job struct {
 	// keylane should refuse writes carrying a fence lower than one they have
 	// seen for the same key.
 	Fence uint64
-	// Attempt counts runs of this job by this owner, from 1.
+	// Attempt counts runs of this job, from 1; a job redelivered to a new
+	// owner after its earlier owners started it starts above 1 (their
+	// starts are counted across owners, see MaxDeliver).
 	Attempt int
 	// Headers are the message headers as submitted.
 	Headers nats.Header

@@ -43,6 +43,7 @@ const (
 	OutcomeInvalid     = "invalid"      // refused before sending: key, job ID or payload
 	OutcomeNoTopology  = "no_topology"  // the namespace's jobs stream does not exist
 	OutcomeClosed      = "closed"       // the client was closed
+	OutcomeBacklogFull = "backlog_full" // refused at admission: the key's backlog is at its cap
 	OutcomeError       = "error"        // anything else (the server refused, a connection failed)
 )
 
@@ -86,7 +87,7 @@ func (m *Client) Observer() *keylane.ClientObserver {
 	}
 }
 
-var allOutcomes = []string{OutcomeOK, OutcomeDuplicate, OutcomeRemoteError, OutcomeNoReply, OutcomeCanceled, OutcomeInvalid, OutcomeNoTopology, OutcomeClosed, OutcomeError}
+var allOutcomes = []string{OutcomeOK, OutcomeDuplicate, OutcomeRemoteError, OutcomeNoReply, OutcomeCanceled, OutcomeInvalid, OutcomeNoTopology, OutcomeClosed, OutcomeBacklogFull, OutcomeError}
 
 // outcomes returns op's counters of the given outcomes, looked up once.
 func (m *Client) outcomes(op string, outcomes ...string) map[string]prometheus.Counter {
@@ -113,6 +114,8 @@ func Outcome(err error) string {
 		return OutcomeClosed
 	case errors.Is(err, keylane.ErrNoTopology):
 		return OutcomeNoTopology
+	case errors.Is(err, keylane.ErrKeyBacklogFull):
+		return OutcomeBacklogFull
 	case errors.Is(err, keylane.ErrBadJobID), errors.Is(err, keylane.ErrPayloadTooLarge),
 		errors.Is(err, partition.ErrEmptyKey), errors.Is(err, partition.ErrKeyTooLong), errors.Is(err, partition.ErrKeyNotUTF8):
 		return OutcomeInvalid

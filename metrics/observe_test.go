@@ -360,6 +360,7 @@ func TestOutcome(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", keylane.ErrPayloadTooLarge), OutcomeInvalid},
 		{keylane.ErrNoTopology, OutcomeNoTopology},
 		{keylane.ErrClosed, OutcomeClosed},
+		{fmt.Errorf("keylane: submit x: %w", &keylane.KeyBacklogFullError{Key: "k", Cap: 5}), OutcomeBacklogFull},
 		{errors.New("nats: connection closed"), OutcomeError},
 	} {
 		if got := Outcome(c.err); got != c.want {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/internal/progress"
 )
 
@@ -24,7 +25,7 @@ const deadUsage = `usage: keylane dead <list|show|redrive|purge> [flags]
 
 // dead runs the dead-letter subcommands on keylane's library API
 // (keylane.DeadLetters, DeadLetterAt, Client.Redrive, PurgeDeadLetters).
-func dead(ctx context.Context, args []string, out, errOut io.Writer) error {
+func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	switch {
 	case len(args) == 0:
 		fmt.Fprintln(errOut, deadUsage)
@@ -65,6 +66,7 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }() // the server's reason, not a bare timeout
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	switch args[0] {

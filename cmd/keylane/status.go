@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natsflags"
 )
 
 // status prints keylane.Inspect of a namespace, once or every --watch.
-func status(ctx context.Context, args []string, out, errOut io.Writer) error {
+func status(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var c conn
 	c.register(fs)
@@ -31,6 +32,7 @@ func status(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return err
 	}
 	defer nc.Close()
+	defer func() { err = natsflags.Refused(nc, err) }() // the server's reason, not a bare timeout
 	for {
 		st, err := keylane.Inspect(ctx, js, c.namespace)
 		if err != nil {

@@ -229,6 +229,7 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 		// Wait until the stream is empty: every purchase ran and was
 		// acked. Asking for stream info keeps the wait off the hot key's
 		// lane, which polling its stock with "get" jobs would load.
+		pause := 2 * time.Millisecond
 		for {
 			n, err := c.Backlog(ctx)
 			if err != nil {
@@ -240,7 +241,10 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 			if n == 0 {
 				break
 			}
-			time.Sleep(2 * time.Millisecond)
+			// One stream info request per shard each time: back off so the
+			// wait does not load the server whose throughput it measures.
+			time.Sleep(pause)
+			pause = min(2*pause, 50*time.Millisecond)
 		}
 	}
 	v.Elapsed = time.Since(start)
