@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
@@ -286,19 +284,8 @@ func TestKeySubjects(t *testing.T) {
 // the applied job's outcome, never "full": a shop must not say "sold out"
 // to a purchase that went through.
 func TestKeyBacklogRetryOfAnAppliedJobGetsItsOutcome(t *testing.T) {
-	dir := t.TempDir()
-	srv, err := embedded.Start(embedded.Config{Port: -1, StoreDir: dir, ServerName: "full-restart"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := srv.Addr().(*net.TCPAddr).Port
-	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
-	nc, err := nats.Connect(srv.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	wnc := natstest.Connect(t, srv)
+	srv := startRestartable(t, "full-restart")
+	nc, wnc := srv.connect(), srv.connect()
 	w, err := NewWorker(wnc, WorkerConfig{Topology: TopologyConfig{Partitions: 1, LeaseTTL: time.Second, MaxKeyBacklog: 1}, Handler: echo(), ID: "w"})
 	if err != nil {
 		t.Fatal(err)
@@ -317,11 +304,7 @@ func TestKeyBacklogRetryOfAnAppliedJobGetsItsOutcome(t *testing.T) {
 	if err := w.Stop(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	srv.Shutdown()
-	srv.WaitForShutdown()
-	if srv, err = embedded.Start(embedded.Config{Port: port, StoreDir: dir, ServerName: "full-restart"}); err != nil {
-		t.Fatal(err)
-	}
+	srv.restart()
 	testwait.Eventually(t, 10*time.Second, "client reconnected", nc.IsConnected)
 	testwait.NoError(t, 10*time.Second, "the filler job stored", func() error {
 		_, err := c.Submit(ctx(t), "ticket:1", []byte("filler"))
