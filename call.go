@@ -52,8 +52,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
 	before := c.nc.LastError() // a refusal after it is this publish's
-	status := c.nc.StatusChanged(nats.CONNECTED)
-	defer c.nc.RemoveStatusListener(status)
+	status := *c.reconnected.Load()
 	publish := func(m *nats.Msg) {
 		if c.batch != nil {
 			c.batcherOf(m).publish(m, token)
@@ -141,6 +140,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				republish()
 			}
 		case <-status:
+			status = *c.reconnected.Load()
 			// The reply may have been lost while we were away: look for
 			// the kept outcome too, and publish again if unacked.
 			if !acked {

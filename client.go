@@ -69,6 +69,11 @@ type ClientConfig struct {
 
 // Client submits jobs. It is safe for concurrent use.
 type Client struct {
+	// reconnected is closed, and replaced, each time the connection is
+	// re-established: one listener per client (watchReconnects), not one
+	// per Call, whose StatusChanged takes the connection's lock twice.
+	reconnected atomic.Pointer[chan struct{}]
+
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	async   jetstream.JetStream
@@ -131,7 +136,31 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		}
 	}
 	c.tracing = newClientTracing(cfg, nc)
+	c.watchReconnects()
 	return c, nil
+}
+
+// watchReconnects keeps c.reconnected until the client or its connection
+// is closed.
+func (c *Client) watchReconnects() {
+	ch := make(chan struct{})
+	c.reconnected.Store(&ch)
+	status := c.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	go func() {
+		defer c.nc.RemoveStatusListener(status)
+		for {
+			select {
+			case st, ok := <-status:
+				if !ok || st == nats.CLOSED {
+					return
+				}
+				next := make(chan struct{})
+				close(*c.reconnected.Swap(&next))
+			case <-c.done:
+				return
+			}
+		}
+	}()
 }
 
 // Partitions returns N, the partition count of the jobs stream.
