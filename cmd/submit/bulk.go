@@ -42,7 +42,7 @@ const maxLine = 8 << 20
 func bulk(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("bulk", flag.ContinueOnError)
 	var c common
-	c.register(fs)
+	c.register(fs, false)
 	file := fs.String("file", "-", `JSON lines to submit, one {"key":…,"payload":…,"id":…,"type":…} each ("-": stdin); give IDs so that running it again stores nothing twice`)
 	forceBars := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
 	if err := parse(fs, args, errOut); err != nil {
@@ -103,7 +103,7 @@ func bulk(ctx context.Context, args []string, out, errOut io.Writer) error {
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	n := 0
-	for err == nil && sc.Scan() {
+	for err == nil && ctx.Err() == nil && sc.Scan() {
 		n++
 		text := bytes.TrimSpace(sc.Bytes())
 		if len(text) == 0 {

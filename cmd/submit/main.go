@@ -98,13 +98,21 @@ type common struct {
 	workerObs *keylane.WorkerObserver
 }
 
-func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.url, "nats", os.Getenv("NATS_URL"), "NATS URL; empty starts an embedded server and workers in this process (env NATS_URL)")
+// register adds the flags every subcommand takes; embedded adds those of
+// the in-process server and workers that only sale can start.
+func (c *common) register(fs *flag.FlagSet, embedded bool) {
+	natsHelp := "NATS URL, required (env NATS_URL)"
+	if embedded {
+		natsHelp = "NATS URL; empty starts an embedded server and workers in this process (env NATS_URL)"
+	}
+	fs.StringVar(&c.url, "nats", os.Getenv("NATS_URL"), natsHelp)
 	fs.StringVar(&c.namespace, "namespace", cmdutil.Namespace(), "keylane namespace (env KEYLANE_NAMESPACE)")
 	fs.IntVar(&c.partitions, "partitions", 0, "partition count: with --nats it must match the stream's (0 takes it; a client creates no stream, a worker does); without, the in-process workers create the namespace with it (0: 16)")
 	fs.IntVar(&c.shards, "stream-shards", 0, "jobs stream shards (0: the namespace's; 1 when creating)")
-	fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")
-	fs.BoolVar(&c.verbose, "v", false, "log worker events to stderr")
+	if embedded {
+		fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")
+		fs.BoolVar(&c.verbose, "v", false, "log worker events to stderr")
+	}
 	c.auth = natsflags.Register(fs)
 }
 
@@ -166,7 +174,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("sale", flag.ContinueOnError)
 	var c common
-	c.register(fs)
+	c.register(fs, true)
 	var cfg sale.Config
 	var hold time.Duration
 	fs.IntVar(&cfg.SKUs, "skus", 5, "SKUs on sale")
@@ -276,7 +284,7 @@ func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 func one(ctx context.Context, cmd string, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	var c common
-	c.register(fs)
+	c.register(fs, false)
 	key := fs.String("key", "", "resource key (required)")
 	payload := fs.String("payload", "", "job payload")
 	id := fs.String("id", "", "job ID, the idempotency key (default: a new one)")
