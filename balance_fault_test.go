@@ -102,6 +102,9 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 		t.Fatalf("partition %d never settled on another worker within %s; timeline:\n%s", p, 8*ttl, tl.since(0))
 	}
 	t.Logf("partition %d settled on %s", p, successor)
+	// The watch may not have delivered the successor's acquire yet (the
+	// read above saw it first): count changes from the write that shows it.
+	testwait.Eventually(t, 2*ttl, "the timeline shows "+successor, func() bool { return tl.last() == successor })
 	settled := tl.len()
 	// Watch six TTLs of renewals (one every TTL/3). Any release, expiry or
 	// other holder in between is a bounce.
@@ -184,6 +187,16 @@ func watchHolders(t *testing.T, kv jetstream.KeyValue, key string) *holderTimeli
 		<-done
 	})
 	return tl
+}
+
+// last is the holder of the latest write seen ("" if none or free).
+func (tl *holderTimeline) last() string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	if len(tl.holders) == 0 {
+		return ""
+	}
+	return tl.holders[len(tl.holders)-1]
 }
 
 func (tl *holderTimeline) len() int {
