@@ -1,0 +1,196 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/keylane/keylane/lease"
+	"github.com/keylane/keylane/partition"
+)
+
+// The balancer's decisions: reconcile compares the assignment with what the
+// worker owns and acquires or hands over (balance.go keeps the views of
+// members and lease holders it decides from).
+
+func (b *balancer) reconcile() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopping || !b.memberv.synced || !b.leasev.synced {
+		return
+	}
+	me := b.w.cfg.ID
+	ttl := b.w.cfg.Topology.LeaseTTL
+	now := time.Now()
+	for m := range b.members {
+		if m != me && now.Sub(b.memberSeen[m]) > staleAfter(ttl) {
+			delete(b.members, m) // expired without a marker
+		}
+	}
+	members := make([]string, 0, len(b.members)+1)
+	for m := range b.members {
+		members = append(members, m)
+	}
+	if !b.members[me] {
+		members = append(members, me)
+	}
+	slices.Sort(members)
+	current := make([]string, len(b.holders))
+	for p := range b.holders {
+		if h := b.holders[p]; !h.free && b.owners[p] == nil && !h.seen.IsZero() && now.Sub(h.seen) > staleAfter(ttl) {
+			b.holders[p] = holder{free: true, since: h.seen.Add(ttl)}
+		}
+		if h := b.holders[p]; !h.free {
+			current[p] = h.id
+		}
+		if o := b.owners[p]; o != nil && current[p] == me && isClosed(o.l.Done()) {
+			current[p] = "" // lost, even while its handlers wind down
+		}
+	}
+	var barred func(int, string) bool
+	if len(b.stuck) > 0 {
+		barred = b.barred
+	}
+	desired := partition.Assign(len(b.holders), members, current, barred)
+	for p := range b.holders {
+		if o := b.owners[p]; o != nil {
+			if b.lapse(p, o, now) {
+				continue
+			}
+			if desired[p] == me {
+				o.orphan = false // ours now by the rule: it stays without a hold
+				continue
+			}
+			// An orphan we took because its desired owner did not claim it
+			// stays a while: handing it straight back to an owner that
+			// cannot take it would bounce it every TTL.
+			settled := !o.orphan || now.Sub(o.since) >= orphanHold*ttl
+			if b.members[desired[p]] && settled {
+				o.handOver()
+			}
+			continue
+		}
+		if b.acquiring[p] {
+			continue
+		}
+		h := b.holders[p]
+		if !h.free {
+			continue
+		}
+		if desired[p] == me || now.Sub(h.since) >= ttl {
+			b.acquiring[p] = true
+			b.wg.Add(1)
+			go b.acquire(p, desired[p] != me)
+		}
+	}
+}
+
+// nextBackoff doubles d from ttl/20 up to ttl and returns it with up to
+// half of it taken off at random, so workers hit by one fault do not retry
+// in step.
+func nextBackoff(d, ttl time.Duration) time.Duration {
+	lo := max(ttl/20, 10*time.Millisecond)
+	d = min(max(2*d, lo), ttl)
+	return d - rand.N(d/2+1)
+}
+
+// orphanHold is how many TTLs a worker keeps an orphan partition before
+// handing it to its desired owner.
+const orphanHold = 3
+
+func (b *balancer) acquire(p int, orphan bool) {
+	defer b.wg.Done()
+	ctx, cancel := context.WithTimeout(b.ctx, b.w.cfg.Topology.LeaseTTL)
+	l, err := lease.Acquire(ctx, b.w.topo.Leases, b.w.topo.Names.LeaseKey(p), b.w.leaseConfig())
+	cancel()
+	b.mu.Lock()
+	delete(b.acquiring, p)
+	if err != nil {
+		b.mu.Unlock()
+		if !errors.Is(err, lease.ErrHeld) && b.ctx.Err() == nil {
+			b.w.log.Warn("acquire partition", "partition", p, "err", err)
+		}
+		return
+	}
+	if b.stopping {
+		b.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), b.w.cfg.Topology.LeaseTTL)
+		if err := l.Release(rctx); err != nil {
+			b.w.log.Warn("release of a partition acquired while stopping", "partition", p, "err", err)
+		}
+		cancel()
+		return
+	}
+	o := newOwner(b.w, p, l)
+	o.orphan, o.since = orphan, time.Now()
+	b.owners[p] = o
+	b.holders[p] = holder{id: b.w.cfg.ID}
+	b.mu.Unlock()
+	b.w.stats.acquired.Add(1)
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		o.run()
+		b.mu.Lock()
+		if b.owners[p] == o {
+			delete(b.owners, p)
+		}
+		delete(b.lapsed, o)
+		b.mu.Unlock()
+		b.poke()
+	}()
+}
+
+func (b *balancer) owned() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ps := make([]int, 0, len(b.owners))
+	for p, o := range b.owners {
+		if isClosed(o.l.Done()) {
+			continue // lost: not ours, even while its handlers wind down
+		}
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// stop leaves the member set, hands every owned partition over (aborting
+// those still draining when ctx ends), and waits for every goroutine.
+func (b *balancer) stop(ctx context.Context) error {
+	b.mu.Lock()
+	if b.stopping { // stopped by a topology reload already
+		b.mu.Unlock()
+		b.wg.Wait()
+		return nil
+	}
+	b.stopping = true
+	owners := make([]*owner, 0, len(b.owners))
+	for _, o := range b.owners {
+		owners = append(owners, o)
+	}
+	member := b.member
+	b.mu.Unlock()
+
+	// Leave first, so the others recompute the desired owners while we drain.
+	rerr := member.Release(ctx)
+	for _, o := range owners {
+		o.handOver()
+	}
+	for _, o := range owners {
+		select {
+		case <-o.done:
+		case <-ctx.Done():
+			o.abort()
+			<-o.done
+		}
+	}
+	b.cancel()
+	b.wg.Wait()
+	if rerr != nil && !errors.Is(rerr, lease.ErrLost) && !errors.Is(rerr, lease.ErrReleased) {
+		return rerr
+	}
+	return nil
+}

@@ -1,0 +1,200 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The group commit: a tenure reads a key once, applies a group of its jobs,
+// and stores the outcome with one compare-and-set (cas.go), caching the
+// entry for the next group. State.Apply uses the same read and write.
+
+// next builds the entry that follows cur once jobs (in stream order, all
+// under fence) applied with results: the new value, the last job's
+// sequence and outcome, and a bounded window of earlier outcomes.
+func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
+	last := len(jobs) - 1
+	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
+	keep := s.keep
+	recent := make([]AppliedResult, 0, min(keep, len(cur.Recent)+len(jobs)))
+	// Outcomes from an adopted stream keep their IDs; those named after a
+	// sequence of that stream are meaningless now.
+	adopted := s.epochOf(cur, jobs[last].Partition) == epochAdopted
+	for _, r := range cur.Recent {
+		if !adopted || !strings.HasPrefix(r.ID, syntheticIDPrefix) {
+			recent = append(recent, r)
+		}
+	}
+	if cur.JobID != "" && (!adopted || !strings.HasPrefix(cur.JobID, syntheticIDPrefix)) {
+		recent = append(recent, AppliedResult{Seq: cur.Seq, ID: cur.JobID, Result: cur.Result})
+	}
+	for i := range last {
+		recent = append(recent, AppliedResult{Seq: jobs[i].Seq, ID: jobs[i].ID, Result: results[i]})
+	}
+	// Trim from the oldest: at most keep outcomes and heldBytes of them.
+	size := 0
+	from := len(recent)
+	for from > 0 && len(recent)-from < keep-1 {
+		r := recent[from-1]
+		size += 16 + len(r.ID) + len(r.Result)
+		if size > HeldBytes {
+			break
+		}
+		from--
+	}
+	e.Recent = recent[from:]
+	return e
+}
+
+// write stores e over revision rev (0: the key is new) with compare-and-set
+// and caches it for this tenure. A failed write drops the cache: its
+// outcome may be unknown, so the next attempt re-reads.
+func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry) error {
+	kv, err := s.bucket()
+	if err != nil {
+		return err
+	}
+	newRev, err := casPut(ctx, kv, k, rev, encodeState(e))
+	if err != nil {
+		s.forget(k)
+		return err
+	}
+	s.remember(k, cachedEntry{rev: newRev, fence: e.Fence, entry: e})
+	return nil
+}
+
+func (s *State) current(ctx context.Context, k string, fence uint64, reread bool) (StateEntry, uint64, error) {
+	if !reread {
+		s.mu.Lock()
+		c, ok := s.cache[k]
+		s.mu.Unlock()
+		// Only the owner of this tenure may trust its cache.
+		if ok && c.fence == fence {
+			return c.entry, c.rev, nil
+		}
+	}
+	return s.read(ctx, k)
+}
+
+func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) {
+	kv, err := s.bucket()
+	if err != nil {
+		return StateEntry{}, 0, err
+	}
+	kve, err := kv.Get(ctx, k)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return StateEntry{}, 0, nil
+	}
+	if err != nil {
+		return StateEntry{}, 0, &stateError{keyOf(k), err}
+	}
+	e, err := decodeState(kve.Value())
+	if err != nil {
+		return StateEntry{}, 0, err
+	}
+	return e, kve.Revision(), nil
+}
+
+func (s *State) remember(k string, c cachedEntry) {
+	s.mu.Lock()
+	if len(s.cache) >= maxCached {
+		clear(s.cache)
+	}
+	s.cache[k] = c
+	s.mu.Unlock()
+}
+
+func (s *State) forget(k string) {
+	s.mu.Lock()
+	delete(s.cache, k)
+	s.mu.Unlock()
+}
+
+// Group-commit bounds: a group stops growing once its reducers ran this
+// long (so the first job's reply is not held up by a slow reducer) or its
+// results take this many bytes (an entry must fit in one message).
+const (
+	groupTime  = 5 * time.Millisecond
+	groupBytes = 64 << 10
+)
+
+// group applies consecutive jobs of one key, in stream order, against the
+// key's current state and stores the outcome with one compare-and-set: a
+// group commit. Jobs whose outcome the entry holds are settled from it
+// without running. It returns n, how many of jobs are settled (their
+// results in out[:n]); when n < len(jobs), rerr is why jobs[n] did not
+// run: its reduce error, or ErrGap or ErrEpoch from the entry; nil if the
+// group stopped at its time or size bound. A write error (werr) settles
+// nothing: the write may or may not have landed, or another writer got in
+// first. group makes one attempt; the caller decides how to retry. All
+// jobs carry the same fence.
+func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func(i int, cur []byte) (next, result []byte, err error)) (n int, rerr, werr error) {
+	job0 := jobs[0]
+	k := StateKey(job0.Key)
+	cur, rev, err := s.current(ctx, k, job0.Fence, false)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rev != 0 && cur.Fence > job0.Fence {
+		return 0, nil, fmt.Errorf("%w (job fence %d, stored fence %d)", ErrStaleFence, job0.Fence, cur.Fence)
+	}
+	value, size := cur.Value, 0
+	var ran []Job
+	var results [][]byte
+	start := time.Now()
+	for ; n < len(jobs); n++ {
+		j := jobs[n]
+		res, applied, err := s.check(cur, rev, j)
+		if err == nil && !applied {
+			// Jobs settled in this group count as held too.
+			for i, r := range ran {
+				if r.ID == j.ID {
+					res, applied = results[i], true
+				}
+			}
+		}
+		if err != nil {
+			rerr = err
+			break
+		}
+		if applied {
+			out[n] = res
+			continue
+		}
+		if len(ran) > 0 && (size > groupBytes || time.Since(start) > groupTime) {
+			break
+		}
+		next, res, err := reduce(n, value)
+		if err != nil {
+			rerr = err
+			break
+		}
+		value, out[n] = next, res
+		ran, results = append(ran, j), append(results, res)
+		size += 16 + len(j.ID) + len(res)
+	}
+	if len(ran) == 0 {
+		return n, rerr, nil
+	}
+	// The worker cancels ctx the moment its lease is no longer trusted;
+	// check as late as possible before writing.
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	if err := s.write(ctx, k, rev, s.next(cur, value, job0.Fence, ran, results)); err != nil {
+		if casConflict(err) {
+			return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
+		}
+		return 0, nil, &stateError{job0.Key, err}
+	}
+	return n, rerr, nil
+}
+
+// syntheticIDPrefix names jobs published without a job ID after their
+// stream sequence.
+const syntheticIDPrefix = "seq-"

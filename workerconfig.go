@@ -1,0 +1,182 @@
+package keylane
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	// Topology names the namespace and, for the first worker, how to create
+	// it. See TopologyConfig for its defaults.
+	Topology TopologyConfig
+	// Handler runs the jobs. Exactly one of Handler and Reducer is required.
+	Handler Handler
+	// Reducer runs the jobs as pure updates of their key's state, which the
+	// worker keeps and group-commits (see Reducer). It is the fast path:
+	// one state write per group of a key's queued jobs instead of per job.
+	Reducer Reducer
+	// ID names this worker in the members bucket, on lease entries and on
+	// dead letters. Defaults to "<hostname>-<pid>-<random>". Letters,
+	// digits, '_' and '-' only.
+	ID string
+	// Concurrency is how many different keys of one partition may run at
+	// once. Jobs of one key never run at the same time whatever this is.
+	// Defaults to 8.
+	Concurrency int
+	// MaxInFlight is how many fetched, unfinished jobs one partition holds
+	// in memory. It bounds memory. Defaults to 1024.
+	MaxInFlight int
+	// MaxPending is the partition's window on the server (the consumer's
+	// MaxAckPending): jobs delivered and not acked, including those a
+	// failing key handed back while its head job retries. Other keys of
+	// the partition keep flowing until a failing key has about
+	// MaxPending−MaxInFlight jobs handed back. Defaults to 16×MaxInFlight.
+	MaxPending int
+	// MaxDeliver is how many times a failing job runs before it is moved to
+	// the dead-letter stream. Defaults to 5.
+	MaxDeliver int
+	// Backoff returns the pause before attempt n+1 after attempt n failed.
+	// Defaults to 50ms doubling per attempt, at most 5s.
+	Backoff func(attempt int) time.Duration
+	// AckWait is how long the server waits for an ack before redelivering.
+	// Jobs that wait or run longer are kept alive with InProgress every
+	// AckWait/3. Defaults to 30s.
+	AckWait time.Duration
+	// SafetyMargin is subtracted from the lease TTL to get the trust window.
+	// Defaults to LeaseTTL/10.
+	SafetyMargin time.Duration
+	// StoreResults stores every job's result in the results bucket before
+	// replying, so a caller can fetch a result it missed and a redelivered
+	// job returns its stored result instead of running again. Defaults to
+	// false.
+	StoreResults bool
+	// TracerProvider turns tracing on: each job gets a consumer span,
+	// child of the span its Submit or Call sent in the job's headers, with
+	// child spans for its queue wait, each run (the context passed to the
+	// Handler or Reducer carries it) and its commit (see the package doc,
+	// "Tracing"). Defaults to nil: no span, no header read, nothing
+	// allocated per job. The global provider is never used unless passed
+	// here.
+	TracerProvider trace.TracerProvider
+	// Propagator reads the trace context from job headers. Defaults to
+	// W3C Trace Context (propagation.TraceContext{}). Used only with a
+	// TracerProvider.
+	Propagator propagation.TextMapPropagator
+	// Logger receives the worker's logs. Defaults to discarding them.
+	Logger *slog.Logger
+	// Observer receives the worker's measurements (queue wait, run time,
+	// group size, end-to-end latency, lease renews) for metrics; see
+	// package metrics. Defaults to nil: nothing is measured, at no cost.
+	Observer *WorkerObserver
+}
+
+var workerIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+var notIDChar = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// DefaultWorkerID returns "<hostname>-<pid>-<random>", with characters a
+// worker ID may not hold replaced by '_'. It differs on every call.
+func DefaultWorkerID() string {
+	host, _ := os.Hostname()
+	return notIDChar.ReplaceAllString(host, "_") + "-" + strconv.Itoa(os.Getpid()) + "-" + nuid.Next()[16:]
+}
+
+func (c *WorkerConfig) setDefaults() error {
+	if (c.Handler == nil) == (c.Reducer == nil) {
+		return errors.New("keylane: WorkerConfig needs exactly one of Handler and Reducer")
+	}
+	if err := c.Topology.setDefaults(); err != nil {
+		return err
+	}
+	if c.ID == "" {
+		c.ID = DefaultWorkerID()
+	}
+	if !workerIDRE.MatchString(c.ID) {
+		return fmt.Errorf("keylane: worker ID %q must match %s", c.ID, workerIDRE)
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	if c.MaxPending == 0 {
+		c.MaxPending = 16 * c.MaxInFlight
+	}
+	if c.MaxPending < c.MaxInFlight {
+		return fmt.Errorf("keylane: MaxPending %d is below MaxInFlight %d", c.MaxPending, c.MaxInFlight)
+	}
+	if c.Concurrency < 1 || c.MaxInFlight < 1 || c.MaxDeliver < 1 {
+		return errors.New("keylane: Concurrency, MaxInFlight and MaxDeliver must be positive")
+	}
+	if c.Backoff == nil {
+		c.Backoff = defaultBackoff
+	}
+	if c.AckWait == 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.AckWait < MinAckWait {
+		return fmt.Errorf("keylane: AckWait %s is below %s", c.AckWait, MinAckWait)
+	}
+	if c.SafetyMargin == 0 {
+		c.SafetyMargin = c.Topology.LeaseTTL / 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+// Stats counts what a worker did. All fields are totals since start.
+type Stats struct {
+	Runs         int64 // handler invocations, retries included
+	Succeeded    int64 // jobs acked after success
+	Failed       int64 // handler errors (each retried or dead-lettered)
+	DeadLettered int64 // jobs moved to the dead-letter stream
+	Malformed    int64 // messages on our subjects that were not valid jobs
+	Stale        int64 // jobs abandoned because a newer fence had written
+	Unacked      int64 // finished jobs not acked because the lease was not trusted
+	FromResults  int64 // redelivered jobs answered from the results bucket
+	Acquired     int64 // partition leases acquired
+	Lost         int64 // partition leases lost (not released)
+	Released     int64 // partition leases released gracefully
+	Owned        int64 // partitions owned now
+	// Resyncs counts re-synchronisations of a partition's delivery (a gap
+	// in the consumer's delivery sequence, a reconnect, missed heartbeats).
+	Resyncs int64
+	// Gaps counts jobs refused because a later job of their key had been
+	// applied and their own outcome was not held (ErrGap); each was
+	// dead-lettered, never answered as a success.
+	Gaps int64
+	// DeadLetterErrors counts failed attempts to write a dead letter; the
+	// job stays in its lane, unacked, until one succeeds.
+	DeadLetterErrors int64
+	// HandedBack counts jobs a stalled key handed back to the server.
+	HandedBack int64
+	// Stuck counts owners whose handlers kept running after the lease was
+	// lost; the worker steps aside as the partition's desired owner until
+	// they return.
+	Stuck int64
+}
+
+type stats struct {
+	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
+	acquired, lost, released, owned                                       atomic.Int64
+	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
+	stuck                                                                 atomic.Int64
+}
