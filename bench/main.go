@@ -23,6 +23,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			if err := fs.Parse(args[1:]); err != nil {
 				return errUsage
 			}
+			out = &lockedWriter{w: out}
+			go bench.AnswerAllocs(os.Stdin, out)
 			if args[0] == "worker" {
 				return bench.ServeWorker(ctx, bench.WorkerOptions{URL: *url, Hold: *hold, Replicas: *replicas, StreamShards: *shards}, out)
 			}
@@ -127,4 +130,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg.CommandLine = bench.CommandLine(append([]string{"bench"}, args...))
 	cfg.Progress = os.Stderr
 	return bench.Run(ctx, cfg, out)
+}
+
+// lockedWriter serializes writes: a child's "ready" and its answers to
+// allocation queries share stdout.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -129,7 +129,10 @@ type Result struct {
 	// Server and Worker are the usage of the server process and of the
 	// worker process (embedded: the whole bench process) in the timed part.
 	Server, Worker usage
-	Err            error // the run did not complete
+	// Client is the bench process's own usage (the buyers) when the worker
+	// runs elsewhere; zero in the embedded placement.
+	Client usage
+	Err    error // the run did not complete
 }
 
 // Rate returns purchases per second.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,19 +21,26 @@ import (
 // consumer or a nats-server. Its output goes to a bounded buffer that is
 // quoted when it fails.
 type child struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *tail
+	cmd    *exec.Cmd
+	done   chan struct{}
+	out    *tail
+	stdin  io.WriteCloser
+	allocs chan uint64 // answers to "allocs" on stdin (our own Go children)
 }
 
 // startChild runs name with args and, when ready is not empty, waits until
 // the child prints a line equal to it on stdout.
 func startChild(ctx context.Context, ready string, name string, args ...string) (*child, error) {
-	c := &child{cmd: exec.Command(name, args...), done: make(chan struct{}), out: &tail{max: 4096}}
+	c := &child{cmd: exec.Command(name, args...), done: make(chan struct{}), out: &tail{max: 4096}, allocs: make(chan uint64, 1)}
 	c.cmd.Stderr = c.out
 	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
+	}
+	if ready != "" { // one of the bench's own children: it answers allocation queries
+		if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.cmd.Start(); err != nil {
 		return nil, err
@@ -48,6 +56,15 @@ func startChild(ctx context.Context, ready string, name string, args ...string) 
 				want = ""
 				continue
 			}
+			if v, ok := strings.CutPrefix(sc.Text(), allocsAnswer); ok {
+				if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+					select {
+					case c.allocs <- n:
+					default:
+					}
+				}
+				continue
+			}
 			fmt.Fprintln(c.out, sc.Text())
 		}
 		_ = c.cmd.Wait()
@@ -57,6 +74,7 @@ func startChild(ctx context.Context, ready string, name string, args ...string) 
 	}
 	select {
 	case <-seen:
+		probes.Store(c.pid(), c.mallocs)
 		return c, nil
 	case <-c.done:
 		return nil, fmt.Errorf("%s exited before it was ready: %s", name, c.out)
@@ -68,8 +86,72 @@ func startChild(ctx context.Context, ready string, name string, args ...string) 
 
 func (c *child) pid() int { return c.cmd.Process.Pid }
 
+// mallocs asks the child how many heap objects it has allocated so far
+// (runtime.MemStats.Mallocs); false when it does not answer in time.
+func (c *child) mallocs() (uint64, bool) {
+	if c.stdin == nil {
+		return 0, false
+	}
+	select { // drop a late answer to an earlier query
+	case <-c.allocs:
+	default:
+	}
+	if _, err := io.WriteString(c.stdin, allocsQuery+"\n"); err != nil {
+		return 0, false
+	}
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case n := <-c.allocs:
+		return n, true
+	case <-c.done:
+	case <-t.C:
+	}
+	return 0, false
+}
+
+// The allocation query the bench's children answer on stdin/stdout.
+const (
+	allocsQuery  = "allocs"
+	allocsAnswer = "allocs "
+)
+
+// AnswerAllocs answers each "allocs" line read from in with "allocs N" on
+// out, N being the process's heap allocations so far. The hidden worker
+// and rawjs subcommands run it on stdin, so the bench can report
+// allocations per job of its child processes.
+func AnswerAllocs(in io.Reader, out io.Writer) {
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		if sc.Text() == allocsQuery {
+			fmt.Fprintf(out, "%s%d\n", allocsAnswer, selfMallocs())
+		}
+	}
+}
+
+func selfMallocs() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs
+}
+
+// probes maps a measured pid to how to read its allocations: the bench's
+// own children register here; the bench process reads its own.
+var probes sync.Map // int → func() (uint64, bool)
+
+func allocsOf(pid int) (uint64, bool) {
+	if pid == os.Getpid() {
+		return selfMallocs(), true
+	}
+	if f, ok := probes.Load(pid); ok {
+		return f.(func() (uint64, bool))()
+	}
+	return 0, false
+}
+
 // stop sends SIGTERM and waits up to grace for the exit, then kills.
 func (c *child) stop(grace time.Duration) {
+	probes.Delete(c.pid())
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
@@ -105,25 +187,31 @@ func (t *tail) String() string {
 
 // usage is what a process used in a timed window.
 type usage struct {
-	CPU time.Duration // user + system time
-	RSS int64         // peak resident set in bytes, sampled
+	CPU       time.Duration // user + system time
+	RSS       int64         // peak resident set in bytes, sampled
+	Allocs    uint64        // heap allocations (Go processes of the bench's own)
+	HasAllocs bool
 }
 
 // meter measures processes over a timed window: CPU from /proc/<pid>/stat
 // at both ends, RSS from /proc/<pid>/status sampled every 50 ms.
 type meter struct {
-	pids []int // 0: not measured
-	cpu0 []time.Duration
-	peak []int64
-	stop chan struct{}
-	wg   sync.WaitGroup
-	mu   sync.Mutex
+	pids    []int // 0: not measured
+	cpu0    []time.Duration
+	allocs0 []uint64
+	hasA    []bool
+	peak    []int64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	mu      sync.Mutex
 }
 
 func startMeter(pids ...int) *meter {
-	m := &meter{pids: pids, cpu0: make([]time.Duration, len(pids)), peak: make([]int64, len(pids)), stop: make(chan struct{})}
+	m := &meter{pids: pids, cpu0: make([]time.Duration, len(pids)), peak: make([]int64, len(pids)), stop: make(chan struct{}),
+		allocs0: make([]uint64, len(pids)), hasA: make([]bool, len(pids))}
 	for i, p := range pids {
 		if p != 0 {
+			m.allocs0[i], m.hasA[i] = allocsOf(p)
 			m.cpu0[i], _ = procCPU(p)
 		}
 	}
@@ -171,6 +259,11 @@ func (m *meter) end() []usage {
 		}
 		cpu, _ := procCPU(p)
 		out[i] = usage{CPU: cpu - m.cpu0[i], RSS: m.peak[i]}
+		if m.hasA[i] {
+			if a, ok := allocsOf(p); ok {
+				out[i].Allocs, out[i].HasAllocs = a-m.allocs0[i], true
+			}
+		}
 	}
 	return out
 }

@@ -69,7 +69,8 @@ func summarize(plan []*entry) []*row {
 }
 
 var columns = []string{"workload", "NATS", "contender", "jobs/s", "min-max", "p50", "p99", "×best peer", "% of limit",
-	"lock calls/op", "server MB", "server CPU", "worker MB", "worker CPU", "invariant"}
+	"lock calls/op", "server MB", "server µs/job", "worker MB", "worker µs/job", "worker allocs/job",
+	"client µs/job", "client allocs/job", "invariant"}
 
 // printTable writes the rows as aligned text or as Markdown, with notes.
 func printTable(out io.Writer, rows []*row, markdown bool) {
@@ -108,8 +109,9 @@ func printTable(out io.Writer, rows []*row, markdown bool) {
 Submit and publish+consume have no buyers (one bulk publisher): their hot-key rows repeat one sale at every buyer count.
 ×best peer: over the best lock peer (fallback.Do, redsync, redislock) of the workload that kept the invariant.
 % of limit: keylane Call over raw JS request-reply and keylane Submit over raw JS publish+consume, same placement; locks over Lua EVALSHA.
-CPU: seconds of CPU per 10,000 purchases in the timed part; MB: peak resident set. server = nats-server or redis-server process;
-worker = keylane's worker process or the raw consumer's; * = embedded: the whole bench process (server, workers and buyers).
+µs/job: CPU microseconds per purchase in the timed part (user + system); allocs/job: Go heap allocations per purchase; MB: peak resident set.
+server = nats-server or redis-server process (cluster: the three nodes' sum); worker = keylane's worker process or the raw consumer's;
+client = the bench process (the buyers, keylane's Client), separate and cluster placements only; * = embedded: the whole bench process (server, workers and buyers).
 invariant: ok = no SKU sold beyond its stock and every final stock = start - sold, in every run.`)
 }
 
@@ -137,7 +139,8 @@ func (r *row) cells() []string {
 	if r.placement == Embedded {
 		mark = "*"
 	}
-	c = append(c, fmtMB(m.Server, ""), fmtCPU(m.Server, m.Jobs, ""), fmtMB(m.Worker, mark), fmtCPU(m.Worker, m.Jobs, mark), r.check)
+	c = append(c, fmtMB(m.Server, ""), fmtCPU(m.Server, m.Jobs, ""), fmtMB(m.Worker, mark), fmtCPU(m.Worker, m.Jobs, mark),
+		fmtAllocs(m.Worker, m.Jobs, mark), fmtCPU(m.Client, m.Jobs, ""), fmtAllocs(m.Client, m.Jobs, ""), r.check)
 	return c
 }
 
@@ -161,9 +164,18 @@ func fmtMB(u usage, mark string) string {
 	return fmt.Sprintf("%.0f%s", float64(u.RSS)/(1<<20), mark)
 }
 
+// fmtCPU is CPU microseconds per job.
 func fmtCPU(u usage, jobs int, mark string) string {
 	if u.RSS == 0 || jobs == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.2f%s", u.CPU.Seconds()/float64(jobs)*10_000, mark)
+	return fmt.Sprintf("%.0f%s", float64(u.CPU.Microseconds())/float64(jobs), mark)
+}
+
+// fmtAllocs is heap allocations per job.
+func fmtAllocs(u usage, jobs int, mark string) string {
+	if !u.HasAllocs || jobs == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%s", float64(u.Allocs)/float64(jobs), mark)
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -60,7 +61,11 @@ func sell(ctx context.Context, w Workload, s shop, bulk bool, server, worker int
 	var lat []time.Duration
 	var issued int
 	var err error
-	m := startMeter(append([]int{server, worker}, more...)...)
+	client := os.Getpid() // the buyers; embedded: the worker's process too, so not apart
+	if worker == client || worker == 0 {
+		client = 0
+	}
+	m := startMeter(append([]int{server, worker, client}, more...)...)
 	start := time.Now()
 	deadline := start.Add(w.Duration)
 	if bulk {
@@ -70,8 +75,8 @@ func sell(ctx context.Context, w Workload, s shop, bulk bool, server, worker int
 	}
 	res.Elapsed = time.Since(start)
 	use := m.end()
-	res.Server, res.Worker = use[0], use[1]
-	for _, u := range use[2:] {
+	res.Server, res.Worker, res.Client = use[0], use[1], use[2]
+	for _, u := range use[3:] {
 		res.Server.CPU += u.CPU
 		res.Server.RSS += u.RSS
 	}
