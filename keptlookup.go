@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The kept outcomes of a group's jobs with a caller's ID are looked up in
@@ -247,4 +248,25 @@ func keptEntry(m *nats.Msg, prefix string) (string, *keptOutcome, error) {
 		return id, nil, nil
 	}
 	return id, &keptOutcome{res: res, err: rerr}, nil
+}
+
+// ensureDirectGets lets the results bucket's stream answer direct gets
+// (AllowDirect), which the batched look-up needs: buckets created by
+// keylane have it (nats.go sets it), one created otherwise is upgraded in
+// place and bound again, so its handle's Get uses direct gets too.
+func ensureDirectGets(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
+	name := "KV_" + kv.Bucket()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	sc := s.CachedInfo().Config
+	if sc.AllowDirect {
+		return kv, nil
+	}
+	sc.AllowDirect = true
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return nil, fmt.Errorf("keylane: allow direct gets on %s: %w", name, err)
+	}
+	return js.KeyValue(ctx, kv.Bucket())
 }

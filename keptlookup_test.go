@@ -430,3 +430,42 @@ func TestReadKeptAnswer(t *testing.T) {
 		})
 	}
 }
+
+// TestSetupAllowsDirectGetsOnResults: a results bucket whose stream does
+// not answer direct gets (made by something other than keylane) is
+// upgraded in place by Setup, keeping what it holds, so the batched
+// look-up is answered. Without the upgrade the stream stays without it.
+func TestSetupAllowsDirectGetsOnResults(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	name := "KV_" + e.topo.Names.Results()
+	s, err := e.js.Stream(ctx(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.AllowDirect = false
+	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.topo.Results.Put(ctx(t), "kept", encodeResult([]byte("v"), nil, false)); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := Setup(ctx(t), e.js, e.topo.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err = e.js.Stream(ctx(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.CachedInfo().Config.AllowDirect {
+		t.Fatal("the results stream still refuses direct gets after Setup")
+	}
+	if en, err := topo.Results.Get(ctx(t), "kept"); err != nil || string(en.Value()[1:]) != "v" {
+		t.Fatalf("kept outcome after the upgrade: %v", err)
+	}
+	m, err := e.nc.Request("$JS.API.DIRECT.GET."+name, []byte(`{"multi_last":["$KV.`+e.topo.Names.Results()+`.kept"],"batch":1}`), 5*time.Second)
+	if err != nil || m.Header.Get("Nats-Subject") != "$KV."+e.topo.Names.Results()+".kept" {
+		t.Fatalf("batched direct get after the upgrade = %v, %v", m, err)
+	}
+}
