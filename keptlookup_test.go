@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -467,5 +468,50 @@ func TestSetupAllowsDirectGetsOnResults(t *testing.T) {
 	m, err := e.nc.Request("$JS.API.DIRECT.GET."+name, []byte(`{"multi_last":["$KV.`+e.topo.Names.Results()+`.kept"],"batch":1}`), 5*time.Second)
 	if err != nil || m.Header.Get("Nats-Subject") != "$KV."+e.topo.Names.Results()+".kept" {
 		t.Fatalf("batched direct get after the upgrade = %v, %v", m, err)
+	}
+}
+
+// TestKeptLookUpTraffic measures what the batched look-up saves on the
+// worker's connection for a group of jobs with a caller's ID none of
+// which is kept (a shop's purchases), against the per-ID look-up of the
+// same group size: messages and bytes both ways, and the whole process's
+// allocations (server, client and worker together, so only a rough
+// figure). Run with -v for the figures.
+func TestKeptLookUpTraffic(t *testing.T) {
+	const jobs = 200
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	g := newKeptGroup(t)
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, ReducerFunc(g.reduce) })
+	e.waitOwned(w)
+	type traffic struct{ out, in, outBytes, inBytes, mallocs uint64 }
+	measure := func(name string) traffic {
+		g.again()
+		ids := make([]string, jobs)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("%s-%d", name, i)
+		}
+		var m0, m1 runtime.MemStats
+		s0 := w.nc.Stats()
+		runtime.ReadMemStats(&m0)
+		g.run(e, w, e.client, name, ids)
+		runtime.ReadMemStats(&m1)
+		s1 := w.nc.Stats()
+		if got := g.appliedIDs(); len(got) != jobs {
+			t.Fatalf("%s: %d jobs applied, want %d", name, len(got), jobs)
+		}
+		return traffic{s1.OutMsgs - s0.OutMsgs, s1.InMsgs - s0.InMsgs, s1.OutBytes - s0.OutBytes, s1.InBytes - s0.InBytes, m1.Mallocs - m0.Mallocs}
+	}
+	measure("warm") // the probe's flush, the first group's setup
+	batched := measure("batched")
+	w.keptBatchOff.Store(time.Now().Add(time.Hour).UnixNano())
+	perID := measure("perid")
+	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / jobs }
+	t.Logf("per job, per-ID minus batched look-up: %.2f messages out, %.2f in, %.1f payload bytes out, %.1f in (headers and data, as nats.go counts them: not the subjects), %.0f allocations (whole process)",
+		per(batched.out, perID.out), per(batched.in, perID.in), per(batched.outBytes, perID.outBytes), per(batched.inBytes, perID.inBytes), per(batched.mallocs, perID.mallocs))
+	t.Logf("batched %+v, per-ID %+v (worker connection, %d jobs)", batched, perID, jobs)
+	// The rest of the traffic varies a little between runs (group commits
+	// cut by time make more or fewer state writes): nine in ten.
+	if perID.out < batched.out+jobs*9/10 || perID.in < batched.in+jobs*9/10 {
+		t.Fatalf("the batched look-up saved %d messages out and %d in for %d jobs; want about one request and one answer per job", int64(perID.out)-int64(batched.out), int64(perID.in)-int64(batched.in), jobs)
 	}
 }
