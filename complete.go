@@ -205,10 +205,12 @@ func (o *owner) replay(t *task, res []byte, rerr error) {
 	o.finish(t, res, rerr, errors.As(rerr, &re) && re.DeadLettered)
 }
 
-// firstKept looks up, concurrently, the kept outcomes of the tasks whose ID
+// firstKept looks up, in one batched request (then concurrently per ID for
+// what it did not settle), the kept outcomes of the tasks whose ID
 // the caller chose, and returns the index of the first task that has one
 // (an earlier run of the same job ID finished), or -1.
 func (o *owner) firstKept(ts []*task) int {
+	o.lookUpKeptBatch(ts) // one request; what it leaves unsettled is looked up per ID
 	var wg sync.WaitGroup
 	for _, t := range ts {
 		if t.explicit && !t.lookedUp && t.kept == nil {

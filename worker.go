@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keylane/keylane/lease"
@@ -28,6 +29,11 @@ type Worker struct {
 
 	stats stats
 	bal   *balancer
+
+	// The batched kept-outcome look-up (keptlookup.go): off until this
+	// time (unix ns) after the server refused it; probed once it worked.
+	keptBatchOff    atomic.Int64
+	keptBatchProbed atomic.Bool
 
 	mu       sync.Mutex
 	started  bool

@@ -537,11 +537,49 @@
 //     worker stores the outcome of every such job in NS_RESULTS before it
 //     acks it (one batch of asynchronous publishes per group, so group
 //     commit stays), and looks a new job with a caller's ID up there before
-//     running it (concurrently per group); a hit is answered and acked
-//     without running. The state entry's held IDs answer the same
+//     running it (one batched request per group, below); a hit is answered
+//     and acked without running. The state entry's held IDs answer the same
 //     question for the key's recent jobs at no round trip, and cover a
 //     server that lost its duplicate table in a restart (a WorkQueue stream
 //     deletes acked jobs, so the rebuilt table misses them).
+//
+// The look-up of a group's IDs is one batched direct get on the results
+// stream (keptlookup.go; nats-server 2.11+): {"multi_last": [subjects],
+// "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1024 subjects
+// (the server's cap) and max_payload per request, bounded by the look-up
+// timeout (5s). The server answers, from one consistent read of the
+// stream, the last entry of each ID that has one, then 204 EOB; or one
+// 404 No Results. Only a definite answer says "not kept": 404 No Results,
+// or an EOB with Nats-Num-Pending 0 after which the ID was not among the
+// entries (a DEL or PURGE entry, a marker, or a value that does not decode
+// reads as none, as kv.Get and the per-ID look-up read them). Anything
+// else — a cut-short EOB (the server's max bytes), 404 Message Not Found
+// (a load error), 413, 500, an entry for a subject not asked for or twice,
+// no sequence, a timeout — leaves the IDs unknown, and each is then looked
+// up by key as before (retried with backoff while the tenure lasts): a
+// failed look-up never runs a job. IDs that are no subject token sequence
+// ("a..b") are looked up by key only. A server that refuses the batched
+// form (408 from a server before 2.11, which reads no request in the JSON;
+// 503 with nobody answering direct gets; a permissions violation, which
+// the worker's first batched request checks for with a flush) turns the
+// batch off for that worker for a minute: no failed request per group.
+// Setup sets AllowDirect on a results stream without it (a bucket made by
+// keylane has it), in place. Workers need publish on
+// $JS.API.DIRECT.GET.KV_NS_RESULTS (docs/security/accounts.conf has it).
+// In a cluster a direct get, batched or by key, may be answered by any
+// current replica, not only the leader, as kv.Get with AllowDirect already
+// was: an outcome kept moments before by a quorum may not be applied yet
+// on the replica that answers. The window is a replica's apply lag, the
+// retry by ID comes after the duplicate window (2 minutes) or from a
+// redelivery, and a key's recent outcomes are held in its state entry,
+// whose stale read cannot apply a job: the compare-and-set on its revision
+// is decided by the leader, and a failed one is read again. Tested by
+// TestGroupLooksUpKeptOutcomesAtOnce (one request for 40 IDs, kept ones
+// not run, others run once in order; a 404 group),
+// TestKeptLookUpFallsBackWhenBatchRefused (a user denied the stream-level
+// subject: found by key, nothing run twice, refusal remembered),
+// TestReadKeptAnswer (each answer above) and
+// TestSetupAllowsDirectGetsOnResults.
 //
 // Jobs with generated IDs are retried only by keylane's own publishes; the
 // duplicate window and the held outcomes cover those. A results write that

@@ -142,6 +142,12 @@ func TestAccounts(t *testing.T) {
 		if err != nil || string(again) != string(first) {
 			t.Fatalf("Call retried by ID after %s: %q, %v; want the first outcome %q", time.Since(start).Round(time.Millisecond), again, err, first)
 		}
+		// The worker looked the job's ID up with a batched direct get on
+		// the results stream's own subject, which worker-a may publish
+		// (a refusal would only slow it down, so it is checked here).
+		if err := workers["a"].asyncErrs(); err != nil {
+			t.Fatalf("worker-a: %v", err)
+		}
 	})
 
 	t.Run("unauthenticated", func(t *testing.T) {

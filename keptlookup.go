@@ -1,0 +1,272 @@
+package keylane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The kept outcomes of a group's jobs with a caller's ID are looked up in
+// one batched direct get on the results bucket's stream (nats-server 2.11+:
+// a request {"multi_last": [subjects…]} on $JS.API.DIRECT.GET.<stream> is
+// answered by the last message of each subject that has one, then a 204
+// EOB status; by one 404 No Results when none has). Only a definite answer
+// counts as "none kept"; everything else leaves the job to the per-ID
+// look-up (storedResult), which retries with backoff while the tenure
+// lasts. See jetstream/doc.go, "Retries by job ID".
+const (
+	// keptBatchMax is the server's cap on subjects per multi_last request.
+	keptBatchMax = 1024
+	// keptBatchOffFor is how long a worker whose server refused the batched
+	// form (an older server, a permission, a bucket without direct gets)
+	// looks outcomes up one ID at a time before it tries the batch again.
+	keptBatchOffFor = time.Minute
+)
+
+// keptBatchRequest is the JSON of a batched direct get (nats-server's
+// JSApiMsgGetRequest, the fields we use).
+type keptBatchRequest struct {
+	MultiLast []string `json:"multi_last"`
+	Batch     int      `json:"batch"`
+}
+
+// errKeptBatchRefused says the server refused the batched form itself, as
+// opposed to failing one request: the worker stops asking for a while.
+var errKeptBatchRefused = errors.New("keylane: batched look-up refused")
+
+// lookUpKeptBatch resolves, with one request per up to keptBatchMax IDs,
+// the kept outcomes of the tasks of ts that have a caller's ID and were
+// not looked up yet this tenure: it sets t.kept (found) or t.lookedUp (a
+// definite "none"), and leaves a task untouched when the answer about its
+// ID was not definite, for the per-ID look-up to settle.
+func (o *owner) lookUpKeptBatch(ts []*task) {
+	if off := o.w.keptBatchOff.Load(); off != 0 && time.Now().UnixNano() < off {
+		return
+	}
+	prefix := "$KV." + o.w.topo.Names.Results() + "."
+	byID := map[string][]*task{}
+	var subjects []string
+	size := 0
+	flush := func() bool {
+		if len(subjects) == 0 {
+			return true
+		}
+		err := o.keptBatch(prefix, subjects, byID)
+		subjects, size = subjects[:0], 0
+		clear(byID)
+		return !errors.Is(err, errKeptBatchRefused)
+	}
+	// A request stays well under max_payload (IDs are at most 256 bytes).
+	maxBytes := int(o.w.nc.MaxPayload()) - 1024
+	for _, t := range ts {
+		if !t.explicit || t.lookedUp || t.kept != nil || !batchableID(t.job.ID) {
+			continue
+		}
+		id := t.job.ID
+		if _, ok := byID[id]; !ok {
+			s := prefix + id
+			if len(subjects) == keptBatchMax || size+len(s)+3 > maxBytes {
+				if !flush() {
+					return
+				}
+			}
+			subjects = append(subjects, s)
+			size += len(s) + 3
+		}
+		byID[id] = append(byID[id], t)
+	}
+	flush()
+}
+
+// batchableID reports whether id may name a subject in a batched look-up:
+// a valid job ID whose dot-separated tokens are all non-empty. Others are
+// left to the per-ID look-up, as before.
+func batchableID(id string) bool {
+	return ValidateJobID(id) == nil && !strings.Contains(id, "..")
+}
+
+// keptBatch sends one batched direct get for subjects and settles the
+// tasks of byID it answers definitely. It returns errKeptBatchRefused (and
+// turns the batched form off for keptBatchOffFor) when the server refused
+// the form, any other error when the answer was not definite; a task whose
+// ID the answer did not settle is left untouched either way.
+func (o *owner) keptBatch(prefix string, subjects []string, byID map[string][]*task) error {
+	found, err := o.keptBatchRequest(prefix, subjects)
+	if errors.Is(err, errKeptBatchRefused) {
+		o.w.keptBatchOff.Store(time.Now().Add(keptBatchOffFor).UnixNano())
+		o.log.Warn("batched kept-outcome look-up refused; looking up one ID at a time for a while", "for", keptBatchOffFor, "err", err)
+		return err
+	}
+	if err != nil {
+		o.log.Warn("batched kept-outcome look-up failed; looking up one ID at a time", "jobs", len(subjects), "err", err)
+		return err
+	}
+	for id := range found {
+		if byID[id] == nil {
+			o.log.Warn("batched kept-outcome look-up answered an ID not asked for; looking up one ID at a time", "job_id", id)
+			return errors.New("keylane: batched look-up answered an ID not asked for")
+		}
+	}
+	for id, tasks := range byID {
+		k, ok := found[id]
+		for _, t := range tasks {
+			if ok && k != nil {
+				t.kept = k
+			} else {
+				t.lookedUp = true
+			}
+		}
+	}
+	return nil
+}
+
+// keptBatchRequest makes the request and collects its answer: for each ID
+// with a kept outcome its decoded outcome, for each ID whose last entry is
+// a delete, purge or an undecodable value nil (none kept, as storedResult
+// says). It returns an error unless the answer was complete and definite.
+func (o *owner) keptBatchRequest(prefix string, subjects []string) (map[string]*keptOutcome, error) {
+	body, err := json.Marshal(keptBatchRequest{MultiLast: subjects, Batch: len(subjects)})
+	if err != nil {
+		return nil, err
+	}
+	nc := o.w.nc
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+	defer cancel()
+	subject := "$JS.API.DIRECT.GET.KV_" + o.w.topo.Names.Results()
+	probe := !o.w.keptBatchProbed.Load()
+	lastErr := nc.LastError()
+	if err := nc.PublishRequest(subject, inbox, body); err != nil {
+		return nil, err
+	}
+	if probe {
+		// A publish the user may not make is only told asynchronously
+		// (-ERR, the connection's last error): the first request of a
+		// worker checks for it with a round trip, so a refused form costs
+		// one probe, not a timeout per group.
+		if err := nc.FlushWithContext(ctx); err != nil {
+			return nil, err
+		}
+		if refusedPublish(nc.LastError(), lastErr, subject) {
+			return nil, fmt.Errorf("%w: %v", errKeptBatchRefused, nc.LastError())
+		}
+		o.w.keptBatchProbed.Store(true)
+	}
+	found, err := readKeptAnswer(prefix, func() (*nats.Msg, error) { return sub.NextMsgWithContext(ctx) })
+	if err != nil && refusedPublish(nc.LastError(), lastErr, subject) {
+		return nil, fmt.Errorf("%w: %v", errKeptBatchRefused, nc.LastError())
+	}
+	return found, err
+}
+
+// readKeptAnswer reads the messages of a batched direct get's answer from
+// next until its end: the outcomes by ID (nil: none kept) after a 204 EOB
+// with nothing pending or a 404 No Results, else an error (and
+// errKeptBatchRefused for a 408 or 503).
+func readKeptAnswer(prefix string, next func() (*nats.Msg, error)) (map[string]*keptOutcome, error) {
+	found := map[string]*keptOutcome{}
+	for {
+		m, err := next()
+		if err != nil {
+			return nil, err
+		}
+		status, desc := m.Header.Get("Status"), m.Header.Get("Description")
+		switch {
+		case status == "":
+			id, k, err := keptEntry(m, prefix)
+			if err != nil {
+				return nil, err
+			}
+			if _, dup := found[id]; dup {
+				return nil, fmt.Errorf("keylane: batched look-up answered %s twice", id)
+			}
+			found[id] = k
+		case status == "204" && desc == "EOB":
+			if np := m.Header.Get("Nats-Num-Pending"); np != "0" {
+				// Cut short (the server's max bytes): the rest is unknown.
+				return nil, fmt.Errorf("keylane: batched look-up cut short with %q pending", np)
+			}
+			if len(found) == 0 {
+				return nil, errors.New("keylane: batched look-up ended with no entries")
+			}
+			return found, nil
+		case status == "404" && desc == "No Results" && len(found) == 0:
+			return found, nil
+		case status == "408" || status == "503":
+			// 408: a server before 2.11 reads no request in the JSON; 503:
+			// nobody answers direct gets on the bucket's stream.
+			return nil, fmt.Errorf("%w: status %s %s", errKeptBatchRefused, status, desc)
+		default:
+			return nil, fmt.Errorf("keylane: batched look-up answered status %s %s", status, desc)
+		}
+	}
+}
+
+// refusedPublish reports whether the connection's last error, new since
+// before, is a permissions violation for publishing to subject.
+func refusedPublish(err, before error, subject string) bool {
+	return err != nil && err != before && errors.Is(err, nats.ErrPermissionViolation) &&
+		strings.Contains(err.Error(), `Publish to "`+subject+`"`)
+}
+
+// keptEntry reads one message of a batched answer: the ID it is for and
+// its outcome, nil when the entry says none is kept (a delete or purge
+// marker, as kv.Get's ErrKeyDeleted, or a value decodeResult does not
+// read, as storedResult).
+func keptEntry(m *nats.Msg, prefix string) (string, *keptOutcome, error) {
+	subj := m.Header.Get("Nats-Subject")
+	id, ok := strings.CutPrefix(subj, prefix)
+	if !ok || ValidateJobID(id) != nil {
+		return "", nil, fmt.Errorf("keylane: batched look-up answered subject %q", subj)
+	}
+	if _, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil {
+		return "", nil, fmt.Errorf("keylane: batched look-up answered %s without a sequence", subj)
+	}
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return id, nil, nil
+	case "":
+		switch m.Header.Get("Nats-Marker-Reason") {
+		case "MaxAge", "Purge", "Remove":
+			return id, nil, nil
+		}
+	}
+	res, rerr, ok := decodeResult(m.Data)
+	if !ok {
+		return id, nil, nil
+	}
+	return id, &keptOutcome{res: res, err: rerr}, nil
+}
+
+// ensureDirectGets lets the results bucket's stream answer direct gets
+// (AllowDirect), which the batched look-up needs: buckets created by
+// keylane have it (nats.go sets it), one created otherwise is upgraded in
+// place and bound again, so its handle's Get uses direct gets too.
+func ensureDirectGets(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
+	name := "KV_" + kv.Bucket()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	sc := s.CachedInfo().Config
+	if sc.AllowDirect {
+		return kv, nil
+	}
+	sc.AllowDirect = true
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		return nil, fmt.Errorf("keylane: allow direct gets on %s: %w", name, err)
+	}
+	return js.KeyValue(ctx, kv.Bucket())
+}
