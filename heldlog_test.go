@@ -2,11 +2,15 @@ package keylane
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -277,5 +281,58 @@ func BenchmarkGroupCommitWindow(b *testing.B) {
 				b.ReportMetric(float64(size), "bytes/entry")
 			})
 		}
+	}
+}
+
+// Goroutines applying to one key through one State (State is safe for
+// concurrent use) race for its cached entry's log: only one extends it,
+// the others copy, and every applied job is then answered with its own
+// result and applied once.
+func TestHeldLogSharedStateConcurrentApply(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	s := NewState(e.topo.State)
+	const writers, each = 4, 30
+	var seq atomic.Uint64
+	var mu sync.Mutex
+	own := map[string]string{} // job ID -> its result
+	jobs := map[string]uint64{}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*each)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				for {
+					sq := seq.Add(1)
+					res, err := s.Apply(context.Background(), Job{ID: id, Key: "k", Seq: sq, Fence: 1}, add(1))
+					if errors.Is(err, ErrGap) || errors.Is(err, errTooManyWriters) {
+						continue // a later sequence got in first: a new one
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+					mu.Lock()
+					own[id], jobs[id] = string(res), sq
+					mu.Unlock()
+					break
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for id, res := range own {
+		got, err := s.Apply(ctx(t), Job{ID: id, Key: "k", Seq: jobs[id], Fence: 1}, add(100))
+		if err != nil || string(got) != res {
+			t.Fatalf("%s again = %q, %v; want its own %q", id, got, err, res)
+		}
+	}
+	got, err := s.Get(ctx(t), "k")
+	if err != nil || string(got.Value) != strconv.Itoa(writers*each) {
+		t.Fatalf("value %q, %v; want %d (every job once)", got.Value, err, writers*each)
 	}
 }
