@@ -217,7 +217,7 @@ func encodeEntry(e StateEntry) []byte {
 	if len(e.Recent) > 0 {
 		first = e.Recent[0]
 	}
-	n := 1 + 3*binary.MaxVarintLen64 + 8 + 2*binary.MaxVarintLen64 + len(first.ID) + len(first.Result) + len(v.rel) + len(e.Value)
+	n := 1 + 8 + 6*binary.MaxVarintLen64 + len(first.ID) + len(first.Result) + len(v.rel) + len(e.Value)
 	b := make([]byte, 0, n)
 	b = append(b, stateV4)
 	b = binary.AppendUvarint(b, e.Fence)
