@@ -79,13 +79,23 @@ func appendHeldOutcome(b []byte, prev *AppliedResult, r AppliedResult) []byte {
 	return append(b, r.Result...)
 }
 
-// withHeldLog gives e (built by next's full path) a fresh log holding its
-// window, with room for later groups; e.Recent moves into the log.
+// heldRoom is the capacity next's full path gives a window of n outcomes,
+// so that its log can take the array over with room to grow (compact).
+func heldRoom(n int) int { return n + n/4 + 16 }
+
+// withHeldLog gives e (built by next's full path, which made e.Recent's
+// array and nothing else holds it) a fresh log holding its window; the
+// log takes e.Recent's array when it has room for the last outcome.
 func withHeldLog(e StateEntry) StateEntry {
 	k := len(e.Recent) + 1
-	l := &heldLog{held: make([]AppliedResult, 0, k+k/4+16), ends: make([]int, 0, k+k/4+16)}
-	l.held = append(append(l.held, e.Recent...), AppliedResult{Seq: e.Seq, ID: e.JobID, Result: e.Result})
-	l.ends = append(l.ends, 0)
+	l := &heldLog{held: e.Recent}
+	if cap(e.Recent) < k {
+		l.held = make([]AppliedResult, len(e.Recent), heldRoom(k))
+		copy(l.held, e.Recent)
+	}
+	l.held = append(l.held, AppliedResult{Seq: e.Seq, ID: e.JobID, Result: e.Result})
+	l.ends = append(make([]int, 0, cap(l.held)), 0)
+	l.rel = make([]byte, 0, 16*cap(l.held))
 	v := &heldView{log: l}
 	for i := 1; i < k; i++ {
 		l.rel = appendHeldOutcome(l.rel, &l.held[i-1], l.held[i])

@@ -336,3 +336,32 @@ func TestHeldLogSharedStateConcurrentApply(t *testing.T) {
 		t.Fatalf("value %q, %v; want %d (every job once)", got.Value, err, writers*each)
 	}
 }
+
+// BenchmarkGroupCommitWindowCold is the first group commit after a read (a
+// new tenure, the cache dropped): the log path builds its log there, so it
+// costs more than main's path once per read.
+func BenchmarkGroupCommitWindowCold(b *testing.B) {
+	read := encodeState(saleEntry(HeldJobs, false))
+	jobs := []Job{{ID: "Q2VBN8JQW3ZKTXHAJ1D4PA-99999", Key: "k", Seq: 1 << 40, Fence: 7}}
+	res := [][]byte{[]byte("sold 1")}
+	for _, path := range []string{"main", "log"} {
+		b.Run(path, func(b *testing.B) {
+			s := &State{keep: HeldJobs, cache: map[string]cachedEntry{}}
+			b.ReportAllocs()
+			for b.Loop() {
+				cur, err := decodeState(read)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, ok := cur.Held(jobs[0].ID); ok {
+					b.Fatal("a new job is held")
+				}
+				if path == "main" {
+					_ = encodeState(nextReference(s, cur, cur.Value, 7, jobs, res))
+				} else {
+					_ = encodeEntry(s.next(cur, cur.Value, 7, jobs, res))
+				}
+			}
+		})
+	}
+}

@@ -30,7 +30,7 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 		}
 	}
 	keep := s.keep
-	recent := make([]AppliedResult, 0, min(keep, len(cur.Recent)+len(jobs)))
+	recent := make([]AppliedResult, 0, heldRoom(min(keep, len(cur.Recent)+len(jobs))))
 	for _, r := range cur.Recent {
 		if !adopted || !strings.HasPrefix(r.ID, syntheticIDPrefix) {
 			recent = append(recent, r)
