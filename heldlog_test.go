@@ -365,3 +365,45 @@ func BenchmarkGroupCommitWindowCold(b *testing.B) {
 		})
 	}
 }
+
+// A write that loses to another writer drops the cached entry and its log;
+// the retry reads the bucket, and the log and index it builds from that
+// read hold the other writer's outcomes too.
+func TestHeldLogRebuiltAfterLostWrite(t *testing.T) {
+	e := newEnv(t, TopologyConfig{})
+	mine, other := NewState(e.topo.State), NewState(e.topo.State)
+	for seq := uint64(1); seq <= 20; seq++ {
+		if _, err := mine.Apply(ctx(t), Job{ID: "m" + strconv.FormatUint(seq, 10), Key: "k", Seq: seq, Fence: 1}, add(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := mine.Apply(ctx(t), Job{ID: "m1", Key: "k", Seq: 1, Fence: 1}, add(100)); err != nil {
+		t.Fatal(err) // builds mine's index
+	}
+	if _, err := other.Apply(ctx(t), Job{ID: "o21", Key: "k", Seq: 21, Fence: 1}, add(1)); err != nil {
+		t.Fatal(err)
+	}
+	// mine's cached revision is stale: its write fails, it re-reads.
+	if res, err := mine.Apply(ctx(t), Job{ID: "m22", Key: "k", Seq: 22, Fence: 1}, add(1)); err != nil || string(res) != "now 22" {
+		t.Fatalf("m22 = %q, %v; want now 22 (after o21)", res, err)
+	}
+	mine.mu.Lock()
+	c := mine.cache[StateKey("k")]
+	mine.mu.Unlock()
+	if c.entry.view == nil {
+		t.Fatal("the write after the re-read keeps no log")
+	}
+	for seq := uint64(1); seq <= 22; seq++ {
+		id := "m" + strconv.FormatUint(seq, 10)
+		if seq == 21 {
+			id = "o21"
+		}
+		res, ok := c.entry.Held(id)
+		if !ok || string(res) != "now "+strconv.FormatUint(seq, 10) {
+			t.Fatalf("held %s = %q, %v; want now %d", id, res, ok, seq)
+		}
+	}
+	if _, ok := c.entry.Held("m23"); ok {
+		t.Fatal("a job never applied is held")
+	}
+}
