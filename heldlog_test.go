@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -121,9 +122,16 @@ func sameWindow(got, want StateEntry, probe []string) error {
 // full path writes, byte for byte, and answers every look-up as a scan of
 // it does; so does an entry re-read from its bytes (the cache dropped
 // after a failed write), and one built from an entry whose log moved on.
+// Its seed is the clock's, or HELDLOG_SEED's to repeat a failing run.
 func TestHeldLogMatchesFullPath(t *testing.T) {
 	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	if v := os.Getenv("HELDLOG_SEED"); v != "" {
+		var err error
+		if seed, err = strconv.ParseInt(v, 10, 64); err != nil {
+			t.Fatalf("HELDLOG_SEED %q: %v", v, err)
+		}
+	}
+	t.Logf("seed %d (HELDLOG_SEED=%d repeats this run)", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	s := &State{keep: HeldJobs, cache: map[string]cachedEntry{}}
 	g := &heldGroups{rng: rng}

@@ -299,7 +299,8 @@
 //     before: the next attempt reads the entry, and its first write builds
 //     the log and index from what it read (TestHeldLogRebuiltAfterReread:
 //     an ID held twice answers with its newest outcome, dropped IDs are
-//     not held).
+//     not held; TestHeldLogRebuiltAfterLostWrite: after losing to another
+//     writer, the rebuilt index holds that writer's outcome too).
 //   - An adopted stream's entry, whose synthetic IDs next drops from the
 //     middle of the window, and an entry whose last job has no ID take the
 //     full path.
