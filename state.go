@@ -105,6 +105,8 @@ type StateEntry struct {
 	// oldest first: a bounded window (see State) of the key's history that
 	// lets a redelivered or retried job be answered with its own result.
 	Recent []AppliedResult
+
+	view *heldView // the owner's incremental form of the window; nil when decoded
 }
 
 // AppliedResult is the outcome of one applied job.
@@ -123,6 +125,11 @@ func (e StateEntry) Held(id string) ([]byte, bool) {
 	}
 	if id == e.JobID {
 		return e.Result, true
+	}
+	if e.view != nil {
+		if res, found, ok := e.view.lookup(e, id); ok {
+			return res, found
+		}
 	}
 	for i := len(e.Recent) - 1; i >= 0; i-- {
 		if e.Recent[i].ID == id {

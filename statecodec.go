@@ -45,6 +45,15 @@ func keyOf(k string) string {
 // 14, and in 5 once the results repeat (TestStateCodecCompactsAFullWindow).
 // Every outcome version 3 held is held by version 4; only the bytes differ.
 //
+// Each outcome's encoding depends on the outcome before it only, and the
+// first's on nothing (deltas from 0, nothing shared, a whole result). So
+// the owner writes a hot key's next entry without encoding its window
+// again (heldlog.go): it keeps the encodings of the outcomes after the
+// first, appends the group's, encodes only the new first outcome on its
+// own, and copies the rest. The bytes are encodeState's for the same
+// entry (TestHeldLogMatchesFullPath), so version 4 stays: a worker that
+// reads version 4 reads them, and no reader needs to change.
+//
 // Version 3: version (1 byte), fence (8), epoch (8), the count of held
 // outcomes (2) and each as seq (8), ID length (2) and ID, result length (4)
 // and result, the last applied job last; the rest is the value. Versions 1

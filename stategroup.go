@@ -16,15 +16,21 @@ import (
 
 // next builds the entry that follows cur once jobs (in stream order, all
 // under fence) applied with results: the new value, the last job's
-// sequence and outcome, and a bounded window of earlier outcomes.
+// sequence and outcome, and a bounded window of earlier outcomes. It
+// extends cur's held log when it may (heldlog.go), else copies.
 func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
 	last := len(jobs) - 1
 	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
-	keep := s.keep
-	recent := make([]AppliedResult, 0, min(keep, len(cur.Recent)+len(jobs)))
 	// Outcomes from an adopted stream keep their IDs; those named after a
 	// sequence of that stream are meaningless now.
 	adopted := s.epochOf(cur, jobs[last].Partition) == epochAdopted
+	if !adopted {
+		if e, ok := s.nextHeld(cur, e, jobs, results); ok {
+			return e
+		}
+	}
+	keep := s.keep
+	recent := make([]AppliedResult, 0, heldRoom(min(keep, len(cur.Recent)+len(jobs))))
 	for _, r := range cur.Recent {
 		if !adopted || !strings.HasPrefix(r.ID, syntheticIDPrefix) {
 			recent = append(recent, r)
@@ -48,7 +54,7 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 		from--
 	}
 	e.Recent = recent[from:]
-	return e
+	return withHeldLog(e)
 }
 
 // write stores e over revision rev (0: the key is new) with compare-and-set
@@ -59,7 +65,7 @@ func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry) e
 	if err != nil {
 		return err
 	}
-	newRev, err := casPut(ctx, kv, k, rev, encodeState(e))
+	newRev, err := casPut(ctx, kv, k, rev, encodeEntry(e))
 	if err != nil {
 		s.forget(k)
 		return err
