@@ -1,0 +1,126 @@
+package keylane
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Grouped replies: a group commit settles many jobs of one key, most of
+// them, on a hot key, Calls of the same Client. Their replies go to that
+// client's inbox as one message, which the client hands out to its
+// waiting Calls by token. Only clients whose reply tokens start with
+// groupedMark get one (a previous build's never do), and only for two or
+// more jobs to the same inbox; the rest are replied to one by one by
+// finish, as before. See jetstream/doc.go, "Grouped replies".
+
+// replyGrouped sends the replies of settled tasks (outcomes already kept)
+// grouped by client inbox, while the lease is trusted, and marks the tasks
+// it answered so finish does not reply again. A grouped message never
+// exceeds the connection's max_payload: it is split, and a reply too big
+// to share a message is left to finish. A publish that fails is logged,
+// as finish logs a failed reply: the caller recovers the kept outcome.
+func (o *owner) replyGrouped(ts []*task, out [][]byte) {
+	if len(ts) < 2 {
+		return
+	}
+	var inboxes []string
+	byInbox := map[string][]int{}
+	for i, t := range ts {
+		inbox, ok := groupedInbox(t.msg.Headers().Get(HeaderReply))
+		if !ok {
+			continue
+		}
+		if byInbox[inbox] == nil {
+			inboxes = append(inboxes, inbox)
+		}
+		byInbox[inbox] = append(byInbox[inbox], i)
+	}
+	limit := int(o.w.nc.MaxPayload())
+	for _, inbox := range inboxes {
+		idx := byInbox[inbox]
+		if len(idx) < 2 {
+			continue
+		}
+		subject := inbox + groupedToken
+		if !validReply(subject, o.w.topo.Meta.ReplyPrefix) {
+			continue
+		}
+		var es []groupedEntry
+		var sent []int
+		size := 1
+		flush := func() bool {
+			if len(es) < 2 {
+				es, sent, size = es[:0], sent[:0], 1 // one alone goes the plain way
+				return true
+			}
+			if !o.l.Trusted() {
+				return false
+			}
+			m := &nats.Msg{Subject: subject, Data: encodeGrouped(make([]byte, 0, size), es)}
+			if err := o.w.nc.PublishMsg(m); err != nil {
+				o.log.Warn("grouped reply", "jobs", len(es), "err", err)
+			}
+			for _, i := range sent {
+				ts[i].replied = true
+			}
+			es, sent, size = es[:0], sent[:0], 1
+			return true
+		}
+		for _, i := range idx {
+			reply := ts[i].msg.Headers().Get(HeaderReply)
+			e := groupedEntry{token: reply[len(inbox):], outcome: encodeResult(out[i], nil, false)}
+			n := groupedEntrySize(e.token, e.outcome)
+			if 1+n > limit {
+				continue // finish replies alone
+			}
+			if size+n > limit && !flush() {
+				return
+			}
+			es, sent, size = append(es, e), append(sent, i), size+n
+		}
+		if !flush() {
+			return
+		}
+	}
+}
+
+// groupedInbox returns the inbox of a reply subject whose token says its
+// client takes grouped replies.
+func groupedInbox(reply string) (string, bool) {
+	dot := strings.LastIndexByte(reply, '.')
+	if dot < 0 || !strings.HasPrefix(reply[dot+1:], groupedMark) || len(reply)-dot-1 < 2 || len(reply)-dot-1 > groupedTokenMax {
+		return "", false
+	}
+	return reply[:dot+1], true
+}
+
+// deliverGrouped hands each entry of a grouped reply to its Call. A
+// malformed one is dropped whole: its Calls recover their outcomes from
+// the results bucket, as after a lost reply (Call's replyWait).
+func (c *Client) deliverGrouped(m *nats.Msg) {
+	es, err := decodeGrouped(m.Data)
+	if err != nil {
+		return
+	}
+	for _, e := range es {
+		c.deliverTo(e.token, outcomeMsg(c.inbox+e.token, e.outcome))
+	}
+}
+
+// outcomeMsg is the single reply that carries the same outcome as enc.
+func outcomeMsg(subject string, enc []byte) *nats.Msg {
+	res, rerr, _ := decodeResult(enc)
+	re, _ := rerr.(*RemoteError)
+	if re == nil {
+		return &nats.Msg{Subject: subject, Data: res}
+	}
+	kind := "error"
+	switch {
+	case re.DeadLettered:
+		kind = "dead"
+	case re.Permanent:
+		kind = "permanent"
+	}
+	return &nats.Msg{Subject: subject, Header: nats.Header{HeaderError: {errorText(re.Message)}, HeaderErrorKind: {kind}}}
+}
