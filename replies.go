@@ -104,7 +104,9 @@ func (c *Client) deliverGrouped(m *nats.Msg) {
 		return
 	}
 	for _, e := range es {
-		c.deliverTo(e.token, outcomeMsg(c.inbox+e.token, e.outcome))
+		// The grouped subject, not the job's: deliverTo reads only that
+		// it is no stream ack, and Call only the data and headers.
+		c.deliverTo(e.token, outcomeMsg(m.Subject, e.outcome))
 	}
 }
 
