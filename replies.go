@@ -46,38 +46,45 @@ func (o *owner) replyGrouped(ts []*task, out [][]byte) {
 		if !validReply(subject, o.w.topo.Meta.ReplyPrefix) {
 			continue
 		}
-		var es []groupedEntry
+		total := 1
+		for _, i := range idx {
+			total += groupedEntrySize(ts[i].msg.Headers().Get(HeaderReply)[len(inbox):], 1+len(out[i]))
+		}
+		var body []byte
 		var sent []int
-		size := 1
 		flush := func() bool {
-			if len(es) < 2 {
-				es, sent, size = es[:0], sent[:0], 1 // one alone goes the plain way
-				return true
+			if len(sent) >= 2 { // one alone goes the plain way, through finish
+				if !o.l.Trusted() {
+					return false
+				}
+				if err := o.w.nc.PublishMsg(&nats.Msg{Subject: subject, Data: body}); err != nil {
+					o.log.Warn("grouped reply", "jobs", len(sent), "err", err)
+				}
+				for _, i := range sent {
+					ts[i].replied = true
+				}
 			}
-			if !o.l.Trusted() {
-				return false
+			if body != nil {
+				total -= len(body) - 1
 			}
-			m := &nats.Msg{Subject: subject, Data: encodeGrouped(make([]byte, 0, size), es)}
-			if err := o.w.nc.PublishMsg(m); err != nil {
-				o.log.Warn("grouped reply", "jobs", len(es), "err", err)
-			}
-			for _, i := range sent {
-				ts[i].replied = true
-			}
-			es, sent, size = es[:0], sent[:0], 1
+			body, sent = nil, sent[:0]
 			return true
 		}
 		for _, i := range idx {
-			reply := ts[i].msg.Headers().Get(HeaderReply)
-			e := groupedEntry{token: reply[len(inbox):], outcome: encodeResult(out[i], nil, false)}
-			n := groupedEntrySize(e.token, e.outcome)
+			token := ts[i].msg.Headers().Get(HeaderReply)[len(inbox):]
+			n := groupedEntrySize(token, 1+len(out[i]))
 			if 1+n > limit {
+				total -= n
 				continue // finish replies alone
 			}
-			if size+n > limit && !flush() {
+			if len(body)+n > limit && !flush() {
 				return
 			}
-			es, sent, size = append(es, e), append(sent, i), size+n
+			if body == nil {
+				body = append(make([]byte, 0, min(total, limit)), groupedVersion)
+			}
+			body = appendGroupedEntry(body, token, resultOK, out[i])
+			sent = append(sent, i)
 		}
 		if !flush() {
 			return

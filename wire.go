@@ -163,9 +163,19 @@ type groupedEntry struct {
 	outcome []byte // encodeResult's encoding
 }
 
-// groupedEntrySize is what e adds to a grouped reply's body.
-func groupedEntrySize(token string, outcome []byte) int {
-	return uvarintLen(len(token)) + len(token) + uvarintLen(len(outcome)) + len(outcome)
+// groupedEntrySize is what an entry adds to a grouped reply's body.
+func groupedEntrySize(token string, outcomeLen int) int {
+	return uvarintLen(len(token)) + len(token) + uvarintLen(outcomeLen) + outcomeLen
+}
+
+// appendGroupedEntry appends one entry, its outcome being kind and then
+// rest (the result or the error text), as encodeResult would write it.
+func appendGroupedEntry(buf []byte, token string, kind byte, rest []byte) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(token)))
+	buf = append(buf, token...)
+	buf = binary.AppendUvarint(buf, uint64(1+len(rest)))
+	buf = append(buf, kind)
+	return append(buf, rest...)
 }
 
 func uvarintLen(n int) int {
@@ -177,10 +187,13 @@ func uvarintLen(n int) int {
 func encodeGrouped(buf []byte, es []groupedEntry) []byte {
 	buf = append(buf, groupedVersion)
 	for _, e := range es {
-		buf = binary.AppendUvarint(buf, uint64(len(e.token)))
-		buf = append(buf, e.token...)
-		buf = binary.AppendUvarint(buf, uint64(len(e.outcome)))
-		buf = append(buf, e.outcome...)
+		if len(e.outcome) == 0 { // as it is: decodeGrouped refuses it
+			buf = binary.AppendUvarint(buf, uint64(len(e.token)))
+			buf = append(buf, e.token...)
+			buf = append(buf, 0)
+			continue
+		}
+		buf = appendGroupedEntry(buf, e.token, e.outcome[0], e.outcome[1:])
 	}
 	return buf
 }
