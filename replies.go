@@ -93,10 +93,13 @@ func (o *owner) replyGrouped(ts []*task, out [][]byte) {
 }
 
 // groupedInbox returns the inbox of a reply subject whose token says its
-// client takes grouped replies.
+// client takes grouped replies, in the form decodeGrouped accepts (any
+// other token, even one that starts with groupedMark, is replied to alone:
+// it would make the client drop the whole grouped message).
 func groupedInbox(reply string) (string, bool) {
 	dot := strings.LastIndexByte(reply, '.')
-	if dot < 0 || !strings.HasPrefix(reply[dot+1:], groupedMark) || len(reply)-dot-1 < 2 || len(reply)-dot-1 > groupedTokenMax {
+	tok := reply[dot+1:]
+	if dot < 0 || len(tok) < 2 || len(tok) > groupedTokenMax || !strings.HasPrefix(tok, groupedMark) || !base36(tok[1:]) {
 		return "", false
 	}
 	return reply[:dot+1], true

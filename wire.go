@@ -240,9 +240,9 @@ func decodeGrouped(b []byte) ([]groupedEntry, error) {
 	return es, nil
 }
 
-func base36(b []byte) bool {
-	for _, c := range b {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'z') {
+func base36[T string | []byte](b T) bool {
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z') {
 			return false
 		}
 	}
