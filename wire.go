@@ -73,7 +73,8 @@ const (
 	// another stream than ours.
 	expectStreamHeader = jetstream.ExpectedStreamHeader
 	// ackPrefix starts the inbox token of a stream ack; result tokens are
-	// base 36 and never start with it.
+	// groupedMark and base 36 (a previous build's: base 36 alone) and
+	// never start with it.
 	ackPrefix = "_"
 	// groupedMark starts the reply token of a client that takes grouped
 	// replies (one message answering several of its Calls). Base 36 never
@@ -234,8 +235,9 @@ func decodeGrouped(b []byte) ([]groupedEntry, error) {
 		if _, _, ok := decodeResult(out); !ok {
 			return nil, errBadGrouped
 		}
-		seen[string(tok)] = true
-		es = append(es, groupedEntry{token: string(tok), outcome: out})
+		token := string(tok)
+		seen[token] = true
+		es = append(es, groupedEntry{token: token, outcome: out})
 	}
 	return es, nil
 }
