@@ -315,7 +315,8 @@ func (c *Client) wait() (string, *waiter, error) {
 		_ = sub.SetPendingLimits(-1, -1)
 		c.sub = sub
 	}
-	token := strconv.FormatUint(c.token.Add(1), 36)
+	// groupedMark tells workers this client takes grouped replies.
+	token := groupedMark + strconv.FormatUint(c.token.Add(1), 36)
 	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1)}
 	c.waiters[token] = w
 	return token, w, nil
@@ -329,6 +330,10 @@ func (c *Client) unwait(token string) {
 
 func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.inbox):]
+	if token == groupedToken {
+		c.deliverGrouped(m)
+		return
+	}
 	if rest, ok := strings.CutPrefix(token, ackPrefix); ok {
 		if id, ok := strings.CutPrefix(rest, batchPrefix); ok && c.batch != nil {
 			for _, b := range c.batch {

@@ -28,7 +28,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 			return false
 		}
 	}
-	if reply := t.msg.Headers().Get(HeaderReply); reply != "" {
+	if reply := t.msg.Headers().Get(HeaderReply); reply != "" && !t.replied {
 		m := replyMsg(reply, res, herr, dead)
 		if !o.l.Trusted() {
 			o.w.stats.unacked.Add(1)

@@ -79,6 +79,7 @@ func (o *owner) runGroup(ts []*task) {
 			o.w.stats.unacked.Add(int64(len(ts)))
 			return
 		}
+		o.replyGrouped(g[:n], out[:n]) // after the outcomes are kept, before any ack
 		for i := range n {
 			if o.finish(g[i], out[i], nil, false) {
 				o.w.stats.succeeded.Add(1)

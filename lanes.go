@@ -21,6 +21,7 @@ type task struct {
 	kept        *keptOutcome // an earlier run's outcome, found by ID
 	lookedUp    bool         // its kept outcome was looked for (none found) this tenure
 	outcomeKept bool         // this run's outcome is stored already
+	replied     bool         // answered in a grouped reply (replyGrouped)
 	requeued    bool         // put back in its lane by the runner that took it
 	progress    time.Time
 	firstErr    error // the error of a first run already made in a group

@@ -2,6 +2,7 @@ package keylane
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,8 +73,16 @@ const (
 	// another stream than ours.
 	expectStreamHeader = jetstream.ExpectedStreamHeader
 	// ackPrefix starts the inbox token of a stream ack; result tokens are
-	// base 36 and never start with it.
+	// groupedMark and base 36 (a previous build's: base 36 alone) and
+	// never start with it.
 	ackPrefix = "_"
+	// groupedMark starts the reply token of a client that takes grouped
+	// replies (one message answering several of its Calls). Base 36 never
+	// holds it, so a previous build's tokens are never taken for one.
+	groupedMark = "-"
+	// groupedToken is the inbox token grouped replies are sent to; a
+	// waiter's token is groupedMark and at least one digit more.
+	groupedToken = groupedMark
 )
 
 // oneHeader is the value of flag headers.
@@ -122,10 +131,124 @@ func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
 	m := &nats.Msg{Subject: subject, Data: res}
 	if herr != nil {
 		m.Header = nats.Header{}
-		m.Header.Set(HeaderError, herr.Error())
+		m.Header.Set(HeaderError, errorText(herr.Error()))
 		m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
 	}
 	return m
+}
+
+// errorText is the reply's error text: never empty, for a reply with an
+// empty Keylane-Error reads as a success.
+func errorText(s string) string {
+	if s == "" {
+		return "(no error text)"
+	}
+	return s
+}
+
+// Grouped replies. The body is groupedVersion, then one entry per job:
+// uvarint length and the job's reply token, uvarint length and its
+// outcome as encodeResult writes it (a kept outcome's encoding: kind
+// byte, then the result or the error text). No header, nothing after the
+// last entry.
+const (
+	groupedVersion = 'G'
+	// groupedTokenMax bounds a token in a grouped reply; ours are
+	// groupedMark and at most 13 base 36 digits.
+	groupedTokenMax = 64
+)
+
+// groupedEntry is one job's part of a grouped reply.
+type groupedEntry struct {
+	token   string
+	outcome []byte // encodeResult's encoding
+}
+
+// groupedEntrySize is what an entry adds to a grouped reply's body.
+func groupedEntrySize(token string, outcomeLen int) int {
+	return uvarintLen(len(token)) + len(token) + uvarintLen(outcomeLen) + outcomeLen
+}
+
+// appendGroupedEntry appends one entry, its outcome being kind and then
+// rest (the result or the error text), as encodeResult would write it.
+func appendGroupedEntry(buf []byte, token string, kind byte, rest []byte) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(token)))
+	buf = append(buf, token...)
+	buf = binary.AppendUvarint(buf, uint64(1+len(rest)))
+	buf = append(buf, kind)
+	return append(buf, rest...)
+}
+
+func uvarintLen(n int) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], uint64(n))
+}
+
+// encodeGrouped appends the entries' body to buf (a grouped reply's data).
+func encodeGrouped(buf []byte, es []groupedEntry) []byte {
+	buf = append(buf, groupedVersion)
+	for _, e := range es {
+		if len(e.outcome) == 0 { // as it is: decodeGrouped refuses it
+			buf = binary.AppendUvarint(buf, uint64(len(e.token)))
+			buf = append(buf, e.token...)
+			buf = append(buf, 0)
+			continue
+		}
+		buf = appendGroupedEntry(buf, e.token, e.outcome[0], e.outcome[1:])
+	}
+	return buf
+}
+
+// errBadGrouped is why a grouped reply was dropped.
+var errBadGrouped = errors.New("keylane: malformed grouped reply")
+
+// decodeGrouped reads a grouped reply's body strictly: a wrong version, a
+// token that is not a grouped client's, an outcome decodeResult refuses, a
+// repeated token, a length past the end or bytes after the last entry
+// refuse the whole message. Each outcome is cut from b with no spare
+// capacity, so appending to one result cannot overwrite the next.
+func decodeGrouped(b []byte) ([]groupedEntry, error) {
+	if len(b) < 2 || b[0] != groupedVersion {
+		return nil, errBadGrouped
+	}
+	var es []groupedEntry
+	seen := map[string]bool{}
+	for i := 1; i < len(b); {
+		field := func() ([]byte, bool) {
+			n, w := binary.Uvarint(b[i:])
+			if w <= 0 || n > uint64(len(b)-i-w) {
+				return nil, false
+			}
+			i += w
+			f := b[i : i+int(n) : i+int(n)]
+			i += int(n)
+			return f, true
+		}
+		tok, ok := field()
+		if !ok || len(tok) < 2 || len(tok) > groupedTokenMax || string(tok[:1]) != groupedMark || !base36(tok[1:]) || seen[string(tok)] {
+			return nil, errBadGrouped
+		}
+		out, ok := field()
+		if !ok {
+			return nil, errBadGrouped
+		}
+		if _, _, ok := decodeResult(out); !ok {
+			return nil, errBadGrouped
+		}
+		token := string(tok)
+		seen[token] = true
+		es = append(es, groupedEntry{token: token, outcome: out})
+	}
+	return es, nil
+}
+
+func base36[T string | []byte](b T) bool {
+	for i := 0; i < len(b); i++ {
+		if c := b[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z') {
+			return false
+		}
+	}
+	return true
 }
 
 func errorKind(err error, dead bool) string {

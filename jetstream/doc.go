@@ -706,6 +706,52 @@
 //   - A newer owner wrote the key: the CAS fails or the stored fence is
 //     higher; the group is dropped and this owner steps down.
 //
+// # Grouped replies
+//
+// Most of a hot key's group are often Calls of one Client (64 buyers on
+// one connection). After a group's outcomes are kept, and while the lease
+// is trusted, the worker sends the replies of two or more of its jobs that
+// go to the same client inbox as one message to <inbox>.- ; the client
+// hands each entry to the Call waiting on its token. Then each job goes
+// through finish as before (trust check, ack, observers, job log, its
+// commit span), without a second reply. The one-job path (process, replay,
+// dead letters, malformed jobs) still replies alone.
+//
+// Only clients that say they take grouped replies get them: a client of
+// this build starts its reply tokens with "-" (<inbox>.-1, <inbox>.-2, …),
+// which base 36 never holds, so a previous build's client (tokens 1, 2, …)
+// only ever gets single replies, and a previous build's worker answers a
+// new client with single replies, which it still takes. The body is a
+// version byte ('G'), then per job a uvarint-length token and a
+// uvarint-length outcome in the kept-outcome encoding (kind byte o, e, p
+// or d, then the result or the error text): the same result, error,
+// permanent and dead-lettered a single reply carries.
+//
+// Failure cases:
+//
+//   - A group's replies would exceed the connection's max_payload: they
+//     are split over several messages; one reply too big to share a
+//     message goes alone. Tested by TestGroupedRepliesSplitAtMaxPayload.
+//   - A malformed grouped reply (wrong version, a token not of the "-"
+//     form, an unknown outcome kind, a repeated token, a length past the
+//     end, bytes after the last entry): the client drops it whole, never a
+//     part of it, and its Calls recover their kept outcomes as after a lost
+//     reply (5s after the stream's ack). Tested by
+//     TestMalformedGroupedReplyIsDropped (the server refuses the worker's
+//     grouped replies; garbage naming the Calls arrives instead) and
+//     TestGroupedOutcomeCodec.
+//   - The grouped publish fails, or is lost with the connection: as a lost
+//     single reply; the outcomes are kept before it, so the Calls recover
+//     them. The jobs are still acked only after the publish was made.
+//   - The lease stops being trusted before the grouped publish: nothing is
+//     sent; finish then acks nothing either.
+//   - An error with an empty text: replies carry "(no error text)", for
+//     an empty Keylane-Error header reads as a success.
+//
+// Tested also by TestGroupedRepliesHotKeyOneClient (65 Calls, 2 reply
+// messages), TestGroupedRepliesTwoClients, TestOldStyleTokensGetSingleReplies
+// and TestGroupedReplyCarriesAnError.
+//
 // # Client atomic batches
 //
 // With ClientConfig.AtomicBatches, concurrent Calls and Submits queue while a
