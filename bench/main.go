@@ -21,6 +21,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +63,19 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			}
 			out = &lockedWriter{w: out}
 			go bench.AnswerAllocs(os.Stdin, out)
+			// KEYLANE_BENCH_CPUPROFILE=DIR profiles each worker or raw
+			// consumer child into DIR/<subcommand>-<pid>.pprof.
+			if dir := os.Getenv("KEYLANE_BENCH_CPUPROFILE"); dir != "" {
+				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", args[0], os.Getpid())))
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			if args[0] == "worker" {
 				return bench.ServeWorker(ctx, bench.WorkerOptions{URL: *url, Hold: *hold, Replicas: *replicas, StreamShards: *shards}, out)
 			}
