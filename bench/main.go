@@ -63,24 +63,21 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			}
 			out = &lockedWriter{w: out}
 			go bench.AnswerAllocs(os.Stdin, out)
-			// KEYLANE_BENCH_CPUPROFILE=DIR profiles each worker or raw
-			// consumer child into DIR/<subcommand>-<pid>.pprof.
-			if dir := os.Getenv("KEYLANE_BENCH_CPUPROFILE"); dir != "" {
-				f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", args[0], os.Getpid())))
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			if stop, err := profileTo(args[0]); err != nil {
+				return err
+			} else {
+				defer stop()
 			}
 			if args[0] == "worker" {
 				return bench.ServeWorker(ctx, bench.WorkerOptions{URL: *url, Hold: *hold, Replicas: *replicas, StreamShards: *shards}, out)
 			}
 			return bench.ServeRawJS(ctx, *url, out)
 		}
+	}
+	if stop, err := profileTo("bench"); err != nil {
+		return err
+	} else {
+		defer stop()
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	var cfg bench.Config
@@ -158,4 +155,24 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// profileTo starts a CPU profile of this process into
+// $KEYLANE_BENCH_CPUPROFILE/<what>-<pid>.pprof when that directory is set:
+// the bench process (the buyers and keylane's Client, in the separate and
+// cluster placements) and each worker or raw consumer child apart.
+func profileTo(what string) (stop func(), err error) {
+	dir := os.Getenv("KEYLANE_BENCH_CPUPROFILE")
+	if dir == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pprof", what, os.Getpid())))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
