@@ -27,6 +27,7 @@ type Worker struct {
 	tracing *workerTracing // nil: tracing off
 
 	stats stats
+	kept  keptBatches // how the results stream takes kept outcomes
 	bal   *balancer
 
 	mu       sync.Mutex

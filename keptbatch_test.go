@@ -1,0 +1,314 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
+	"github.com/nats-io/nats.go"
+)
+
+// keptWatch records, from a second connection, every put to the results
+// bucket's subjects, as the worker published it.
+type keptWatch struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func watchKept(e *env) *keptWatch {
+	e.t.Helper()
+	nc := natstest.Connect(e.t, e.srv)
+	kw := &keptWatch{}
+	_, err := nc.Subscribe("$KV."+e.topo.Names.Results()+".>", func(m *nats.Msg) {
+		kw.mu.Lock()
+		kw.msgs = append(kw.msgs, m)
+		kw.mu.Unlock()
+	})
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return kw
+}
+
+// counts returns how many puts were seen, how many carried an atomic batch
+// ID, how many were batch commits, and the distinct batch IDs.
+func (kw *keptWatch) counts() (puts, batched, commits int, batches map[string]int) {
+	kw.mu.Lock()
+	defer kw.mu.Unlock()
+	batches = map[string]int{}
+	for _, m := range kw.msgs {
+		puts++
+		if id := m.Header.Get(batchIDHeader); id != "" {
+			batched++
+			batches[id]++
+		}
+		if m.Header.Get(batchCommitHeader) != "" {
+			commits++
+		}
+	}
+	return puts, batched, commits, batches
+}
+
+// reset forgets what was seen.
+func (kw *keptWatch) reset() {
+	kw.mu.Lock()
+	kw.msgs = nil
+	kw.mu.Unlock()
+}
+
+// gate holds a reducer's job with payload "gate" until released.
+type gate struct {
+	entered chan struct{} // a gate job is reducing
+	release chan struct{}
+}
+
+func newGate() *gate { return &gate{entered: make(chan struct{}), release: make(chan struct{})} }
+
+// reducer counts like counter, but waits at a gate job.
+func (g *gate) reducer() Reducer {
+	c := newCounter()
+	return ReducerFunc(func(ctx context.Context, j Job, cur []byte) ([]byte, []byte, error) {
+		if string(j.Payload) == "gate" {
+			select {
+			case g.entered <- struct{}{}:
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+			select {
+			case <-g.release:
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+		return c.Reduce(ctx, j, cur)
+	})
+}
+
+// gatedCalls makes n concurrent Calls with IDs prefix-0… to key while the
+// reducer holds a gate job of that key, so they queue and run grouped
+// once the gate opens. Each Call's outcome must be readable by ID in the
+// results bucket as soon as the Call returns: kept before the reply.
+func gatedCalls(t *testing.T, e *env, g *gate, key, prefix string, n int) {
+	t.Helper()
+	gateDone := make(chan error, 1)
+	go func() {
+		_, err := e.client.Call(ctx(t), key, []byte("gate"), WithID(prefix+"-gate"))
+		gateDone <- err
+	}()
+	select {
+	case <-g.entered:
+	case <-ctx(t).Done():
+		t.Fatal("the gate job never ran")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("%s-%d", prefix, i)
+			if _, err := e.client.Call(ctx(t), key, []byte("inc"), WithID(id)); err != nil {
+				errs[i] = err
+				return
+			}
+			if _, err := e.topo.Results.Get(ctx(t), id); err != nil {
+				errs[i] = fmt.Errorf("outcome of %s not kept when its Call returned: %w", id, err)
+			}
+		}()
+	}
+	// The jobs stream keeps jobs until acked: the gate's and every Call's.
+	testwait.Eventually(t, 10*time.Second, "every call stored behind the gate", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == uint64(n+1)
+	})
+	g.release <- struct{}{}
+	wg.Wait()
+	if err := <-gateDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeptOutcomesGoAsOneBatchPerGroup: a key's jobs with callers' IDs,
+// queued before the worker starts, are group-committed; every group's
+// outcomes go to the results bucket as one atomic batch (one commit per
+// state write), and every outcome is readable by ID. Fails when the
+// outcomes go one by one (no put carries a batch ID).
+func TestKeptOutcomesGoAsOneBatchPerGroup(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	const key, queued = "sku:hot", 60
+	reqs := make([]Request, queued)
+	for i := range reqs {
+		reqs[i] = Request{Key: key, Payload: []byte("inc"), ID: fmt.Sprintf("q-%d", i)}
+	}
+	out, err := e.client.SubmitMany(ctx(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+	}
+	kw := watchKept(e)
+	w := reducerWorker(e, "w1", newCounter())
+	waitEmpty(e)
+	for _, r := range reqs {
+		v, err := e.topo.Results.Get(ctx(t), r.ID)
+		if err != nil {
+			t.Fatalf("outcome of %s: %v", r.ID, err)
+		}
+		if res, rerr, ok := decodeResult(v.Value()); !ok || rerr != nil || len(res) == 0 {
+			t.Fatalf("outcome of %s = %q", r.ID, v.Value())
+		}
+	}
+	entry, err := e.topo.State.Get(ctx(t), StateKey(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := int(entry.Revision()) // one state write per group
+	puts, batched, commits, batches := kw.counts()
+	t.Logf("%d jobs, %d groups, %d puts, %d batches %v", queued, groups, puts, commits, batches)
+	if puts != queued || batched != queued {
+		t.Fatalf("%d puts, %d of them in a batch; want %d, all batched", puts, batched, queued)
+	}
+	// A group of one job goes as a plain put; every other is one batch.
+	if commits != len(batches) || commits > groups || groups == queued {
+		t.Fatalf("%d batch commits (%d batch IDs) for %d groups of %d jobs: want one per group", commits, len(batches), groups, queued)
+	}
+	if n, r := w.kept.batches.Load(), w.kept.refused.Load(); n != int64(commits) || r != 0 {
+		t.Fatalf("worker counted %d batches, %d refused; want %d, 0", n, r, commits)
+	}
+}
+
+// TestSetupAllowsAtomicPublishOnResults: a namespace made before kept
+// outcomes went in batches has a results stream without
+// AllowAtomicPublish; Setup adds it in place, keeping the stored outcomes.
+func TestSetupAllowsAtomicPublishOnResults(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	name := "KV_" + e.topo.Names.Results()
+	allowed := func() bool {
+		t.Helper()
+		s, err := e.js.Stream(ctx(t), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.CachedInfo().Config.AllowAtomicPublish
+	}
+	if !allowed() {
+		t.Fatal("a new namespace's results stream does not allow atomic batches")
+	}
+	setAtomicPublish(t, e, false)
+	if _, err := e.topo.Results.Put(ctx(t), "old-job", encodeResult([]byte("kept"), nil, false)); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := Setup(ctx(t), e.js, e.topo.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !allowed() {
+		t.Fatal("Setup left the results stream without AllowAtomicPublish")
+	}
+	if v, err := topo.Results.Get(ctx(t), "old-job"); err != nil || string(v.Value()) != "okept" {
+		t.Fatalf("kept outcome after the upgrade: %v", err)
+	}
+}
+
+// setAtomicPublish sets AllowAtomicPublish on the results stream with a
+// real stream update.
+func setAtomicPublish(t *testing.T, e *env, on bool) {
+	t.Helper()
+	s, err := e.js.Stream(ctx(t), "KV_"+e.topo.Names.Results())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.AllowAtomicPublish = on
+	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeptOutcomesFallBackWhenBatchesRefused: the results stream loses
+// AllowAtomicPublish under a running worker. The next group's batch is
+// refused and its outcomes are put one by one at once, each kept before
+// its Call returns; the worker remembers the refusal, so the group after
+// that sends no batch at all. Fails without the fallback (the Calls wait
+// on a batch retried forever) or without the memory (two refusals).
+func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	gate := newGate()
+	w := reducerWorker(e, "w1", gate.reducer())
+	e.waitOwned(w)
+	kw := watchKept(e)
+	gatedCalls(t, e, gate, "sku:a", "before", 20)
+	if _, batched, _, _ := kw.counts(); batched == 0 || w.kept.batches.Load() == 0 {
+		t.Fatal("no batch while the stream allowed them")
+	}
+
+	setAtomicPublish(t, e, false)
+	kw.reset()
+	gatedCalls(t, e, gate, "sku:a", "refused", 20)
+	puts, _, commits, _ := kw.counts()
+	if r := w.kept.refused.Load(); r != 1 || commits != 1 {
+		t.Fatalf("%d refused batches, %d commits seen; want the one refused", r, commits)
+	}
+	if puts < 21 {
+		t.Fatalf("%d puts for 21 calls", puts)
+	}
+
+	kw.reset()
+	gatedCalls(t, e, gate, "sku:a", "after", 20)
+	if _, batched, _, _ := kw.counts(); batched != 0 || w.kept.refused.Load() != 1 {
+		t.Fatalf("%d batched puts, %d refused after the refusal; want none, 1", batched, w.kept.refused.Load())
+	}
+}
+
+// TestRedriveKeepsBothIDsInOneBatch: a redriven job's outcome is kept
+// under its own ID and the dead-lettered job's, as one batch of two.
+func TestRedriveKeepsBothIDsInOneBatch(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	var mu sync.Mutex
+	broken := true
+	e.worker("w", HandlerFunc(func(context.Context, Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if broken {
+			return nil, Permanent(errors.New("down"))
+		}
+		return []byte("booked"), nil
+	}), nil)
+	if _, err := e.client.Call(ctx(t), "seat:1", nil, WithID("order-1")); err == nil {
+		t.Fatal("the job succeeded while broken")
+	}
+	dls, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10)
+	if err != nil || len(dls) != 1 {
+		t.Fatalf("dead letters %v, %v", dls, err)
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	kw := watchKept(e)
+	id, err := e.client.Redrive(ctx(t), dls[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "both IDs answer with the redriven outcome", func() bool {
+		a, err1 := e.client.Result(ctx(t), "order-1")
+		b, err2 := e.client.Result(ctx(t), id)
+		return err1 == nil && err2 == nil && string(a) == "booked" && string(b) == "booked"
+	})
+	puts, batched, commits, _ := kw.counts()
+	if puts != 2 || batched != 2 || commits != 1 {
+		t.Fatalf("%d puts, %d batched, %d commits; want both IDs in one batch", puts, batched, commits)
+	}
+}
