@@ -65,9 +65,10 @@ func (k *keptBatches) limit(now time.Time) int {
 }
 
 // refuse remembers that the server refused a batch of n for err: a batch
-// too large halves the limit, a full server (too many batches in flight)
-// is forgotten, anything else turns batches off for keptBatchPause. It
-// reports whether batches are now off.
+// too large halves the limit; a full server (too many batches in flight)
+// or an incomplete batch (a message lost on the way, the batch timed out
+// or the stream changed leader) is forgotten; anything else turns batches
+// off for keptBatchPause. It reports whether batches are now off.
 func (k *keptBatches) refuse(err error, n int, now time.Time) bool {
 	k.refused.Add(1)
 	k.mu.Lock()
@@ -77,7 +78,7 @@ func (k *keptBatches) refuse(err error, n int, now time.Time) bool {
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsBatchTooLarge:
 		k.max = max(2, n/2)
 		return false
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsBatchTooManyInflight:
+	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jsBatchTooManyInflight || apiErr.ErrorCode == jsBatchIncomplete):
 		return false
 	}
 	k.offUntil = now.Add(keptBatchPause)
@@ -88,7 +89,7 @@ func (k *keptBatches) refuse(err error, n int, now time.Time) bool {
 const (
 	jsBatchDisabled          = 10174 // the stream lacks AllowAtomicPublish
 	jsBatchMissingSeq        = 10175
-	jsBatchIncomplete        = 10176 // a gap, a timeout, a leader change: send again
+	jsBatchIncomplete        = 10176 // a gap, a timeout, a leader change
 	jsBatchUnsupportedHeader = 10177
 	jsBatchInvalidID         = 10179
 	jsBatchTooLarge          = 10199
@@ -96,10 +97,13 @@ const (
 	jsBatchTooManyInflight   = 10210
 )
 
-// batchRefused reports whether err says the server will not take the
-// batch form (so the outcomes must go one by one), as opposed to a batch
-// that failed on the way (no ack in time, no leader, an incomplete
-// batch), which is sent again with backoff.
+// batchRefused reports whether err says the server did not take the
+// batch (so the outcomes go one by one, each with its own ack, now), as
+// opposed to a request that failed (no ack in time, no responders, no
+// leader), which the caller retries with backoff. An incomplete batch
+// counts as refused: the messages without a reply are the batch form's
+// own way to get lost (a full ingest queue drops them silently), which
+// single puts do not share.
 func batchRefused(err error) bool {
 	if errors.Is(err, errBatchIgnored) {
 		return true
@@ -109,7 +113,7 @@ func batchRefused(err error) bool {
 		return false
 	}
 	switch apiErr.ErrorCode {
-	case jsBatchDisabled, jsBatchMissingSeq, jsBatchUnsupportedHeader, jsBatchInvalidID,
+	case jsBatchDisabled, jsBatchMissingSeq, jsBatchIncomplete, jsBatchUnsupportedHeader, jsBatchInvalidID,
 		jsBatchTooLarge, jsBatchInvalidCommit, jsBatchTooManyInflight:
 		return true
 	}
