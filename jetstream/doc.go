@@ -535,8 +535,8 @@
 //     job's outcome (at once if it finished, when it finishes if not);
 //   - after it, for ResultsTTL (1 hour by default, the retry horizon): the
 //     worker stores the outcome of every such job in NS_RESULTS before it
-//     acks it (one batch of asynchronous publishes per group, so group
-//     commit stays), and looks a new job with a caller's ID up there before
+//     acks it (one atomic batch per group, so group commit stays: "Kept
+//     outcomes in one batch" below), and looks a new job with a caller's ID up there before
 //     running it (concurrently per group); a hit is answered and acked
 //     without running. The state entry's held IDs answer the same
 //     question for the key's recent jobs at no round trip, and cover a
@@ -547,6 +547,67 @@
 // duplicate window and the held outcomes cover those. A results write that
 // fails leaves the job unacked: it is redelivered and answered from the
 // held outcome, never lost and never applied twice.
+//
+// # Kept outcomes in one batch
+//
+// A group's outcomes (and a redriven job's, under both IDs) go to
+// NS_RESULTS as one JetStream atomic batch (nats-server 2.12+): every put
+// carries Nats-Batch-Id and Nats-Batch-Sequence 1..n, the last also
+// Nats-Batch-Commit: 1; only the last has a reply subject, and the server
+// answers it once all n are stored, with an ack naming the batch and n.
+// That is one ack instead of n, one fsync instead of n on a server with
+// sync_interval: always, one replicated proposal instead of n in R3. A
+// group of one job is a plain put. Setup sets AllowAtomicPublish on
+// KV_NS_RESULTS (a bucket made by an older keylane is updated in place;
+// a server that refuses the flag leaves it off). The batch headers stay on
+// the stored entries (about 70 bytes each); readers use the value only,
+// so older clients and workers read them as before, and older workers
+// still write single puts into the same stream. The code is
+// keptbatch.go; the headers are wire.go's, shared with the client's
+// batches.
+//
+// Limits (nats-server 2.15 defaults): at most 1000 messages a batch
+// (JetStreamLimits.MaxBatchSize), 50 batches in flight per stream and
+// 1000 per server, and a batch left uncommitted is dropped after 10s. A
+// group holds at most 256 jobs (512 puts with redrives), so one batch; a
+// longer list is split into batches of the limit, each committed before
+// the next. On an R1 file stream the server stages each batch in a
+// store of its own (a directory made and removed per batch) before the
+// commit writes it to the stream.
+//
+// Nothing is replied to or acked before the commit's ack: keepEncoded
+// waits for it, so a Call retried by ID finds the outcome (the rule of
+// "Retries by job ID" above). Failure cases:
+//
+//   - The stream does not allow atomic batches (10174: the flag is off,
+//     e.g. turned off by hand), the ack does not name the batch (a server
+//     before 2.12 ignores the headers and stores the puts one by one, the
+//     earlier unacked), or the server calls the batch malformed: the same
+//     outcomes are put one by one at once, each with its own ack (a put of
+//     a value a refused batch may have stored is the same value under the
+//     same key: harmless), and the worker sends no batch for a minute
+//     (keptBatchPause), so it does not pay a refused batch per group.
+//     Tested by TestKeptOutcomesFallBackWhenBatchesRefused (the flag
+//     turned off under a running worker with a real stream update: one
+//     refused batch, every Call's outcome readable when it returns, the
+//     next group sends no batch).
+//   - Too large (10199, a server with a lower MaxBatchSize): put one by
+//     one now, and later batches are half the size. Too many in flight
+//     (10210) or incomplete (10176: a reply-less message dropped, the batch
+//     timed out, a leader change): put one by one now, batches stay on.
+//     The classes are TestKeptBatchRefusals'.
+//   - No ack in time, no responders, not leader, a cut connection: the
+//     outcome of the batch is unknown; keepEncoded's loop sends it again
+//     (a new batch ID) with backoff while the lease is trusted, as it did
+//     the single puts. The tenure ending first leaves the jobs unacked,
+//     answered from the held outcomes when redelivered.
+//
+// Tested by TestKeptOutcomesGoAsOneBatchPerGroup (every group of a key's
+// 60 queued jobs with IDs: one batch commit per state write, every outcome
+// readable), TestRedriveKeepsBothIDsInOneBatch,
+// TestSetupAllowsAtomicPublishOnResults (an existing results stream
+// without the flag gets it and keeps its entries) and, under
+// docs/security/accounts.conf's least privilege, TestAccounts.
 //
 // # Replies
 //
