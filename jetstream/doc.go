@@ -536,9 +536,9 @@
 //   - after it, for ResultsTTL (1 hour by default, the retry horizon): the
 //     worker stores the outcome of every such job in NS_RESULTS before it
 //     acks it (one atomic batch per group, so group commit stays: "Kept
-//     outcomes in one batch" below), and looks a new job with a caller's ID up there before
-//     running it (concurrently per group); a hit is answered and acked
-//     without running. The state entry's held IDs answer the same
+//     outcomes in one batch" below), and looks a new job with a caller's
+//     ID up there before running it (concurrently per group); a hit is
+//     answered and acked without running. The state entry's held IDs answer the same
 //     question for the key's recent jobs at no round trip, and cover a
 //     server that lost its duplicate table in a restart (a WorkQueue stream
 //     deletes acked jobs, so the rebuilt table misses them).
