@@ -13,13 +13,14 @@ import (
 	"github.com/nats-io/nuid"
 )
 
-// Kept outcomes as one atomic batch (jetstream/doc.go, "Retries by job
-// ID"). A group's outcomes go to the results bucket as one JetStream
-// atomic batch with one ack, which a server with sync_interval: always
-// stores with one fsync and a cluster replicates as one proposal, instead
-// of one publish, ack (and fsync) per outcome. A server that refuses the
-// batch form gets the outcomes one by one, at once, and the worker keeps
-// to that for keptBatchPause.
+// Kept outcomes as one atomic batch (jetstream/doc.go, "Kept outcomes in
+// one batch"). A group's outcomes go to the results bucket as one
+// JetStream atomic batch with one ack, which a cluster replicates as one
+// proposal and a server with sync_interval: always stores with one fsync
+// of the stream, instead of one publish, ack (and fsync) per outcome; by
+// default only on a replicated namespace (WorkerConfig.OutcomeBatch). A
+// server that refuses the batch form gets the outcomes one by one, at
+// once, and the worker keeps to that for keptBatchPause.
 
 const (
 	// keptBatchMax is the server's default largest atomic batch
@@ -127,9 +128,13 @@ func batchRefused(err error) bool {
 // same value under the same key). An error is a batch that failed on the
 // way; the caller retries with backoff.
 func (o *owner) keepBatched(puts []kvPut) (sent bool, err error) {
+	least := o.w.outcomeBatchMin()
+	if least == 0 || len(puts) < least {
+		return false, nil
+	}
 	kb := &o.w.kept
 	limit := kb.limit(time.Now())
-	if limit == 0 || len(puts) < 2 {
+	if limit == 0 {
 		return false, nil
 	}
 	for len(puts) > 0 {
@@ -147,6 +152,20 @@ func (o *owner) keepBatched(puts []kvPut) (sent bool, err error) {
 		puts = puts[n:]
 	}
 	return true, nil
+}
+
+// outcomeBatchMin returns the fewest puts that go as a batch
+// (WorkerConfig.OutcomeBatch), or 0 for none.
+func (w *Worker) outcomeBatchMin() int {
+	switch n := w.cfg.OutcomeBatch; {
+	case n < 0:
+		return 0
+	case n > 0:
+		return max(n, 2) // a batch of one is a plain put
+	case w.topo != nil && w.topo.Replicas > 1:
+		return 2
+	}
+	return 0
 }
 
 // sendKeptBatch publishes puts as one atomic batch and waits for the

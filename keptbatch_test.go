@@ -140,7 +140,8 @@ func gatedCalls(t *testing.T, e *env, g *gate, key, prefix string, n int) {
 }
 
 // TestKeptOutcomesGoAsOneBatchPerGroup: a key's jobs with callers' IDs,
-// queued before the worker starts, are group-committed; every group's
+// queued before the worker starts, are group-committed; with OutcomeBatch
+// 2 (the default of a replicated namespace) every group's
 // outcomes go to the results bucket as one atomic batch (one commit per
 // state write), and every outcome is readable by ID. Fails when the
 // outcomes go one by one (no put carries a batch ID).
@@ -161,7 +162,7 @@ func TestKeptOutcomesGoAsOneBatchPerGroup(t *testing.T) {
 		}
 	}
 	kw := watchKept(e)
-	w := reducerWorker(e, "w1", newCounter())
+	w := e.worker("w1", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.OutcomeBatch = nil, newCounter(), 2 })
 	waitEmpty(e)
 	for _, r := range reqs {
 		v, err := e.topo.Results.Get(ctx(t), r.ID)
@@ -248,7 +249,7 @@ func setAtomicPublish(t *testing.T, e *env, on bool) {
 func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	gate := newGate()
-	w := reducerWorker(e, "w1", gate.reducer())
+	w := e.worker("w1", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.OutcomeBatch = nil, gate.reducer(), 2 })
 	e.waitOwned(w)
 	kw := watchKept(e)
 	gatedCalls(t, e, gate, "sku:a", "before", 20)
@@ -287,7 +288,7 @@ func TestRedriveKeepsBothIDsInOneBatch(t *testing.T) {
 			return nil, Permanent(errors.New("down"))
 		}
 		return []byte("booked"), nil
-	}), nil)
+	}), func(c *WorkerConfig) { c.OutcomeBatch = 2 })
 	if _, err := e.client.Call(ctx(t), "seat:1", nil, WithID("order-1")); err == nil {
 		t.Fatal("the job succeeded while broken")
 	}
@@ -376,5 +377,29 @@ func TestBatchStoredNeedsTheBatchInTheAck(t *testing.T) {
 	var apiErr *jetstream.APIError
 	if err := batchStored(&nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10174,"description":"atomic publish is disabled"}}`)}, "b1", 3); !errors.As(err, &apiErr) || apiErr.ErrorCode != 10174 {
 		t.Errorf("refused batch: %v", err)
+	}
+}
+
+// TestOutcomeBatchDefaults: on one replica the worker keeps outcomes one
+// by one unless told otherwise (a batch there costs the server a staging
+// store on disk); a replicated namespace batches from two; negative never.
+func TestOutcomeBatchDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		cfg, replicas, want int
+	}{
+		{0, 1, 0}, {0, 3, 2}, {8, 1, 8}, {1, 1, 2}, {-1, 3, 0},
+	} {
+		w := &Worker{cfg: WorkerConfig{OutcomeBatch: tc.cfg}, topo: &Topology{Replicas: tc.replicas}}
+		if got := w.outcomeBatchMin(); got != tc.want {
+			t.Errorf("OutcomeBatch %d on R%d: least batch %d, want %d", tc.cfg, tc.replicas, got, tc.want)
+		}
+	}
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	kw := watchKept(e)
+	gate := newGate()
+	reducerWorker(e, "w1", gate.reducer())
+	gatedCalls(t, e, gate, "sku:a", "r1", 10)
+	if puts, batched, _, _ := kw.counts(); puts != 11 || batched != 0 {
+		t.Fatalf("R1 default: %d puts, %d batched; want 11 single puts", puts, batched)
 	}
 }

@@ -555,9 +555,23 @@
 // carries Nats-Batch-Id and Nats-Batch-Sequence 1..n, the last also
 // Nats-Batch-Commit: 1; only the last has a reply subject, and the server
 // answers it once all n are stored, with an ack naming the batch and n.
-// That is one ack instead of n, one fsync instead of n on a server with
-// sync_interval: always, one replicated proposal instead of n in R3. A
-// group of one job is a plain put. Setup sets AllowAtomicPublish on
+// That is one ack instead of n, one replicated proposal instead of n in
+// R3, and one fsync of the stream instead of n on a server with
+// sync_interval: always.
+//
+// When: WorkerConfig.OutcomeBatch, the fewest puts sent as a batch.
+// By default 2 on a replicated namespace and never on one replica: there
+// nats-server stages every batch in a file store of its own (a directory
+// with its meta files written with fsync, removed after the commit), a
+// fixed cost of several fsyncs per batch whatever the server's
+// sync_interval. Observed on the shared test VM (loaded, one run each,
+// so only the order of magnitude): a batch of 2 or 8 puts about 5-7 ms
+// against 0.1 ms for the same puts sent asynchronously under the default
+// sync_interval; with sync_interval: always, 5 ms against 1 ms (2
+// puts), 9 ms (8) and 88 ms (64). So on one replica a batch pays only
+// when every write fsyncs and groups hold about 8 outcomes or more:
+// OutcomeBatch 8 there. A negative OutcomeBatch never batches. A smaller
+// group goes as before. Setup sets AllowAtomicPublish on
 // KV_NS_RESULTS (a bucket made by an older keylane is updated in place;
 // a server that refuses the flag leaves it off). The batch headers stay on
 // the stored entries (about 70 bytes each); readers use the value only,
@@ -571,9 +585,7 @@
 // 1000 per server, and a batch left uncommitted is dropped after 10s. A
 // group holds at most 256 jobs (512 puts with redrives), so one batch; a
 // longer list is split into batches of the limit, each committed before
-// the next. On an R1 file stream the server stages each batch in a
-// store of its own (a directory made and removed per batch) before the
-// commit writes it to the stream.
+// the next.
 //
 // Nothing is replied to or acked before the commit's ack: keepEncoded
 // waits for it, so a Call retried by ID finds the outcome (the rule of
@@ -604,7 +616,8 @@
 //
 // Tested by TestKeptOutcomesGoAsOneBatchPerGroup (every group of a key's
 // 60 queued jobs with IDs: one batch commit per state write, every outcome
-// readable), TestRedriveKeepsBothIDsInOneBatch,
+// readable), TestOutcomeBatchDefaults (none on one replica by default),
+// TestRedriveKeepsBothIDsInOneBatch,
 // TestSetupAllowsAtomicPublishOnResults (an existing results stream
 // without the flag gets it and keeps its entries) and, under
 // docs/security/accounts.conf's least privilege, TestAccounts.

@@ -74,6 +74,7 @@ func startWorker(ctx context.Context, c *conn, ns string) (*keylane.Worker, erro
 	w, err := keylane.NewWorker(c.Conn, keylane.WorkerConfig{
 		Topology:     keylane.TopologyConfig{Namespace: ns, Partitions: 4, ReplyPrefix: "_INBOX." + ns + "."},
 		StoreResults: true,
+		OutcomeBatch: 2, // one replica here: batches are off by default
 		Reducer: keylane.ReducerFunc(func(_ context.Context, job keylane.Job, state []byte) ([]byte, []byte, error) {
 			state = append(state, job.Payload...)
 			return state, state, nil
