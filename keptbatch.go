@@ -66,7 +66,7 @@ func (k *keptBatches) limit(now time.Time) int {
 }
 
 // refuse remembers that the server refused a batch of n for err: a batch
-// too large halves the limit; a full server (too many batches in flight)
+// too large halves the limit (down to 2; smaller turns batches off); a full server (too many batches in flight)
 // or an incomplete batch (a message lost on the way, the batch timed out
 // or the stream changed leader) is forgotten; anything else turns batches
 // off for keptBatchPause. It reports whether batches are now off.
@@ -76,8 +76,8 @@ func (k *keptBatches) refuse(err error, n int, now time.Time) bool {
 	defer k.mu.Unlock()
 	var apiErr *jetstream.APIError
 	switch {
-	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsBatchTooLarge:
-		k.max = max(2, n/2)
+	case errors.As(err, &apiErr) && apiErr.ErrorCode == jsBatchTooLarge && n >= 4:
+		k.max = n / 2
 		return false
 	case errors.As(err, &apiErr) && (apiErr.ErrorCode == jsBatchTooManyInflight || apiErr.ErrorCode == jsBatchIncomplete):
 		return false

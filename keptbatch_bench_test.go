@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -15,20 +16,28 @@ import (
 // BenchmarkKeepOutcomes counts, not times, what keeping a group's outcomes
 // costs per outcome: messages into and out of the server (its counters),
 // the bytes of both, and the allocations of the whole process (worker
-// side and the in-process server), batched and as single puts. Run with
-// go test -run '^$' -bench KeepOutcomes -benchtime 200x .
+// side and the in-process server), batched and as single puts, on one
+// replica with and without sync_interval: always. Run with
+// go test -run '^$' -bench KeepOutcomes -benchtime 50x . (its ns/op on a
+// shared machine is an order of magnitude at best).
 func BenchmarkKeepOutcomes(b *testing.B) {
-	for _, group := range []int{8, 64} {
-		for _, batched := range []bool{false, true} {
-			b.Run(fmt.Sprintf("group=%d/batch=%v", group, batched), func(b *testing.B) {
-				benchKeep(b, group, batched)
-			})
+	for _, sync := range []bool{false, true} {
+		for _, group := range []int{8, 64} {
+			for _, batched := range []bool{false, true} {
+				b.Run(fmt.Sprintf("syncalways=%v/group=%d/batch=%v", sync, group, batched), func(b *testing.B) {
+					benchKeep(b, sync, group, batched)
+				})
+			}
 		}
 	}
 }
 
-func benchKeep(b *testing.B, group int, batched bool) {
-	srv := natstest.Start(b)
+func benchKeep(b *testing.B, syncAlways bool, group int, batched bool) {
+	srv, err := embedded.Start(embedded.Config{Port: -1, StoreDir: b.TempDir(), SyncAlways: syncAlways})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
 	nc := natstest.Connect(b, srv)
 	js, err := jetstream.New(nc)
 	if err != nil {

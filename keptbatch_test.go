@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,6 +57,26 @@ func (kw *keptWatch) counts() (puts, batched, commits int, batches map[string]in
 		}
 	}
 	return puts, batched, commits, batches
+}
+
+// waitSeen waits until the watch has seen n puts under IDs starting with
+// prefix, counting only puts outside a batch if plain. The server passes
+// one publisher's messages on in order, so all the worker published
+// before those have been seen too.
+func (kw *keptWatch) waitSeen(t *testing.T, prefix string, n int, plain bool) {
+	t.Helper()
+	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("%d puts of %s… seen", n, prefix), func() bool {
+		kw.mu.Lock()
+		defer kw.mu.Unlock()
+		seen := map[string]bool{}
+		for _, m := range kw.msgs {
+			id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+			if strings.HasPrefix(id, prefix) && (!plain || m.Header.Get(batchIDHeader) == "") {
+				seen[id] = true
+			}
+		}
+		return len(seen) >= n
+	})
 }
 
 // reset forgets what was seen.
@@ -178,6 +199,7 @@ func TestKeptOutcomesGoAsOneBatchPerGroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	groups := int(entry.Revision()) // one state write per group
+	kw.waitSeen(t, "q-", queued, false)
 	puts, batched, commits, batches := kw.counts()
 	t.Logf("%d jobs, %d groups, %d puts, %d batches %v", queued, groups, puts, commits, batches)
 	// A group of one job goes as a plain put; every other is one batch.
@@ -253,6 +275,7 @@ func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
 	e.waitOwned(w)
 	kw := watchKept(e)
 	gatedCalls(t, e, gate, "sku:a", "before", 20)
+	kw.waitSeen(t, "before-", 21, false)
 	if _, batched, _, _ := kw.counts(); batched == 0 || w.kept.batches.Load() == 0 {
 		t.Fatal("no batch while the stream allowed them")
 	}
@@ -260,6 +283,7 @@ func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
 	setAtomicPublish(t, e, false)
 	kw.reset()
 	gatedCalls(t, e, gate, "sku:a", "refused", 20)
+	kw.waitSeen(t, "refused-", 21, true)
 	puts, _, commits, _ := kw.counts()
 	if r := w.kept.refused.Load(); r != 1 || commits != 1 {
 		t.Fatalf("%d refused batches, %d commits seen; want the one refused", r, commits)
@@ -270,6 +294,7 @@ func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
 
 	kw.reset()
 	gatedCalls(t, e, gate, "sku:a", "after", 20)
+	kw.waitSeen(t, "after-", 21, false)
 	if _, batched, _, _ := kw.counts(); batched != 0 || w.kept.refused.Load() != 1 {
 		t.Fatalf("%d batched puts, %d refused after the refusal; want none, 1", batched, w.kept.refused.Load())
 	}
@@ -309,6 +334,7 @@ func TestRedriveKeepsBothIDsInOneBatch(t *testing.T) {
 		b, err2 := e.client.Result(ctx(t), id)
 		return err1 == nil && err2 == nil && string(a) == "booked" && string(b) == "booked"
 	})
+	kw.waitSeen(t, "", 2, false)
 	puts, batched, commits, _ := kw.counts()
 	if puts != 2 || batched != 2 || commits != 1 {
 		t.Fatalf("%d puts, %d batched, %d commits; want both IDs in one batch", puts, batched, commits)
@@ -326,15 +352,17 @@ func TestKeptBatchRefusals(t *testing.T) {
 		err          error
 		refused, off bool
 		limitAfter   int
+		n            int // the refused batch's size; 0 means 100
 	}{
-		{"disabled", api(10174), true, true, 0},
-		{"server before 2.12", errBatchIgnored, true, true, 0},
-		{"too large", api(10199), true, false, 50},
-		{"too many in flight", api(10210), true, false, keptBatchMax},
-		{"incomplete", api(10176), true, false, keptBatchMax},
-		{"no ack in time", context.DeadlineExceeded, false, false, keptBatchMax},
-		{"no responders", nats.ErrNoResponders, false, false, keptBatchMax},
-		{"not leader", api(10074), false, false, keptBatchMax},
+		{"disabled", api(10174), true, true, 0, 0},
+		{"server before 2.12", errBatchIgnored, true, true, 0, 0},
+		{"too large", api(10199), true, false, 50, 0},
+		{"too large at 3", api(10199), true, true, 0, 3},
+		{"too many in flight", api(10210), true, false, keptBatchMax, 0},
+		{"incomplete", api(10176), true, false, keptBatchMax, 0},
+		{"no ack in time", context.DeadlineExceeded, false, false, keptBatchMax, 0},
+		{"no responders", nats.ErrNoResponders, false, false, keptBatchMax, 0},
+		{"not leader", api(10074), false, false, keptBatchMax, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := batchRefused(fmt.Errorf("wrapped: %w", tc.err)); got != tc.refused {
@@ -344,7 +372,11 @@ func TestKeptBatchRefusals(t *testing.T) {
 				return
 			}
 			var k keptBatches
-			if off := k.refuse(tc.err, 100, now); off != tc.off {
+			n := tc.n
+			if n == 0 {
+				n = 100
+			}
+			if off := k.refuse(tc.err, n, now); off != tc.off {
 				t.Fatalf("refuse: off = %v, want %v", off, tc.off)
 			}
 			if got := k.limit(now); got != tc.limitAfter {
@@ -399,6 +431,7 @@ func TestOutcomeBatchDefaults(t *testing.T) {
 	gate := newGate()
 	reducerWorker(e, "w1", gate.reducer())
 	gatedCalls(t, e, gate, "sku:a", "r1", 10)
+	kw.waitSeen(t, "r1-", 11, false)
 	if puts, batched, _, _ := kw.counts(); puts != 11 || batched != 0 {
 		t.Fatalf("R1 default: %d puts, %d batched; want 11 single puts", puts, batched)
 	}

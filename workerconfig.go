@@ -70,8 +70,8 @@ type WorkerConfig struct {
 	// replica, where nats-server stages each batch in a store of its own
 	// on disk with fsyncs of its own, which pays only on a server that
 	// fsyncs every write (sync_interval: always) and for groups of about
-	// 8 or more: set 8 there. See jetstream/doc.go, "Kept outcomes in one
-	// batch". Defaults to 0.
+	// 16 or more (depending on the disk): set 16 there. See
+	// jetstream/doc.go, "Kept outcomes in one batch". Defaults to 0.
 	OutcomeBatch int
 	// TracerProvider turns tracing on: each job gets a consumer span,
 	// child of the span its Submit or Call sent in the job's headers, with

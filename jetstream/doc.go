@@ -564,17 +564,20 @@
 // nats-server stages every batch in a file store of its own (a directory
 // with its meta files written with fsync, removed after the commit), a
 // fixed cost of several fsyncs per batch whatever the server's
-// sync_interval. Observed on the shared test VM (loaded, one run each,
-// so only the order of magnitude): a batch of 2 or 8 puts about 5-7 ms
-// against 0.1 ms for the same puts sent asynchronously under the default
-// sync_interval; with sync_interval: always, 5 ms against 1 ms (2
-// puts), 9 ms (8) and 88 ms (64). So on one replica a batch pays only
-// when every write fsyncs and groups hold about 8 outcomes or more:
-// OutcomeBatch 8 there. A negative OutcomeBatch never batches. A smaller
+// sync_interval. `go test -run '^$' -bench KeepOutcomes -benchtime 50x .`
+// on the shared, loaded VM (an order of magnitude, no more): under the
+// default sync_interval a group of 8 outcomes took 0.23 ms as
+// asynchronous puts and 3.8 ms as a batch, a group of 64 1.1 and 4.4 ms;
+// with sync_interval: always, 8 took 2.1 and 3.9 ms, 64 took 17 and 5.7
+// ms. So on one replica a batch pays only when every write fsyncs and
+// groups hold about 16 outcomes or more (the break-even depends on the
+// disk: measure yours): OutcomeBatch 16 there. A negative OutcomeBatch
+// never batches. A smaller
 // group goes as before. Setup sets AllowAtomicPublish on
 // KV_NS_RESULTS (a bucket made by an older keylane is updated in place;
 // a server that refuses the flag leaves it off). The batch headers stay on
-// the stored entries (about 70 bytes each); readers use the value only,
+// the stored entries (about 77 bytes each: the benchmark counts 84-86
+// bytes into the server per outcome against 8); readers use the value only,
 // so older clients and workers read them as before, and older workers
 // still write single puts into the same stream. The code is
 // keptbatch.go; the headers are wire.go's, shared with the client's
@@ -604,7 +607,8 @@
 //     refused batch, every Call's outcome readable when it returns, the
 //     next group sends no batch).
 //   - Too large (10199, a server with a lower MaxBatchSize): put one by
-//     one now, and later batches are half the size. Too many in flight
+//     one now, and later batches are half the size (a refused batch of 3
+//     or fewer turns batches off as above). Too many in flight
 //     (10210) or incomplete (10176: a reply-less message dropped, the batch
 //     timed out, a leader change): put one by one now, batches stay on.
 //     The classes are TestKeptBatchRefusals'.
