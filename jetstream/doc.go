@@ -621,6 +621,8 @@
 // Tested by TestKeptOutcomesGoAsOneBatchPerGroup (every group of a key's
 // 60 queued jobs with IDs: one batch commit per state write, every outcome
 // readable), TestOutcomeBatchDefaults (none on one replica by default),
+// TestKeptOutcomesBatchedOnACluster (three nodes, R3: batched by default,
+// none refused),
 // TestRedriveKeepsBothIDsInOneBatch,
 // TestSetupAllowsAtomicPublishOnResults (an existing results stream
 // without the flag gets it and keeps its entries) and, under
