@@ -317,10 +317,12 @@ func TestRedriveKeepsBothIDsInOneBatch(t *testing.T) {
 	if _, err := e.client.Call(ctx(t), "seat:1", nil, WithID("order-1")); err == nil {
 		t.Fatal("the job succeeded while broken")
 	}
-	dls, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10)
-	if err != nil || len(dls) != 1 {
-		t.Fatalf("dead letters %v, %v", dls, err)
-	}
+	var dls []DeadLetter
+	testwait.Eventually(t, 10*time.Second, "one dead letter", func() bool {
+		var err error
+		dls, err = DeadLetters(ctx(t), e.js, e.ns, 0, 10)
+		return err == nil && len(dls) == 1
+	})
 	mu.Lock()
 	broken = false
 	mu.Unlock()
