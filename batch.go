@@ -2,7 +2,6 @@ package keylane
 
 import (
 	"maps"
-	"strconv"
 	"sync"
 	"time"
 
@@ -96,11 +95,10 @@ func (b *batcher) sendLocked() {
 	b.sent++
 	for i, j := range jobs {
 		m := j.m
-		m.Header[batchIDHeader] = []string{id}
-		m.Header[batchSeqHeader] = []string{strconv.Itoa(i + 1)}
+		last := i == len(jobs)-1
+		markBatch(m, id, i+1, last)
 		m.Reply = ""
-		if i == len(jobs)-1 {
-			m.Header[batchCommitHeader] = []string{"1"}
+		if last {
 			m.Reply = reply
 		}
 		if err := b.c.nc.PublishMsg(m); err != nil {
@@ -110,12 +108,7 @@ func (b *batcher) sendLocked() {
 	}
 }
 
-const (
-	batchPrefix       = "_" // after ackPrefix; job tokens are base 36
-	batchIDHeader     = "Nats-Batch-Id"
-	batchSeqHeader    = "Nats-Batch-Sequence"
-	batchCommitHeader = "Nats-Batch-Commit"
-)
+const batchPrefix = "_" // after ackPrefix; job tokens are base 36
 
 // done settles a batch on its ack (m), or on a timeout or send failure
 // (m == nil): a good ack is passed to every job's waiter; otherwise the
@@ -145,9 +138,7 @@ func (b *batcher) done(id string, m *nats.Msg) {
 	b.mu.Unlock()
 	for _, j := range sb.jobs {
 		jm := j.m
-		delete(jm.Header, batchIDHeader)
-		delete(jm.Header, batchSeqHeader)
-		delete(jm.Header, batchCommitHeader)
+		unmarkBatch(jm)
 		jm.Reply = b.c.inbox + ackPrefix + j.token
 		if err := b.c.nc.PublishMsg(jm); err != nil {
 			b.c.deliverTo(j.token, &nats.Msg{Subject: jm.Reply, Header: nats.Header{"Status": []string{"503"}}})

@@ -282,22 +282,28 @@ func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 	}
 }
 
-// publishOutcomes publishes the outcomes of ts[idx] asynchronously and
-// waits for every ack.
+// publishOutcomes stores the outcomes of ts[idx] (a redriven job's under
+// both IDs) as one atomic batch (keepBatched), or else as asynchronous
+// publishes, and waits for every ack.
 func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(idx))
+	puts := make([]kvPut, 0, len(idx))
 	for _, i := range idx {
-		ids := []string{ts[i].job.ID}
+		v := value(i)
+		puts = append(puts, kvPut{subject + ts[i].job.ID, v})
 		if of := ts[i].redriveOf; of != "" {
-			ids = append(ids, of)
+			puts = append(puts, kvPut{subject + of, v})
 		}
-		for _, id := range ids {
-			f, err := o.w.js.PublishAsync(subject+id, value(i))
-			if err != nil {
-				return err
-			}
-			futures = append(futures, f)
+	}
+	if sent, err := o.keepBatched(puts); sent || err != nil {
+		return err
+	}
+	futures := make([]jetstream.PubAckFuture, 0, len(puts))
+	for _, p := range puts {
+		f, err := o.w.js.PublishAsync(p.subject, p.value)
+		if err != nil {
+			return err
 		}
+		futures = append(futures, f)
 	}
 	timeout := time.NewTimer(requestTimeout)
 	defer timeout.Stop()

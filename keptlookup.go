@@ -22,8 +22,8 @@ import (
 // look-up (storedResult), which retries with backoff while the tenure
 // lasts. See jetstream/doc.go, "Retries by job ID".
 const (
-	// keptBatchMax is the server's cap on subjects per multi_last request.
-	keptBatchMax = 1024
+	// lookUpBatchMax is the server's cap on subjects per multi_last request.
+	lookUpBatchMax = 1024
 	// keptBatchOffFor is how long a worker whose server refused the batched
 	// form (an older server, a permission, a bucket without direct gets)
 	// looks outcomes up one ID at a time before it tries the batch again.
@@ -41,7 +41,7 @@ type keptBatchRequest struct {
 // opposed to failing one request: the worker stops asking for a while.
 var errKeptBatchRefused = errors.New("keylane: batched look-up refused")
 
-// lookUpKeptBatch resolves, with one request per up to keptBatchMax IDs,
+// lookUpKeptBatch resolves, with one request per up to lookUpBatchMax IDs,
 // the kept outcomes of the tasks of ts that have a caller's ID and were
 // not looked up yet this tenure: it sets t.kept (found) or t.lookedUp (a
 // definite "none"), and leaves a task untouched when the answer about its
@@ -72,7 +72,7 @@ func (o *owner) lookUpKeptBatch(ts []*task) {
 		id := t.job.ID
 		if _, ok := byID[id]; !ok {
 			s := prefix + id
-			if len(subjects) == keptBatchMax || size+len(s)+3 > maxBytes {
+			if len(subjects) == lookUpBatchMax || size+len(s)+3 > maxBytes {
 				if !flush() {
 					return
 				}

@@ -299,6 +299,9 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) 
 	if t.Results, err = ensureDirectGets(ctx, js, t.Results); err != nil {
 		return nil, err
 	}
+	if err := allowAtomicPublish(ctx, js, "KV_"+names.Results()); err != nil {
+		return nil, err
+	}
 	if t.State, err = ensureBucket(ctx, js, jetstream.KeyValueConfig{
 		Bucket: names.State(), Description: "keylane per-key state, written with CAS, sequence and fence",
 		History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,

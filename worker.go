@@ -28,6 +28,7 @@ type Worker struct {
 	tracing *workerTracing // nil: tracing off
 
 	stats stats
+	kept  keptBatches // how the results stream takes kept outcomes
 	bal   *balancer
 
 	// The batched kept-outcome look-up (keptlookup.go): off until this

@@ -62,6 +62,17 @@ type WorkerConfig struct {
 	// job returns its stored result instead of running again. Defaults to
 	// false.
 	StoreResults bool
+	// OutcomeBatch is the fewest outcomes a group keeps in the results
+	// bucket as one JetStream atomic batch (one ack, one fsync, one
+	// replicated proposal) instead of one put and ack each; negative
+	// never batches. Zero picks by the namespace's replicas: 2 when
+	// replicated (the server stages a batch in memory), never on one
+	// replica, where nats-server stages each batch in a store of its own
+	// on disk with fsyncs of its own, which pays only on a server that
+	// fsyncs every write (sync_interval: always) and for groups of about
+	// 16 or more (depending on the disk): set 16 there. See
+	// jetstream/doc.go, "Kept outcomes in one batch". Defaults to 0.
+	OutcomeBatch int
 	// TracerProvider turns tracing on: each job gets a consumer span,
 	// child of the span its Submit or Call sent in the job's headers, with
 	// child spans for its queue wait, each run (the context passed to the

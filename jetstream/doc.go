@@ -583,10 +583,11 @@
 //     job's outcome (at once if it finished, when it finishes if not);
 //   - after it, for ResultsTTL (1 hour by default, the retry horizon): the
 //     worker stores the outcome of every such job in NS_RESULTS before it
-//     acks it (one batch of asynchronous publishes per group, so group
-//     commit stays), and looks a new job with a caller's ID up there before
-//     running it (one batched request per group, below); a hit is answered
-//     and acked without running. The state entry's held IDs answer the same
+//     acks it (one atomic batch per group on a replicated namespace, so
+//     group commit stays: "Kept outcomes in one batch" below), and looks a
+//     new job with a caller's ID up there before running it (one batched
+//     request per group, below); a hit is answered and acked without
+//     running. The state entry's held IDs answer the same
 //     question for the key's recent jobs at no round trip, and cover a
 //     server that lost its duplicate table in a restart (a WorkQueue stream
 //     deletes acked jobs, so the rebuilt table misses them).
@@ -633,6 +634,86 @@
 // duplicate window and the held outcomes cover those. A results write that
 // fails leaves the job unacked: it is redelivered and answered from the
 // held outcome, never lost and never applied twice.
+//
+// # Kept outcomes in one batch
+//
+// A group's outcomes (and a redriven job's, under both IDs) go to
+// NS_RESULTS as one JetStream atomic batch (nats-server 2.12+): every put
+// carries Nats-Batch-Id and Nats-Batch-Sequence 1..n, the last also
+// Nats-Batch-Commit: 1; only the last has a reply subject, and the server
+// answers it once all n are stored, with an ack naming the batch and n.
+// That is one ack instead of n, one replicated proposal instead of n in
+// R3, and one fsync of the stream instead of n on a server with
+// sync_interval: always.
+//
+// When: WorkerConfig.OutcomeBatch, the fewest puts sent as a batch.
+// By default 2 on a replicated namespace and never on one replica: there
+// nats-server stages every batch in a file store of its own (a directory
+// with its meta files written with fsync, removed after the commit), a
+// fixed cost of several fsyncs per batch whatever the server's
+// sync_interval. `go test -run '^$' -bench KeepOutcomes -benchtime 50x .`
+// on the shared, loaded VM (an order of magnitude, no more): under the
+// default sync_interval a group of 8 outcomes took 0.23 ms as
+// asynchronous puts and 3.8 ms as a batch, a group of 64 1.1 and 4.4 ms;
+// with sync_interval: always, 8 took 2.1 and 3.9 ms, 64 took 17 and 5.7
+// ms. So on one replica a batch pays only when every write fsyncs and
+// groups hold about 16 outcomes or more (the break-even depends on the
+// disk: measure yours): OutcomeBatch 16 there. A negative OutcomeBatch
+// never batches. A smaller
+// group goes as before. Setup sets AllowAtomicPublish on
+// KV_NS_RESULTS (a bucket made by an older keylane is updated in place;
+// a server that refuses the flag leaves it off). The batch headers stay on
+// the stored entries (about 77 bytes each: the benchmark counts 84-86
+// bytes into the server per outcome against 8); readers use the value only,
+// so older clients and workers read them as before, and older workers
+// still write single puts into the same stream. The code is
+// keptbatch.go; the headers are wire.go's, shared with the client's
+// batches.
+//
+// Limits (nats-server 2.15 defaults): at most 1000 messages a batch
+// (JetStreamLimits.MaxBatchSize), 50 batches in flight per stream and
+// 1000 per server, and a batch left uncommitted is dropped after 10s. A
+// group holds at most 256 jobs (512 puts with redrives), so one batch; a
+// longer list is split into batches of the limit, each committed before
+// the next.
+//
+// Nothing is replied to or acked before the commit's ack: keepEncoded
+// waits for it, so a Call retried by ID finds the outcome (the rule of
+// "Retries by job ID" above). Failure cases:
+//
+//   - The stream does not allow atomic batches (10174: the flag is off,
+//     e.g. turned off by hand), the ack does not name the batch (a server
+//     before 2.12 ignores the headers and stores the puts one by one, the
+//     earlier unacked), or the server calls the batch malformed: the same
+//     outcomes are put one by one at once, each with its own ack (a put of
+//     a value a refused batch may have stored is the same value under the
+//     same key: harmless), and the worker sends no batch for a minute
+//     (keptBatchPause), so it does not pay a refused batch per group.
+//     Tested by TestKeptOutcomesFallBackWhenBatchesRefused (the flag
+//     turned off under a running worker with a real stream update: one
+//     refused batch, every Call's outcome readable when it returns, the
+//     next group sends no batch).
+//   - Too large (10199, a server with a lower MaxBatchSize): put one by
+//     one now, and later batches are half the size (a refused batch of 3
+//     or fewer turns batches off as above). Too many in flight
+//     (10210) or incomplete (10176: a reply-less message dropped, the batch
+//     timed out, a leader change): put one by one now, batches stay on.
+//     The classes are TestKeptBatchRefusals'.
+//   - No ack in time, no responders, not leader, a cut connection: the
+//     outcome of the batch is unknown; keepEncoded's loop sends it again
+//     (a new batch ID) with backoff while the lease is trusted, as it did
+//     the single puts. The tenure ending first leaves the jobs unacked,
+//     answered from the held outcomes when redelivered.
+//
+// Tested by TestKeptOutcomesGoAsOneBatchPerGroup (every group of a key's
+// 60 queued jobs with IDs: one batch commit per state write, every outcome
+// readable), TestOutcomeBatchDefaults (none on one replica by default),
+// TestKeptOutcomesBatchedOnACluster (three nodes, R3: batched by default,
+// none refused),
+// TestRedriveKeepsBothIDsInOneBatch,
+// TestSetupAllowsAtomicPublishOnResults (an existing results stream
+// without the flag gets it and keeps its entries) and, under
+// docs/security/accounts.conf's least privilege, TestAccounts.
 //
 // # Replies
 //

@@ -74,6 +74,7 @@ func startWorker(ctx context.Context, c *conn, ns string) (*keylane.Worker, erro
 	w, err := keylane.NewWorker(c.Conn, keylane.WorkerConfig{
 		Topology:     keylane.TopologyConfig{Namespace: ns, Partitions: 4, ReplyPrefix: "_INBOX." + ns + "."},
 		StoreResults: true,
+		OutcomeBatch: 2, // one replica here: batches are off by default
 		Reducer: keylane.ReducerFunc(func(_ context.Context, job keylane.Job, state []byte) ([]byte, []byte, error) {
 			state = append(state, job.Payload...)
 			return state, state, nil
@@ -147,6 +148,62 @@ func TestAccounts(t *testing.T) {
 		// (a refusal would only slow it down, so it is checked here).
 		if err := workers["a"].asyncErrs(); err != nil {
 			t.Fatalf("worker-a: %v", err)
+		}
+	})
+
+	// The worker keeps a group's outcomes as one atomic batch: its Setup
+	// may allow that on the results stream (STREAM.UPDATE), and the
+	// batch's messages need no permission beyond the single puts'.
+	t.Run("kept outcomes in batches", func(t *testing.T) {
+		admin := connect(t, s, "admin", "")
+		ajs, err := jetstream.New(admin.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := ajs.Stream(ctx, "KV_A_RESULTS")
+		if err != nil || !rs.CachedInfo().Config.AllowAtomicPublish {
+			t.Fatalf("KV_A_RESULTS does not allow atomic batches after worker-a's Setup (%v)", err)
+		}
+		var mu sync.Mutex
+		puts, commits := 0, 0
+		sub, err := admin.Subscribe("$KV.A_RESULTS.>", func(m *nats.Msg) {
+			if !strings.HasPrefix(m.Subject, "$KV.A_RESULTS.burst-") {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			puts++
+			if m.Header.Get("Nats-Batch-Commit") != "" {
+				commits++
+			}
+		})
+		if err == nil {
+			err = admin.Flush()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+		const burst = 200
+		reqs := make([]keylane.Request, burst)
+		for i := range reqs {
+			reqs[i] = keylane.Request{Key: "burst", Payload: []byte("."), ID: fmt.Sprintf("burst-%d", i)}
+		}
+		if _, err := clients["a"].SubmitMany(ctx, reqs); err != nil {
+			t.Fatal(err)
+		}
+		testwait.Eventually(t, 20*time.Second, "every burst outcome kept", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return puts >= burst
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if commits == 0 {
+			t.Fatalf("%d jobs of one key submitted at once kept in %d puts, no batch", burst, puts)
+		}
+		if err := workers["a"].asyncErrs(); err != nil {
+			t.Fatalf("worker-a met refusals keeping outcomes: %v", err)
 		}
 	})
 

@@ -130,6 +130,7 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.IntVar(&c.Worker.MaxInFlight, "max-in-flight", envInt("KEYLANE_MAX_IN_FLIGHT", 1024), "fetched, unfinished jobs per partition (env KEYLANE_MAX_IN_FLIGHT)")
 	fs.IntVar(&c.Worker.MaxDeliver, "max-deliver", envInt("KEYLANE_MAX_DELIVER", 5), "attempts before dead-lettering (env KEYLANE_MAX_DELIVER)")
 	fs.DurationVar(&c.Worker.AckWait, "ack-wait", envDur("KEYLANE_ACK_WAIT", 30*time.Second), "server redelivery timeout (env KEYLANE_ACK_WAIT)")
+	fs.IntVar(&c.Worker.OutcomeBatch, "outcome-batch", envInt("KEYLANE_OUTCOME_BATCH", 0), "fewest kept outcomes of a group sent to the results bucket as one atomic batch; 0: 2 on a replicated namespace, none on one replica (16 pays there only with sync_interval always); negative: never (env KEYLANE_OUTCOME_BATCH)")
 	fs.BoolVar(&c.Worker.StoreResults, "results", os.Getenv("KEYLANE_RESULTS") == "1", "store results in the results bucket (env KEYLANE_RESULTS=1)")
 	fs.StringVar(&c.Worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")

@@ -116,3 +116,26 @@ func TestBadEnvironmentIsRefused(t *testing.T) {
 		t.Fatalf("KEYLANE_SYNC_ALWAYS=true: sync %v, %v; want on", c.SyncAlways, err)
 	}
 }
+
+// TestOutcomeBatchFlag: --outcome-batch (or KEYLANE_OUTCOME_BATCH) sets
+// WorkerConfig.OutcomeBatch; unset, the worker picks by replicas (0).
+func TestOutcomeBatchFlag(t *testing.T) {
+	t.Setenv("KEYLANE_OUTCOME_BATCH", "")
+	for _, tc := range []struct {
+		env  string
+		args []string
+		want int
+	}{
+		{"", nil, 0},
+		{"", []string{"--outcome-batch", "16"}, 16},
+		{"-1", nil, -1},
+	} {
+		t.Setenv("KEYLANE_OUTCOME_BATCH", tc.env)
+		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c, err := Parse(fs, tc.args)
+		if err != nil || c.Worker.OutcomeBatch != tc.want {
+			t.Fatalf("env %q args %q: OutcomeBatch %d, %v; want %d", tc.env, tc.args, c.Worker.OutcomeBatch, err, tc.want)
+		}
+	}
+}
