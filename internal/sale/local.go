@@ -34,6 +34,8 @@ type LocalConfig struct {
 	// into atomic batches (keylane.ClientConfig.AtomicBatches). Set it with a
 	// separate server that fsyncs every write.
 	AtomicBatches bool
+	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch.
+	OutcomeBatch int
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
@@ -117,13 +119,14 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			wcfg = keylane.WorkerConfig{Handler: &Handler{Inventory: &inventory.Handler{State: keylane.NewState(topo.State)}, Hold: cfg.Hold, Tracker: l.Tracker}}
 		}
 		w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
-			Topology:    cfg.Topology,
-			Handler:     wcfg.Handler,
-			Reducer:     wcfg.Reducer,
-			ID:          fmt.Sprintf("local-%d-%d", os.Getpid(), i),
-			Concurrency: cfg.Concurrency,
-			Logger:      cfg.Logger,
-			Observer:    cfg.WorkerObserver,
+			Topology:     cfg.Topology,
+			Handler:      wcfg.Handler,
+			Reducer:      wcfg.Reducer,
+			ID:           fmt.Sprintf("local-%d-%d", os.Getpid(), i),
+			Concurrency:  cfg.Concurrency,
+			OutcomeBatch: cfg.OutcomeBatch,
+			Logger:       cfg.Logger,
+			Observer:     cfg.WorkerObserver,
 		})
 		if err != nil {
 			l.Stop(ctx)

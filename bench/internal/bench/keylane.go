@@ -51,7 +51,8 @@ func (k *keylaneSale) Kind() Kind { return Keylane }
 func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	var err error
 	if env.Placement == Embedded {
-		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers})
+		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers,
+			OutcomeBatch: envInt("KEYLANE_BENCH_OUTCOME_BATCH", 0)})
 		if err != nil {
 			return err
 		}
@@ -73,7 +74,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	// As sale.Local's clients: group commit when every write is synced.
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: env.Durable})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
 }
@@ -227,7 +228,8 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	start, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	l, err := sale.StartLocal(start, sale.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
-		Topology: keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
+		OutcomeBatch: envInt("KEYLANE_BENCH_OUTCOME_BATCH", 0),
+		Topology:     keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
 	if err != nil {
 		return err
 	}
@@ -237,4 +239,20 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	defer cancel()
 	l.Stop(stop)
 	return nil
+}
+
+// envInt reads an integer knob of the bench's experiments from the
+// environment (the worker children inherit it); def when unset or bad.
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
