@@ -52,7 +52,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	var err error
 	if env.Placement == Embedded {
 		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers,
-			OutcomeBatch: envInt("KEYLANE_BENCH_OUTCOME_BATCH", 0)})
+			OutcomeBatch: outcomeBatch(env.Durable)})
 		if err != nil {
 			return err
 		}
@@ -66,7 +66,8 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	if k.srv, err = startNATSServer(ctx, env.NATSServer, env.Durable); err != nil {
 		return err
 	}
-	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", k.srv.URL, "--hold", env.Hold.String())
+	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", k.srv.URL, "--hold", env.Hold.String(),
+		"--outcome-batch", strconv.Itoa(outcomeBatch(env.Durable)))
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -214,6 +215,8 @@ type WorkerOptions struct {
 	// Replicas and StreamShards of the namespace when the workers create
 	// it; 0 follows an existing one (1 when creating).
 	Replicas, StreamShards int
+	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch.
+	OutcomeBatch int
 }
 
 // ServeWorker runs keylane's inventory workers against the NATS server at
@@ -228,7 +231,7 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	start, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	l, err := sale.StartLocal(start, sale.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
-		OutcomeBatch: envInt("KEYLANE_BENCH_OUTCOME_BATCH", 0),
+		OutcomeBatch: o.OutcomeBatch,
 		Topology:     keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
 	if err != nil {
 		return err
@@ -239,6 +242,17 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	defer cancel()
 	l.Stop(stop)
 	return nil
+}
+
+// outcomeBatch is the workers' OutcomeBatch: with fsync on every write,
+// 16, as WorkerConfig.OutcomeBatch advises for a one-replica server that
+// syncs always; else the default (0: by replicas).
+// KEYLANE_BENCH_OUTCOME_BATCH overrides it.
+func outcomeBatch(durable bool) int {
+	if durable {
+		return envInt("KEYLANE_BENCH_OUTCOME_BATCH", 16)
+	}
+	return envInt("KEYLANE_BENCH_OUTCOME_BATCH", 0)
 }
 
 // envInt reads an integer knob of the bench's experiments from the
