@@ -34,7 +34,8 @@ type LocalConfig struct {
 	// into atomic batches (keylane.ClientConfig.AtomicBatches). Set it with a
 	// separate server that fsyncs every write.
 	AtomicBatches bool
-	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch.
+	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch; 0 with
+	// SyncAlways is 16, as cmd/worker --sync-always.
 	OutcomeBatch int
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
@@ -124,7 +125,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			Reducer:      wcfg.Reducer,
 			ID:           fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency:  cfg.Concurrency,
-			OutcomeBatch: cfg.OutcomeBatch,
+			OutcomeBatch: outcomeBatch(cfg),
 			Logger:       cfg.Logger,
 			Observer:     cfg.WorkerObserver,
 		})
@@ -187,4 +188,11 @@ func (l *Local) Stop(ctx context.Context) {
 	if l.tmp != "" {
 		_ = os.RemoveAll(l.tmp)
 	}
+}
+
+func outcomeBatch(cfg LocalConfig) int {
+	if cfg.OutcomeBatch == 0 && cfg.SyncAlways && cfg.URL == "" {
+		return 16
+	}
+	return cfg.OutcomeBatch
 }

@@ -130,7 +130,7 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.IntVar(&c.Worker.MaxInFlight, "max-in-flight", envInt("KEYLANE_MAX_IN_FLIGHT", 1024), "fetched, unfinished jobs per partition (env KEYLANE_MAX_IN_FLIGHT)")
 	fs.IntVar(&c.Worker.MaxDeliver, "max-deliver", envInt("KEYLANE_MAX_DELIVER", 5), "attempts before dead-lettering (env KEYLANE_MAX_DELIVER)")
 	fs.DurationVar(&c.Worker.AckWait, "ack-wait", envDur("KEYLANE_ACK_WAIT", 30*time.Second), "server redelivery timeout (env KEYLANE_ACK_WAIT)")
-	fs.IntVar(&c.Worker.OutcomeBatch, "outcome-batch", envInt("KEYLANE_OUTCOME_BATCH", 0), "fewest kept outcomes of a group sent to the results bucket as one atomic batch; 0: 2 on a replicated namespace, none on one replica (16 pays there only with sync_interval always); negative: never (env KEYLANE_OUTCOME_BATCH)")
+	fs.IntVar(&c.Worker.OutcomeBatch, "outcome-batch", envInt("KEYLANE_OUTCOME_BATCH", 0), "fewest kept outcomes of a group sent to the results bucket as one atomic batch; 0: 2 on a replicated namespace, none on one replica (16 pays there only with sync_interval always, the default with --sync-always); negative: never (env KEYLANE_OUTCOME_BATCH)")
 	fs.BoolVar(&c.Worker.StoreResults, "results", os.Getenv("KEYLANE_RESULTS") == "1", "store results in the results bucket (env KEYLANE_RESULTS=1)")
 	fs.StringVar(&c.Worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")
@@ -142,6 +142,11 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	}
 	if err := applyEnv(fs); err != nil {
 		return c, err
+	}
+	if c.SyncAlways && c.URL == "" && !given(fs, "outcome-batch") && os.Getenv("KEYLANE_OUTCOME_BATCH") == "" {
+		// The embedded server syncs every write: one fsync per group's
+		// outcomes instead of one per job pays there (WorkerConfig.OutcomeBatch).
+		c.Worker.OutcomeBatch = syncAlwaysOutcomeBatch
 	}
 	if auth.Set() && c.URL == "" {
 		return c, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the embedded server runs without them")
@@ -185,4 +190,14 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 		c.Worker.ID = keylane.DefaultWorkerID() // known before a handler that names its worker needs it
 	}
 	return c, nil
+}
+
+// syncAlwaysOutcomeBatch is --outcome-batch's default with --sync-always.
+const syncAlwaysOutcomeBatch = 16
+
+// given reports whether the flag name was set on the command line.
+func given(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

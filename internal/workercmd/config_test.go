@@ -118,7 +118,8 @@ func TestBadEnvironmentIsRefused(t *testing.T) {
 }
 
 // TestOutcomeBatchFlag: --outcome-batch (or KEYLANE_OUTCOME_BATCH) sets
-// WorkerConfig.OutcomeBatch; unset, the worker picks by replicas (0).
+// WorkerConfig.OutcomeBatch; unset, the worker picks by replicas (0), or
+// 16 with --sync-always (the embedded server fsyncs every write).
 func TestOutcomeBatchFlag(t *testing.T) {
 	t.Setenv("KEYLANE_OUTCOME_BATCH", "")
 	for _, tc := range []struct {
@@ -129,6 +130,9 @@ func TestOutcomeBatchFlag(t *testing.T) {
 		{"", nil, 0},
 		{"", []string{"--outcome-batch", "16"}, 16},
 		{"-1", nil, -1},
+		{"", []string{"--sync-always"}, 16},
+		{"", []string{"--sync-always", "--outcome-batch", "0"}, 0},
+		{"4", []string{"--sync-always"}, 4},
 	} {
 		t.Setenv("KEYLANE_OUTCOME_BATCH", tc.env)
 		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
