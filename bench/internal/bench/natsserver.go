@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,6 +62,17 @@ func tryNATSServer(ctx context.Context, bin, dir string, syncAlways bool) (*nats
 		sync = "sync_interval: always"
 	}
 	conf := fmt.Sprintf("listen: \"127.0.0.1:%d\"\njetstream { store_dir: %q, %s }\n", port, filepath.Join(dir, "js"), sync)
+	profDir := os.Getenv("KEYLANE_BENCH_CPUPROFILE")
+	profPort := 0
+	if profDir != "" {
+		// The server's profiling port, written to DIR/server-<port>.port so
+		// that a profile of the sale can be fetched from outside
+		// (http://127.0.0.1:PORT/debug/pprof/profile?seconds=N).
+		if profPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		conf += fmt.Sprintf("prof_port: %d\n", profPort)
+	}
 	file := filepath.Join(dir, "nats.conf")
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return nil, err
@@ -70,6 +82,9 @@ func tryNATSServer(ctx context.Context, bin, dir string, syncAlways bool) (*nats
 		return nil, err
 	}
 	s := &natsServer{child: c, URL: fmt.Sprintf("nats://127.0.0.1:%d", port), dir: dir}
+	if profPort != 0 {
+		_ = os.WriteFile(filepath.Join(profDir, fmt.Sprintf("server-%d.port", port)), []byte(strconv.Itoa(profPort)), 0o644)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		nc, err := nats.Connect(s.URL, nats.Timeout(time.Second))
