@@ -126,7 +126,10 @@ func (b *batcher) done(id string, m *nats.Msg) {
 	b.sendLocked()
 	b.mu.Unlock()
 
-	ok := m != nil && ackOK(m)
+	// A batch's commit ack must name the batch: a server before 2.12
+	// ignores the batch headers, stores the earlier jobs unacknowledged
+	// and acks the last one alone, and any of them may have been refused.
+	ok := m != nil && (len(sb.jobs) == 1 && ackOK(m) || len(sb.jobs) > 1 && batchStored(m, id, len(sb.jobs)) == nil)
 	if ok || (m != nil && len(sb.jobs) == 1) {
 		for _, j := range sb.jobs {
 			b.c.deliverTo(j.token, &nats.Msg{Subject: b.c.inbox + ackPrefix + j.token, Data: m.Data, Header: m.Header})
@@ -137,6 +140,11 @@ func (b *batcher) done(id string, m *nats.Msg) {
 	b.resent++
 	b.mu.Unlock()
 	for _, j := range sb.jobs {
+		b.c.mu.Lock()
+		if w := b.c.waiters[j.token]; w != nil {
+			w.resent.Store(true)
+		}
+		b.c.mu.Unlock()
 		jm := j.m
 		unmarkBatch(jm)
 		jm.Reply = b.c.inbox + ackPrefix + j.token

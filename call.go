@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -298,6 +299,10 @@ func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) 
 type waiter struct {
 	ack    chan *nats.Msg
 	result chan *nats.Msg
+	// resent: the batcher published the job again on its own after its
+	// batch's ack failed or never came; a "duplicate" ack may then be the
+	// batch's own stored copy.
+	resent atomic.Bool
 }
 
 func (c *Client) wait() (string, *waiter, error) {

@@ -2,6 +2,7 @@ package keylane
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -14,6 +15,12 @@ import (
 // proxy in front of the test's server.
 func (e *env) proxiedClient() (*Client, *nats.Conn, *faultproxy.Proxy) {
 	e.t.Helper()
+	return e.proxiedClientWith(ClientConfig{})
+}
+
+// proxiedClientWith is proxiedClient with cfg (its Namespace is the env's).
+func (e *env) proxiedClientWith(cfg ClientConfig) (*Client, *nats.Conn, *faultproxy.Proxy) {
+	e.t.Helper()
 	p, err := faultproxy.New(e.srv.ClientURL())
 	if err != nil {
 		e.t.Fatal(err)
@@ -24,7 +31,8 @@ func (e *env) proxiedClient() (*Client, *nats.Conn, *faultproxy.Proxy) {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(nc.Close)
-	c, err := NewClient(ctx(e.t), nc, ClientConfig{Namespace: e.ns})
+	cfg.Namespace = e.ns
+	c, err := NewClient(ctx(e.t), nc, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -156,8 +164,18 @@ func TestSubmitRepublishesALostPublish(t *testing.T) {
 // new"), which a shop would read as a failed order and retry under a new
 // ID.
 func TestSubmitWhoseAckWasLostIsNoDuplicate(t *testing.T) {
+	for _, batches := range []bool{false, true} {
+		t.Run(fmt.Sprintf("atomic batches %v", batches), func(t *testing.T) { submitWhoseAckWasLost(t, batches) })
+	}
+}
+
+// submitWhoseAckWasLost: with AtomicBatches, the batcher resends a job one
+// by one when its batch's ack never comes; the resend is answered
+// "duplicate" (the batch was stored), and Submit must not report that as
+// ErrDuplicate either (it did before the waiter knew of the resend).
+func submitWhoseAckWasLost(t *testing.T, batches bool) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
-	c, _, p := e.proxiedClient()
+	c, _, p := e.proxiedClientWith(ClientConfig{AtomicBatches: batches})
 	swallow, err := p.Timeout(faultproxy.Downstream, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,8 @@ type ClientConfig struct {
 	// tracestate headers). Used only with a TracerProvider.
 	Propagator propagation.TextMapPropagator
 	// AtomicBatches coalesces concurrent Calls and Submits into JetStream
-	// atomic batches (server 2.12 or later), one batch in flight at a time
+	// atomic batches (server 2.12 or later: NewClient refuses an older
+	// one, which would ack only a batch's last job), one batch in flight at a time
 	// per few, so a server that fsyncs every write (sync_interval: always)
 	// syncs once per batch instead of once per job. On a server with the
 	// default sync interval it costs more than it saves; leave it off there.
@@ -121,6 +122,11 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	}
 	if cfg.StreamShards != 0 && cfg.StreamShards != meta.Shards {
 		return nil, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards)
+	}
+	if v := nc.ConnectedServerVersion(); cfg.AtomicBatches && !serverAtLeast(v, 2, 12) {
+		// An older server ignores the batch headers: it would store the
+		// jobs one by one and ack only the last.
+		return nil, fmt.Errorf("keylane: ClientConfig.AtomicBatches needs nats-server 2.12 or later; connected to %q", v)
 	}
 	n := meta.Partitions
 	async, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))

@@ -107,13 +107,18 @@ func (c *Client) delay(r *Request, m *nats.Msg, p int) error {
 // schedulesSupported refuses a server older than 2.12, which would store
 // a schedule as a plain message that never runs.
 func schedulesSupported(js jetstream.JetStream) error {
-	v := js.Conn().ConnectedServerVersion()
-	major, rest, _ := strings.Cut(v, ".")
-	minor, _, _ := strings.Cut(rest, ".")
-	ma, err1 := strconv.Atoi(major)
-	mi, err2 := strconv.Atoi(minor)
-	if err1 != nil || err2 != nil || ma < 2 || (ma == 2 && mi < 12) {
+	if v := js.Conn().ConnectedServerVersion(); !serverAtLeast(v, 2, 12) {
 		return fmt.Errorf("%w: nats-server %q has no message schedules (2.12 or later)", ErrDelaysOff, v)
 	}
 	return nil
+}
+
+// serverAtLeast reports whether a nats-server version string ("2.12.1",
+// "2.15.0-beta.2") is major.minor or later; an unreadable one is not.
+func serverAtLeast(v string, major, minor int) bool {
+	maj, rest, _ := strings.Cut(v, ".")
+	mnr, _, _ := strings.Cut(rest, ".")
+	ma, err1 := strconv.Atoi(maj)
+	mi, err2 := strconv.Atoi(mnr)
+	return err1 == nil && err2 == nil && (ma > major || ma == major && mi >= minor)
 }

@@ -63,7 +63,9 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		if err != nil {
 			return c.submitError(ctx, m, r.ID, err)
 		}
-		if dup {
+		if dup && !w.resent.Load() {
+			// (After the batcher's own resend, the earlier copy may be
+			// this call's: stored, nothing more, as in publishWatched.)
 			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 		}
 		return r.ID, nil
