@@ -839,7 +839,15 @@
 // few atomic batches are in flight and go out together as one JetStream
 // atomic batch, which a server with sync_interval: always stores with one
 // fsync. A refused or unacknowledged batch is resent job by job; the job
-// IDs (Nats-Msg-Id) make that safe.//
+// IDs (Nats-Msg-Id) make that safe. Failure cases: a server before 2.12
+// ignores the batch headers, stores the jobs one by one (any of them may
+// be refused unseen) and acks only the last, so NewClient refuses
+// AtomicBatches there, and a commit's ack counts only if it names the
+// batch and its size; a batch whose ack was lost is resent job by job and
+// answered "duplicate" for jobs the batch stored, which Submit reports as
+// stored, not ErrDuplicate (TestSubmitWhoseAckWasLostIsNoDuplicate, with
+// and without batches; it failed with batches before).
+//
 // # Messages, fsyncs and CPU per job
 //
 // What one Call with a caller's ID costs in messages through the server
