@@ -268,6 +268,19 @@ func (r *logRecorder) has(level slog.Level, p int, attr string) bool {
 	return false
 }
 
+// received reports whether the worker logged job id as received (queued
+// in its key's lane; joblog.go, at DEBUG).
+func (r *logRecorder) received(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range r.recs {
+		if v, ok := rec.attrs["job_id"]; ok && rec.msg == "job received" && v.String() == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (r *logRecorder) count(level slog.Level, msgPart string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

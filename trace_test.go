@@ -242,7 +242,10 @@ func TestTracingGroupCommitOneSpanPerGroup(t *testing.T) {
 		next := append(append([]byte(nil), state...), 'x')
 		return next, next, nil
 	})
-	w := e.worker("w1", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.TracerProvider = nil, count, tp })
+	logs := &logRecorder{}
+	w := e.worker("w1", nil, func(c *WorkerConfig) {
+		c.Handler, c.Reducer, c.TracerProvider, c.Logger = nil, count, tp, logs.logger()
+	})
 	e.waitOwned(w)
 	c := tracedClient(t, e, tp)
 
@@ -361,7 +364,10 @@ func TestTracingFailedGroupWrite(t *testing.T) {
 		next := append(append([]byte(nil), state...), 'x')
 		return next, next, nil
 	})
-	w := e.worker("w1", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.TracerProvider = nil, count, tp })
+	logs := &logRecorder{}
+	w := e.worker("w1", nil, func(c *WorkerConfig) {
+		c.Handler, c.Reducer, c.TracerProvider, c.Logger = nil, count, tp, logs.logger()
+	})
 	e.waitOwned(w)
 	c := tracedClient(t, e, tp)
 	wait := func(ch chan struct{}, what string) {
@@ -392,6 +398,12 @@ func TestTracingFailedGroupWrite(t *testing.T) {
 	testwait.Eventually(t, 10*time.Second, "b1 and b2 delivered", func() bool {
 		info, err := cons.Info(ctx(t))
 		return err == nil && info.NumAckPending == 3
+	})
+	// Delivered to the connection is not yet queued in the lane: a runner
+	// that took the next group before b2 was queued ran b1 alone, and b2's
+	// failed write then made one process span, not two (a loaded CI run).
+	testwait.Eventually(t, 10*time.Second, "b1 and b2 queued in their lane", func() bool {
+		return logs.received("b1") && logs.received("b2")
 	})
 	close(gates["first"].release)
 	// While the group reduces b2, move the key's revision on: its write fails.
