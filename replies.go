@@ -136,3 +136,30 @@ func outcomeMsg(subject string, enc []byte) *nats.Msg {
 	}
 	return &nats.Msg{Subject: subject, Header: nats.Header{HeaderError: {errorText(re.Message)}, HeaderErrorKind: {kind}}}
 }
+
+// ReplyOutcome is one Call's outcome in a grouped reply: the reply token
+// of its Call (the last token of the Call's reply subject) and its result
+// or error (a *RemoteError), as Call would return them.
+type ReplyOutcome struct {
+	Token  string
+	Result []byte
+	Err    error
+}
+
+// DecodeGroupedReply reads a grouped reply: a message a worker sent to a
+// client's inbox with the token "-" (subject "<inbox>.-"), which carries
+// the outcomes of several of that client's Calls (see jetstream/doc.go,
+// "Grouped replies"). Client does this itself; it is for tools that watch
+// replies on the wire (tests, debugging). A malformed body is an error.
+func DecodeGroupedReply(data []byte) ([]ReplyOutcome, error) {
+	es, err := decodeGrouped(data)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ReplyOutcome, len(es))
+	for i, e := range es {
+		res, rerr, _ := decodeResult(e.outcome)
+		out[i] = ReplyOutcome{Token: e.token, Result: res, Err: rerr}
+	}
+	return out, nil
+}

@@ -554,3 +554,26 @@ func TestGroupedInboxTakesOnlyDecodableTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeGroupedReply: the exported reader gives each Call's token and
+// its result or RemoteError, and refuses a malformed body.
+func TestDecodeGroupedReply(t *testing.T) {
+	body := encodeGrouped(nil, []groupedEntry{
+		{token: "-1", outcome: encodeResult([]byte("sold 1"), nil, false)},
+		{token: "-2", outcome: encodeResult(nil, Permanent(errors.New("no stock")), false)},
+	})
+	outs, err := DecodeGroupedReply(body)
+	if err != nil || len(outs) != 2 {
+		t.Fatalf("DecodeGroupedReply = %v, %v; want 2 outcomes", outs, err)
+	}
+	if outs[0].Token != "-1" || string(outs[0].Result) != "sold 1" || outs[0].Err != nil {
+		t.Fatalf("first outcome %+v", outs[0])
+	}
+	var re *RemoteError
+	if outs[1].Token != "-2" || !errors.As(outs[1].Err, &re) || !re.Permanent || re.Message != "no stock" {
+		t.Fatalf("second outcome %+v", outs[1])
+	}
+	if _, err := DecodeGroupedReply(body[:len(body)-1]); err == nil {
+		t.Fatal("a cut body was read")
+	}
+}

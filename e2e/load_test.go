@@ -357,7 +357,8 @@ func checkTrace(t reporter, runs []sale.Span, ps []purchase, rules traceRules) t
 
 // replyCounter counts, on its own connection, every purchase reply the
 // workers publish, by reply subject: each Call has its own subject, so a
-// count above one is a second reply to the same job.
+// count above one is a second reply to the same job. A grouped reply's
+// entries count each under its own Call's subject.
 type replyCounter struct {
 	nc  *nats.Conn
 	sub *nats.Subscription
@@ -373,6 +374,23 @@ func countReplies(t *testing.T) *replyCounter {
 	}
 	rc := &replyCounter{nc: nc, n: map[string]int{}}
 	rc.sub, err = nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
+		if inbox, ok := strings.CutSuffix(m.Subject, ".-"); ok {
+			// A grouped reply: the outcomes of several Calls of one client,
+			// each counted under its own Call's reply subject.
+			outs, err := keylane.DecodeGroupedReply(m.Data)
+			if err != nil {
+				t.Errorf("malformed grouped reply on %s: %v", m.Subject, err)
+				return
+			}
+			rc.mu.Lock()
+			for _, o := range outs {
+				if bytes.HasPrefix(o.Result, []byte("sold")) {
+					rc.n[inbox+"."+o.Token]++
+				}
+			}
+			rc.mu.Unlock()
+			return
+		}
 		if !bytes.HasPrefix(m.Data, []byte("sold")) {
 			return // JetStream API replies, stock reads
 		}
