@@ -796,7 +796,9 @@
 // hands each entry to the Call waiting on its token. Then each job goes
 // through finish as before (trust check, ack, observers, job log, its
 // commit span), without a second reply. The one-job path (process, replay,
-// dead letters, malformed jobs) still replies alone.
+// dead letters, malformed jobs) still replies alone. A tool that watches
+// replies on the wire (the e2e reply counter, which checks one reply per
+// Call) reads a grouped one with keylane.DecodeGroupedReply.
 //
 // Only clients that say they take grouped replies get them: a client of
 // this build starts its reply tokens with "-" (<inbox>.-1, <inbox>.-2, …),
