@@ -52,10 +52,14 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 // createR3 makes an R3 stream S on subject s.
 func createR3(t *testing.T, js jetstream.JetStream) jetstream.Stream {
 	t.Helper()
-	s, err := js.CreateStream(ctxFor(t, 10*time.Second), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3, Storage: jetstream.FileStorage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Placement can fail for a moment after a healthy check ("no suitable
+	// peers for placement, peer offline": the meta leader's view of a peer
+	// whose duplicate routes were just closed), as keylane's Setup knows.
+	var s jetstream.Stream
+	testwait.NoErrorBackoff(t, 20*time.Second, "create stream S (R3)", func() (err error) {
+		s, err = js.CreateOrUpdateStream(ctxFor(t, 5*time.Second), jetstream.StreamConfig{Name: "S", Subjects: []string{"s"}, Replicas: 3, Storage: jetstream.FileStorage})
+		return err
+	})
 	if got := len(s.CachedInfo().Cluster.Replicas) + 1; got != 3 {
 		t.Fatalf("stream S has %d peers, want 3", got)
 	}
@@ -182,9 +186,13 @@ func TestStepDown(t *testing.T) {
 	c := natscluster.Start(t, natscluster.Options{})
 	js := connect(t, c)
 	s := createR3(t, js)
-	if _, err := s.CreateOrUpdateConsumer(ctxFor(t, 10*time.Second), jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3}); err != nil {
-		t.Fatal(err)
-	}
+	// As the stream's placement (createR3), the consumer's can fail for a
+	// moment: a loaded CI run got "no suitable peers for placement, peer
+	// offline" here right after the stream was created.
+	testwait.NoErrorBackoff(t, 20*time.Second, "create consumer C (R3)", func() error {
+		_, err := s.CreateOrUpdateConsumer(ctxFor(t, 5*time.Second), jetstream.ConsumerConfig{Durable: "C", AckPolicy: jetstream.AckExplicitPolicy, Replicas: 3})
+		return err
+	})
 	for _, tc := range []struct {
 		name     string
 		leader   func(context.Context) (*natscluster.Node, error)

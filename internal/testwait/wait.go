@@ -90,3 +90,25 @@ func Poll(timeout time.Duration, try func() error) error {
 		time.Sleep(Interval)
 	}
 }
+
+// NoErrorBackoff is NoError for a try that asks a server something: the
+// pause between tries doubles from Interval up to a second, so a failure
+// that lasts (an election, a placement the server cannot make yet) is
+// not answered with a request every few milliseconds.
+func NoErrorBackoff(t TB, timeout time.Duration, msg string, try func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	pause := Interval
+	for {
+		err := try()
+		if err == nil {
+			return
+		}
+		if time.Now().Add(pause).After(deadline) {
+			t.Fatalf("%s: %v", msg, err)
+			return
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Second)
+	}
+}

@@ -82,3 +82,31 @@ func TestFreePortsAreDistinct(t *testing.T) {
 		t.Fatal("FreePort returned 0")
 	}
 }
+
+// TestNoErrorBackoffSpacesItsTries: the pauses double (5, 10, 20, 40 ms…),
+// so 300 ms see a handful of tries, not sixty; a success ends it, and a
+// lasting failure fails with the last error.
+func TestNoErrorBackoffSpacesItsTries(t *testing.T) {
+	var r recorder
+	tries := 0
+	testwait.NoErrorBackoff(&r, 300*time.Millisecond, "the server", func() error {
+		tries++
+		return fmt.Errorf("no suitable peers (try %d)", tries)
+	})
+	if tries < 3 || tries > 8 {
+		t.Fatalf("%d tries in 300ms, want a few (doubling pauses)", tries)
+	}
+	if !strings.Contains(r.failed, "the server") || !strings.Contains(r.failed, fmt.Sprintf("try %d", tries)) {
+		t.Fatalf("failure %q does not name the wait and the last error", r.failed)
+	}
+	n := 0
+	testwait.NoErrorBackoff(t, time.Second, "third try", func() error {
+		if n++; n < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if n != 3 {
+		t.Fatalf("%d tries, want 3", n)
+	}
+}
