@@ -32,7 +32,13 @@ type env struct {
 func newEnv(t *testing.T, tc TopologyConfig) *env {
 	t.Helper()
 	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
+	return newEnvOn(t, srv, natstest.Connect(t, srv), tc)
+}
+
+// newEnvOn is newEnv on a server the test configured itself (users,
+// limits), with the setup and the client on connection nc.
+func newEnvOn(t *testing.T, srv *server.Server, nc *nats.Conn, tc TopologyConfig) *env {
+	t.Helper()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -286,23 +286,11 @@ func TestKeptLookUpFallsBackWhenBatchRefused(t *testing.T) {
 }
 `)
 	cnc := natstest.Connect(t, srv, nats.UserInfo("other", "o"))
-	js, err := jetstream.New(cnc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := Setup(ctx(t), js, TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewClient(ctx(t), cnc, ClientConfig{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	e := &env{t: t, srv: srv, nc: cnc, js: js, ns: ns, topo: topo, client: c}
+	e := newEnvOn(t, srv, cnc, TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: time.Second})
+	c := e.client
 	g := newKeptGroup(t)
 	wnc := natstest.Connect(t, srv, nats.UserInfo("worker", "w"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	w, err := NewWorker(wnc, WorkerConfig{Topology: topo.Config, Reducer: ReducerFunc(g.reduce), ID: "w", AckWait: 5 * time.Second, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
+	w, err := NewWorker(wnc, WorkerConfig{Topology: e.topo.Config, Reducer: ReducerFunc(g.reduce), ID: "w", AckWait: 5 * time.Second, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,15 +304,15 @@ func TestKeptLookUpFallsBackWhenBatchRefused(t *testing.T) {
 	})
 	e.waitOwned(w)
 	ids, kept, deleted := keptIDs("order", 30)
-	keepEarlier(t, topo.Results, kept, deleted)
-	n := countLookUps(t, natstest.Connect(t, srv, nats.UserInfo("other", "o")), topo.Names.Results())
+	keepEarlier(t, e.topo.Results, kept, deleted)
+	n := countLookUps(t, natstest.Connect(t, srv, nats.UserInfo("other", "o")), e.topo.Names.Results())
 
 	g.run(e, w, c, "k", ids)
 	// Every explicit ID was looked up by key.
 	if b, p := n.counts(); b != 0 || p != len(ids) {
 		t.Fatalf("%d batched and %d per-ID look-ups seen for %d jobs whose batch was refused; want 0 and %d", b, p, len(ids), len(ids))
 	}
-	checkKeptGroup(t, g, c, NewState(topo.State), "k", ids, kept)
+	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
 	off := w.keptBatchOff.Load()
 	if off == 0 || w.keptBatchProbed.Load() {
 		t.Fatalf("batched look-up off until %d, probed %v: the refusal was not remembered", off, w.keptBatchProbed.Load())
@@ -332,9 +320,9 @@ func TestKeptLookUpFallsBackWhenBatchRefused(t *testing.T) {
 	// A second group pays no refused request: the worker remembered.
 	g.again()
 	ids2, kept2, deleted2 := keptIDs("again", 25)
-	keepEarlier(t, topo.Results, kept2, deleted2)
+	keepEarlier(t, e.topo.Results, kept2, deleted2)
 	g.run(e, w, c, "k2", ids2)
-	checkKeptGroup(t, g, c, NewState(topo.State), "k2", ids2, kept2)
+	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k2", ids2, kept2)
 	if got := w.keptBatchOff.Load(); got != off {
 		t.Fatal("the second group asked for the refused batch again")
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // replyCounter counts, from its own connection, the worker's replies under
@@ -404,20 +403,8 @@ func TestMalformedGroupedReplyIsDropped(t *testing.T) {
 `)
 	nc := natstest.Connect(t, srv, nats.UserInfo("c", "c"))
 	wc := natstest.Connect(t, srv, nats.UserInfo("w", "w"))
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := Setup(ctx(t), js, TopologyConfig{Partitions: 1, LeaseTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewClient(ctx(t), nc, ClientConfig{Namespace: topo.Names.Namespace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	e := &env{t: t, srv: srv, nc: nc, js: js, ns: topo.Names.Namespace, topo: topo, client: c}
+	e := newEnvOn(t, srv, nc, TopologyConfig{Partitions: 1, LeaseTTL: time.Second})
+	topo, c := e.topo, e.client
 	r, entered, release := gatedCounter()
 	defer release()
 	w, err := NewWorker(wc, WorkerConfig{Topology: topo.Config, Reducer: r, ID: "w", AckWait: 5 * time.Second, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
@@ -489,20 +476,8 @@ func TestGroupedRepliesSplitAtMaxPayload(t *testing.T) {
 	const maxPayload = 16 << 10
 	srv := natstest.StartConfig(t, "max_payload: 16384\n")
 	nc := natstest.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := Setup(ctx(t), js, TopologyConfig{Partitions: 1, LeaseTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewClient(ctx(t), nc, ClientConfig{Namespace: topo.Names.Namespace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	e := &env{t: t, srv: srv, nc: nc, js: js, ns: topo.Names.Namespace, topo: topo, client: c}
+	e := newEnvOn(t, srv, nc, TopologyConfig{Partitions: 1, LeaseTTL: time.Second})
+	topo, c := e.topo, e.client
 	big := strings.Repeat("r", 1500) // the same each time: the state entry holds it once
 	r, entered, release := gated(ReducerFunc(func(_ context.Context, _ Job, cur []byte) ([]byte, []byte, error) {
 		n, _ := strconv.Atoi(string(cur))
