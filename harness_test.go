@@ -61,6 +61,21 @@ func newEnvOn(t *testing.T, srv *server.Server, nc *nats.Conn, tc TopologyConfig
 	return &env{t: t, srv: srv, nc: nc, js: js, ns: topo.Names.Namespace, topo: topo, client: c}
 }
 
+// submitAll stores reqs with SubmitMany and fails the test unless every
+// one was stored.
+func (e *env) submitAll(reqs []Request) {
+	e.t.Helper()
+	out, err := e.client.SubmitMany(ctx(e.t), reqs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, o := range out {
+		if o.Err != nil {
+			e.t.Fatal(o.Err)
+		}
+	}
+}
+
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)

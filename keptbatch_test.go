@@ -173,15 +173,7 @@ func TestKeptOutcomesGoAsOneBatchPerGroup(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = Request{Key: key, Payload: []byte("inc"), ID: fmt.Sprintf("q-%d", i)}
 	}
-	out, err := e.client.SubmitMany(ctx(t), reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range out {
-		if o.Err != nil {
-			t.Fatal(o.Err)
-		}
-	}
+	e.submitAll(reqs)
 	kw := watchKept(e)
 	w := e.worker("w1", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.OutcomeBatch = nil, newCounter(), 2 })
 	waitEmpty(e)

@@ -72,15 +72,7 @@ func TestReducerGroupCommits(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = Request{Key: key, Payload: []byte("inc"), ID: fmt.Sprintf("q-%d", i)}
 	}
-	out, err := e.client.SubmitMany(ctx(t), reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range out {
-		if o.Err != nil {
-			t.Fatal(o.Err)
-		}
-	}
+	e.submitAll(reqs)
 	c := newCounter()
 	w := reducerWorker(e, "w1", c)
 	var wg sync.WaitGroup

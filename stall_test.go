@@ -42,15 +42,7 @@ func TestFailingKeyDoesNotStallItsPartition(t *testing.T) {
 	for i := range reqs {
 		reqs[i] = Request{Key: "hot", Payload: []byte(strconv.Itoa(i))}
 	}
-	out, err := e.client.SubmitMany(ctx(t), reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range out {
-		if o.Err != nil {
-			t.Fatal(o.Err)
-		}
-	}
+	e.submitAll(reqs)
 	testwait.Eventually(t, 10*time.Second, "the hot key's head retrying", func() bool { return w.Stats().Failed > 3 })
 	for i := range 5 {
 		start := time.Now()
