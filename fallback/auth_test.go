@@ -2,23 +2,18 @@ package fallback_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
-	"math/big"
-	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/internal/testcerts"
 
 	"github.com/redis/go-redis/v9"
 
@@ -371,67 +366,12 @@ func TestForgedTokenCannotReleaseOrExtend(t *testing.T) {
 	}
 }
 
-// writePEM writes a PEM block of typ to dir/name and returns the path.
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-// testCA makes a CA and a certificate for 127.0.0.1 signed by it, writes
-// them to dir, and returns the files and a pool holding the CA.
-func testCA(t *testing.T, dir string) (caFile, certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "keylane test CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "redis"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool = x509.NewCertPool()
-	pool.AddCert(ca)
-	return writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER), writePEM(t, dir, "redis.pem", "CERTIFICATE", der),
-		writePEM(t, dir, "redis-key.pem", "EC PRIVATE KEY", keyDER), pool
-}
-
 // The README's TLS configuration against a redis-server that speaks TLS
 // only, with the ACL user: locks work; a client that does not trust the
 // server's CA, or does not speak TLS, gets an error at once.
 func TestTLS(t *testing.T) {
-	caFile, certFile, keyFile, pool := testCA(t, t.TempDir())
+	pki := testcerts.New(t, t.TempDir(), "redis")
+	caFile, certFile, keyFile, pool := pki.CA, pki.ServerCert, pki.ServerKey, pki.Pool
 	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	args := append([]string{"--user", "default", "off"}, userArgs("keylane", "s3cret", aclRules)...)
 	srv, err := redistest.StartTLS(redistest.TLS{CertFile: certFile, KeyFile: keyFile, CAFile: caFile, Client: tlsCfg}, args...)

@@ -1,21 +1,16 @@
 package natsflags
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/internal/testcerts"
 
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/nats-io/jwt/v2"
@@ -45,66 +40,6 @@ func connect(t *testing.T, url string, args ...string) (*nats.Conn, error) {
 	return nc, err
 }
 
-// pki is a CA with a server certificate for 127.0.0.1 and a client
-// certificate, as PEM files in dir.
-type pki struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newPKI(t *testing.T, dir, name string) pki {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name + " CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pki{ca: writePEM(t, dir, name+"-ca.pem", "CERTIFICATE", caDER)}
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage, ips []net.IP) (cert, key string) {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalECPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return writePEM(t, dir, name+"-"+cn+".pem", "CERTIFICATE", der), writePEM(t, dir, name+"-"+cn+"-key.pem", "EC PRIVATE KEY", kder)
-	}
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth, []net.IP{net.ParseIP("127.0.0.1")})
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth, nil)
-	return p
-}
-
-func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func writeFile(t *testing.T, dir, name, content string) string {
 	t.Helper()
 	path := filepath.Join(dir, name)
@@ -116,21 +51,21 @@ func writeFile(t *testing.T, dir, name, content string) string {
 
 func TestTLSAgainstServer(t *testing.T) {
 	dir := t.TempDir()
-	p, other := newPKI(t, dir, "keylane"), newPKI(t, dir, "other")
-	s := natstest.StartConfig(t, fmt.Sprintf("tls {\n cert_file: %q\n key_file: %q\n ca_file: %q\n verify: true\n timeout: 5\n}\n", p.serverCert, p.serverKey, p.ca))
+	p, other := testcerts.New(t, dir, "keylane"), testcerts.New(t, dir, "other")
+	s := natstest.StartConfig(t, fmt.Sprintf("tls {\n cert_file: %q\n key_file: %q\n ca_file: %q\n verify: true\n timeout: 5\n}\n", p.ServerCert, p.ServerKey, p.CA))
 	url := s.ClientURL()
 
-	if _, err := connect(t, url, "--tls-ca", p.ca, "--tls-cert", p.clientCert, "--tls-key", p.clientKey); err != nil {
+	if _, err := connect(t, url, "--tls-ca", p.CA, "--tls-cert", p.ClientCert, "--tls-key", p.ClientKey); err != nil {
 		t.Fatalf("mutual TLS with the server's CA and a client certificate: %v", err)
 	}
 	var unknownCA x509.UnknownAuthorityError
-	if _, err := connect(t, url, "--tls-ca", other.ca, "--tls-cert", p.clientCert, "--tls-key", p.clientKey); !errors.As(err, &unknownCA) {
+	if _, err := connect(t, url, "--tls-ca", other.CA, "--tls-cert", p.ClientCert, "--tls-key", p.ClientKey); !errors.As(err, &unknownCA) {
 		t.Errorf("another CA: %v; want the server's certificate refused as signed by an unknown authority", err)
 	}
-	if _, err := connect(t, url, "--tls-ca", p.ca); err == nil {
+	if _, err := connect(t, url, "--tls-ca", p.CA); err == nil {
 		t.Error("no client certificate: connected; want the server to refuse it")
 	}
-	if _, err := connect(t, url, "--tls-ca", p.ca, "--tls-cert", other.clientCert, "--tls-key", other.clientKey); err == nil {
+	if _, err := connect(t, url, "--tls-ca", p.CA, "--tls-cert", other.ClientCert, "--tls-key", other.ClientKey); err == nil {
 		t.Error("a client certificate of another CA: connected; want the server to refuse it")
 	}
 }
