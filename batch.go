@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"errors"
 	"maps"
 	"sync"
 	"time"
@@ -129,7 +130,11 @@ func (b *batcher) done(id string, m *nats.Msg) {
 	// A batch's commit ack must name the batch: a server before 2.12
 	// ignores the batch headers, stores the earlier jobs unacknowledged
 	// and acks the last one alone, and any of them may have been refused.
-	ok := m != nil && (len(sb.jobs) == 1 && ackOK(m) || len(sb.jobs) > 1 && batchStored(m, id, len(sb.jobs)) == nil)
+	var stored error
+	if m != nil && len(sb.jobs) > 1 {
+		stored = batchStored(m, id, len(sb.jobs))
+	}
+	ok := m != nil && (len(sb.jobs) == 1 && ackOK(m) || len(sb.jobs) > 1 && stored == nil)
 	if ok || (m != nil && len(sb.jobs) == 1) {
 		for _, j := range sb.jobs {
 			b.c.deliverTo(j.token, &nats.Msg{Subject: b.c.inbox + ackPrefix + j.token, Data: m.Data, Header: m.Header})
@@ -139,12 +144,20 @@ func (b *batcher) done(id string, m *nats.Msg) {
 	b.mu.Lock()
 	b.resent++
 	b.mu.Unlock()
+	// Only a batch whose fate is unknown (no ack) or that a server before
+	// 2.12 stored job by job may hold this call's own copy; a batch the
+	// server refused stored nothing (it is atomic: one job whose ID was
+	// stored before refuses the whole batch), so a "duplicate" answer to
+	// the resend is a real one, ErrDuplicate.
+	mayBeStored := m == nil || errors.Is(stored, errBatchIgnored)
 	for _, j := range sb.jobs {
-		b.c.mu.Lock()
-		if w := b.c.waiters[j.token]; w != nil {
-			w.resent.Store(true)
+		if mayBeStored {
+			b.c.mu.Lock()
+			if w := b.c.waiters[j.token]; w != nil {
+				w.resent.Store(true)
+			}
+			b.c.mu.Unlock()
 		}
-		b.c.mu.Unlock()
 		jm := j.m
 		unmarkBatch(jm)
 		jm.Reply = b.c.inbox + ackPrefix + j.token
