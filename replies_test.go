@@ -552,3 +552,23 @@ func TestDecodeGroupedReply(t *testing.T) {
 		t.Fatal("a cut body was read")
 	}
 }
+
+// TestEmptyErrorReplyIsAnError: a handler error without text reaches the
+// Call as an error, whether the worker sent its text as "(no error text)"
+// (this build) or empty (a worker of the release before, whose replies a
+// client of this one still reads). The empty header read as a success.
+func TestEmptyErrorReplyIsAnError(t *testing.T) {
+	for _, m := range []*nats.Msg{
+		replyMsg("r", nil, Permanent(errors.New("")), false),
+		{Subject: "r", Header: nats.Header{HeaderError: {""}, HeaderErrorKind: {"permanent"}}},
+		{Subject: "r", Header: nats.Header{HeaderError: {""}}},
+	} {
+		var re *RemoteError
+		if _, err := decodeReply(m); !errors.As(err, &re) || re.Message == "" {
+			t.Fatalf("reply with headers %v: %v; want a RemoteError with text", m.Header, err)
+		}
+	}
+	if res, err := decodeReply(&nats.Msg{Data: []byte("ok")}); err != nil || string(res) != "ok" {
+		t.Fatalf("a success = %q, %v", res, err)
+	}
+}

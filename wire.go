@@ -195,8 +195,8 @@ func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
 	return m
 }
 
-// errorText is the reply's error text: never empty, for a reply with an
-// empty Keylane-Error reads as a success.
+// errorText is a reply's error text, never empty (a client before
+// decodeReply's header check read an empty Keylane-Error as a success).
 func errorText(s string) string {
 	if s == "" {
 		return "(no error text)"
@@ -320,10 +320,15 @@ func errorKind(err error, dead bool) string {
 	}
 }
 
+// decodeReply reads a single reply. Any error header makes it an error,
+// even an empty one: a worker before errorText sent an empty
+// Keylane-Error for a handler error without text, and that must not read
+// as a success.
 func decodeReply(m *nats.Msg) ([]byte, error) {
-	if msg := m.Header.Get(HeaderError); msg != "" {
-		kind := m.Header.Get(HeaderErrorKind)
-		return nil, &RemoteError{Message: msg, Permanent: kind == "permanent" || kind == "dead", DeadLettered: kind == "dead"}
+	_, hasErr := m.Header[HeaderError]
+	kind := m.Header.Get(HeaderErrorKind)
+	if hasErr || kind != "" {
+		return nil, &RemoteError{Message: errorText(m.Header.Get(HeaderError)), Permanent: kind == "permanent" || kind == "dead", DeadLettered: kind == "dead"}
 	}
 	return m.Data, nil
 }
