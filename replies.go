@@ -121,6 +121,8 @@ func (c *Client) deliverGrouped(m *nats.Msg) {
 }
 
 // outcomeMsg is the single reply that carries the same outcome as enc.
+// Not replyMsg: that writes err.Error(), and a RemoteError's carries the
+// "keylane: job failed" prefix, which the client would add again.
 func outcomeMsg(subject string, enc []byte) *nats.Msg {
 	res, rerr, _ := decodeResult(enc)
 	re, _ := rerr.(*RemoteError)

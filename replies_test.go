@@ -2,6 +2,7 @@ package keylane
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -571,4 +572,21 @@ func TestEmptyErrorReplyIsAnError(t *testing.T) {
 	if res, err := decodeReply(&nats.Msg{Data: []byte("ok")}); err != nil || string(res) != "ok" {
 		t.Fatalf("a success = %q, %v", res, err)
 	}
+}
+
+// encodeGrouped appends the entries' body to buf (a grouped reply's
+// data), as replyGrouped does; an empty outcome is written as it is, for
+// tests of malformed bodies.
+func encodeGrouped(buf []byte, es []groupedEntry) []byte {
+	buf = append(buf, groupedVersion)
+	for _, e := range es {
+		if len(e.outcome) == 0 { // as it is: decodeGrouped refuses it
+			buf = binary.AppendUvarint(buf, uint64(len(e.token)))
+			buf = append(buf, e.token...)
+			buf = append(buf, 0)
+			continue
+		}
+		buf = appendGroupedEntry(buf, e.token, e.outcome[0], e.outcome[1:])
+	}
+	return buf
 }

@@ -242,21 +242,6 @@ func uvarintLen(n int) int {
 	return binary.PutUvarint(b[:], uint64(n))
 }
 
-// encodeGrouped appends the entries' body to buf (a grouped reply's data).
-func encodeGrouped(buf []byte, es []groupedEntry) []byte {
-	buf = append(buf, groupedVersion)
-	for _, e := range es {
-		if len(e.outcome) == 0 { // as it is: decodeGrouped refuses it
-			buf = binary.AppendUvarint(buf, uint64(len(e.token)))
-			buf = append(buf, e.token...)
-			buf = append(buf, 0)
-			continue
-		}
-		buf = appendGroupedEntry(buf, e.token, e.outcome[0], e.outcome[1:])
-	}
-	return buf
-}
-
 // errBadGrouped is why a grouped reply was dropped.
 var errBadGrouped = errors.New("keylane: malformed grouped reply")
 
