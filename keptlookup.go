@@ -50,6 +50,20 @@ func (o *owner) lookUpKeptBatch(ts []*task) {
 	if off := o.w.keptBatchOff.Load(); off != 0 && time.Now().UnixNano() < off {
 		return
 	}
+	// One ID is one plain direct get (storedResult): the batched form
+	// would add an inbox subscription and a JSON body for nothing, and
+	// groups of one are the common case with many keys.
+	pending := 0
+	for _, t := range ts {
+		if t.explicit && !t.lookedUp && t.kept == nil && batchableID(t.job.ID) {
+			if pending++; pending == 2 {
+				break
+			}
+		}
+	}
+	if pending < 2 {
+		return
+	}
 	prefix := "$KV." + o.w.topo.Names.Results() + "."
 	byID := map[string][]*task{}
 	var subjects []string
@@ -105,7 +119,9 @@ func (o *owner) keptBatch(prefix string, subjects []string, byID map[string][]*t
 		return err
 	}
 	if err != nil {
-		o.log.Warn("batched kept-outcome look-up failed; looking up one ID at a time", "jobs", len(subjects), "err", err)
+		if o.ctx.Err() == nil { // else the tenure ended: nothing to say
+			o.log.Warn("batched kept-outcome look-up failed; looking up one ID at a time", "jobs", len(subjects), "err", err)
+		}
 		return err
 	}
 	for id := range found {

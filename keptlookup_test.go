@@ -503,3 +503,18 @@ func TestKeptLookUpTraffic(t *testing.T) {
 		t.Fatalf("the batched look-up saved %d messages out and %d in for %d jobs; want about one request and one answer per job", int64(perID.out)-int64(batched.out), int64(perID.in)-int64(batched.in), jobs)
 	}
 }
+
+// TestLoneJobLooksUpWithOneGet: a job with a caller's ID alone in its
+// group (the common case with many keys) is looked up with one plain
+// direct get, not the batched form and its inbox subscription.
+func TestLoneJobLooksUpWithOneGet(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	e.waitOwned(e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, countReducer }))
+	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
+	if _, err := e.client.Call(ctx(t), "k", []byte("inc"), WithID("lone")); err != nil {
+		t.Fatal(err)
+	}
+	if batched, perID := n.counts(); batched != 0 || perID != 1 {
+		t.Fatalf("%d batched and %d per-ID look-ups for one job; want 0 and 1", batched, perID)
+	}
+}
