@@ -19,6 +19,11 @@ const (
 	DefaultAckWait     = 30 * time.Second
 
 	DefaultClientMaxPending = 4096
+
+	// SyncAlwaysOutcomeBatch is the WorkerConfig.OutcomeBatch to set on
+	// a one-replica server that fsyncs every write (sync_interval:
+	// always); cmd/worker --sync-always sets it for its embedded server.
+	SyncAlwaysOutcomeBatch = 16
 )
 
 // Limits of the same configurations.

@@ -70,7 +70,7 @@ type WorkerConfig struct {
 	// replica, where nats-server stages each batch in a store of its own
 	// on disk with fsyncs of its own, which pays only on a server that
 	// fsyncs every write (sync_interval: always) and for groups of about
-	// 16 or more (depending on the disk): set 16 there. See
+	// 16 or more (depending on the disk): set SyncAlwaysOutcomeBatch there. See
 	// jetstream/doc.go, "Kept outcomes in one batch". Defaults to 0.
 	OutcomeBatch int
 	// TracerProvider turns tracing on: each job gets a consumer span,

@@ -35,7 +35,8 @@ type LocalConfig struct {
 	// separate server that fsyncs every write.
 	AtomicBatches bool
 	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch; 0 with
-	// SyncAlways is 16, as cmd/worker --sync-always.
+	// SyncAlways is keylane.SyncAlwaysOutcomeBatch, as cmd/worker
+	// --sync-always.
 	OutcomeBatch int
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
@@ -192,7 +193,7 @@ func (l *Local) Stop(ctx context.Context) {
 
 func outcomeBatch(cfg LocalConfig) int {
 	if cfg.OutcomeBatch == 0 && cfg.SyncAlways && cfg.URL == "" {
-		return 16
+		return keylane.SyncAlwaysOutcomeBatch
 	}
 	return cfg.OutcomeBatch
 }

@@ -74,8 +74,7 @@ var envName = regexp.MustCompile(`\(env ([A-Z][A-Z0-9_]*)`)
 // error naming the variable, never silently the default. The defaults
 // read from the environment above only show in -h.
 func applyEnv(fs *flag.FlagSet) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	given := setFlags(fs)
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
 		m := envName.FindStringSubmatch(f.Usage)
@@ -143,10 +142,10 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	if err := applyEnv(fs); err != nil {
 		return c, err
 	}
-	if c.SyncAlways && c.URL == "" && !given(fs, "outcome-batch") && os.Getenv("KEYLANE_OUTCOME_BATCH") == "" {
+	if c.SyncAlways && c.URL == "" && !setFlags(fs)["outcome-batch"] { // applyEnv sets flags from the environment too
 		// The embedded server syncs every write: one fsync per group's
 		// outcomes instead of one per job pays there (WorkerConfig.OutcomeBatch).
-		c.Worker.OutcomeBatch = syncAlwaysOutcomeBatch
+		c.Worker.OutcomeBatch = keylane.SyncAlwaysOutcomeBatch
 	}
 	if auth.Set() && c.URL == "" {
 		return c, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the embedded server runs without them")
@@ -192,12 +191,10 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	return c, nil
 }
 
-// syncAlwaysOutcomeBatch is --outcome-batch's default with --sync-always.
-const syncAlwaysOutcomeBatch = 16
-
-// given reports whether the flag name was set on the command line.
-func given(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+// setFlags returns the names of the flags set so far (on the command
+// line, or from the environment once applyEnv ran).
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	return set
 }

@@ -304,6 +304,9 @@ var ErrBroken = errors.New("bench: a contender broke the invariant or failed")
 // out (and draws the chart). It returns ErrBroken after printing if any
 // row is not ok.
 func Run(ctx context.Context, cfg Config, out io.Writer) error {
+	if err := checkKnobs(); err != nil {
+		return err
+	}
 	if err := cfg.setDefaults(); err != nil {
 		return err
 	}

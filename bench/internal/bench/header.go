@@ -44,6 +44,11 @@ func (h *header) print(out io.Writer, cfg *Config) {
 	fmt.Fprintf(out, "workloads: hot = 1 SKU (stock 3/4 of the purchases); skewed = %d SKUs, zipf s=%.2f, stock %d each; slow = skewed with %s of I/O inside the critical section\n",
 		cfg.SKUs, cfg.Skew, max(1, cfg.Purchases/20), cfg.Hold)
 	fmt.Fprintln(out, settings)
+	for _, k := range knobs {
+		if v := os.Getenv(k); v != "" {
+			fmt.Fprintf(out, "EXPERIMENT: %s=%s overrides the setting above\n", k, v)
+		}
+	}
 	fmt.Fprintln(out)
 }
 

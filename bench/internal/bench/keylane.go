@@ -250,13 +250,29 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 // KEYLANE_BENCH_OUTCOME_BATCH overrides it.
 func outcomeBatch(durable bool) int {
 	if durable {
-		return envInt("KEYLANE_BENCH_OUTCOME_BATCH", 16)
+		return envInt("KEYLANE_BENCH_OUTCOME_BATCH", keylane.SyncAlwaysOutcomeBatch)
 	}
 	return envInt("KEYLANE_BENCH_OUTCOME_BATCH", 0)
 }
 
-// envInt reads an integer knob of the bench's experiments from the
-// environment (the worker children inherit it); def when unset or bad.
+// knobs are the environment variables of the bench's experiments; the
+// header names any that is set, and Run refuses one that is not a number.
+var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES"}
+
+// checkKnobs refuses a knob that is set but not an integer.
+func checkKnobs() error {
+	for _, k := range knobs {
+		if v := os.Getenv(k); v != "" {
+			if _, err := strconv.Atoi(v); err != nil {
+				return fmt.Errorf("%s=%q is not an integer", k, v)
+			}
+		}
+	}
+	return nil
+}
+
+// envInt reads an integer knob (checked by checkKnobs; the worker
+// children inherit it); def when unset.
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
 		return v
