@@ -54,14 +54,7 @@ func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
 			t.Fatal(o.Err)
 		}
 	}
-	kw := &keptWatch{}
-	if _, err := conn().Subscribe("$KV."+topo.Names.Results()+".>", func(m *nats.Msg) {
-		kw.mu.Lock()
-		kw.msgs = append(kw.msgs, m)
-		kw.mu.Unlock()
-	}); err != nil {
-		t.Fatal(err)
-	}
+	kw := watchKeptOn(t, conn(), topo.Names.Results())
 	w, err := NewWorker(conn(), WorkerConfig{
 		Topology: topo.Config, Reducer: newCounter(), ID: "r3w",
 		Backoff: func(int) time.Duration { return 10 * time.Millisecond },

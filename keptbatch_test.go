@@ -24,9 +24,15 @@ type keptWatch struct {
 
 func watchKept(e *env) *keptWatch {
 	e.t.Helper()
-	nc := natstest.Connect(e.t, e.srv)
+	return watchKeptOn(e.t, natstest.Connect(e.t, e.srv), e.topo.Names.Results())
+}
+
+// watchKeptOn records the puts to the results bucket named results seen
+// on nc, subscribed (and flushed) before it returns.
+func watchKeptOn(t *testing.T, nc *nats.Conn, results string) *keptWatch {
+	t.Helper()
 	kw := &keptWatch{}
-	_, err := nc.Subscribe("$KV."+e.topo.Names.Results()+".>", func(m *nats.Msg) {
+	_, err := nc.Subscribe("$KV."+results+".>", func(m *nats.Msg) {
 		kw.mu.Lock()
 		kw.msgs = append(kw.msgs, m)
 		kw.mu.Unlock()
@@ -35,7 +41,7 @@ func watchKept(e *env) *keptWatch {
 		err = nc.Flush()
 	}
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return kw
 }
