@@ -47,7 +47,7 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 	from := len(recent)
 	for from > 0 && len(recent)-from < keep-1 {
 		r := recent[from-1]
-		size += 16 + len(r.ID) + len(r.Result)
+		size += heldSize(r)
 		if size > HeldBytes {
 			break
 		}
@@ -182,7 +182,7 @@ func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func
 		}
 		value, out[n] = next, res
 		ran, results = append(ran, j), append(results, res)
-		size += 16 + len(j.ID) + len(res)
+		size += heldSize(AppliedResult{ID: j.ID, Result: res})
 	}
 	if len(ran) == 0 {
 		return n, rerr, nil

@@ -304,8 +304,9 @@
 //   - An adopted stream's entry, whose synthetic IDs next drops from the
 //     middle of the window, and an entry whose last job has no ID take the
 //     full path.
-//   - Memory: the log keeps up to a quarter window more outcomes than the
-//     entry holds (room to append before it moves), and the index; both
+//   - Memory: the log keeps up to a quarter window plus twice the group
+//     more outcomes than the entry holds (room to append before it
+//     moves), and the index; both
 //     are dropped with the cache (maxCached keys). The first write after a
 //     read builds the log (it takes over the array next's full path
 //     made): for a full window 213 KB and 2056 allocations with the read's
@@ -808,7 +809,9 @@
 // version byte ('G'), then per job a uvarint-length token and a
 // uvarint-length outcome in the kept-outcome encoding (kind byte o, e, p
 // or d, then the result or the error text): the same result, error,
-// permanent and dead-lettered a single reply carries.
+// permanent and dead-lettered a single reply carries. Today workers group
+// only successes (a failed job's outcome goes the one-job path, alone);
+// the client reads the error kinds too, so a later worker may group them.
 //
 // Failure cases:
 //
