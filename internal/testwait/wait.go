@@ -75,7 +75,14 @@ func (e *stopError) Unwrap() error { return e.err }
 // passes first it returns an error that wraps try's last error; if try
 // returns an error made by Stop, it returns that error's cause at once.
 func Poll(timeout time.Duration, try func() error) error {
+	return poll(timeout, try, false)
+}
+
+// poll is Poll; with backoff the pause doubles after each try, up to a
+// second.
+func poll(timeout time.Duration, try func() error, backoff bool) error {
 	deadline := time.Now().Add(timeout)
+	pause := Interval
 	for {
 		err := try()
 		if err == nil {
@@ -87,28 +94,21 @@ func Poll(timeout time.Duration, try func() error) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("not within %s: %w", timeout, err)
 		}
-		time.Sleep(Interval)
+		time.Sleep(min(pause, max(time.Until(deadline), 0)+Interval))
+		if backoff {
+			pause = min(2*pause, time.Second)
+		}
 	}
 }
 
 // NoErrorBackoff is NoError for a try that asks a server something: the
 // pause between tries doubles from Interval up to a second, so a failure
 // that lasts (an election, a placement the server cannot make yet) is
-// not answered with a request every few milliseconds.
+// not answered with a request every few milliseconds. A try that returns
+// Stop(err) ends it at once, as in Poll.
 func NoErrorBackoff(t TB, timeout time.Duration, msg string, try func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	pause := Interval
-	for {
-		err := try()
-		if err == nil {
-			return
-		}
-		if time.Now().Add(pause).After(deadline) {
-			t.Fatalf("%s: %v", msg, err)
-			return
-		}
-		time.Sleep(pause)
-		pause = min(2*pause, time.Second)
+	if err := poll(timeout, try, true); err != nil {
+		t.Fatalf("%s: %v", msg, err)
 	}
 }
