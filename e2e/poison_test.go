@@ -122,12 +122,9 @@ func TestPoisonJob(t *testing.T) {
 	if after.err != nil || after.res != "sold 9" {
 		t.Errorf("purchase after the poison job: %q, %v; want \"sold 9\"", after.res, after.err)
 	}
-	// The two replies reach two goroutines of this process; which one is
-	// scheduled first says nothing about the worker, so allow a little
-	// scheduling slack. The trace below checks the order where it happens.
-	if poison.at.Sub(after.at) > 5*time.Millisecond {
-		t.Errorf("purchase after the poison job answered %s before it", poison.at.Sub(after.at))
-	}
+	// The two replies reach two goroutines of this process, and which one
+	// a loaded machine schedules first says nothing about the worker: the
+	// order is checked where it happens, in the workers' trace below.
 
 	workers := c.live()
 	dead := c.deadLetters()

@@ -160,7 +160,9 @@ func TestRefusedCredentials(t *testing.T) {
 		if !errors.Is(err, fallback.ErrRefused) || !errors.As(err, &qe) || !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("RedLock.Lock: %v; want a QuorumError wrapping ErrRefused", err)
 		}
-		if took := time.Since(start); took > 2*time.Second {
+		// Half the context's 20 s: what is judged is whether it waited for
+		// its context (the bug) or returned on the refusals, not speed.
+		if took := time.Since(start); took > 10*time.Second {
 			t.Fatalf("RedLock.Lock refused by every node took %s; it must not wait for its context", took)
 		}
 	})
