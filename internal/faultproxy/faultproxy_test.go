@@ -154,8 +154,14 @@ func TestLatency(t *testing.T) {
 		t.Errorf("round trip with 300ms latency took %s", d)
 	}
 	tx.Remove()
-	if d := roundTrip(t, nc); d > 250*time.Millisecond {
-		t.Errorf("round trip after removing the latency took %s", d)
+	// The fastest of a few round trips: a loaded machine can delay any
+	// one of them, but not every one by the latency the toxic added.
+	fastest := roundTrip(t, nc)
+	for range 4 {
+		fastest = min(fastest, roundTrip(t, nc))
+	}
+	if fastest > 250*time.Millisecond {
+		t.Errorf("the fastest of 5 round trips after removing the latency took %s", fastest)
 	}
 }
 
