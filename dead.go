@@ -51,7 +51,8 @@ func DeadLetters(ctx context.Context, js jetstream.JetStream, namespace string, 
 		return nil, fmt.Errorf("keylane: dead-letter stream: %w", err)
 	}
 	var out []DeadLetter
-	for seq := max(from, info.State.FirstSeq); seq <= info.State.LastSeq && len(out) < limit; seq++ {
+	// An empty stream that never held a message says first 0, last 0.
+	for seq := max(from, info.State.FirstSeq, 1); info.State.Msgs > 0 && seq <= info.State.LastSeq && len(out) < limit; seq++ {
 		d, err := readDead(ctx, s, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // deleted: redriven or purged one by one
