@@ -199,7 +199,8 @@ type Request struct {
 	// Optional: the zero time is now.
 	RunAt time.Time
 
-	optErr error // an option's refusal
+	optErr    error  // an option's refusal
+	redriveOf string // Client.Redrive's Keylane-Redrive-Of (withRedriveOf)
 }
 
 // SubmitOpt sets a per-submit option.
@@ -222,6 +223,10 @@ func WithHeader(k, v string) SubmitOpt {
 		r.Headers.Add(k, v)
 	}
 }
+
+// withRedriveOf names the dead-lettered job a redrive replaces
+// (Keylane-Redrive-Of): Client.Redrive's, next to its ticket.
+func withRedriveOf(id string) SubmitOpt { return func(r *Request) { r.redriveOf = id } }
 
 func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	if err := partition.ValidateKey(r.Key); err != nil {
@@ -247,6 +252,9 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	m.Header[expectStreamHeader] = c.expect[ShardOf(p, c.shards)]
 	if r.Type != "" {
 		m.Header[HeaderType] = []string{r.Type}
+	}
+	if r.redriveOf != "" {
+		m.Header[HeaderRedriveOf] = []string{r.redriveOf}
 	}
 	if err := c.delay(r, m, p); err != nil {
 		return nil, err

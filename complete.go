@@ -283,9 +283,14 @@ func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 }
 
 // publishOutcomes stores the outcomes of ts[idx] (a redriven job's under
-// both IDs) as one atomic batch (keepBatched), or else as asynchronous
+// both IDs, when its redrive ticket says so: checkRedrive) as one atomic batch (keepBatched), or else as asynchronous
 // publishes, and waits for every ack.
 func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
+	for _, i := range idx {
+		if err := o.checkRedrive(ts[i]); err != nil {
+			return err
+		}
+	}
 	puts := make([]kvPut, 0, len(idx))
 	for _, i := range idx {
 		v := value(i)

@@ -2,11 +2,10 @@ package keylane
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,7 +51,8 @@ func DeadLetters(ctx context.Context, js jetstream.JetStream, namespace string, 
 		return nil, fmt.Errorf("keylane: dead-letter stream: %w", err)
 	}
 	var out []DeadLetter
-	for seq := max(from, info.State.FirstSeq); seq <= info.State.LastSeq && len(out) < limit; seq++ {
+	// An empty stream that never held a message says first 0, last 0.
+	for seq := max(from, info.State.FirstSeq, 1); info.State.Msgs > 0 && seq <= info.State.LastSeq && len(out) < limit; seq++ {
 		d, err := readDead(ctx, s, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // deleted: redriven or purged one by one
@@ -74,42 +74,113 @@ func DeadLetterAt(ctx context.Context, js jetstream.JetStream, namespace string,
 	return readDead(ctx, s, seq)
 }
 
-// PurgeDeadLetters removes every dead letter of a namespace and returns
-// how many there were.
+// PurgeDeadLetters removes every dead letter of a namespace stored when
+// it reads the stream (PurgeDeadLettersThrough its last sequence) and
+// returns how many there were.
 func PurgeDeadLetters(ctx context.Context, js jetstream.JetStream, namespace string) (uint64, error) {
 	s, err := deadStream(ctx, js, namespace)
 	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*requestTimeout)
-	defer cancel()
-	info, err := s.Info(ctx)
+	ictx, cancel := context.WithTimeout(ctx, requestTimeout)
+	info, err := s.Info(ictx)
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("keylane: dead-letter stream: %w", err)
 	}
-	if err := s.Purge(ctx); err != nil {
-		return 0, fmt.Errorf("keylane: purge dead letters: %w", err)
+	if info.State.Msgs == 0 {
+		return 0, nil
 	}
-	return info.State.Msgs, nil
+	return info.State.Msgs, purgeThrough(ctx, s, info.State.LastSeq)
+}
+
+// PurgeDeadLettersThrough removes the dead letters of a namespace up to
+// and including sequence last, in one request; later ones stay. It is
+// what an operator who looked at the stream (DeadLetterSpan) asked for,
+// whatever was dead-lettered since.
+func PurgeDeadLettersThrough(ctx context.Context, js jetstream.JetStream, namespace string, last uint64) error {
+	s, err := deadStream(ctx, js, namespace)
+	if err != nil {
+		return err
+	}
+	return purgeThrough(ctx, s, last)
+}
+
+func purgeThrough(ctx context.Context, s jetstream.Stream, last uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*requestTimeout)
+	defer cancel()
+	if err := s.Purge(ctx, jetstream.WithPurgeSequence(last+1)); err != nil {
+		return fmt.Errorf("keylane: purge dead letters through %d: %w", last, err)
+	}
+	return nil
+}
+
+// DeadLetterSpan reports how many dead letters a namespace holds and the
+// sequences of the first and last. It only reads.
+func DeadLetterSpan(ctx context.Context, js jetstream.JetStream, namespace string) (n, first, last uint64, err error) {
+	s, err := deadStream(ctx, js, namespace)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("keylane: dead-letter stream: %w", err)
+	}
+	return info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, nil
+}
+
+// DeleteDeadLetter removes one dead letter by its sequence. A sequence
+// that holds none (never, or deleted already) returns an error wrapping
+// jetstream.ErrMsgNotFound.
+func DeleteDeadLetter(ctx context.Context, js jetstream.JetStream, namespace string, seq uint64) error {
+	s, err := deadStream(ctx, js, namespace)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	if err := s.DeleteMsg(ctx, seq); noMessage(err) {
+		return fmt.Errorf("keylane: delete dead letter %d: %w", seq, jetstream.ErrMsgNotFound)
+	} else if err != nil {
+		return fmt.Errorf("keylane: delete dead letter %d: %w", seq, err)
+	}
+	return nil
+}
+
+// noMessage reports whether a delete found no message at its sequence
+// (deleted already): the server answers error 10057 "no message found",
+// which nats.go passes on only as text after ErrMsgDeleteUnsuccessful.
+func noMessage(err error) bool {
+	return errors.Is(err, jetstream.ErrMsgNotFound) ||
+		errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "err_code=10057") && strings.Contains(err.Error(), "no message found")
 }
 
 // Redrive submits a dead-lettered job again, as a new job of the same key,
 // type and payload, and deletes the dead letter once the new job is
 // stored. The new job's ID is derived from the dead letter (redriving the
-// same dead letter twice stores one job), and it carries the original ID
-// (Keylane-Redrive-Of): the worker keeps its outcome under the original ID
-// too, so Client.Result of the original job, or a Call retried with its
-// ID, sees the new outcome instead of the dead letter's. It returns the new
-// job's ID.
+// same dead letter twice stores one job). When the dead letter has a job
+// ID, Redrive first writes a redrive ticket into the results bucket (an
+// operator's permission: a client's cannot) and the new job names the
+// original (Keylane-Redrive-Of): the worker, finding the ticket, keeps the
+// new outcome under the original ID too, so Client.Result of the original
+// job, or a Call retried with its ID, sees it instead of the dead
+// letter's. A dead letter without a job ID (its producer sent none) is
+// redriven under an ID derived from its sequence and partition. It
+// returns the new job's ID.
 func (c *Client) Redrive(ctx context.Context, d DeadLetter) (string, error) {
 	if d.PayloadDropped > 0 {
 		return "", fmt.Errorf("%w (dead letter %d, job %s)", ErrPayloadDropped, d.Seq, d.JobID)
 	}
-	if err := ValidateJobID(d.JobID); err != nil {
-		return "", fmt.Errorf("keylane: dead letter %d: %w", d.Seq, err)
-	}
 	id := redriveID(d)
-	opts := []SubmitOpt{WithID(id), WithHeader(HeaderRedriveOf, d.JobID)}
+	opts := []SubmitOpt{WithID(id)}
+	if d.JobID != "" && ValidateJobID(d.JobID) == nil {
+		if err := c.writeRedriveTicket(ctx, id, d); err != nil {
+			return "", fmt.Errorf("keylane: redrive dead letter %d: %w", d.Seq, err)
+		}
+		opts = append(opts, withRedriveOf(d.JobID))
+	}
 	if d.Type != "" {
 		opts = append(opts, WithType(d.Type))
 	}
@@ -122,21 +193,10 @@ func (c *Client) Redrive(ctx context.Context, d DeadLetter) (string, error) {
 	}
 	dctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	if err := s.DeleteMsg(dctx, d.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+	if err := s.DeleteMsg(dctx, d.Seq); err != nil && !noMessage(err) {
 		return id, fmt.Errorf("keylane: redrove dead letter %d as %s, but could not delete it: %w", d.Seq, id, err)
 	}
 	return id, nil
-}
-
-// redriveID is the redriven job's ID: the original's with the dead
-// letter's sequence, or a digest of the original when that is too long.
-func redriveID(d DeadLetter) string {
-	id := d.JobID + ".redrive-" + strconv.FormatUint(d.Seq, 10)
-	if ValidateJobID(id) != nil {
-		sum := sha256.Sum256([]byte(d.JobID))
-		id = "redrive-" + strconv.FormatUint(d.Seq, 10) + "-" + hex.EncodeToString(sum[:12])
-	}
-	return id
 }
 
 func deadStream(ctx context.Context, js jetstream.JetStream, namespace string) (jetstream.Stream, error) {
@@ -162,8 +222,12 @@ func readDead(ctx context.Context, s jetstream.Stream, seq uint64) (DeadLetter, 
 	h := m.Header
 	atoi := func(k string) int { n, _ := strconv.Atoi(h.Get(k)); return n }
 	atou := func(k string) uint64 { n, _ := strconv.ParseUint(h.Get(k), 10, 64); return n }
+	id := h.Get(HeaderJobID)
+	if id == "" {
+		id = h.Get(HeaderDelayedID) // a delayed job: the server strips Nats-Msg-Id
+	}
 	return DeadLetter{
-		Seq: m.Sequence, JobID: h.Get(HeaderJobID), Key: h.Get(HeaderKey), Type: h.Get(HeaderType),
+		Seq: m.Sequence, JobID: id, Key: h.Get(HeaderKey), Type: h.Get(HeaderType),
 		Payload: m.Data, PayloadDropped: atoi(HeaderPayloadDropped),
 		Error: h.Get(HeaderError), Attempts: atoi(HeaderAttempts), Worker: h.Get(HeaderWorker),
 		Partition: atoi(HeaderPartition), JobSeq: atou(HeaderSeq), Fence: atou(HeaderFence), Time: m.Time,

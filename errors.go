@@ -138,6 +138,19 @@ var ErrReplicasMismatch = errors.New("keylane: replica count differs from the na
 // partition count, is fixed when the namespace is created.
 var ErrShardsMismatch = errors.New("keylane: stream shard count differs from the namespace's")
 
+// ErrReplyPrefixMismatch is returned when a worker is configured with
+// another reply prefix than the one its namespace was created with: the
+// clients take their inboxes under the namespace's, so replies sent under
+// another would reach no one (or someone else).
+var ErrReplyPrefixMismatch = errors.New("keylane: reply prefix differs from the namespace's")
+
+// ErrMaxDeliverMismatch is returned when a worker is configured with
+// another MaxDeliver than its namespace's (fixed by the first worker): a
+// job's attempts are counted across owners, so workers that disagree
+// would dead-letter the same job after different counts, depending on
+// which one owns its partition.
+var ErrMaxDeliverMismatch = errors.New("keylane: MaxDeliver differs from the namespace's")
+
 // ErrNotStarted is returned by a worker's State before the worker started
 // (Worker.State).
 var ErrNotStarted = errors.New("keylane: the worker has not started: its State works once Start has set the namespace up")

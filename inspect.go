@@ -37,7 +37,9 @@ type PartitionStatus struct {
 	Partition int
 	// Owner holds the partition's lease; empty if it is free.
 	Owner string
-	// Fence is the lease's fencing token (its entry's revision).
+	// Fence is the owner's fencing token: the revision of the Create that
+	// began its tenure, as Job.Fence, dead letters and the owner's logs
+	// give it; renews do not move it.
 	Fence uint64
 	// Since is when the owner took the lease, by its own clock.
 	Since time.Time
@@ -89,10 +91,10 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 	for p := range st.Partitions {
 		ps := PartitionStatus{Partition: p}
 		if leases != nil {
-			holder, rev, err := lease.Read(ctx, leases, names.LeaseKey(p))
+			holder, _, err := lease.Read(ctx, leases, names.LeaseKey(p))
 			switch {
 			case err == nil:
-				ps.Owner, ps.Fence, ps.Since = holder.Holder, rev, holder.AcquiredAt
+				ps.Owner, ps.Fence, ps.Since = holder.Holder, holder.Fence, holder.AcquiredAt
 			case !errors.Is(err, lease.ErrFree):
 				return Status{}, fmt.Errorf("keylane: lease of partition %d: %w", p, err)
 			}

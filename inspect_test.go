@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
 )
 
@@ -51,5 +52,34 @@ func TestInspect(t *testing.T) {
 	k := partition.Of("k", 2)
 	if st.Partition[k].LastActive.IsZero() {
 		t.Fatalf("partition %d ran a job but shows no activity: %+v", k, st.Partition[k])
+	}
+}
+
+// TestInspectFenceIsTheJobsFence: the fence Inspect reports (keylane
+// status, the status page, /status.json) is the tenure's, the one a job
+// and a dead letter carry and the owner logs, also after the lease was
+// renewed (each renew moves the entry's revision, never the fence).
+func TestInspectFenceIsTheJobsFence(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	fences := make(chan uint64, 16)
+	w := e.worker("wa", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) {
+		fences <- job.Fence
+		return nil, nil
+	}), nil)
+	e.waitOwned(w)
+	if _, err := e.client.Call(ctx(t), "k", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	fence := <-fences
+	testwait.Eventually(t, 10*time.Second, "the lease renewed since the job ran", func() bool {
+		_, rev, err := lease.Read(ctx(t), e.topo.Leases, e.topo.Names.LeaseKey(0))
+		return err == nil && rev > fence+1
+	})
+	st, err := Inspect(ctx(t), e.js, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.Partition[0]; got.Owner != "wa" || got.Fence != fence {
+		t.Fatalf("Inspect: owner %q fence %d; want wa and the job's fence %d", got.Owner, got.Fence, fence)
 	}
 }

@@ -135,6 +135,15 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		if cfg.Replicas != 0 && info.Config.Replicas != cfg.Replicas {
 			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
 		}
+		if cfg.ReplyPrefix != "" && meta.ReplyPrefix != cfg.ReplyPrefix {
+			return Meta{}, fmt.Errorf("%w: namespace %s replies under %q, configured %q (configure %q, or leave it empty to follow it; it is fixed when the namespace is created)", ErrReplyPrefixMismatch, cfg.Namespace, meta.ReplyPrefix, cfg.ReplyPrefix, meta.ReplyPrefix)
+		}
+		if cfg.maxDeliver > 0 && meta.MaxDeliver != 0 && meta.MaxDeliver != cfg.maxDeliver {
+			return Meta{}, fmt.Errorf("%w: namespace %s dead-letters a job after %d attempts, configured %d (configure %d, or 0 to follow it; the first worker fixes it)", ErrMaxDeliverMismatch, cfg.Namespace, meta.MaxDeliver, cfg.maxDeliver, meta.MaxDeliver)
+		}
+		if meta.MaxDeliver == 0 && cfg.maxDeliver != 0 {
+			meta.MaxDeliver = resolvedMaxDeliver(cfg.maxDeliver) // upgradeJobs writes it down
+		}
 		return meta, upgradeJobs(ctx, js, info, meta, cfg)
 	}
 	if !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -152,11 +161,20 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if shards > n {
 		return Meta{}, fmt.Errorf("%w: %d stream shards for %d partitions: every shard needs a partition", ErrShardsMismatch, shards, n)
 	}
+	replyPrefix := cfg.ReplyPrefix
+	if replyPrefix == "" {
+		replyPrefix = DefaultReplyPrefix
+	}
 	md := map[string]string{
 		MetaPartitions:  strconv.Itoa(n),
 		MetaHash:        partition.HashName,
 		MetaVersion:     subjectsVersion,
-		MetaReplyPrefix: cfg.ReplyPrefix,
+		MetaReplyPrefix: replyPrefix,
+	}
+	maxDeliver := 0
+	if cfg.maxDeliver != 0 {
+		maxDeliver = resolvedMaxDeliver(cfg.maxDeliver)
+		md[MetaMaxDeliver] = strconv.Itoa(maxDeliver)
 	}
 	if shards > 1 {
 		// One shard keeps today's metadata, which older clients read.
@@ -204,7 +222,16 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if err != nil {
 		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
 	}
-	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: cfg.ReplyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog, Delays: cfg.Delays}, nil
+	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: replyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog, Delays: cfg.Delays, MaxDeliver: maxDeliver}, nil
+}
+
+// resolvedMaxDeliver is TopologyConfig.maxDeliver as the namespace keeps
+// it: a worker that follows (-1) fixes the default.
+func resolvedMaxDeliver(v int) int {
+	if v < 0 {
+		return DefaultMaxDeliver
+	}
+	return v
 }
 
 // upgradeJobs brings a jobs stream made by an older keylane of the same
@@ -221,7 +248,9 @@ func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.St
 	}
 	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard, meta.Delays)
 	_, hasEpoch := sc.Metadata[MetaEpoch]
-	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch {
+	_, hasMaxDeliver := sc.Metadata[MetaMaxDeliver]
+	fixMaxDeliver := !hasMaxDeliver && cfg.maxDeliver != 0 && meta.MaxDeliver > 0 // the first worker's
+	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch && !fixMaxDeliver {
 		return nil
 	}
 	sc.Subjects = want
@@ -234,6 +263,9 @@ func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.St
 	}
 	if _, ok := sc.Metadata[MetaReplyPrefix]; !ok {
 		sc.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
+	}
+	if fixMaxDeliver {
+		sc.Metadata[MetaMaxDeliver] = strconv.Itoa(meta.MaxDeliver)
 	}
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
 		sc.AllowAtomicPublish = false

@@ -15,8 +15,10 @@ type task struct {
 	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
 	keep     bool // keep its outcome by ID (a Call)
 	// redriveOf is the ID of the dead-lettered job this one redrives: its
-	// outcome is kept under that ID too (Client.Redrive).
-	redriveOf string
+	// outcome is kept under that ID too (Client.Redrive) once its redrive
+	// ticket was found (redriveChecked; checkRedrive).
+	redriveOf      string
+	redriveChecked bool
 
 	kept        *keptOutcome // an earlier run's outcome, found by ID
 	lookedUp    bool         // its kept outcome was looked for (none found) this tenure

@@ -38,7 +38,13 @@ type Meta struct {
 	// Delays reports whether the stream takes delayed jobs (it allows
 	// message schedules).
 	Delays bool
+	// MaxDeliver is the namespace's WorkerConfig.MaxDeliver, fixed by the
+	// first worker that ran it; 0 before any did.
+	MaxDeliver int
 }
+
+// MetaMaxDeliver is the jobs stream's metadata key for Meta.MaxDeliver.
+const MetaMaxDeliver = "keylane.max-deliver"
 
 // Open reads an existing namespace for a client: it checks the metadata
 // of every jobs stream shard and returns shard 0's, with the adopted
@@ -172,7 +178,12 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 		m.Shards, m.Shard = s, i
 	}
 	if m.ReplyPrefix == "" {
-		m.ReplyPrefix = "_INBOX."
+		m.ReplyPrefix = DefaultReplyPrefix
+	}
+	if v, ok := sc.Metadata[MetaMaxDeliver]; ok {
+		if m.MaxDeliver, err = strconv.Atoi(v); err != nil || m.MaxDeliver < 1 {
+			return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q", ErrMaxDeliverMismatch, sc.Name, MetaMaxDeliver, v)
+		}
 	}
 	if v, ok := sc.Metadata[MetaEpoch]; ok {
 		if m.Epoch, err = strconv.ParseUint(v, 16, 64); err != nil || m.Epoch == 0 {

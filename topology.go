@@ -57,8 +57,10 @@ type TopologyConfig struct {
 	// take their inboxes under it, and a job naming a reply subject outside
 	// it (or a wildcard) is dead-lettered as malformed, so whoever may
 	// submit a job cannot make workers publish elsewhere with their
-	// permissions. Fixed in the jobs stream's metadata when it is created.
-	// Defaults to "_INBOX.".
+	// permissions. Fixed in the jobs stream's metadata when it is created:
+	// empty means "whatever the namespace has", and "_INBOX." when it is
+	// created; another prefix than the namespace's is refused with
+	// ErrReplyPrefixMismatch. Defaults to empty.
 	ReplyPrefix string
 	// MaxKeyBacklog caps how many jobs of one key the jobs stream holds
 	// (stored and not finished: waiting, running, retrying): the next
@@ -84,6 +86,11 @@ type TopologyConfig struct {
 	// namespace made without is refused with ErrDelaysOff. Fixed when the
 	// namespace is created. Defaults to false.
 	Delays bool
+
+	// maxDeliver is the worker's MaxDeliver (0: not a worker's Setup,
+	// which neither checks nor fixes it; -1: a worker that follows the
+	// namespace's, fixing DefaultMaxDeliver if none is).
+	maxDeliver int
 }
 
 func (c *TopologyConfig) setDefaults() error {
@@ -131,11 +138,10 @@ func (c *TopologyConfig) setDefaults() error {
 	if c.Delays && (c.MaxKeyBacklog > 0 || c.MaxBytes > 0) {
 		return fmt.Errorf("keylane: Delays cannot be combined with MaxKeyBacklog or MaxBytes: the server refuses message schedules on a stream that discards new jobs, and one that discards old jobs would delete stored ones")
 	}
-	if c.ReplyPrefix == "" {
-		c.ReplyPrefix = DefaultReplyPrefix
-	}
-	if err := validReplyPrefix(c.ReplyPrefix, c.Namespace); err != nil {
-		return err
+	if c.ReplyPrefix != "" {
+		if err := validReplyPrefix(c.ReplyPrefix, c.Namespace); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -252,7 +258,8 @@ const setupAttemptTimeout = 5 * time.Second
 func permanentSetupError(err error) bool {
 	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
 		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig) ||
-		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff)
+		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff) ||
+		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch)
 }
 
 func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {

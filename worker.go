@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -83,6 +84,9 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	topo, err := Setup(ctx, w.js, w.cfg.Topology)
 	if err != nil {
 		return err
+	}
+	if w.cfg.MaxDeliver == 0 {
+		w.cfg.MaxDeliver = cmp.Or(topo.Meta.MaxDeliver, DefaultMaxDeliver) // the namespace's (Setup fixed it if none was)
 	}
 	w.topo = topo
 	w.state.bind(topo)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -301,5 +302,53 @@ func TestResultsBucketAnswersMissedResults(t *testing.T) {
 	}
 	if _, err := e.client.Result(ctx(t), "never-submitted"); !errors.Is(err, ErrNoResult) {
 		t.Fatalf("Result of an unknown job: %v", err)
+	}
+}
+
+// TestWorkerRefusesAnotherReplyPrefixOrMaxDeliver: like the partition
+// count, the reply prefix (fixed when the namespace is created) and
+// MaxDeliver (fixed by the first worker) are the namespace's: a worker
+// configured with another is refused, naming both values; one that
+// leaves them zero follows the namespace's.
+func TestWorkerRefusesAnotherReplyPrefixOrMaxDeliver(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1, ReplyPrefix: "_INBOX.x."})
+	h := HandlerFunc(func(context.Context, Job) ([]byte, error) { return nil, nil })
+	first := e.worker("w1", h, func(c *WorkerConfig) { c.MaxDeliver = 3 })
+	if first.cfg.MaxDeliver != 3 {
+		t.Fatalf("the first worker's MaxDeliver: %d", first.cfg.MaxDeliver)
+	}
+	for _, tc := range []struct {
+		name   string
+		mod    func(*WorkerConfig)
+		want   error
+		naming []string
+	}{
+		{"another reply prefix", func(c *WorkerConfig) { c.Topology.ReplyPrefix = "_INBOX.y." }, ErrReplyPrefixMismatch, []string{`"_INBOX.x."`, `"_INBOX.y."`}},
+		{"another MaxDeliver", func(c *WorkerConfig) { c.MaxDeliver = 4 }, ErrMaxDeliverMismatch, []string{"after 3 attempts", "configured 4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := WorkerConfig{Topology: e.topo.Config, Handler: h, ID: "w2"}
+			tc.mod(&cfg)
+			w, err := NewWorker(natstest.Connect(t, e.srv), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = w.Start(ctx(t))
+			if err == nil {
+				_ = w.Stop(context.Background())
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("Start: %v; want %v", err, tc.want)
+			}
+			for _, s := range tc.naming {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("%v does not name %s", err, s)
+				}
+			}
+		})
+	}
+	follower := e.worker("w3", h, func(c *WorkerConfig) { c.Topology.ReplyPrefix, c.MaxDeliver = "", 0 })
+	if follower.cfg.MaxDeliver != 3 || follower.topo.Meta.ReplyPrefix != "_INBOX.x." {
+		t.Fatalf("a worker following the namespace: MaxDeliver %d, reply prefix %q; want 3 and _INBOX.x.", follower.cfg.MaxDeliver, follower.topo.Meta.ReplyPrefix)
 	}
 }

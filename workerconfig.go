@@ -45,7 +45,10 @@ type WorkerConfig struct {
 	// MaxPending−MaxInFlight jobs handed back. Defaults to 16×MaxInFlight.
 	MaxPending int
 	// MaxDeliver is how many times a failing job runs before it is moved to
-	// the dead-letter stream. Defaults to 5.
+	// the dead-letter stream. It is the namespace's: the first worker fixes
+	// it in the jobs stream's metadata, and a worker configured with
+	// another is refused with ErrMaxDeliverMismatch. Zero means "whatever
+	// the namespace has", and 5 when no worker fixed it yet. Defaults to 0.
 	MaxDeliver int
 	// Backoff returns the pause before attempt n+1 after attempt n failed.
 	// Defaults to 50ms doubling per attempt, at most 5s.
@@ -123,8 +126,10 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
 	}
+	// MaxDeliver 0 follows the namespace's: Start sets it from there.
+	c.Topology.maxDeliver = c.MaxDeliver
 	if c.MaxDeliver == 0 {
-		c.MaxDeliver = DefaultMaxDeliver
+		c.Topology.maxDeliver = -1
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = 16 * c.MaxInFlight
@@ -132,7 +137,7 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.MaxPending < c.MaxInFlight {
 		return fmt.Errorf("keylane: MaxPending %d is below MaxInFlight %d", c.MaxPending, c.MaxInFlight)
 	}
-	if c.Concurrency < 1 || c.MaxInFlight < 1 || c.MaxDeliver < 1 {
+	if c.Concurrency < 1 || c.MaxInFlight < 1 || c.MaxDeliver < 0 {
 		return errors.New("keylane: Concurrency, MaxInFlight and MaxDeliver must be positive")
 	}
 	if c.Backoff == nil {

@@ -33,11 +33,13 @@
 //	            ns.delay.<p>.* and message schedules (# Delayed jobs);
 //	            metadata keylane.partitions=N,
 //	            keylane.hash, keylane.version=3, keylane.epoch,
-//	            keylane.adopted, keylane.reply-prefix
+//	            keylane.adopted, keylane.reply-prefix, and
+//	            keylane.max-deliver (written by the first worker)
 //	NS_DEAD     stream, subjects ns.dead.<p>: failed and malformed jobs
 //	NS_LEASES   KV, key p.<p>: partition leases (TTL = lease TTL, History 1)
 //	NS_MEMBERS  KV, key = worker ID: live workers (same TTL mechanism)
-//	NS_RESULTS  KV, key = job ID: results, when workers store them
+//	NS_RESULTS  KV, key = job ID: results, when workers store them;
+//	            key redrive/<job ID>: redrive tickets (# Redrive)
 //	NS_STATE    KV, key = k.<base64url(resource key)>: State entries
 //
 // Every client and worker reads N and the hash from the stream's metadata
@@ -47,6 +49,20 @@
 // longer exists is refused by the server at publish, and every job carries
 // the N it was routed with (Keylane-Partitions), which the worker checks;
 // a mismatch is dead-lettered and its caller told to re-open the client.
+//
+// The reply prefix and MaxDeliver are the namespace's too, and a worker
+// configured with another than the metadata's is refused at Start, naming
+// both values, like the other mismatches: ErrReplyPrefixMismatch
+// (TopologyConfig.ReplyPrefix, fixed when the namespace is created; the
+// clients take their inboxes under it) and ErrMaxDeliverMismatch
+// (WorkerConfig.MaxDeliver, fixed by the first worker in
+// keylane.max-deliver, since a job's attempts are counted across owners).
+// Zero (empty) follows the namespace's. Tested by
+// TestWorkerRefusesAnotherReplyPrefixOrMaxDeliver and, naming the flags,
+// TestRunRefusalNamesTheFlag. Two first workers with different values
+// starting at the same moment on a namespace without keylane.max-deliver
+// may both write it (a stream update is no compare-and-set); the later
+// value stands and the other worker is refused at its next start.
 //
 // The epoch is a random number fixed when the jobs stream is created (a
 // stream made by an older keylane gets its creation time). State entries
@@ -125,6 +141,13 @@
 // stored, and their starts are counted in NS_STATE, so a job that crashes
 // every worker that runs it is dead-lettered after at most MaxDeliver+1
 // runs instead of blocking its key forever.
+//
+// The fence of a tenure is the revision of the lease's Create (package
+// lease). Renews move the entry's revision, not the fence: they write the
+// fence into the entry's value, so Inspect (keylane status, the status
+// page, /status.json) shows the fence that Job.Fence, dead letters
+// (Keylane-Fence) and the owner's logs carry. Tested by
+// TestInspectFenceIsTheJobsFence.
 //
 // # Running jobs
 //
@@ -720,7 +743,8 @@
 //
 // A worker replies only to subjects under the topology's reply prefix
 // (TopologyConfig.ReplyPrefix, default "_INBOX.", fixed in the stream's
-// metadata; clients take their inboxes under it). A job whose
+// metadata; clients take their inboxes under it; a worker configured with
+// another is refused, ErrReplyPrefixMismatch). A job whose
 // Keylane-Reply names anything else — the server's $JS/$KV/$SYS APIs, the
 // namespace's own subjects, a wildcard — is dead-lettered as malformed and
 // nobody is replied to: whoever may submit jobs cannot make workers
@@ -739,6 +763,51 @@
 // and later jobs of its key wait: a lane never passes a job that was
 // neither applied nor dead-lettered. Tested by
 // TestDeadLetterTooLargeStillFits and TestDeadLetterUnwritableHoldsTheLane.
+//
+// # Redrive
+//
+// Client.Redrive submits a dead-lettered job again as a new job of the
+// same key, type and payload, then deletes the dead letter. Its ID is
+// derived from the dead letter: the original ID plus the dead-letter
+// sequence and a digest that takes in the time it was dead-lettered
+// (redriving one dead letter twice stores one job; a client, which cannot
+// read the dead-letter stream, cannot guess the ID and take it first). A
+// dead letter without a job ID (a producer that sent no Nats-Msg-Id) is
+// redriven as redrive-p<partition>-<sequence>-<digest>; one of a delayed
+// job carries its Keylane-Job-Id (the server strips Nats-Msg-Id when a
+// schedule fires). Tested by TestRedriveWithoutJobID.
+//
+// A redrive keeps the new outcome under the original ID too, so a retry by
+// that ID sees it: the worker writes an outcome on the original
+// submitter's behalf, so only an operator may ask for it. The job's
+// Keylane-Redrive-Of header is only a hint. Before keeping the outcome
+// under that ID, the worker reads the redrive ticket
+// NS_RESULTS redrive/<new job ID> (a key no job ID can be: job IDs hold no
+// '/') from the results stream's leader ($JS.API.STREAM.MSG.GET, never a
+// direct get a lagging replica may answer). Client.Redrive writes it
+// before submitting, with a Keylane-Redrive-Ticket header, naming the new
+// job, the original ID, the key, the type and the payload's SHA-256; it
+// lives for the bucket's TTL. Under docs/security/accounts.conf a client
+// may not publish to $KV.NS_RESULTS.> at all (admin and workers may), so
+// a client's Client.Redrive is refused and submits nothing. Without a
+// ticket that matches, the header is ignored with a WARN log: the job runs
+// as an ordinary job and its outcome is kept under its own ID only; a
+// ticket read that fails is retried with backoff while the tenure lasts,
+// like the outcome's write. A redriven job still queued when its ticket
+// expires (after the results TTL) runs, but its outcome is not kept under
+// the original ID. Tested by TestOnlyOperatorsRedrive (a raw publish and
+// a Submit naming a victim's ID change neither the victim's kept outcome
+// nor its next order, which runs) and TestDeadLettersRedriveAndPurge.
+//
+// keylane dead redrive and purge act on exactly what they are given: the
+// sequences named (purge 2 deletes dead letter 2 only), or with --all
+// every dead letter, or what --from and --limit select (with or without
+// --all); a sequence together with a selection is refused. They print the
+// dead letters they will act on and act only with --yes; --dry-run prints
+// and stops. Purging every dead letter purges through the last sequence
+// seen, never one dead-lettered since. Flags work after the arguments in
+// every keylane command. Tested by TestDeadCommandsHonourTheirFilters and
+// TestParseFlagsAfterArguments.
 //
 // # A failing key does not hold its partition
 //

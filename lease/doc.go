@@ -40,9 +40,12 @@
 // # Renew
 //
 // A watchdog goroutine renews every RenewEvery (default TTL/3) with
-// kv.Update(key, sameValue, lastRevision): a compare-and-set on the
-// revision. Each write is a new message, which restarts the entry's age.
-// Nothing else needs to happen on the server.
+// kv.Update(key, value, lastRevision): a compare-and-set on the revision.
+// Each write is a new message, which restarts the entry's age. Nothing
+// else needs to happen on the server. The renews' value is the Create's
+// plus the fence ({…, fence}), which the Create could not name: a reader
+// of the entry (Read, keylane status) learns the tenure's fence, not the
+// latest renew's revision.
 //
 // # Trust window
 //

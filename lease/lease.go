@@ -98,6 +98,12 @@ func acquireOn(ctx context.Context, kv jetstream.KeyValue, key string, cfg Confi
 		cancel()
 		return nil, fmt.Errorf("%w: create of %q took %s, longer than the trust window %s", ErrExpired, key, elapsed, cfg.window())
 	}
+	// Renews write the fence too, so a reader of the entry (keylane status)
+	// learns the tenure's fence rather than the latest renew's revision.
+	info.Fence = rev
+	if value, err = info.encode(); err != nil {
+		return nil, err
+	}
 	return start(kv, key, cfg, info.Nonce, value, rev, sent, clk), nil
 }
 

@@ -23,6 +23,10 @@ type Info struct {
 	// AcquiredAt is the holder's wall clock when it sent the Create. For
 	// humans only: the protocol never compares clocks across processes.
 	AcquiredAt time.Time `json:"acquired_at"`
+	// Fence is the tenure's fencing token (Lease.Fence): the revision of
+	// the Create. The Create cannot name its own revision, so its value
+	// has none and its renews carry it; Read fills it in either way.
+	Fence uint64 `json:"fence,omitempty"`
 }
 
 // Decode parses a lease entry's value.
@@ -51,8 +55,12 @@ func newNonce() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Read returns the current holder of key and the entry's revision. A free
-// key (never taken, deleted, purged or expired) returns ErrFree.
+// Read returns the current holder of key, with its tenure's fence (the
+// revision of the Create, which renews do not change), and the entry's
+// revision (which each renew moves). A free key (never taken, deleted,
+// purged or expired) returns ErrFree. An entry without a fence is the
+// Create itself (or a renew by a holder that predates the field): its
+// revision stands in.
 func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Info, uint64, error) {
 	kv = natserr.KeyValue(kv) // errors say "nats:" once
 	e, err := kv.Get(ctx, key)
@@ -65,6 +73,9 @@ func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Info, uint64,
 	info, err := Decode(e.Value())
 	if err != nil {
 		return Info{}, e.Revision(), fmt.Errorf("lease: read %q at revision %d: %w", key, e.Revision(), err)
+	}
+	if info.Fence == 0 {
+		info.Fence = e.Revision()
 	}
 	return info, e.Revision(), nil
 }

@@ -14,17 +14,35 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/internal/progress"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 const deadUsage = `usage: keylane dead <list|show|redrive|purge> [flags]
 
-  list              dead letters, oldest first: sequence, job, key, attempts, worker, error (--limit, --from, --json)
-  show SEQ          one dead letter, its payload included (--json)
-  redrive SEQ|--all submit again as new jobs (the original job ID then answers with the new outcome) and delete
-  purge             delete every dead letter`
+  list                   dead letters, oldest first: sequence, job, key, attempts, worker, error (--from, --limit, --json)
+  show SEQ               one dead letter, its payload included (--json)
+  redrive SEQ...|--all   submit again as new jobs (the original job ID then answers with the new outcome), then delete them
+  purge SEQ...|--all     delete dead letters
+
+redrive and purge act on the sequences named, or with --all on every dead letter, or on those --from
+and --limit select (with or without --all). They print what they will do and do it only with --yes;
+--dry-run prints it and stops. Flags may come after the arguments.`
+
+// deadFlags are the flags of each dead-letter command besides the
+// connection's: any other is refused by the flag package (exit 2).
+var deadFlags = map[string][]string{
+	"list":    {"json", "limit", "from"},
+	"show":    {"json"},
+	"redrive": {"all", "from", "limit", "yes", "dry-run", "progress"},
+	"purge":   {"all", "from", "limit", "yes", "dry-run"},
+}
+
+// planShown bounds the dead letters a plan lists one by one.
+const planShown = 20
 
 // dead runs the dead-letter subcommands on keylane's library API
-// (keylane.DeadLetters, DeadLetterAt, Client.Redrive, PurgeDeadLetters).
+// (keylane.DeadLetters, DeadLetterAt, Client.Redrive, DeleteDeadLetter,
+// PurgeDeadLettersThrough).
 func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	switch {
 	case len(args) == 0:
@@ -33,33 +51,64 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
 		fmt.Fprintln(out, deadUsage)
 		return exitError(0)
-	case args[0] != "list" && args[0] != "show" && args[0] != "redrive" && args[0] != "purge":
+	case deadFlags[args[0]] == nil:
 		fmt.Fprintf(errOut, "keylane: unknown dead-letter command %q\n%s\n", args[0], deadUsage)
 		return exitError(2)
 	}
-	fs := flag.NewFlagSet("dead "+args[0], flag.ContinueOnError)
+	cmd := args[0]
+	fs := flag.NewFlagSet("dead "+cmd, flag.ContinueOnError)
 	var c conn
 	c.register(fs)
-	asJSON := fs.Bool("json", false, "print JSON")
-	limit := fs.Int("limit", 100, "list at most this many")
-	from := fs.Uint64("from", 0, "list from this dead-letter sequence on")
-	all := fs.Bool("all", false, "redrive every dead letter")
-	forceBars := progressFlag(fs)
+	var (
+		asJSON, all, yes, dryRun bool
+		limit                    int
+		from                     uint64
+		forceBars                = new(bool)
+	)
+	for _, name := range deadFlags[cmd] {
+		switch name {
+		case "json":
+			fs.BoolVar(&asJSON, "json", false, "print JSON")
+		case "limit":
+			if cmd == "list" {
+				fs.IntVar(&limit, "limit", 100, "list at most this many")
+			} else {
+				fs.IntVar(&limit, "limit", 0, "select at most this many dead letters (from --from on)")
+			}
+		case "from":
+			fs.Uint64Var(&from, "from", 0, "start at this dead-letter sequence")
+		case "all":
+			fs.BoolVar(&all, "all", false, "every dead letter (those --from and --limit select, if given)")
+		case "yes":
+			fs.BoolVar(&yes, "yes", false, "do it: without, "+cmd+" only prints what it would do")
+		case "dry-run":
+			fs.BoolVar(&dryRun, "dry-run", false, "print what "+cmd+" would do, and stop")
+		case "progress":
+			forceBars = progressFlag(fs)
+		}
+	}
 	if err := parse(fs, args[1:], errOut); err != nil {
 		return err
 	}
-	seqArg := func() (uint64, error) {
-		if fs.NArg() != 1 {
-			return 0, fmt.Errorf("dead %s: want one dead-letter sequence", args[0])
-		}
-		seq, err := strconv.ParseUint(fs.Arg(0), 10, 64)
-		if err != nil || seq == 0 {
-			return 0, fmt.Errorf("dead %s: %q is not a dead-letter sequence", args[0], fs.Arg(0))
-		}
-		return seq, nil
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	seqs, err := seqArgs(cmd, fs.Args())
+	if err != nil {
+		return err
 	}
-	if *limit < 1 {
-		return fmt.Errorf("--limit %d: must be positive", *limit)
+	switch {
+	case set["limit"] && limit < 1:
+		return fmt.Errorf("dead %s: --limit %d: must be positive", cmd, limit)
+	case cmd == "list" && len(seqs) > 0:
+		return fmt.Errorf("dead list: takes no sequence (use --from and --limit), got %q", fs.Args())
+	case cmd == "show" && len(seqs) != 1:
+		return errors.New("dead show: want one dead-letter sequence")
+	case (cmd == "redrive" || cmd == "purge") && len(seqs) > 0 && (all || set["from"] || set["limit"]):
+		return fmt.Errorf("dead %s: name sequences, or select with --all, --from and --limit; not both", cmd)
+	case (cmd == "redrive" || cmd == "purge") && len(seqs) == 0 && !all && !set["from"] && !set["limit"]:
+		return fmt.Errorf("dead %s: name the dead-letter sequences, or --all (with --from and --limit to select some)", cmd)
+	case yes && dryRun:
+		return fmt.Errorf("dead %s: --yes or --dry-run, not both", cmd)
 	}
 	nc, js, err := c.open()
 	if err != nil {
@@ -69,13 +118,13 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 	defer func() { err = natsflags.Refused(nc, err) }() // the server's reason, not a bare timeout
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	switch args[0] {
+	switch cmd {
 	case "list":
-		dls, err := keylane.DeadLetters(ctx, js, c.namespace, *from, *limit)
+		dls, err := keylane.DeadLetters(ctx, js, c.namespace, from, limit)
 		if err != nil {
 			return err
 		}
-		if *asJSON {
+		if asJSON {
 			return json.NewEncoder(out).Encode(dls)
 		}
 		tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
@@ -85,76 +134,141 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 		}
 		return tw.Flush()
 	case "show":
-		seq, err := seqArg()
+		d, err := keylane.DeadLetterAt(ctx, js, c.namespace, seqs[0])
 		if err != nil {
-			return err
+			return fmt.Errorf("dead letter %d: %w", seqs[0], err)
 		}
-		d, err := keylane.DeadLetterAt(ctx, js, c.namespace, seq)
-		if err != nil {
-			return fmt.Errorf("dead letter %d: %w", seq, err)
-		}
-		if *asJSON {
+		if asJSON {
 			return json.NewEncoder(out).Encode(d)
 		}
 		fmt.Fprintf(out, "dead letter %d\n  job %s, key %s, type %q\n  error: %s\n  attempts %d, worker %s, partition %d, job seq %d, fence %d, at %s\n  payload (%d bytes, %d dropped): %q\n",
 			d.Seq, d.JobID, d.Key, d.Type, d.Error, d.Attempts, d.Worker, d.Partition, d.JobSeq, d.Fence, d.Time.UTC().Format(time.RFC3339), len(d.Payload), d.PayloadDropped, d.Payload)
 		return nil
-	case "redrive":
-		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace})
+	}
+
+	// redrive or purge: select, say what will be done, do it only with --yes.
+	if cmd == "purge" && len(seqs) == 0 && !set["from"] && !set["limit"] {
+		// Every dead letter: one purge through the last one seen now,
+		// whatever is dead-lettered meanwhile.
+		n, first, last, err := keylane.DeadLetterSpan(ctx, js, c.namespace)
 		if err != nil {
 			return err
 		}
-		defer cl.Close()
-		var dls []keylane.DeadLetter
-		if *all {
-			if fs.NArg() != 0 {
-				return errors.New("dead redrive: --all or one sequence, not both")
-			}
-			// A bounded pass: what was dead-lettered when it started.
-			if dls, err = keylane.DeadLetters(ctx, js, c.namespace, 0, 1<<20); err != nil {
-				return err
-			}
-		} else {
-			seq, err := seqArg()
-			if err != nil {
-				return err
-			}
-			d, err := keylane.DeadLetterAt(ctx, js, c.namespace, seq)
-			if err != nil {
-				return fmt.Errorf("dead letter %d: %w", seq, err)
-			}
-			dls = []keylane.DeadLetter{d}
+		if n == 0 {
+			fmt.Fprintf(out, "namespace %s has no dead letters: nothing to purge\n", c.namespace)
+			return nil
 		}
-		bars := &progress.Display{} // one letter: nothing to watch
-		var bar *progress.Bar
-		if *all && len(dls) > 0 {
-			bars = progress.New(errOut, *forceBars)
-			bar = bars.Bar("redrive", int64(len(dls)))
+		fmt.Fprintf(out, "will purge the %d dead letters of namespace %s (sequences %d to %d)\n", n, c.namespace, first, last)
+		if err := confirmed(cmd, yes, dryRun, out); err != nil || dryRun {
+			return err
 		}
-		lines := bars.Lines(out)
-		failed := 0
-		for _, d := range dls {
-			id, err := cl.Redrive(ctx, d)
-			bar.Add(1)
-			if err != nil {
-				failed++
-				fmt.Fprintf(lines, "dead letter %d (job %s): %v\n", d.Seq, d.JobID, err)
-				continue
-			}
-			fmt.Fprintf(lines, "dead letter %d (job %s) redriven as %s\n", d.Seq, d.JobID, id)
-		}
-		bars.Wait()
-		if failed > 0 {
-			return fmt.Errorf("%d of %d dead letters not redriven", failed, len(dls))
-		}
-		return nil
-	case "purge":
-		n, err := keylane.PurgeDeadLetters(ctx, js, c.namespace)
-		if err != nil {
+		if err := keylane.PurgeDeadLettersThrough(ctx, js, c.namespace, last); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "purged %d dead letters of namespace %s\n", n, c.namespace)
 		return nil
 	}
-	return fmt.Errorf("dead %s: not a dead-letter command", args[0]) // checked before connecting
+	var dls []keylane.DeadLetter
+	if len(seqs) > 0 {
+		for _, seq := range seqs {
+			d, err := keylane.DeadLetterAt(ctx, js, c.namespace, seq)
+			if err != nil {
+				return fmt.Errorf("dead letter %d: %w (nothing done)", seq, err)
+			}
+			dls = append(dls, d)
+		}
+	} else {
+		if !set["limit"] {
+			limit = 1 << 20 // a bounded pass: what was dead-lettered when it started
+		}
+		if dls, err = keylane.DeadLetters(ctx, js, c.namespace, from, limit); err != nil {
+			return err
+		}
+	}
+	if len(dls) == 0 {
+		fmt.Fprintf(out, "no dead letters of namespace %s selected: nothing to %s\n", c.namespace, cmd)
+		return nil
+	}
+	fmt.Fprintf(out, "will %s %d dead letters of namespace %s:\n", cmd, len(dls), c.namespace)
+	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "  seq\tjob\tkey\terror")
+	for _, d := range dls[:min(len(dls), planShown)] {
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", d.Seq, d.JobID, d.Key, d.Error)
+	}
+	tw.Flush()
+	if len(dls) > planShown {
+		fmt.Fprintf(out, "  … and %d more, to sequence %d\n", len(dls)-planShown, dls[len(dls)-1].Seq)
+	}
+	if err := confirmed(cmd, yes, dryRun, out); err != nil || dryRun {
+		return err
+	}
+	if cmd == "purge" {
+		failed := 0
+		for _, d := range dls {
+			if err := keylane.DeleteDeadLetter(ctx, js, c.namespace, d.Seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+				failed++
+				fmt.Fprintf(out, "dead letter %d: %v\n", d.Seq, err)
+			}
+		}
+		if failed > 0 {
+			return fmt.Errorf("%d of %d dead letters not purged", failed, len(dls))
+		}
+		fmt.Fprintf(out, "purged %d dead letters of namespace %s\n", len(dls), c.namespace)
+		return nil
+	}
+	cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	bars := &progress.Display{} // letters named one by one: nothing to watch
+	var bar *progress.Bar
+	if len(seqs) == 0 {
+		bars = progress.New(errOut, *forceBars)
+		bar = bars.Bar("redrive", int64(len(dls)))
+	}
+	lines := bars.Lines(out)
+	failed := 0
+	for _, d := range dls {
+		id, err := cl.Redrive(ctx, d)
+		bar.Add(1)
+		if err != nil {
+			failed++
+			fmt.Fprintf(lines, "dead letter %d (job %s): %v\n", d.Seq, d.JobID, err)
+			continue
+		}
+		fmt.Fprintf(lines, "dead letter %d (job %s) redriven as %s\n", d.Seq, d.JobID, id)
+	}
+	bars.Wait()
+	if failed > 0 {
+		return fmt.Errorf("%d of %d dead letters not redriven", failed, len(dls))
+	}
+	return nil
+}
+
+// confirmed ends a destructive command that was only to show its plan:
+// nil with --yes (go on) or --dry-run (the caller stops), else an error
+// saying nothing was done.
+func confirmed(cmd string, yes, dryRun bool, out io.Writer) error {
+	switch {
+	case yes:
+		return nil
+	case dryRun:
+		fmt.Fprintln(out, "dry run: nothing done")
+		return nil
+	}
+	return fmt.Errorf("dead %s: nothing done; add --yes to do it (or --dry-run to only see it)", cmd)
+}
+
+// seqArgs parses dead-letter sequences given as arguments.
+func seqArgs(cmd string, args []string) ([]uint64, error) {
+	seqs := make([]uint64, 0, len(args))
+	for _, a := range args {
+		seq, err := strconv.ParseUint(a, 10, 64)
+		if err != nil || seq == 0 {
+			return nil, fmt.Errorf("dead %s: %q is not a dead-letter sequence", cmd, a)
+		}
+		seqs = append(seqs, seq)
+	}
+	return seqs, nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -62,7 +64,7 @@ func TestDeadCommand(t *testing.T) {
 	broken.Store(false)
 	out.Reset()
 	var bars bytes.Buffer
-	if err := run(ctx, []string{"dead", "redrive", "--nats", url, "--namespace", "dl", "--all", "--progress"}, &out, &bars); err != nil || !strings.Contains(out.String(), "redriven as") {
+	if err := run(ctx, []string{"dead", "redrive", "--nats", url, "--namespace", "dl", "--all", "--progress", "--yes"}, &out, &bars); err != nil || !strings.Contains(out.String(), "redriven as") {
 		t.Fatalf("dead redrive --all: %v\n%s", err, out.String())
 	}
 	if final := bars.String()[strings.LastIndex(bars.String(), "\n\x1b[")+1:]; !strings.Contains(final, "redrive") || !strings.Contains(final, "1 / 1") || !strings.Contains(final, "done") {
@@ -77,7 +79,7 @@ func TestDeadCommand(t *testing.T) {
 		t.Fatalf("dead letters after redrive: %+v, %v", dls, err)
 	}
 	out.Reset()
-	if err := run(ctx, []string{"dead", "purge", "--nats", url, "--namespace", "dl"}, &out, &out); err != nil || !strings.Contains(out.String(), "purged 0") {
+	if err := run(ctx, []string{"dead", "purge", "--all", "--nats", url, "--namespace", "dl"}, &out, &out); err != nil || !strings.Contains(out.String(), "nothing to purge") {
 		t.Fatalf("dead purge: %v\n%s", err, out.String())
 	}
 	for _, args := range [][]string{{"dead"}, {"dead", "nope", "--nats", url}, {"dead", "show", "--nats", url, "--namespace", "dl"}, {"dead", "show", "--nats", url, "--namespace", "dl", "x"}, {"dead", "list", "--limit", "0", "--nats", url}} {
@@ -85,4 +87,128 @@ func TestDeadCommand(t *testing.T) {
 			t.Errorf("run(%q) succeeded", args)
 		}
 	}
+}
+
+// TestDeadCommandsHonourTheirFilters: redrive and purge act on exactly
+// the dead letters their arguments and --from/--limit select, print them
+// first and act only with --yes (--dry-run only prints); a filter that
+// does not apply is refused, and flags work after the arguments.
+func TestDeadCommandsHonourTheirFilters(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var broken atomic.Bool
+	broken.Store(true)
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
+		Topology: keylane.TopologyConfig{Namespace: "dl", Partitions: 2, LeaseTTL: time.Second},
+		Handler: keylane.HandlerFunc(func(_ context.Context, job keylane.Job) ([]byte, error) {
+			if broken.Load() {
+				return nil, keylane.Permanent(errors.New("card declined"))
+			}
+			return []byte("paid"), nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop(context.Background()) }()
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: "dl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	js, _ := jetstream.New(nc)
+	const n = 8
+	for i := range n {
+		if _, err := c.Submit(ctx, "order:"+strconv.Itoa(i), []byte("x"), keylane.WithID("pay-"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seqs := func() []uint64 {
+		t.Helper()
+		dls, err := keylane.DeadLetters(ctx, js, "dl", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []uint64
+		for _, d := range dls {
+			s = append(s, d.Seq)
+		}
+		return s
+	}
+	testwait.Eventually(t, 20*time.Second, "8 dead letters", func() bool { return len(seqs()) == n })
+	url := srv.ClientURL()
+	dead := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, append(append([]string{"dead"}, args...), "--nats", url, "--namespace", "dl"), &out, &out)
+		return out.String(), err
+	}
+	want := []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+	check := func(what string) {
+		t.Helper()
+		if got := seqs(); !slices.Equal(got, want) {
+			t.Fatalf("after %s: dead letters %v, want %v", what, got, want)
+		}
+	}
+
+	// Without --yes nothing happens: the plan is printed.
+	out, err := dead("purge", "--from", "3", "--limit", "1")
+	check("purge --from 3 --limit 1 without --yes")
+	if err == nil || !strings.Contains(err.Error(), "--yes") || !strings.Contains(out, "will purge 1 dead letters") {
+		t.Fatalf("purge without --yes: %v\n%s", err, out)
+	}
+	if out, err := dead("purge", "2", "--dry-run"); err != nil || !strings.Contains(out, "will purge 1 dead letters") || !strings.Contains(out, "card declined") {
+		t.Fatalf("purge 2 --dry-run: %v\n%s", err, out)
+	}
+	check("purge 2 --dry-run")
+
+	// With --yes, exactly the selected ones go.
+	if out, err := dead("purge", "--from", "3", "--limit", "1", "--yes"); err != nil {
+		t.Fatalf("purge --from 3 --limit 1 --yes: %v\n%s", err, out)
+	}
+	want = []uint64{1, 2, 4, 5, 6, 7, 8}
+	check("purge --from 3 --limit 1 --yes")
+	if out, err := dead("purge", "2", "--yes"); err != nil {
+		t.Fatalf("purge 2 --yes: %v\n%s", err, out)
+	}
+	want = []uint64{1, 4, 5, 6, 7, 8}
+	check("purge 2 --yes")
+
+	broken.Store(false)
+	if out, err := dead("redrive", "--all", "--from", "5", "--limit", "2", "--yes"); err != nil || strings.Count(out, "redriven as") != 2 {
+		t.Fatalf("redrive --all --from 5 --limit 2 --yes: %v\n%s", err, out)
+	}
+	want = []uint64{1, 4, 7, 8}
+	check("redrive --all --from 5 --limit 2 --yes")
+
+	// Refused: a sequence with a selection, a filter that does not apply,
+	// no selection at all, --yes with --dry-run.
+	for _, args := range [][]string{
+		{"purge", "4", "--from", "1"},
+		{"redrive", "4", "--all"},
+		{"purge"},
+		{"redrive"},
+		{"purge", "--all", "--yes", "--dry-run"},
+		{"show", "1", "--limit", "1"},
+		{"list", "4"},
+	} {
+		if out, err := dead(args...); err == nil {
+			t.Errorf("dead %q succeeded:\n%s", args, out)
+		}
+	}
+	check("the refused commands")
+
+	// Flags after the sequence.
+	if out, err := dead("show", "1", "--json"); err != nil || !strings.Contains(out, `"Seq":1,`) {
+		t.Fatalf("dead show 1 --json: %v\n%s", err, out)
+	}
+	if out, err := dead("purge", "--all", "--yes"); err != nil || !strings.Contains(out, "purged 4 dead letters") {
+		t.Fatalf("purge --all --yes: %v\n%s", err, out)
+	}
+	want = nil
+	check("purge --all --yes")
 }

@@ -75,6 +75,18 @@ func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 	return cmdutil.Parse(fs, args, errOut)
 }
 
+// parseFlagsOnly is parse for a command that takes no arguments: one
+// given is refused rather than ignored.
+func parseFlagsOnly(fs *flag.FlagSet, args []string, errOut io.Writer) error {
+	if err := parse(fs, args, errOut); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes flags only, not %q", fs.Name(), fs.Args())
+	}
+	return nil
+}
+
 type conn struct {
 	url, namespace string
 	auth           *natsflags.Auth
@@ -124,7 +136,7 @@ func repartition(ctx context.Context, args []string, out, errOut io.Writer) (err
 	forceBars := progressFlag(fs)
 	to := fs.Int("to", 0, "the new partition count (required)")
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for the workers to drain the old stream; if it passes, nothing changes")
-	if err := parse(fs, args, errOut); err != nil {
+	if err := parseFlagsOnly(fs, args, errOut); err != nil {
 		return err
 	}
 	if *to <= 0 || *timeout <= 0 {
@@ -184,7 +196,7 @@ func adopt(ctx context.Context, args []string, out, errOut io.Writer) (err error
 	var c conn
 	c.register(fs)
 	epoch := fs.String("epoch", "", "the old jobs stream's epoch, in hex, as the workers' ErrEpoch log names it (required)")
-	if err := parse(fs, args, errOut); err != nil {
+	if err := parseFlagsOnly(fs, args, errOut); err != nil {
 		return err
 	}
 	e, err := strconv.ParseUint(*epoch, 16, 64)
@@ -212,7 +224,7 @@ func leaders(ctx context.Context, args []string, out, errOut io.Writer) (err err
 	c.register(fs)
 	spread := fs.Bool("spread", false, "move shard leaders so no server leads more than its share (a preferred-server step-down per move)")
 	shards := fs.Int("stream-shards", 0, "the shard count you expect; another count than the namespace's is refused (0: any)")
-	if err := parse(fs, args, errOut); err != nil {
+	if err := parseFlagsOnly(fs, args, errOut); err != nil {
 		return err
 	}
 	nc, js, err := c.open()

@@ -21,7 +21,7 @@ func status(ctx context.Context, args []string, out, errOut io.Writer) (err erro
 	c.register(fs)
 	asJSON := fs.Bool("json", false, "print the status as JSON")
 	watch := fs.Duration("watch", 0, "print it again every this long until interrupted (0: once)")
-	if err := parse(fs, args, errOut); err != nil {
+	if err := parseFlagsOnly(fs, args, errOut); err != nil {
 		return err
 	}
 	if *watch < 0 {

@@ -223,6 +223,7 @@ func TestAccounts(t *testing.T) {
 		{"client writes state", "client-a", "$KV.A_STATE.k"},
 		{"client writes membership", "client-a", "$KV.A_MEMBERS.forged"},
 		{"client writes a result", "client-a", "$KV.A_RESULTS.forged"},
+		{"client writes a redrive ticket", "client-a", "$KV.A_RESULTS.redrive/forged"},
 		{"client acks a job", "client-a", "$JS.ACK.A_JOBS.p0.1.1.1.1.1.0"},
 		{"client submits to another namespace", "client-a", "b.jobs.0.0123456789abcdef"},
 		{"worker submits to another namespace", "worker-a", "b.jobs.0.0123456789abcdef"},

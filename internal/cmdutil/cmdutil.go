@@ -17,20 +17,41 @@ type ExitError int
 
 func (e ExitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
-// Parse parses a command's flags, its messages going to errOut. -h prints
-// the flags and is no failure: it returns ExitError(0), which ends the
-// command at once with status 0. A bad flag returns ExitError(2), the flag
-// package having said which flag and printed the flags.
+// Parse parses a command's flags, its messages going to errOut. Flags may
+// come before, between and after the positional arguments (keylane dead
+// show 1 --json), which fs.Args then holds in their order; after "--"
+// everything is positional. -h prints the flags and is no failure: it
+// returns ExitError(0), which ends the command at once with status 0. A
+// bad flag returns ExitError(2), the flag package having said which flag
+// and printed the flags.
 func Parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 	fs.SetOutput(errOut)
-	err := fs.Parse(args)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, flag.ErrHelp):
-		return ExitError(0)
+	var positional []string
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			return ExitError(0)
+		case err != nil:
+			return ExitError(2)
+		}
+		rest := fs.Args()
+		if consumed := args[:len(args)-len(rest)]; len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			positional = append(positional, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		// The flag package stops at the first positional argument: keep
+		// it and go on with what follows.
+		positional = append(positional, rest[0])
+		args = rest[1:]
 	}
-	return ExitError(2)
+	// Flags parsed so far stay set; this only leaves fs.Args as the
+	// positional arguments.
+	_ = fs.Parse(append([]string{"--"}, positional...))
+	return nil
 }
 
 // Exit ends the process as err says: an ExitError's status, or the error

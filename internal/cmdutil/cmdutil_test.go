@@ -3,6 +3,7 @@ package cmdutil
 import (
 	"flag"
 	"io"
+	"slices"
 	"testing"
 )
 
@@ -26,5 +27,37 @@ func TestParseExitStatuses(t *testing.T) {
 		if got := Parse(fs, tc.args, io.Discard); got != tc.want {
 			t.Errorf("Parse(%q) = %v, want %v", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestParseFlagsAfterArguments: flags work after positional arguments
+// (keylane dead show 1 --json), and "--" ends the flags.
+func TestParseFlagsAfterArguments(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		json     bool
+		from     uint64
+		wantArgs []string
+	}{
+		{[]string{"1", "--json"}, true, 0, []string{"1"}},
+		{[]string{"--from", "3", "1", "--json", "2"}, true, 3, []string{"1", "2"}},
+		{[]string{"1", "--from=4"}, false, 4, []string{"1"}},
+		{[]string{"1", "--", "--json"}, false, 0, []string{"1", "--json"}},
+		{[]string{"--", "-1"}, false, 0, []string{"-1"}},
+		{nil, false, 0, nil},
+	} {
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		asJSON := fs.Bool("json", false, "")
+		from := fs.Uint64("from", 0, "")
+		if err := Parse(fs, tc.args, io.Discard); err != nil {
+			t.Fatalf("Parse(%q): %v", tc.args, err)
+		}
+		if *asJSON != tc.json || *from != tc.from || !slices.Equal(fs.Args(), tc.wantArgs) {
+			t.Errorf("Parse(%q): json %v from %d args %q, want %v %d %q", tc.args, *asJSON, *from, fs.Args(), tc.json, tc.from, tc.wantArgs)
+		}
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	if err := Parse(fs, []string{"1", "--bogus"}, io.Discard); err != ExitError(2) {
+		t.Errorf("a bad flag after an argument: %v, want exit 2", err)
 	}
 }

@@ -110,6 +110,10 @@ func startError(c Config, err error) error {
 		return fmt.Errorf("--data %s: %w; the store there holds namespace %q made with other settings: start with its --partitions/--stream-shards/--replicas, move the directory away, or use another --data", c.Data, err, c.Worker.Topology.Namespace)
 	case errors.Is(err, keylane.ErrPartitionMismatch):
 		return fmt.Errorf("--partitions %d: %w", c.Worker.Topology.Partitions, err)
+	case errors.Is(err, keylane.ErrReplyPrefixMismatch):
+		return fmt.Errorf("--reply-prefix %q: %w", c.Worker.Topology.ReplyPrefix, err)
+	case errors.Is(err, keylane.ErrMaxDeliverMismatch):
+		return fmt.Errorf("--max-deliver %d: %w", c.Worker.MaxDeliver, err)
 	}
 	return err
 }

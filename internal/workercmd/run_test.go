@@ -65,7 +65,7 @@ func config(t *testing.T, dir string, log *slog.Logger) Config {
 
 // setupIn makes the namespace "ops" in the store in dir, with an embedded
 // server that is shut down again, as an earlier worker run would have.
-func setupIn(t *testing.T, dir string, tc keylane.TopologyConfig) {
+func setupIn(t *testing.T, dir string, tc keylane.TopologyConfig, then ...func(jetstream.JetStream)) {
 	t.Helper()
 	s := natstest.Start(t, natstest.WithStoreDir(dir))
 	nc := natstest.Connect(t, s)
@@ -76,6 +76,9 @@ func setupIn(t *testing.T, dir string, tc keylane.TopologyConfig) {
 	tc.Namespace = "ops"
 	if _, err := keylane.Setup(t.Context(), js, tc); err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range then {
+		f(js)
 	}
 	nc.Close()
 	s.Shutdown()
@@ -114,6 +117,37 @@ func TestRunRefusalNamesTheFlag(t *testing.T) {
 		err := Run(t.Context(), c, nil)
 		if !errors.Is(err, lease.ErrBucketMismatch) || !strings.Contains(err.Error(), "--lease-ttl 5s") {
 			t.Fatalf("Run with --lease-ttl 5s on a namespace made with 10s: %v; want lease.ErrBucketMismatch naming --lease-ttl 5s", err)
+		}
+	})
+	t.Run("other --reply-prefix", func(t *testing.T) {
+		dir := t.TempDir()
+		setupIn(t, dir, keylane.TopologyConfig{Partitions: 4, LeaseTTL: 10 * time.Second, ReplyPrefix: "_INBOX.ops."})
+		c := config(t, dir, nil)
+		c.Worker.Topology.ReplyPrefix = "_INBOX.x."
+		err := Run(t.Context(), c, nil)
+		if !errors.Is(err, keylane.ErrReplyPrefixMismatch) || !strings.Contains(err.Error(), `--reply-prefix "_INBOX.x."`) || !strings.Contains(err.Error(), `"_INBOX.ops."`) {
+			t.Fatalf("Run with --reply-prefix _INBOX.x. on a namespace made with _INBOX.ops.: %v; want ErrReplyPrefixMismatch naming both", err)
+		}
+	})
+	t.Run("other --max-deliver", func(t *testing.T) {
+		dir := t.TempDir()
+		setupIn(t, dir, keylane.TopologyConfig{Partitions: 4, LeaseTTL: 10 * time.Second}, func(js jetstream.JetStream) {
+			// What the namespace's first worker, run with --max-deliver 3, wrote.
+			s, err := js.Stream(t.Context(), "OPS_JOBS")
+			if err != nil {
+				t.Fatal(err)
+			}
+			sc := s.CachedInfo().Config
+			sc.Metadata[keylane.MetaMaxDeliver] = "3"
+			if _, err := js.UpdateStream(t.Context(), sc); err != nil {
+				t.Fatal(err)
+			}
+		})
+		c := config(t, dir, nil)
+		c.Worker.MaxDeliver = 7
+		err := Run(t.Context(), c, nil)
+		if !errors.Is(err, keylane.ErrMaxDeliverMismatch) || !strings.Contains(err.Error(), "--max-deliver 7") || !strings.Contains(err.Error(), "after 3 attempts") {
+			t.Fatalf("Run with --max-deliver 7 on a namespace whose workers use 3: %v; want ErrMaxDeliverMismatch naming both", err)
 		}
 	})
 }
