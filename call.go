@@ -119,6 +119,12 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				if applied {
 					return res, err // an earlier call with this ID was applied
 				}
+				var queued *queuedError
+				if errors.As(err, &queued) {
+					// Stored by an earlier call with this ID, still queued:
+					// its outcome is kept by ID when it runs.
+					return c.awaitOutcome(ctx, r.ID)
+				}
 				return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 			}
 			if dup && !acked {

@@ -45,6 +45,11 @@ type State struct {
 	keep    int      // outcomes held per key
 	mu      sync.Mutex
 	cache   map[string]cachedEntry
+
+	// maxEntry is the largest entry one message carries (the server's
+	// max_payload less the KV write's headers); 0: not known, not checked.
+	// Guarded by mu.
+	maxEntry int
 }
 
 // Bounds of the outcomes a state entry holds: the last HeldJobs jobs of the
@@ -75,6 +80,7 @@ func (s *State) bind(t *Topology) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kv, s.epochs, s.adopted = t.State, slices.Clone(t.Epochs), t.Meta.Adopted
+	s.maxEntry = t.maxStateEntry()
 	clear(s.cache)
 }
 
@@ -171,11 +177,11 @@ func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, erro
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := s.write(ctx, k, rev, e); err != nil {
+		if err := s.write(ctx, k, rev, e, 0); err != nil {
 			if casConflict(err) {
 				return err
 			}
-			return &stateError{job.Key, err}
+			return stateWriteError(job.Key, err)
 		}
 		out = result
 		return nil

@@ -197,6 +197,7 @@ type Topology struct {
 func (t *Topology) NewState() *State {
 	s := NewState(t.State)
 	s.epochs, s.adopted = slices.Clone(t.Epochs), t.Meta.Adopted
+	s.maxEntry = t.maxStateEntry()
 	return s
 }
 
