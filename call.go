@@ -106,8 +106,8 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				// No stream leader right now (an election: the timer
 				// publishes again), or no stream at all (say so at once).
-				if c.streamGone(ctx, m) {
-					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, ErrNoTopology)
+				if gone := c.noStream(ctx, m); gone != nil {
+					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, gone)
 				}
 				if !acked {
 					ackTimer.Reset(noLeaderPause)
@@ -166,13 +166,26 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	}
 }
 
-// streamGone reports whether the jobs stream m goes to does not exist (as
-// opposed to having no leader for a moment).
-func (c *Client) streamGone(ctx context.Context, m *nats.Msg) bool {
+// noStream says why a publish to m's jobs stream found no responder when
+// the cause lasts: the stream is gone (ErrNoTopology), or it routes with
+// another partition count than c (ErrPartitionMismatch: the namespace was
+// repartitioned since c was opened, and m's partition subject may exist no
+// more). nil: a stream without a leader for a moment, or frozen by a
+// repartition that is draining it: publishing again may succeed.
+func (c *Client) noStream(ctx context.Context, m *nats.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	_, err := c.js.Stream(ctx, m.Header.Get(expectStreamHeader))
-	return errors.Is(err, jetstream.ErrStreamNotFound)
+	s, err := c.js.Stream(ctx, m.Header.Get(expectStreamHeader))
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return ErrNoTopology
+	case err != nil:
+		return nil
+	}
+	if _, err := checkMeta(s.CachedInfo().Config, c.n); err != nil {
+		return fmt.Errorf("%w (the namespace was repartitioned since this client was opened: open it again)", err)
+	}
+	return nil
 }
 
 // outcome is a job's result or error.

@@ -181,8 +181,10 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 		if !retryablePublish(err) || ctx.Err() != nil {
 			return false, err
 		}
-		if errors.Is(err, jetstream.ErrNoStreamResponse) && c.streamGone(ctx, m) {
-			return false, fmt.Errorf("%w: %w", err, ErrNoTopology)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			if gone := c.noStream(ctx, m); gone != nil {
+				return false, fmt.Errorf("%w: %w", err, gone)
+			}
 		}
 		if try == 1 {
 			// A copy that may follow an earlier one asks the worker to

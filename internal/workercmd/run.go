@@ -12,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/inventory"
 	"github.com/keylane/keylane/lease"
@@ -110,6 +111,8 @@ func startError(c Config, err error) error {
 		return fmt.Errorf("--data %s: %w; the store there holds namespace %q made with other settings: start with its --partitions/--stream-shards/--replicas, move the directory away, or use another --data", c.Data, err, c.Worker.Topology.Namespace)
 	case errors.Is(err, keylane.ErrPartitionMismatch):
 		return fmt.Errorf("--partitions %d: %w", c.Worker.Topology.Partitions, err)
+	case replicasRefused(err):
+		return fmt.Errorf("--replicas %d: %w; the server is not part of a cluster: start with --replicas 1, or connect to a cluster", c.Worker.Topology.Replicas, err)
 	}
 	return err
 }
@@ -172,4 +175,11 @@ func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Work
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// replicasRefused reports whether err is the server's refusal of replicas
+// above 1 outside a cluster (10074).
+func replicasRefused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == natserr.CodeReplicasNotSupported
 }
