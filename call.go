@@ -158,6 +158,8 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			return o.res, o.err
 		case reply := <-w.result:
 			return decodeReply(reply)
+		case notice := <-w.held:
+			return nil, heldError(r.ID, notice)
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: r.ID, Err: ctx.Err()}
 		case <-c.done:
@@ -318,6 +320,7 @@ func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) 
 type waiter struct {
 	ack    chan *nats.Msg
 	result chan *nats.Msg
+	held   chan *nats.Msg // a held notice (held.go)
 	// resent: the batcher published the job again on its own after its
 	// batch's ack failed or never came; a "duplicate" ack may then be the
 	// batch's own stored copy.
@@ -341,7 +344,7 @@ func (c *Client) wait() (string, *waiter, error) {
 	}
 	// groupedMark tells workers this client takes grouped replies.
 	token := groupedMark + strconv.FormatUint(c.token.Add(1), 36)
-	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1)}
+	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1), held: make(chan *nats.Msg, 1)}
 	c.waiters[token] = w
 	return token, w, nil
 }
@@ -356,6 +359,10 @@ func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.inbox):]
 	if token == groupedToken {
 		c.deliverGrouped(m)
+		return
+	}
+	if rest, ok := strings.CutPrefix(token, heldMark); ok {
+		c.deliverHeld(rest, m)
 		return
 	}
 	if rest, ok := strings.CutPrefix(token, ackPrefix); ok {
