@@ -18,7 +18,9 @@ import (
 
 // Call stores a job and waits for its handler's result. A handler error
 // comes back as a *RemoteError. If ctx ends first, Call returns a
-// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A publish the server
+// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A job the worker
+// holds until an operator acts (a re-created jobs stream, ErrEpoch) ends
+// it with a *HeldError at once: stored, not failed. A publish the server
 // refuses (a permissions violation for the job's subject) ends it within
 // its first ack wait, errors.Is nats.ErrPermissionViolation.
 //

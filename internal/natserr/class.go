@@ -22,7 +22,7 @@ const (
 	// Transient is a failure that a reconnect, an election or a moment
 	// cures: a timeout, no responders (a stream or an API without a leader
 	// right now), 503 (cluster or group not available), a connection being
-	// re-established, a full store. Retried with backoff.
+	// re-established. Retried with backoff.
 	Transient
 	// Permanent is a refusal that no retry of the same request cures: a bad
 	// subject or key, a message over max_payload or the stream's maximum
@@ -35,6 +35,12 @@ const (
 	// last sequence, 10071 and 10164; a KV key that exists): read again and
 	// decide again. Neither an outage nor the job's fault.
 	Conflict
+	// Limit is a stream or bucket at a configured limit (10077 but for a
+	// per-subject cap: maximum messages or bytes with DiscardNew): it lasts
+	// until something is removed. A publisher is told at once; a writer
+	// that must not drop its write (a state entry of an applied job) waits
+	// for room with backoff, as for an outage.
+	Limit
 )
 
 func (c Class) String() string {
@@ -45,6 +51,8 @@ func (c Class) String() string {
 		return "permanent"
 	case Conflict:
 		return "conflict"
+	case Limit:
+		return "limit"
 	}
 	return "other"
 }
@@ -56,7 +64,7 @@ const (
 	codeReplicasNotSupported jetstream.ErrorCode = 10074
 	// CodeStreamStoreFailed (10077, HTTP 503) carries the store's reason:
 	// "maximum messages per subject exceeded" (a per-subject cap with
-	// DiscardNewPerSubject: a refusal) or a full store (transient).
+	// DiscardNewPerSubject: a refusal) or another limit of the store.
 	CodeStreamStoreFailed      jetstream.ErrorCode = 10077
 	codeMessageTTLDisabled     jetstream.ErrorCode = 10166
 	codeAtomicPublishDisabled  jetstream.ErrorCode = 10174
@@ -99,7 +107,7 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 //   - a lost compare-and-set (10071, 10164, "key exists") is Conflict;
 //   - an API error: a code in the permanent list is Permanent; 10077 is
 //     Permanent for a per-subject cap ("maximum messages per subject
-//     exceeded"), Transient otherwise (a full store); 10008 and every
+//     exceeded"), Limit otherwise (a full stream or bucket); 10008 and every
 //     503, 408 (request timeout) and other 5xx are Transient; any other
 //     (400, 404, …: the request itself was refused) is Permanent;
 //   - nats.go's own refusals before sending (invalid subject, invalid
@@ -151,7 +159,7 @@ func classifyAPI(e *jetstream.APIError) Class {
 		if PerSubjectCap(e) {
 			return Permanent
 		}
-		return Transient
+		return Limit
 	case e.ErrorCode == codeClusterNotAvailable, e.Code == 408, e.Code >= 500:
 		return Transient
 	}

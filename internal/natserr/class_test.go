@@ -45,7 +45,8 @@ func TestClassify(t *testing.T) {
 		{"per-subject cap 10077", apiErr(503, 10077, "maximum messages per subject exceeded"), natserr.Permanent},
 		{"bad request 400", apiErr(400, 10003, "bad request"), natserr.Permanent},
 
-		{"store full 10077", apiErr(503, 10077, "insufficient resources"), natserr.Transient},
+		{"stream full 10077", apiErr(503, 10077, "maximum messages exceeded"), natserr.Limit},
+		{"bucket full 10077", apiErr(503, 10077, "maximum bytes exceeded"), natserr.Limit},
 		{"cluster not available 10008", apiErr(503, 10008, "JetStream system temporarily unavailable"), natserr.Transient},
 		{"503", apiErr(503, 0, "no leader"), natserr.Transient},
 		{"408", apiErr(408, 0, "request timeout"), natserr.Transient},
@@ -92,6 +93,12 @@ func TestClassifyRealRefusals(t *testing.T) {
 	if _, err := js.Publish(ctx, "s.full", nil); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "ONE", Subjects: []string{"one.>"}, MaxMsgs: 1, Discard: jetstream.DiscardNew}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "one.a", nil); err != nil {
+		t.Fatal(err)
+	}
 	sched := nats.NewMsg("s.sched")
 	sched.Header.Set("Nats-Schedule", "@at 2099-01-01T00:00:00Z")
 	sched.Header.Set("Nats-Schedule-Target", "s.x")
@@ -107,6 +114,7 @@ func TestClassifyRealRefusals(t *testing.T) {
 		{"over max_payload", func() error { _, err := js.Publish(ctx, "s.big", make([]byte, 5000)); return err }, natserr.Permanent},
 		{"over the stream's max message size", func() error { _, err := js.Publish(ctx, "s.mid", make([]byte, 2000)); return err }, natserr.Permanent},
 		{"per-subject cap", func() error { _, err := js.Publish(ctx, "s.full", nil); return err }, natserr.Permanent},
+		{"stream full", func() error { _, err := js.Publish(ctx, "one.b", nil); return err }, natserr.Limit},
 		{"schedule header", func() error { _, err := js.PublishMsg(ctx, sched); return err }, natserr.Permanent},
 		{"batch header", func() error { _, err := js.PublishMsg(ctx, batch); return err }, natserr.Permanent},
 		{"replicas on one server", func() error {
