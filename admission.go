@@ -77,8 +77,7 @@ func (c *Client) refused(ctx context.Context, m *nats.Msg, err error) (res []byt
 	}
 	id := m.Header.Get(HeaderJobID)
 	res, rerr := c.Result(ctx, id)
-	switch {
-	case errors.Is(rerr, ErrNoResult):
+	if errors.Is(rerr, ErrNoResult) {
 		// No outcome kept: not applied, but perhaps still queued from an
 		// earlier call (after the duplicate window), and then it runs.
 		// Only a look at the key's queue proves "nothing stored".
@@ -89,8 +88,13 @@ func (c *Client) refused(ctx context.Context, m *nats.Msg, err error) (res []byt
 		case queued:
 			return nil, false, &queuedError{id}
 		}
-		return nil, false, full
-	case rerr != nil && !isRemote(rerr):
+		// Not queued now; a copy acked while we looked had its outcome
+		// kept first.
+		if res, rerr = c.Result(ctx, id); errors.Is(rerr, ErrNoResult) {
+			return nil, false, full
+		}
+	}
+	if rerr != nil && !isRemote(rerr) {
 		// Whether an earlier copy was applied is unknown: never say "full"
 		// (nothing stored) for a purchase that may have gone through.
 		return nil, false, fmt.Errorf("keylane: key %q is at its backlog cap, and whether job %s was applied before is unknown: %w", full.Key, id, rerr)
@@ -117,59 +121,72 @@ func (e *queuedError) Unwrap() error { return ErrDuplicate }
 
 // queued reports whether the jobs stream holds a job with ID id on m's
 // subject (its key's): a stored job not yet finished. It reads the key's
-// messages one at a time by subject from the stream's leader
-// ($JS.API.STREAM.MSG.GET, never a direct get, which a follower may answer
-// from behind), at most MaxKeyBacklog+1 of them (the cap bounds a key's
-// queue), each read bounded by requestTimeout. Any failure is an error:
-// "not queued" only when the leader said there is no further message. A
-// client user needs $JS.API.STREAM.MSG.GET.<jobs stream> for it (the
-// shipped docs/security/accounts.conf does not give it: its clients may
-// not read jobs, and get "unknown" instead).
+// messages from the stream's leader ($JS.API.STREAM.MSG.GET, never a
+// direct get, which a follower may answer from behind): first the
+// subject's last message, then the others in order up to it. An earlier
+// copy of the job was stored before that last one, and a subject holds at
+// most MaxKeyBacklog messages at any time, so at most MaxKeyBacklog+1
+// reads, each bounded by requestTimeout, however fast the key's queue
+// moves meanwhile. A copy acked during the scan is missed here, but its
+// outcome was kept before its ack: the caller looks the outcome up again
+// after a "not queued". Any failure is an error: "not queued" only when
+// the leader answered for every message. A client user needs
+// $JS.API.STREAM.MSG.GET.<jobs stream> for it (the shipped
+// docs/security/accounts.conf does not give it: its clients may not read
+// jobs, and get "unknown" instead).
 func (c *Client) queued(ctx context.Context, m *nats.Msg, id string) (bool, error) {
-	stream := m.Header.Get(expectStreamHeader)
-	subject := apiPrefix(c.js) + "STREAM.MSG.GET." + stream
+	api := apiPrefix(c.js) + "STREAM.MSG.GET." + m.Header.Get(expectStreamHeader)
 	// A user not allowed to read the jobs stream is refused at once, not
 	// after a timeout.
-	wctx, stop := refusalWatch(ctx, c.nc, c.nc.LastError(), subject)
+	wctx, stop := refusalWatch(ctx, c.nc, c.nc.LastError(), api)
 	defer stop()
-	seq := uint64(1)
-	for range c.maxKeyBacklog + 1 {
-		req, _ := json.Marshal(msgGetRequest{Seq: seq, NextFor: m.Subject})
+	get := func(req msgGetRequest) (seq uint64, found, none bool, err error) {
+		body, _ := json.Marshal(req)
 		rctx, cancel := context.WithTimeout(wctx, requestTimeout)
-		resp, err := c.nc.RequestWithContext(rctx, subject, req)
+		resp, err := c.nc.RequestWithContext(rctx, api, body)
 		cancel()
 		if r := refusedCause(wctx); r != nil {
-			return false, r
+			return 0, false, false, r
 		}
 		if err != nil {
-			return false, err
+			return 0, false, false, err
 		}
 		var r msgGetResponse
 		if err := json.Unmarshal(resp.Data, &r); err != nil {
-			return false, fmt.Errorf("keylane: bad answer from %s: %w", subject, err)
+			return 0, false, false, fmt.Errorf("keylane: bad answer from %s: %w", api, err)
 		}
 		switch {
 		case r.Error != nil && r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-			return false, nil
+			return 0, false, true, nil
 		case r.Error != nil:
-			return false, r.Error
-		case r.Message == nil || r.Message.Seq < seq:
-			return false, fmt.Errorf("keylane: bad answer from %s: %q", subject, resp.Data)
+			return 0, false, false, r.Error
+		case r.Message == nil || r.Message.Seq < req.Seq || r.Message.Subject != m.Subject:
+			return 0, false, false, fmt.Errorf("keylane: bad answer from %s: %q", api, resp.Data)
 		}
-		if r.Message.Subject == m.Subject && jobIDOf(r.Message.Header) == id {
-			return true, nil
-		}
-		seq = r.Message.Seq + 1
+		return r.Message.Seq, jobIDOf(r.Message.Header) == id, false, nil
 	}
-	return false, fmt.Errorf("keylane: key's subject %s holds more than its cap of %d jobs", m.Subject, c.maxKeyBacklog)
+	last, found, none, err := get(msgGetRequest{LastFor: m.Subject})
+	if err != nil || found || none {
+		return found, err
+	}
+	seq := uint64(1)
+	for range c.maxKeyBacklog + 1 {
+		at, found, none, err := get(msgGetRequest{Seq: seq, NextFor: m.Subject})
+		if err != nil || found || none || at >= last {
+			return found, err
+		}
+		seq = at + 1
+	}
+	return false, fmt.Errorf("keylane: key's subject %s held more than its cap of %d jobs", m.Subject, c.maxKeyBacklog)
 }
 
 // msgGetRequest and msgGetResponse are the JSON of a stream's message get
 // (nats-server's JSApiMsgGetRequest and JSApiMsgGetResponse, the fields
 // used).
 type msgGetRequest struct {
-	Seq     uint64 `json:"seq"`
-	NextFor string `json:"next_by_subj"`
+	Seq     uint64 `json:"seq,omitempty"`
+	NextFor string `json:"next_by_subj,omitempty"`
+	LastFor string `json:"last_by_subj,omitempty"`
 }
 
 type msgGetResponse struct {

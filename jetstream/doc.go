@@ -510,13 +510,18 @@
 //   - A retry by job ID of a job still queued (no worker ran it yet, and
 //     the duplicate window passed) meets the full key too, and has no kept
 //     outcome. The client then reads the key's queue from the stream's
-//     leader ($JS.API.STREAM.MSG.GET with next_by_subj on the key's
-//     subject, never a direct get, which a follower may answer from
-//     behind; at most MaxKeyBacklog+1 reads): a job with the ID there is
-//     a duplicate (Submit: ErrDuplicate; Call: waits for its outcome,
-//     which the worker keeps by ID), "full, nothing stored" only when the
-//     leader says it is not there, and an error saying "unknown" (not
-//     ErrKeyBacklogFull) when the queue cannot be read. That read needs
+//     leader ($JS.API.STREAM.MSG.GET on the key's subject, never a direct
+//     get, which a follower may answer from behind): its last message,
+//     then the others in order up to it (an earlier copy is older than
+//     that last one, and a subject never holds more than MaxKeyBacklog,
+//     so at most MaxKeyBacklog+1 reads however fast the queue moves). A
+//     job with the ID there is a duplicate (Submit: ErrDuplicate; Call:
+//     waits for its outcome, which the worker keeps by ID). Not there, the
+//     outcome is looked up once more (a copy acked during the scan had
+//     its outcome kept before its ack); only then "full, nothing stored".
+//     An error saying "unknown" (not ErrKeyBacklogFull) when the queue
+//     cannot be read. The cost, on refusals of jobs with a caller's ID
+//     only: two results gets and up to MaxKeyBacklog+1 leader reads. That read needs
 //     $JS.API.STREAM.MSG.GET.NS_JOBS, which the shipped accounts.conf does
 //     not give clients (they may not read jobs): such a client gets
 //     "unknown" for this case, within one refusal check. Before, it said
