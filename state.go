@@ -33,7 +33,10 @@ import (
 // The held outcomes are a window of the key's last HeldJobs jobs, at most
 // HeldBytes of IDs and results; it covers every job of the key a partition
 // can hold unacknowledged (MaxInFlight), so every redelivery finds its own
-// outcome.
+// outcome. An entry must also fit in one message: a State of a Topology
+// shrinks the window, oldest first, to fit the server's max_payload, and
+// refuses with ErrStateTooLarge (permanent) an entry that cannot fit with
+// only the outcomes it writes (jetstream/doc.go, "Outcomes are held").
 //
 // Since jobs of one key run one at a time on the partition owner, the owner
 // caches the last revision it wrote and usually needs one round trip per
