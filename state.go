@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -49,10 +50,10 @@ type State struct {
 	mu      sync.Mutex
 	cache   map[string]cachedEntry
 
-	// maxEntry is the largest entry one message carries (the server's
-	// max_payload less the KV write's headers); 0: not known, not checked.
-	// Guarded by mu.
-	maxEntry int
+	// conn is the connection the bucket writes on, whose server's
+	// max_payload bounds an entry; nil: not known, not checked. Guarded
+	// by mu.
+	conn *nats.Conn
 }
 
 // Bounds of the outcomes a state entry holds: the last HeldJobs jobs of the
@@ -83,7 +84,7 @@ func (s *State) bind(t *Topology) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kv, s.epochs, s.adopted = t.State, slices.Clone(t.Epochs), t.Meta.Adopted
-	s.maxEntry = t.maxStateEntry()
+	s.conn = t.conn()
 	clear(s.cache)
 }
 

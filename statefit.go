@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/keylane/keylane/internal/natserr"
+	"github.com/nats-io/nats.go"
 )
 
 // A state entry is one message: its value, the last job's outcome and the
@@ -19,13 +20,25 @@ import (
 // revision), which count towards max_payload with the value.
 const kvWriteHeaders = 128
 
-// maxStateEntry is the largest state entry a write on t's connection
-// carries; 0 if the connection is not known.
-func (t *Topology) maxStateEntry() int {
-	if t == nil || t.js == nil || t.js.Conn() == nil {
+// conn is the connection t's requests go on; nil if not known.
+func (t *Topology) conn() *nats.Conn {
+	if t == nil || t.js == nil {
+		return nil
+	}
+	return t.js.Conn()
+}
+
+// maxEntry is the largest state entry one write carries now: the
+// max_payload of the server the connection is on (it may change with a
+// reconnect to another server) less the write's headers; 0 if not known.
+func (s *State) maxEntry() int {
+	s.mu.Lock()
+	nc := s.conn
+	s.mu.Unlock()
+	if nc == nil {
 		return 0
 	}
-	return max(int(t.js.Conn().MaxPayload())-kvWriteHeaders, 1)
+	return max(int(nc.MaxPayload())-kvWriteHeaders, 1)
 }
 
 // fit returns k's entry e with its held window shrunk, oldest outcomes

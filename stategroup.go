@@ -68,10 +68,7 @@ func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry, o
 		return err
 	}
 	b := encodeEntry(e)
-	s.mu.Lock()
-	limit := s.maxEntry
-	s.mu.Unlock()
-	if limit > 0 && len(b) > limit {
+	if limit := s.maxEntry(); limit > 0 && len(b) > limit {
 		if e, b, err = fit(k, e, own, limit); err != nil {
 			s.forget(k)
 			return err

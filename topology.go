@@ -199,7 +199,7 @@ type Topology struct {
 func (t *Topology) NewState() *State {
 	s := NewState(t.State)
 	s.epochs, s.adopted = slices.Clone(t.Epochs), t.Meta.Adopted
-	s.maxEntry = t.maxStateEntry()
+	s.conn = t.conn()
 	return s
 }
 
