@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -111,6 +112,14 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				if gone := c.noStream(ctx, m); gone != nil {
 					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, gone)
 				}
+				if !acked {
+					ackTimer.Reset(noLeaderPause)
+				}
+				continue
+			}
+			if natserr.IsTransient(err) {
+				// The stream could not store it right now (503, cluster
+				// unavailable): publish again, as after an election.
 				if !acked {
 					ackTimer.Reset(noLeaderPause)
 				}

@@ -58,8 +58,8 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	select {
 	case ack := <-w.ack:
 		dup, err := pubAckError(ack)
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return alone()
+		if retryablePublish(err) {
+			return alone() // no leader, or a transient refusal: publish's retries
 		}
 		if err != nil {
 			return c.submitError(ctx, m, r.ID, err)

@@ -792,6 +792,7 @@
 //	permissions violation, connection closed          permanent
 //	any other 400 or 404 API error                    permanent
 //	10077 maximum messages or bytes (a full stream)   limit
+//	10023 insufficient resources (storage used up)    limit
 //	no responders, "no response from stream"          transient
 //	503, 10008 cluster unavailable, 408, other 5xx    transient
 //	timeout, deadline, reconnecting, disconnected     transient

@@ -36,7 +36,8 @@ const (
 	// decide again. Neither an outage nor the job's fault.
 	Conflict
 	// Limit is a stream or bucket at a configured limit (10077 but for a
-	// per-subject cap: maximum messages or bytes with DiscardNew): it lasts
+	// per-subject cap: maximum messages or bytes with DiscardNew; 10023,
+	// the account's storage used up): it lasts
 	// until something is removed. A publisher is told at once; a writer
 	// that must not drop its write (a state entry of an applied job) waits
 	// for room with backoff, as for an outage.
@@ -59,9 +60,12 @@ func (c Class) String() string {
 
 // JetStream error codes nats.go names no constant for.
 const (
-	codeClusterNotAvailable  jetstream.ErrorCode = 10008
-	codeStreamNotMatch       jetstream.ErrorCode = 10060
-	codeReplicasNotSupported jetstream.ErrorCode = 10074
+	codeClusterNotAvailable jetstream.ErrorCode = 10008
+	// codeInsufficientResources (10023, 503): the account's or server's
+	// storage is used up.
+	codeInsufficientResources jetstream.ErrorCode = 10023
+	codeStreamNotMatch        jetstream.ErrorCode = 10060
+	codeReplicasNotSupported  jetstream.ErrorCode = 10074
 	// CodeStreamStoreFailed (10077, HTTP 503) carries the store's reason:
 	// "maximum messages per subject exceeded" (a per-subject cap with
 	// DiscardNewPerSubject: a refusal) or another limit of the store.
@@ -107,7 +111,8 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 //   - a lost compare-and-set (10071, 10164, "key exists") is Conflict;
 //   - an API error: a code in the permanent list is Permanent; 10077 is
 //     Permanent for a per-subject cap ("maximum messages per subject
-//     exceeded"), Limit otherwise (a full stream or bucket); 10008 and every
+//     exceeded"), Limit otherwise (a full stream or bucket), and so is
+//     10023 (the account's storage used up); 10008 and every
 //     503, 408 (request timeout) and other 5xx are Transient; any other
 //     (400, 404, …: the request itself was refused) is Permanent;
 //   - nats.go's own refusals before sending (invalid subject, invalid
@@ -159,6 +164,8 @@ func classifyAPI(e *jetstream.APIError) Class {
 		if PerSubjectCap(e) {
 			return Permanent
 		}
+		return Limit
+	case e.ErrorCode == codeInsufficientResources:
 		return Limit
 	case e.ErrorCode == codeClusterNotAvailable, e.Code == 408, e.Code >= 500:
 		return Transient

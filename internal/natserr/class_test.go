@@ -47,6 +47,7 @@ func TestClassify(t *testing.T) {
 
 		{"stream full 10077", apiErr(503, 10077, "maximum messages exceeded"), natserr.Limit},
 		{"bucket full 10077", apiErr(503, 10077, "maximum bytes exceeded"), natserr.Limit},
+		{"insufficient resources 10023", apiErr(503, 10023, "insufficient resources"), natserr.Limit},
 		{"cluster not available 10008", apiErr(503, 10008, "JetStream system temporarily unavailable"), natserr.Transient},
 		{"503", apiErr(503, 0, "no leader"), natserr.Transient},
 		{"408", apiErr(408, 0, "request timeout"), natserr.Transient},
