@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -18,7 +19,9 @@ import (
 
 // Call stores a job and waits for its handler's result. A handler error
 // comes back as a *RemoteError. If ctx ends first, Call returns a
-// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A publish the server
+// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A job the worker
+// holds until an operator acts (a re-created jobs stream, ErrEpoch) ends
+// it with a *HeldError at once: stored, not failed. A publish the server
 // refuses (a permissions violation for the job's subject) ends it within
 // its first ack wait, errors.Is nats.ErrPermissionViolation.
 //
@@ -106,9 +109,17 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				// No stream leader right now (an election: the timer
 				// publishes again), or no stream at all (say so at once).
-				if c.streamGone(ctx, m) {
-					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, ErrNoTopology)
+				if gone := c.noStream(ctx, m); gone != nil {
+					return nil, fmt.Errorf("keylane: submit %s: %w: %w", r.ID, err, gone)
 				}
+				if !acked {
+					ackTimer.Reset(noLeaderPause)
+				}
+				continue
+			}
+			if natserr.IsTransient(err) {
+				// The stream could not store it right now (503, cluster
+				// unavailable): publish again, as after an election.
 				if !acked {
 					ackTimer.Reset(noLeaderPause)
 				}
@@ -118,6 +129,12 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 				res, applied, err := c.refused(ctx, m, err)
 				if applied {
 					return res, err // an earlier call with this ID was applied
+				}
+				var queued *queuedError
+				if errors.As(err, &queued) {
+					// Stored by an earlier call with this ID, still queued:
+					// its outcome is kept by ID when it runs.
+					return c.awaitOutcome(ctx, r.ID)
 				}
 				return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, err)
 			}
@@ -152,6 +169,8 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			return o.res, o.err
 		case reply := <-w.result:
 			return decodeReply(reply)
+		case notice := <-w.held:
+			return nil, heldError(r.ID, notice)
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: r.ID, Err: ctx.Err()}
 		case <-c.done:
@@ -160,13 +179,26 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	}
 }
 
-// streamGone reports whether the jobs stream m goes to does not exist (as
-// opposed to having no leader for a moment).
-func (c *Client) streamGone(ctx context.Context, m *nats.Msg) bool {
+// noStream says why a publish to m's jobs stream found no responder when
+// the cause lasts: the stream is gone (ErrNoTopology), or it routes with
+// another partition count than c (ErrPartitionMismatch: the namespace was
+// repartitioned since c was opened, and m's partition subject may exist no
+// more). nil: a stream without a leader for a moment, or frozen by a
+// repartition that is draining it: publishing again may succeed.
+func (c *Client) noStream(ctx context.Context, m *nats.Msg) error {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	_, err := c.js.Stream(ctx, m.Header.Get(expectStreamHeader))
-	return errors.Is(err, jetstream.ErrStreamNotFound)
+	s, err := c.js.Stream(ctx, m.Header.Get(expectStreamHeader))
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return ErrNoTopology
+	case err != nil:
+		return nil
+	}
+	if _, err := checkMeta(s.CachedInfo().Config, c.n); err != nil {
+		return fmt.Errorf("%w (the namespace was repartitioned since this client was opened: open it again)", err)
+	}
+	return nil
 }
 
 // outcome is a job's result or error.
@@ -299,6 +331,7 @@ func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) 
 type waiter struct {
 	ack    chan *nats.Msg
 	result chan *nats.Msg
+	held   chan *nats.Msg // a held notice (held.go)
 	// resent: the batcher published the job again on its own after its
 	// batch's ack failed or never came; a "duplicate" ack may then be the
 	// batch's own stored copy.
@@ -322,7 +355,7 @@ func (c *Client) wait() (string, *waiter, error) {
 	}
 	// groupedMark tells workers this client takes grouped replies.
 	token := groupedMark + strconv.FormatUint(c.token.Add(1), 36)
-	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1)}
+	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1), held: make(chan *nats.Msg, 1)}
 	c.waiters[token] = w
 	return token, w, nil
 }
@@ -337,6 +370,10 @@ func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.inbox):]
 	if token == groupedToken {
 		c.deliverGrouped(m)
+		return
+	}
+	if rest, ok := strings.CutPrefix(token, heldMark); ok {
+		c.deliverHeld(rest, m)
 		return
 	}
 	if rest, ok := strings.CutPrefix(token, ackPrefix); ok {

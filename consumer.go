@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -43,24 +43,10 @@ func (o *owner) openConsumer(pause *resyncBackoff) (jetstream.Consumer, error) {
 // a timeout, no responders or no leader (a Raft election), a connection
 // being re-established.
 func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, errTopologyChanged),
-		errors.Is(err, jetstream.ErrStreamNotFound),
-		errors.Is(err, nats.ErrConnectionClosed):
+	if errors.Is(err, errTopologyChanged) {
 		return false
-	case errors.Is(err, context.DeadlineExceeded),
-		errors.Is(err, nats.ErrTimeout),
-		errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, nats.ErrConnectionReconnecting),
-		errors.Is(err, nats.ErrDisconnected):
-		return true
-	case errors.As(err, &apiErr):
-		// 503: JetStream or the asset's group has no leader right now.
-		return apiErr.Code == 503
 	}
-	return false
+	return natserr.IsTransient(err)
 }
 
 // resyncBackoff spaces out re-synchronisations (and consumer re-creation

@@ -168,6 +168,13 @@ var ErrPayloadDropped = errors.New("keylane: the dead letter's payload was dropp
 // that uses State should return such an error unchanged (or wrapped).
 var ErrStateUnavailable = errors.New("keylane: state bucket unavailable")
 
+// ErrStateTooLarge is returned (permanently: the job is dead-lettered
+// with it) when a key's next state entry cannot fit in one message even
+// with its held window shrunk to the outcomes of the jobs being written:
+// the value and the job's result are too large for the server's
+// max_payload. Nothing was written; the key moves on to its next job.
+var ErrStateTooLarge = errors.New("keylane: state entry larger than the server's max_payload allows")
+
 // stateError is a state bucket read or write that did not go through.
 type stateError struct {
 	key string

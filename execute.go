@@ -142,6 +142,7 @@ func (o *owner) process(t *task) {
 	}
 	stalled := false
 	waits := 0 // tries that were not the job's fault: they only lengthen the backoff
+	heldSaid := false
 	for attempt := first; ; attempt++ {
 		t.job.Attempt = attempt
 		var res []byte
@@ -184,6 +185,11 @@ func (o *owner) process(t *task) {
 			// The key's state belongs to another jobs stream. Nothing runs
 			// until an operator adopts it; keep the job, and look again.
 			o.log.Error("key's state was written under another jobs stream; holding the job until its epoch is adopted", "job_id", t.job.ID, "err", err)
+			if !heldSaid {
+				// Its caller is told now, not by its deadline.
+				heldSaid = true
+				o.sayHeld(t, err)
+			}
 			o.w.refreshEpoch(o.ctx)
 			attempt-- // not the job's fault: never dead-lettered for it
 			waits++

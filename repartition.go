@@ -33,9 +33,10 @@ type RepartitionProgress func(left uint64)
 //     the same duplicate window, replicas, size limit and reply prefix.
 //  4. Resume: workers see the new epoch, hand their partitions over, open
 //     the new topology and balance its n partitions (within a lease TTL).
-//     Clients must be opened again: an old client's jobs are refused by
-//     the server (a partition subject that is gone) or dead-lettered with
-//     "re-open the client" (Keylane-Partitions), never stored to rot.
+//     Clients must be opened again: an old client's jobs are refused (a
+//     partition subject that is gone: ErrPartitionMismatch at publish) or
+//     dead-lettered with "re-open the client" (Keylane-Partitions), never
+//     stored to rot.
 //
 // Per-key state stays in the state bucket, keyed by resource key; state
 // entries of the old epoch are adopted, so their held job IDs still answer

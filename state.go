@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -33,7 +34,10 @@ import (
 // The held outcomes are a window of the key's last HeldJobs jobs, at most
 // HeldBytes of IDs and results; it covers every job of the key a partition
 // can hold unacknowledged (MaxInFlight), so every redelivery finds its own
-// outcome.
+// outcome. An entry must also fit in one message: a State of a Topology
+// shrinks the window, oldest first, to fit the server's max_payload, and
+// refuses with ErrStateTooLarge (permanent) an entry that cannot fit with
+// only the outcomes it writes (jetstream/doc.go, "Outcomes are held").
 //
 // Since jobs of one key run one at a time on the partition owner, the owner
 // caches the last revision it wrote and usually needs one round trip per
@@ -45,6 +49,11 @@ type State struct {
 	keep    int      // outcomes held per key
 	mu      sync.Mutex
 	cache   map[string]cachedEntry
+
+	// conn is the connection the bucket writes on, whose server's
+	// max_payload bounds an entry; nil: not known, not checked. Guarded
+	// by mu.
+	conn *nats.Conn
 }
 
 // Bounds of the outcomes a state entry holds: the last HeldJobs jobs of the
@@ -75,6 +84,7 @@ func (s *State) bind(t *Topology) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kv, s.epochs, s.adopted = t.State, slices.Clone(t.Epochs), t.Meta.Adopted
+	s.conn = t.conn()
 	clear(s.cache)
 }
 
@@ -171,11 +181,11 @@ func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, erro
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := s.write(ctx, k, rev, e); err != nil {
+		if err := s.write(ctx, k, rev, e, 0); err != nil {
 			if casConflict(err) {
 				return err
 			}
-			return &stateError{job.Key, err}
+			return stateWriteError(job.Key, err)
 		}
 		out = result
 		return nil

@@ -59,13 +59,22 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 
 // write stores e over revision rev (0: the key is new) with compare-and-set
 // and caches it for this tenure. A failed write drops the cache: its
-// outcome may be unknown, so the next attempt re-reads.
-func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry) error {
+// outcome may be unknown, so the next attempt re-reads. An entry too large
+// for one message has its held window shrunk to fit (fit), keeping the
+// own outcomes at the end of e.Recent: those of the group being written.
+func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry, own int) error {
 	kv, err := s.bucket()
 	if err != nil {
 		return err
 	}
-	newRev, err := casPut(ctx, kv, k, rev, encodeEntry(e))
+	b := encodeEntry(e)
+	if limit := s.maxEntry(); limit > 0 && len(b) > limit {
+		if e, b, err = fit(k, e, own, limit); err != nil {
+			s.forget(k)
+			return err
+		}
+	}
+	newRev, err := casPut(ctx, kv, k, rev, b)
 	if err != nil {
 		s.forget(k)
 		return err
@@ -192,11 +201,11 @@ func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
-	if err := s.write(ctx, k, rev, s.next(cur, value, job0.Fence, ran, results)); err != nil {
+	if err := s.write(ctx, k, rev, s.next(cur, value, job0.Fence, ran, results), len(ran)-1); err != nil {
 		if casConflict(err) {
 			return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
 		}
-		return 0, nil, &stateError{job0.Key, err}
+		return 0, nil, stateWriteError(job0.Key, err)
 	}
 	return n, rerr, nil
 }

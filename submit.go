@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -57,8 +58,8 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	select {
 	case ack := <-w.ack:
 		dup, err := pubAckError(ack)
-		if errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return alone()
+		if retryablePublish(err) {
+			return alone() // no leader, or a transient refusal: publish's retries
 		}
 		if err != nil {
 			return c.submitError(ctx, m, r.ID, err)
@@ -83,10 +84,11 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 
 // submitError is the error of a submit the stream refused: a
 // *KeyBacklogFullError over the key's cap, ErrDuplicate for a retry of a
-// job that was applied before, or err.
+// job that was applied before or is still queued, or err.
 func (c *Client) submitError(ctx context.Context, m *nats.Msg, id string, err error) (string, error) {
 	_, applied, err := c.refused(ctx, m, err)
-	if applied {
+	var queued *queuedError
+	if applied || errors.As(err, &queued) {
 		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
 	}
 	return "", fmt.Errorf("keylane: submit %s: %w", id, err)
@@ -179,8 +181,10 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 		if !retryablePublish(err) || ctx.Err() != nil {
 			return false, err
 		}
-		if errors.Is(err, jetstream.ErrNoStreamResponse) && c.streamGone(ctx, m) {
-			return false, fmt.Errorf("%w: %w", err, ErrNoTopology)
+		if errors.Is(err, jetstream.ErrNoStreamResponse) {
+			if gone := c.noStream(ctx, m); gone != nil {
+				return false, fmt.Errorf("%w: %w", err, gone)
+			}
 		}
 		if try == 1 {
 			// A copy that may follow an earlier one asks the worker to
@@ -202,9 +206,6 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 }
 
 // retryablePublish tells failures that publishing again may cure: no
-// stream leader, a timeout, a connection being re-established.
-func retryablePublish(err error) bool {
-	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrNoResponders)
-}
+// stream leader, a timeout, a connection being re-established
+// (natserr.Transient).
+func retryablePublish(err error) bool { return natserr.IsTransient(err) }

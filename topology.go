@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go/jetstream"
@@ -203,6 +205,7 @@ type Topology struct {
 func (t *Topology) NewState() *State {
 	s := NewState(t.State)
 	s.epochs, s.adopted = slices.Clone(t.Epochs), t.Meta.Adopted
+	s.conn = t.conn()
 	return s
 }
 
@@ -223,21 +226,39 @@ func (t *Topology) EpochOf(p int) uint64 { return t.Epochs[ShardOf(p, t.Shards)]
 // buckets. It is idempotent and safe to run from many workers at once: each
 // attempt bounds every request (setupAttemptTimeout), and an attempt that
 // fails for any reason but a mismatch (partition count, replicas, bucket
-// settings, bad config) is made again with backoff until ctx ends; an
+// settings, bad config) or a refusal no retry cures (natserr.Permanent:
+// replicas above 1 on a server that is not clustered, 10074, and the
+// like; returned at once) is made again with backoff until ctx ends; an
 // object a concurrent creator made is opened and checked. The
 // per-partition consumers are made by the partition owner when it takes
 // the lease.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
+	return setup(ctx, js, cfg, nil)
+}
+
+// setup is Setup, saying on log (nil: nowhere) why an attempt failed:
+// at WARN for the first attempt retried and every tenth, at ERROR for a
+// refusal it gives up on.
+func setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, log *slog.Logger) (*Topology, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	pause := 100 * time.Millisecond
-	for {
+	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, setupAttemptTimeout)
 		t, err := setupOnce(actx, js, cfg)
 		cancel()
-		if err == nil || permanentSetupError(err) {
+		if err != nil && permanentSetupError(err) {
+			if log != nil {
+				log.Error("namespace setup refused; not retrying", "namespace", cfg.Namespace, "err", err)
+			}
 			return t, err
+		}
+		if err == nil {
+			return t, nil
+		}
+		if log != nil && ctx.Err() == nil && (attempt == 1 || attempt%10 == 0) {
+			log.Warn("namespace setup failed; retrying", "namespace", cfg.Namespace, "attempt", attempt, "err", err)
 		}
 		timer := time.NewTimer(pause)
 		select {
@@ -255,11 +276,15 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*To
 // one request; the next attempt finds what the other made.
 const setupAttemptTimeout = 5 * time.Second
 
+// permanentSetupError reports whether err ends Setup: a mismatch with the
+// namespace as made, or a refusal no retry cures. A stream or bucket not
+// found is not one: a concurrent creator may be making it.
 func permanentSetupError(err error) bool {
 	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
 		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig) ||
 		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff) ||
-		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch)
+		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch) ||
+		natserr.IsPermanent(err) && !errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {

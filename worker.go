@@ -81,7 +81,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if w.started {
 		return errors.New("keylane: worker already started")
 	}
-	topo, err := Setup(ctx, w.js, w.cfg.Topology)
+	topo, err := setup(ctx, w.js, w.cfg.Topology, w.log)
 	if err != nil {
 		return err
 	}

@@ -19,7 +19,8 @@
 //
 // Setup creates, idempotently and safely from many workers at once (each
 // attempt bounded, retried with backoff, what a concurrent creator made
-// opened and checked), for a namespace ns (default "keylane"), with every
+// opened and checked; a refusal no retry cures, such as replicas above 1
+// on a server outside a cluster, 10074, ends it at once: # Refusals), for a namespace ns (default "keylane"), with every
 // object at the jobs stream's replica count (ErrReplicasMismatch for an
 // explicit other one):
 //
@@ -46,7 +47,10 @@
 // and refuses a mismatch (ErrPartitionMismatch): a job routed with another N
 // would reach the wrong owner and break per-key exclusion. A client that
 // outlives a change of N is caught twice: a partition subject that no
-// longer exists is refused by the server at publish, and every job carries
+// longer exists has no stream, so its publish gets "no response from
+// stream", on which the client reads the stream's metadata and returns
+// ErrPartitionMismatch at once (TestStaleClientSubmitToAGonePartition;
+// before, it published again until its context ended), and every job carries
 // the N it was routed with (Keylane-Partitions), which the worker checks;
 // a mismatch is dead-lettered and its caller told to re-open the client.
 //
@@ -265,6 +269,25 @@
 // results of its key is refused as a gap (loud, not silent; raise nothing
 // to fix it but StoreResults, which answers it from NS_RESULTS first).
 //
+// An entry is one message, so it must also fit the server's max_payload
+// (less 128 bytes for the compare-and-set's header): a large value with a
+// full window may not. The window then shrinks, oldest outcomes first, to
+// what fits, for that write (statefit.go); the outcomes of the group being
+// written are never dropped. This is the trade the byte bound already
+// makes, made sooner: a redelivery of an applied job whose outcome was
+// dropped is refused as ErrGap (dead-lettered, loud, never applied twice
+// and never a silent success), and retries by ID are answered from
+// NS_RESULTS, where every job with a caller's ID (every Call, and with
+// StoreResults every job) has its outcome kept before its ack; only a
+// redelivery of a Submit without an ID, with StoreResults off, depends on
+// the window. An entry that does not fit even then (the value and the
+// result, with the group's own outcomes: a group falls back to its head
+// alone first) is refused with ErrStateTooLarge, permanently: nothing is
+// written, the job is dead-lettered with that reason, the key moves on.
+// Before, the write's "maximum payload exceeded" was taken for a state
+// bucket outage and retried for ever (TestStateEntryOverMaxPayload,
+// TestFitShrinksTheOldestOutcomes).
+//
 // Every group commit of a key rewrites its whole window, so the window's
 // encoding is a hot key's cost per write. Entries are written in version 4
 // (statecodec.go): sequences as deltas, each job ID as the prefix it shares
@@ -352,7 +375,12 @@
 // State refuses such keys with ErrEpoch: the owner holds the job (it is not
 // the job's fault: it is neither retried towards MaxDeliver nor
 // dead-lettered), logs the two epochs at ERROR, and looks again with
-// backoff. AdoptEpoch(ctx, js, ns, oldEpoch) records the old epoch in the
+// backoff. A Call of a held job is told so once, at once: the owner sends
+// a held notice on the Call's reply token marked with "=" (a client of an
+// earlier build drops it and waits, as before), and Call returns a
+// *HeldError (errors.Is ErrHeld, ErrEpoch and ErrNoReply): the job is
+// stored, not failed; a Call again with its ID gets its outcome once it
+// ran (TestCallOnARecreatedStreamSaysHeld). AdoptEpoch(ctx, js, ns, oldEpoch) records the old epoch in the
 // stream's keylane.adopted metadata; workers re-read it on ErrEpoch, and
 // the keys' state then carries over: held job IDs still answer retries,
 // the old sequences are ignored. Tested by
@@ -375,8 +403,10 @@
 // worker's topology); they hand their partitions over, open the new
 // topology (never creating a stream) and balance the new N. State stays in
 // the state bucket, keyed by resource key, so every key keeps its state.
-// Clients must be opened again; an old client's jobs are refused. Tested
-// by TestRepartitionKeepsEveryKeysState and cmd/keylane's
+// Clients must be opened again; an old client's jobs are refused
+// (ErrPartitionMismatch at publish for a partition that is gone, a dead
+// letter for one that exists with another N). Tested
+// by TestRepartitionKeepsEveryKeysState, TestStaleClientSubmitToAGonePartition and cmd/keylane's
 // TestRepartitionCommand.
 //
 // # Shards
@@ -500,6 +530,26 @@
 //     out" to a purchase that went through. Tested by
 //     TestKeyBacklogCapRefusesBeyondN and
 //     TestKeyBacklogRetryOfAnAppliedJobGetsItsOutcome.
+//   - A retry by job ID of a job still queued (no worker ran it yet, and
+//     the duplicate window passed) meets the full key too, and has no kept
+//     outcome. The client then reads the key's queue from the stream's
+//     leader ($JS.API.STREAM.MSG.GET on the key's subject, never a direct
+//     get, which a follower may answer from behind): its last message,
+//     then the others in order up to it (an earlier copy is older than
+//     that last one, and a subject never holds more than MaxKeyBacklog,
+//     so at most MaxKeyBacklog+1 reads however fast the queue moves). A
+//     job with the ID there is a duplicate (Submit: ErrDuplicate; Call:
+//     waits for its outcome, which the worker keeps by ID). Not there, the
+//     outcome is looked up once more (a copy acked during the scan had
+//     its outcome kept before its ack); only then "full, nothing stored".
+//     An error saying "unknown" (not ErrKeyBacklogFull) when the queue
+//     cannot be read. The cost, on refusals of jobs with a caller's ID
+//     only: two results gets and up to MaxKeyBacklog+1 leader reads. That read needs
+//     $JS.API.STREAM.MSG.GET.NS_JOBS, which the shipped accounts.conf does
+//     not give clients (they may not read jobs): such a client gets
+//     "unknown" for this case, within one refusal check. Before, it said
+//     "full, nothing stored" and the order was applied when a worker came
+//     (TestKeyBacklogRetryOfAQueuedJobIsNotFull).
 //   - Two keys with one token (a 64-bit hash collision, about one pair in
 //     2^64) share a subject, hence a cap; nothing else. Whoever can craft
 //     such a key can submit the real key's jobs anyway.
@@ -738,6 +788,62 @@
 // TestSetupAllowsAtomicPublishOnResults (an existing results stream
 // without the flag gets it and keeps its entries) and, under
 // docs/security/accounts.conf's least privilege, TestAccounts.
+//
+// # Refusals: permanent or transient
+//
+// Every NATS and JetStream error keylane meets is classified once, in
+// internal/natserr (Classify), from nats.go's sentinels and the server's
+// error codes; the retry loops of publishing, the partition consumer, the
+// state write and Setup ask it. Permanent: no retry of the same
+// request cures it, so it becomes a clear error for a caller or a dead
+// letter with the reason, never "trying again". Transient: retried with
+// backoff (bounded by a context, a lease or MaxDeliver as each loop says).
+// Conflict: a compare-and-set lost; read again and decide again. Limit:
+// a stream or bucket at its configured size; a publisher is told, a state
+// write waits for room.
+//
+//	refusal                                           class
+//	max_payload exceeded (nats.go, before sending)    permanent
+//	10054 message over the stream's max message size  permanent
+//	invalid subject, invalid KV key                   permanent
+//	10188 schedules off, 10166 per-message TTL off    permanent
+//	10174-10200 atomic batch refused or malformed     permanent
+//	10074 replicas > 1 on a server without a cluster  permanent
+//	10060 Nats-Expected-Stream differs                permanent
+//	10059 stream not found                            permanent
+//	10077 maximum messages per subject (key's cap)    permanent
+//	permissions violation, connection closed          permanent
+//	any other 400 or 404 API error                    permanent
+//	10077 maximum messages or bytes (a full stream)   limit
+//	10023 insufficient resources (storage used up)    limit
+//	no responders, "no response from stream"          transient
+//	503, 10008 cluster unavailable, 408, other 5xx    transient
+//	timeout, deadline, reconnecting, disconnected     transient
+//	10071, 10164 wrong last sequence; key exists      conflict
+//
+// What each does with them:
+//
+//	where                  permanent                         transient (limit)
+//	Submit, Call, publish  returned at once; 10077 per       published again with backoff
+//	                       subject: KeyBacklogFullError or   until ctx ends (limit: returned
+//	                       a duplicate (# Admission)         at once); "no response from
+//	                                                         stream": ErrNoTopology or
+//	                                                         ErrPartitionMismatch at once
+//	                                                         if the stream is gone or has
+//	                                                         another N
+//	state write (worker)   the job is dead-lettered with the an outage: the job waits with
+//	                       refusal (max_payload: the window  backoff while the lease lasts,
+//	                       shrinks first; ErrStateTooLarge)  no attempt spent (limit too)
+//	Setup (worker start)   ends at once, logged at ERROR     retried with backoff, logged
+//	                                                         at WARN (first, every tenth)
+//	partition consumer     the tenure's attempt fails        retried while the lease lasts
+//
+// Conflicts keep their own handling: the compare-and-set loops read again
+// (cas.go, at most casTries). A stream not found is not permanent for
+// Setup, where a concurrent creator may be making it.
+//
+// Tested by internal/natserr's TestClassify (every row, as nats.go
+// returns it) and TestClassifyRealRefusals (a real server's answers).
 //
 // # Replies
 //

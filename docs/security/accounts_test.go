@@ -362,3 +362,49 @@ func refused(t *testing.T, c *conn, err error, what string) {
 		return strings.Contains(fmt.Sprint(c.asyncErrs()), what)
 	})
 }
+
+// TestQueuedRetryOnAFullKeyIsUnknownToAClient: a client of accounts.conf
+// may not read jobs, so when a retry by ID of its stored, queued order
+// meets the key's full backlog after the duplicate window, it cannot
+// prove the order is queued, and must not say "full, nothing stored"
+// either: it says "unknown", naming the refusal, at once.
+func TestQueuedRetryOnAFullKeyIsUnknownToAClient(t *testing.T) {
+	s := startServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	wc := connect(t, s, "worker-a", "_INBOX.a")
+	js, err := jetstream.New(wc.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err := keylane.Setup(ctx, js, keylane.TopologyConfig{Namespace: "a", Partitions: 4, ReplyPrefix: "_INBOX.a.", MaxKeyBacklog: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := topo.Jobs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := info.Config
+	sc.Duplicates = 100 * time.Millisecond
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	cc := connect(t, s, "client-a", "_INBOX.a")
+	client, err := keylane.NewClient(ctx, cc.Conn, keylane.ClientConfig{Namespace: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.Submit(ctx, "ticket:1", []byte("order-1"), keylane.WithID("order-1")); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	testwait.Eventually(t, 10*time.Second, "the retry meets the full key (the duplicate window passed)", func() bool {
+		_, last = client.Submit(ctx, "ticket:1", []byte("order-1"), keylane.WithID("order-1"))
+		return !errors.Is(last, keylane.ErrDuplicate)
+	})
+	if errors.Is(last, keylane.ErrKeyBacklogFull) || !strings.Contains(last.Error(), "unknown") || !errors.Is(last, nats.ErrPermissionViolation) {
+		t.Fatalf("retry by ID of a queued order on a full key, as a client that may not read jobs: %v; want \"unknown\" naming the permissions violation, never backlog full", last)
+	}
+}

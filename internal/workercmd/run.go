@@ -12,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/inventory"
 	"github.com/keylane/keylane/lease"
@@ -114,6 +115,8 @@ func startError(c Config, err error) error {
 		return fmt.Errorf("--reply-prefix %q: %w", c.Worker.Topology.ReplyPrefix, err)
 	case errors.Is(err, keylane.ErrMaxDeliverMismatch):
 		return fmt.Errorf("--max-deliver %d: %w", c.Worker.MaxDeliver, err)
+	case replicasRefused(err):
+		return fmt.Errorf("--replicas %d: %w; the server is not part of a cluster: start with --replicas 1, or connect to a cluster", c.Worker.Topology.Replicas, err)
 	}
 	return err
 }
@@ -176,4 +179,11 @@ func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Work
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// replicasRefused reports whether err is the server's refusal of replicas
+// above 1 outside a cluster (10074).
+func replicasRefused(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == natserr.CodeReplicasNotSupported
 }

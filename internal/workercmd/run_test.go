@@ -304,3 +304,26 @@ func TestRunServesTheStatusPage(t *testing.T) {
 		t.Fatalf("GET /metrics: %d %v\n%s", code, err, body)
 	}
 }
+
+// TestRunRefusesReplicasOnOneServer: `worker --replicas 3` against a
+// single server that is not clustered is refused by the server with error
+// 10074, which no retry cures. Run ends at once with an error naming
+// --replicas and the refusal, and logs it at ERROR (on main Setup retried
+// the refusal silently until its context ended).
+func TestRunRefusesReplicasOnOneServer(t *testing.T) {
+	srv := natstest.Start(t)
+	var logs logBuffer
+	c := config(t, t.TempDir(), logs.logger())
+	c.URL = srv.ClientURL()
+	c.Worker.Topology.Replicas = 3
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := Run(ctx, c, nil)
+	var apiErr *jetstream.APIError
+	if ctx.Err() != nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != 10074 || !strings.Contains(err.Error(), "--replicas 3") {
+		t.Fatalf("Run with --replicas 3 on one server: %v; want the server's refusal 10074 naming --replicas 3, before the context ended", err)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "10074") {
+		t.Fatalf("no ERROR line with the refusal in the log:\n%s", logs.String())
+	}
+}
