@@ -109,7 +109,7 @@ func (c *Client) Redrive(ctx context.Context, d DeadLetter) (string, error) {
 		return "", fmt.Errorf("keylane: dead letter %d: %w", d.Seq, err)
 	}
 	id := redriveID(d)
-	opts := []SubmitOpt{WithID(id), WithHeader(HeaderRedriveOf, d.JobID)}
+	opts := []SubmitOpt{WithID(id), withRedriveOf(d.JobID)}
 	if d.Type != "" {
 		opts = append(opts, WithType(d.Type))
 	}

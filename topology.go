@@ -12,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -152,18 +153,8 @@ func validReplyPrefix(prefix, ns string) error {
 }
 
 // validReply reports whether a job's reply subject is a plain subject under
-// the topology's reply prefix.
-func validReply(reply, prefix string) bool {
-	if len(reply) <= len(prefix) || !strings.HasPrefix(reply, prefix) {
-		return false
-	}
-	for _, tok := range strings.Split(reply[len(prefix):], ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
-			return false
-		}
-	}
-	return true
-}
+// the topology's reply prefix (wire.ValidateReply).
+func validReply(reply, prefix string) bool { return wire.ValidateReply(reply, prefix) == nil }
 
 // Topology is the set of NATS objects of one namespace, opened or created.
 type Topology struct {
