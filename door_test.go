@@ -3,8 +3,8 @@ package keylane
 import (
 	"context"
 	"errors"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
