@@ -323,3 +323,92 @@ func TestKeyWithWhiteSpace(t *testing.T) {
 	}
 	callWithin(t, e.client, 20*time.Second, strings.TrimSpace(key))
 }
+
+// TestDeadLetterRefusedForGoodIsStoredBare: the dead-letter stream refuses
+// a dead letter for what it is (here its MaxMsgSize, below the job's
+// payload: a 400 answer). Sending it again as it is can never succeed, so
+// it is sent once more bare (no payload, no submitter's headers, the
+// payload's length said), and the key moves on.
+func TestDeadLetterRefusedForGoodIsStoredBare(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Dead())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.MaxMsgSize = 4096
+	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	var h failOn
+	w := e.worker("w", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
+		if strings.HasPrefix(string(j.Payload), "bad") {
+			j.Payload = []byte("bad")
+		}
+		return h.handler()(ctx, j)
+	}), nil)
+	e.waitOwned(w)
+	big := "bad" + strings.Repeat("x", 8192)
+	if _, err := e.client.Submit(ctx(t), "k", []byte(big), WithID("big-1"), WithHeader("X-Order", "42")); err != nil {
+		t.Fatal(err)
+	}
+	callWithin(t, e.client, 20*time.Second, "k")
+	d := waitDead(t, e, 1)[0]
+	if d.JobID != "big-1" || d.Key != "k" || d.PayloadDropped != len(big) || d.Payload != nil || !strings.Contains(d.Error, "refused bad") {
+		t.Fatalf("dead letter %+v; want it bare: ID, key, the error and the dropped payload's length", d)
+	}
+	if w.Stats().DeadLetterErrors != 1 {
+		t.Fatalf("%d failed dead-letter writes; want the one refused", w.Stats().DeadLetterErrors)
+	}
+}
+
+// TestDeadLetterStreamRefusingBareDeadLettersHoldsTheLane: a dead-letter
+// stream configured to refuse even a bare dead letter (MaxMsgSize below
+// its headers) is the operator's to fix: the job stays unacked at the head
+// of its lane, its key waits, the failures are counted, and once the
+// stream takes dead letters again the job is dead-lettered and the key
+// moves on. Acking it without a dead letter would lose it silently.
+func TestDeadLetterStreamRefusingBareDeadLettersHoldsTheLane(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Dead())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.MaxMsgSize = 16
+	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	var h failOn
+	w := e.worker("w", h.handler(), func(c *WorkerConfig) { c.Backoff = func(int) time.Duration { return 50 * time.Millisecond } })
+	e.waitOwned(w)
+	if _, err := e.client.Submit(ctx(t), "k", []byte("bad")); err != nil {
+		t.Fatal(err)
+	}
+	later := make(chan error, 1)
+	go func() {
+		_, err := e.client.Call(ctx(t), "k", []byte("after"))
+		later <- err
+	}()
+	testwait.Eventually(t, 10*time.Second, "refused dead-letter writes counted", func() bool { return w.Stats().DeadLetterErrors > 3 })
+	select {
+	case err := <-later:
+		t.Fatalf("a later job of the key ran (%v) while the failed job was neither applied nor dead-lettered", err)
+	default:
+	}
+	sc.MaxMsgSize = 0
+	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-later:
+		if err != nil {
+			t.Fatalf("later job: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the later job never ran after the dead-letter stream was fixed")
+	}
+	if d := waitDead(t, e, 1); !strings.Contains(d[0].Error, "refused bad") {
+		t.Fatalf("dead letter %+v", d[0])
+	}
+}
