@@ -266,10 +266,12 @@ func TestRawRollupIsDeadLettered(t *testing.T) {
 	}
 
 	plain := newEnv(t, TopologyConfig{Partitions: 1})
-	_, err := plain.js.PublishMsg(ctx(t), rawJob(plain, "sku:7", nats.Header{HeaderKey: {"sku:7"}, "Nats-Rollup": {"sub"}}, "rollup"))
-	var api *jetstream.APIError
-	if !errors.As(err, &api) {
-		t.Fatalf("raw roll-up on a namespace without delays: %v; want the server's refusal", err)
+	for _, hdr := range [][2]string{{"Nats-Rollup", "sub"}, {"Nats-TTL", "1s"}, {"Nats-Incr", "1"}} {
+		_, err := plain.js.PublishMsg(ctx(t), rawJob(plain, "sku:7", nats.Header{HeaderKey: {"sku:7"}, hdr[0]: {hdr[1]}}, "raw"))
+		var api *jetstream.APIError
+		if !errors.As(err, &api) {
+			t.Errorf("raw %s on a namespace without delays: %v; want the server's refusal", hdr[0], err)
+		}
 	}
 }
 
