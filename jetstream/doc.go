@@ -829,7 +829,10 @@
 // stream's configuration refuses every dead letter: that is logged at
 // ERROR as the operator's to fix and retried with backoff, holding the
 // lane as a missing stream does (acking the job without a dead letter
-// would lose it silently). Tested by TestDeadLetterTooLargeStillFits,
+// would lose it silently). A malformed message (# The door) is
+// dead-lettered on its partition's fetch loop, having no lane: while the
+// dead-letter stream takes nothing, it holds the partition's fetching, as
+// a failing job holds its key. Tested by TestDeadLetterTooLargeStillFits,
 // TestDeadLetterUnwritableHoldsTheLane,
 // TestDeadLetterRefusedForGoodIsStoredBare and
 // TestDeadLetterStreamRefusingBareDeadLettersHoldsTheLane.
