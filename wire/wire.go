@@ -159,12 +159,16 @@ func ValidateReply(reply, prefix string) error {
 	if prefix == "" || len(reply) <= len(prefix) || !strings.HasPrefix(reply, prefix) {
 		return fmt.Errorf("%w %q (got %q)", ErrBadReply, prefix, clip(reply))
 	}
-	for _, tok := range strings.Split(reply[len(prefix):], ".") {
+	for rest := reply[len(prefix):]; ; {
+		tok, after, more := strings.Cut(rest, ".")
 		if tok == "" || tok == "*" || tok == ">" || strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 			return fmt.Errorf("%w %q (got %q)", ErrBadReply, prefix, clip(reply))
 		}
+		if !more {
+			return nil
+		}
+		rest = after
 	}
-	return nil
 }
 
 // ValidateUserHeader reports why a submitter's own header name: value

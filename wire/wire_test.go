@@ -243,3 +243,23 @@ func TestDeadHeaderCopiesNoControlHeader(t *testing.T) {
 		t.Errorf("DeadErrorText cut to %d bytes", len(got))
 	}
 }
+
+// TestCheapOnTheHotPath: a valid job is built and read without an
+// allocation for the checks (ValidateReply runs on every Call).
+func TestCheapOnTheHotPath(t *testing.T) {
+	key := keyIn(1, 4)
+	subj := partition.Subject("ns", 1, key)
+	h := map[string][]string{HeaderJobID: {"order.1"}, HeaderKey: {key}, HeaderPartitions: {"4"}, HeaderReply: {"_INBOX.x.-1"}}
+	if n := testing.AllocsPerRun(100, func() {
+		_ = ValidateReply("_INBOX.abc.-1x", "_INBOX.")
+		_ = ValidateJobID("order.1")
+		_ = ValidateKey(key)
+		_ = ValidateType("paid")
+		_ = ValidateUserHeaders(nil)
+	}); n != 0 {
+		t.Errorf("the client's checks allocate %v times", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = rules4.Parse(subj, h) }); n > 1 {
+		t.Errorf("Parse allocates %v times; want at most the key token", n)
+	}
+}
