@@ -180,7 +180,6 @@ type Topology struct {
 	// epoch, the adopted epochs (of every shard) and the reply prefix.
 	Meta    Meta
 	js      jetstream.JetStream
-	nHeader string // Partitions as a Keylane-Partitions header value
 }
 
 // NewState returns a State on the namespace's state bucket that ties
@@ -253,7 +252,7 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) 
 		return nil, err
 	}
 	meta := joinMeta(metas)
-	t := &Topology{Names: names, Partitions: meta.Partitions, Config: cfg, Meta: meta, js: js, nHeader: strconv.Itoa(meta.Partitions)}
+	t := &Topology{Names: names, Partitions: meta.Partitions, Config: cfg, Meta: meta, js: js}
 	t.Jobs, t.Streams, t.Shards = streams[0], streams, meta.Shards
 	for _, m := range metas {
 		t.Epochs = append(t.Epochs, m.Epoch)
