@@ -178,8 +178,8 @@ type Topology struct {
 	Replicas int
 	// Meta is what the jobs streams' metadata fixes: N, S, shard 0's
 	// epoch, the adopted epochs (of every shard) and the reply prefix.
-	Meta    Meta
-	js      jetstream.JetStream
+	Meta Meta
+	js   jetstream.JetStream
 }
 
 // NewState returns a State on the namespace's state bucket that ties
