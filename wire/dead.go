@@ -52,7 +52,7 @@ func DeadHeader(j Job, received map[string][]string, d Dead) map[string][]string
 	}
 	h[HeaderError] = []string{DeadErrorText(d.Error)}
 	h[HeaderAttempts] = []string{strconv.Itoa(d.Attempts)}
-	if w := strings.ToValidUTF8(d.Worker, ""); w != "" && validHeaderValue(w) && len(w) <= MaxHeaderNameLen {
+	if w := strings.ToValidUTF8(d.Worker, ""); w != "" && validHeaderValue(w) {
 		h[HeaderWorker] = []string{w}
 	}
 	h[HeaderSeq] = []string{strconv.FormatUint(d.Seq, 10)}
