@@ -787,6 +787,15 @@
 // refuses Nats-Rollup at publish, as it refuses Nats-TTL and Nats-Incr
 // (features off on every jobs stream).
 //
+// Not closed yet: a raw message with an empty payload and a Status header
+// (a keylane client refuses one) is taken by nats.go's pull iterator for
+// a status message and never reaches the worker, which sees the delivery
+// gap, re-synchronises, and meets it again: its partition stalls
+// ("delivery 2 after 0" re-syncs in the log) until an operator removes
+// the message (nats stream rmm). The worker's shipped permissions read
+// nothing of the jobs stream but its deliveries, so it cannot find and
+// dead-letter it itself.
+//
 // Tested by TestJobIDTheResultsBucketCannotHold,
 // TestFailingDelayedJobIsDeadLettered,
 // TestFailingAtomicBatchJobIsDeadLettered,
