@@ -35,6 +35,9 @@ import (
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
 	defer c.observeCall(c.now(), &err)
 	r := build(key, payload, opts)
+	if r.optErr != nil && !errors.Is(r.optErr, ErrBadDelay) {
+		return nil, r.optErr // a refused header
+	}
 	if r.optErr != nil || !r.RunAt.IsZero() {
 		return nil, errors.Join(ErrDelayedCall, r.optErr)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -16,14 +17,12 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ValidateJobID reports why id cannot be used as a job ID, or nil.
+// ValidateJobID reports why id cannot be used as a job ID, or nil: 1 to
+// 256 characters of A-Z a-z 0-9 _ - = and dots, a dot never first, last or
+// next to another (the ID is a key of the results bucket). Workers apply
+// the same rule (package wire) to every job they receive.
 func ValidateJobID(id string) error {
-	ok := len(id) >= 1 && len(id) <= 256 && id[0] != '.' && id[len(id)-1] != '.'
-	for i := 0; ok && i < len(id); i++ {
-		c := id[i]
-		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '=' || c == '-' || c == '.'
-	}
-	if !ok {
+	if wire.ValidateJobID(id) != nil {
 		return fmt.Errorf("%w (got %q)", ErrBadJobID, id)
 	}
 	return nil
@@ -214,9 +213,21 @@ func WithID(id string) SubmitOpt { return func(r *Request) { r.ID = id } }
 // WithType sets the job type used by a Mux.
 func WithType(typ string) SubmitOpt { return func(r *Request) { r.Type = typ } }
 
-// WithHeader adds a header carried to the handler.
+// WithHeader adds a header carried to the handler. Names under Nats-*
+// (the server acts on them: a Nats-Rollup deletes the key's queued jobs)
+// and Keylane-* (keylane's own), and Status and Description (nats.go's),
+// are refused with ErrReservedHeader, a name nats.go cannot send or a
+// value that would not arrive as sent (CR, LF, white space at either end)
+// with ErrBadHeader; nothing is stored. Headers set in Request.Headers
+// are checked the same way.
 func WithHeader(k, v string) SubmitOpt {
 	return func(r *Request) {
+		if err := wire.ValidateUserHeader(k, v); err != nil {
+			if r.optErr == nil {
+				r.optErr = err
+			}
+			return
+		}
 		if r.Headers == nil {
 			r.Headers = nats.Header{}
 		}
@@ -229,8 +240,23 @@ func WithHeader(k, v string) SubmitOpt {
 func withRedriveOf(id string) SubmitOpt { return func(r *Request) { r.redriveOf = id } }
 
 func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
-	if err := partition.ValidateKey(r.Key); err != nil {
+	// Each field by the rule the worker applies on receipt (package wire).
+	if r.optErr != nil {
+		return nil, r.optErr
+	}
+	if err := wire.ValidateKey(r.Key); err != nil {
 		return nil, err
+	}
+	if err := wire.ValidateType(r.Type); err != nil {
+		return nil, err
+	}
+	if err := wire.ValidateUserHeaders(r.Headers); err != nil {
+		return nil, err
+	}
+	if reply != "" {
+		if err := wire.ValidateReply(reply, c.replyPrefix); err != nil {
+			return nil, err
+		}
 	}
 	explicit := r.ID != ""
 	if !explicit {

@@ -3,12 +3,11 @@ package keylane
 import (
 	"context"
 	"errors"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -63,13 +62,16 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 	return true
 }
 
-// Dead letters always fit: the error text is cut to deadErrorMax bytes,
-// and a dead letter that would still exceed the server's max_payload (a
-// job published near the limit by something other than Client, which
-// leaves DeadLetterReserve free) keeps its headers and drops the payload,
-// saying how long it was.
+// Dead letters always fit and are always stored: the error text is cut to
+// deadErrorMax bytes, a dead letter's headers are built from the job's
+// fields that passed package wire's rules and the submitter's allowed
+// headers (never a received Nats-* or Keylane-* header, which the
+// dead-letter stream would refuse for ever), and a dead letter that would
+// still exceed the server's max_payload (a job published near the limit
+// by something other than Client, which leaves DeadLetterReserve free)
+// drops the payload, saying how long it was, then the submitter's headers.
 const (
-	deadErrorMax = 1024
+	deadErrorMax = wire.DeadErrorMax
 	// DeadLetterReserve is the room Client leaves below max_payload in every
 	// job for what a dead letter adds (headers naming the error, attempts,
 	// worker, sequence, partition and fence).
@@ -79,11 +81,19 @@ const (
 // deadLetter stores the job, with why it failed, on the dead-letter stream.
 // A failed write is retried with backoff for as long as the lease is
 // trusted, and counted and logged: the lane never moves past a job that
-// was neither applied nor dead-lettered. It reports whether the dead letter
-// was stored (only then may the job be acked); false means the tenure
-// ended first and the job goes to the next owner.
+// was neither applied nor dead-lettered. A write the stream refuses for
+// good (a 400 answer: a header it does not take, a message above its
+// limits; or max_payload) is not sent again as it was: it is sent once
+// more bare (our headers only, no payload, no submitter's headers), and a
+// bare dead letter still refused says the dead-letter stream's own
+// configuration refuses what every dead letter is; that is logged at ERROR
+// as an operator's to fix and retried with backoff, holding the lane as a
+// missing stream does. It reports whether the dead letter was stored (only
+// then may the job be acked); false means the tenure ended first and the
+// job goes to the next owner.
 func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) bool {
-	dm := o.deadMessage(msg, job, why, attempts)
+	dm := o.deadMessage(msg, job, why, attempts, false)
+	bare := false
 	for try := 1; ; try++ {
 		if !o.l.Trusted() || o.ctx.Err() != nil {
 			return false
@@ -96,7 +106,16 @@ func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) 
 			break
 		}
 		o.w.stats.deadErrors.Add(1)
-		o.log.Error("dead-letter write failed; the job stays in its lane until one succeeds", "job_id", job.ID, "try", try, "err", err)
+		switch {
+		case refusedForGood(err) && !bare:
+			o.log.Error("dead letter refused; storing it bare (no payload, no submitter's headers)", "job_id", job.ID, "err", err)
+			dm, bare = o.deadMessage(msg, job, why, attempts, true), true
+			continue
+		case refusedForGood(err):
+			o.log.Error("the dead-letter stream refuses even a bare dead letter: its configuration must be fixed; the job stays in its lane until then", "job_id", job.ID, "try", try, "err", err)
+		default:
+			o.log.Error("dead-letter write failed; the job stays in its lane until one succeeds", "job_id", job.ID, "try", try, "err", err)
+		}
 		timer := time.NewTimer(o.w.cfg.Backoff(try))
 		select {
 		case <-timer.C:
@@ -110,46 +129,40 @@ func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) 
 	return true
 }
 
+// refusedForGood reports whether a publish was refused for what the
+// message is, so sending it again as it is cannot succeed: the stream
+// answered 400 (a header it does not take, such as Nats-Batch-* or
+// Nats-Schedule*, a message above its size limit), or nats.go refused it
+// (max_payload, a header name it cannot send).
+func refusedForGood(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.Code == 400 ||
+		errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, nats.ErrBadHeaderMsg)
+}
+
 // deadLetterTimeout bounds one write to the dead-letter stream.
 const deadLetterTimeout = 5 * time.Second
 
-// deadMessage builds the dead letter of msg: its headers and payload plus
-// why it failed, bounded to fit the server's max_payload.
-func (o *owner) deadMessage(msg jetstream.Msg, job Job, why error, attempts int) *nats.Msg {
+// deadMessage builds the dead letter of msg (wire.DeadHeader): the job's
+// fields that pass wire's rules, the submitter's allowed headers and why
+// it failed, bounded to fit the server's max_payload. A bare one carries
+// neither payload nor the submitter's headers.
+func (o *owner) deadMessage(msg jetstream.Msg, job Job, why error, attempts int, bare bool) *nats.Msg {
+	f, _ := o.rules().Parse(msg.Subject(), msg.Headers())
+	d := wire.Dead{Error: why.Error(), Attempts: attempts, Worker: o.w.cfg.ID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
+	user := msg.Headers()
 	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
-	for k, vs := range msg.Headers() {
-		// Publish expectations (Nats-Expected-Stream, …) were meant for the
-		// jobs stream and would make the dead-letter publish fail.
-		if strings.HasPrefix(k, "Nats-Expected-") {
-			continue
-		}
-		dm.Header[k] = append([]string(nil), vs...)
-	}
-	dm.Header.Del(HeaderReply)
-	text := why.Error()
-	if len(text) > deadErrorMax {
-		text = strings.ToValidUTF8(text[:deadErrorMax], "") + "…"
-	}
-	dm.Header.Set(HeaderError, text)
-	dm.Header.Set(HeaderAttempts, strconv.Itoa(attempts))
-	dm.Header.Set(HeaderWorker, o.w.cfg.ID)
-	dm.Header.Set(HeaderSeq, strconv.FormatUint(job.Seq, 10))
-	dm.Header.Set(HeaderPartition, strconv.Itoa(o.p))
-	dm.Header.Set(HeaderFence, strconv.FormatUint(o.l.Fence(), 10))
 	dm.Data = msg.Data()
+	if bare {
+		user, d.PayloadDropped, dm.Data = nil, len(dm.Data), nil
+	}
+	dm.Header = wire.DeadHeader(f, user, d)
 	if size := messageSize(dm); size > o.w.nc.MaxPayload() {
-		dm.Header.Set(HeaderPayloadDropped, strconv.Itoa(len(dm.Data)))
-		dm.Data = nil
+		d.PayloadDropped, dm.Data = len(dm.Data), nil
+		dm.Header = wire.DeadHeader(f, user, d)
 		// Headers of a foreign message may be huge too: keep ours only.
 		if messageSize(dm) > o.w.nc.MaxPayload() {
-			for k := range dm.Header {
-				if !strings.HasPrefix(k, "Keylane-") && k != HeaderJobID {
-					delete(dm.Header, k)
-				}
-			}
-			if key := dm.Header.Get(HeaderKey); len(key) > partition.MaxKeyLen {
-				dm.Header.Del(HeaderKey)
-			}
+			dm.Header = wire.DeadHeader(f, nil, d)
 		}
 	}
 	return dm

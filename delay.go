@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -65,7 +66,7 @@ func WithRunAt(t time.Time) SubmitOpt {
 
 // HeaderDelayedID carries a delayed job's ID: the server leaves
 // Nats-Msg-Id out of the job it stores when the job is due.
-const HeaderDelayedID = "Keylane-Job-Id"
+const HeaderDelayedID = wire.HeaderDelayedID
 
 // Message-schedule headers of nats-server 2.12 and later.
 const (

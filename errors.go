@@ -3,6 +3,8 @@ package keylane
 import (
 	"errors"
 	"fmt"
+
+	"github.com/keylane/keylane/wire"
 )
 
 // The errors keylane returns, in one place.
@@ -12,7 +14,17 @@ var (
 	// max_payload; nothing is sent.
 	ErrPayloadTooLarge = errors.New("keylane: payload larger than the server's max_payload")
 	// ErrBadJobID is returned for a job ID keylane cannot carry.
-	ErrBadJobID = errors.New("keylane: job ID must be 1-256 characters of A-Z a-z 0-9 _ - = and inner dots")
+	ErrBadJobID = errors.New("keylane: job ID must be 1-256 characters of A-Z a-z 0-9 _ - = and single inner dots")
+	// ErrBadType is returned for a job type keylane cannot carry (see
+	// package wire); nothing is stored.
+	ErrBadType = wire.ErrBadType
+	// ErrReservedHeader is returned for a header of WithHeader or
+	// Request.Headers under Nats-* or Keylane-* (any case), or named Status
+	// or Description; nothing is stored.
+	ErrReservedHeader = wire.ErrReservedHeader
+	// ErrBadHeader is returned for a header name nats.go cannot send, or a
+	// value that would not arrive as sent; nothing is stored.
+	ErrBadHeader = wire.ErrBadHeader
 	// ErrNoReply is returned (as a *NoReplyError naming the job) by Call
 	// when ctx ended before the job's outcome came. Call does not wait for
 	// the stream's ack before the outcome, so the job may or may not have

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -163,51 +162,33 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 }
 
 // dispatch validates a fetched message and queues it in its key's lane.
-// Anything that is not a valid job of this partition is dead-lettered and
-// acked, never handed to the handler and never allowed to stop the loop.
+// Anything that is not a valid job of this partition (wire.Rules.Parse:
+// key, subject, partition count, reply, job ID, type) is dead-lettered
+// with the reason and acked, never handed to the handler and never
+// allowed to stop the loop.
 func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
-		o.malformed(msg, 0, fmt.Errorf("no JetStream metadata: %w", err))
+		o.malformed(msg, 0, wire.Job{}, fmt.Errorf("no JetStream metadata: %w", err))
 		return
 	}
 	h := msg.Headers()
-	key := h.Get(HeaderKey)
-	if err := partition.ValidateKey(key); err != nil {
-		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("bad %s header: %w", HeaderKey, err))
+	f, err := o.rules().Parse(msg.Subject(), h)
+	if err != nil {
+		o.malformed(msg, meta.Sequence.Stream, f, err)
 		return
 	}
-	if p := partition.Of(key, o.w.topo.Partitions); p != o.p {
-		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("key %q belongs to partition %d, arrived on %d", key, p, o.p))
-		return
-	}
-	if !strings.HasSuffix(msg.Subject(), "."+partition.KeyToken(key)) {
-		// Not the key's own subject: it would bypass the key's backlog cap.
-		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("subject %q is not key %q's (token %s)", msg.Subject(), key, partition.KeyToken(key)))
-		return
-	}
-	if n := h.Get(HeaderPartitions); n != "" && n != o.w.topo.nHeader {
-		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("routed by a client that counts %s partitions, the jobs stream has %d: re-open the client", n, o.w.topo.Partitions))
-		return
-	}
-	if reply := h.Get(HeaderReply); reply != "" && !validReply(reply, o.w.topo.Meta.ReplyPrefix) {
-		o.malformed(msg, meta.Sequence.Stream, fmt.Errorf("reply subject %q is not under the reply prefix %q", reply, o.w.topo.Meta.ReplyPrefix))
-		return
-	}
-	id := h.Get(HeaderJobID)
-	if id == "" {
-		id = h.Get(HeaderDelayedID) // a delayed job, stored when due
-	}
+	id := f.ID // Nats-Msg-Id, or a delayed job's Keylane-Job-Id
 	if id == "" {
 		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
 	}
-	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: h.Get(HeaderIdempotent) != "", keep: h.Get(HeaderKeepOutcome) != ""}
+	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: f.Idempotent, keep: f.KeepOutcome}
 	if of := h.Get(HeaderRedriveOf); of != "" && ValidateJobID(of) == nil {
 		t.redriveOf = of
 	}
 	t.stored = meta.Timestamp
 	t.job = Job{
-		ID: id, Key: key, Type: h.Get(HeaderType), Payload: msg.Data(), Partition: o.p,
+		ID: id, Key: f.Key, Type: f.Type, Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
 	}
 	o.logReceived(t, meta.NumDelivered)
@@ -216,16 +197,22 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	}
 }
 
-func (o *owner) malformed(msg jetstream.Msg, seq uint64, why error) {
+// rules are what this partition's jobs are checked against on receipt.
+func (o *owner) rules() wire.Rules {
+	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix}
+}
+
+// malformed dead-letters msg, which is no valid job (why), acks it, and
+// tells a caller waiting on a valid reply subject (f.Reply).
+func (o *owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
 	o.w.stats.malformed.Add(1)
 	o.log.Warn("malformed message dead-lettered", "seq", seq, "err", why)
 	err := Permanent(fmt.Errorf("malformed: %w", why))
-	if !o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
+	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
 		return
 	}
-	// Tell a caller waiting on a proper reply subject why, then ack.
-	if reply := msg.Headers().Get(HeaderReply); reply != "" && validReply(reply, o.w.topo.Meta.ReplyPrefix) {
-		if perr := o.w.nc.PublishMsg(replyMsg(reply, nil, err, true)); perr != nil {
+	if f.Reply != "" {
+		if perr := o.w.nc.PublishMsg(replyMsg(f.Reply, nil, err, true)); perr != nil {
 			o.log.Warn("reply", "seq", seq, "err", perr)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -160,18 +161,8 @@ func validReplyPrefix(prefix, ns string) error {
 }
 
 // validReply reports whether a job's reply subject is a plain subject under
-// the topology's reply prefix.
-func validReply(reply, prefix string) bool {
-	if len(reply) <= len(prefix) || !strings.HasPrefix(reply, prefix) {
-		return false
-	}
-	for _, tok := range strings.Split(reply[len(prefix):], ".") {
-		if tok == "" || tok == "*" || tok == ">" || strings.ContainsAny(tok, " \t\r\n") {
-			return false
-		}
-	}
-	return true
-}
+// the topology's reply prefix (wire.ValidateReply).
+func validReply(reply, prefix string) bool { return wire.ValidateReply(reply, prefix) == nil }
 
 // Topology is the set of NATS objects of one namespace, opened or created.
 type Topology struct {
@@ -195,9 +186,8 @@ type Topology struct {
 	Replicas int
 	// Meta is what the jobs streams' metadata fixes: N, S, shard 0's
 	// epoch, the adopted epochs (of every shard) and the reply prefix.
-	Meta    Meta
-	js      jetstream.JetStream
-	nHeader string // Partitions as a Keylane-Partitions header value
+	Meta Meta
+	js   jetstream.JetStream
 }
 
 // NewState returns a State on the namespace's state bucket that ties
@@ -294,7 +284,7 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) 
 		return nil, err
 	}
 	meta := joinMeta(metas)
-	t := &Topology{Names: names, Partitions: meta.Partitions, Config: cfg, Meta: meta, js: js, nHeader: strconv.Itoa(meta.Partitions)}
+	t := &Topology{Names: names, Partitions: meta.Partitions, Config: cfg, Meta: meta, js: js}
 	t.Jobs, t.Streams, t.Shards = streams[0], streams, meta.Shards
 	for _, m := range metas {
 		t.Epochs = append(t.Epochs, m.Epoch)

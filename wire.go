@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/keylane/keylane/internal/natserr"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,32 +21,33 @@ import (
 // partition's (partition.Subject, partition.DeadSubject); object names are
 // Names'.
 
-// Header names on job, reply and dead-letter messages. The job ID travels in
-// the standard Nats-Msg-Id header so the server de-duplicates submits.
+// Header names on job, reply and dead-letter messages, package wire's. The
+// job ID travels in the standard Nats-Msg-Id header so the server
+// de-duplicates submits.
 const (
-	HeaderJobID     = jetstream.MsgIDHeader
-	HeaderKey       = "Keylane-Key"
-	HeaderType      = "Keylane-Type"
-	HeaderReply     = "Keylane-Reply"
-	HeaderError     = "Keylane-Error"
-	HeaderErrorKind = "Keylane-Error-Kind"
-	HeaderAttempts  = "Keylane-Attempts"
-	HeaderWorker    = "Keylane-Worker"
-	HeaderSeq       = "Keylane-Seq"
-	HeaderPartition = "Keylane-Partition"
-	HeaderFence     = "Keylane-Fence"
+	HeaderJobID     = wire.HeaderJobID
+	HeaderKey       = wire.HeaderKey
+	HeaderType      = wire.HeaderType
+	HeaderReply     = wire.HeaderReply
+	HeaderError     = wire.HeaderError
+	HeaderErrorKind = wire.HeaderErrorKind
+	HeaderAttempts  = wire.HeaderAttempts
+	HeaderWorker    = wire.HeaderWorker
+	HeaderSeq       = wire.HeaderSeq
+	HeaderPartition = wire.HeaderPartition
+	HeaderFence     = wire.HeaderFence
 	// HeaderPayloadDropped on a dead letter gives the length of a payload
 	// left out because the dead letter would not have fit max_payload.
-	HeaderPayloadDropped = "Keylane-Payload-Dropped"
+	HeaderPayloadDropped = wire.HeaderPayloadDropped
 	// HeaderPartitions carries the partition count the client routed the
 	// job with; a worker refuses a job routed with another N.
-	HeaderPartitions = "Keylane-Partitions"
+	HeaderPartitions = wire.HeaderPartitions
 	// HeaderIdempotent marks a job whose ID the caller chose and may retry
 	// with: workers keep its outcome by ID for the results TTL.
-	HeaderIdempotent = "Keylane-Idempotent"
+	HeaderIdempotent = wire.HeaderIdempotent
 	// HeaderKeepOutcome asks the worker to keep the job's outcome by ID
 	// (every Call does, so a reply lost with a connection is recovered).
-	HeaderKeepOutcome = "Keylane-Keep-Outcome"
+	HeaderKeepOutcome = wire.HeaderKeepOutcome
 	// HeaderRedriveOf names the dead-lettered job a redriven job replaces:
 	// the worker keeps the new outcome under that ID too.
 	HeaderRedriveOf = "Keylane-Redrive-Of"

@@ -42,6 +42,9 @@ func TestBadInput(t *testing.T) {
 			{"job ID with a space", "sku:0", []byte("get"), []keylane.SubmitOpt{keylane.WithID("bad id")}, keylane.ErrBadJobID},
 			{"job ID with a leading dot", "sku:0", []byte("get"), []keylane.SubmitOpt{keylane.WithID(".x")}, keylane.ErrBadJobID},
 			{"job ID too long", "sku:0", []byte("get"), []keylane.SubmitOpt{keylane.WithID(strings.Repeat("a", 257))}, keylane.ErrBadJobID},
+			{"job ID the results bucket cannot hold", "sku:0", []byte("get"), []keylane.SubmitOpt{keylane.WithID("order..1")}, keylane.ErrBadJobID},
+			{"key with a trailing space", "sku:0 ", []byte("get"), nil, partition.ErrKeySpace},
+			{"key with a tab", "sku\t0", []byte("get"), nil, partition.ErrKeyControl},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				if _, err := c.client.Submit(ctx, tc.key, tc.payload, tc.opts...); !errors.Is(err, tc.want) {

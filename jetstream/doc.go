@@ -74,8 +74,8 @@
 //
 // # Submitting
 //
-// Client.Submit validates the key (package partition), the job ID and the
-// size, then publishes to ns.jobs.<xxhash(key) mod N>.<key token> with the
+// Client.Submit validates each field by package wire's rules (see # The
+// door) and the size, then publishes to ns.jobs.<xxhash(key) mod N>.<key token> with the
 // key in the Keylane-Key header and the job ID in Nats-Msg-Id, and returns when the
 // stream has stored it. Call adds a Keylane-Reply header naming a
 // per-client inbox and waits for the worker's reply. SubmitMany publishes
@@ -174,10 +174,10 @@
 // purchase whose write had landed (a non-leader kill on three nodes under
 // load). Tested by TestStateOutageIsNotTheJobsFault (the bucket's store
 // full) and e2e/TestClusterSale. Messages that are not valid jobs (no
-// key, a key of another partition, a subject that is not its key's) are
-// dead-lettered as "malformed" and never reach the handler. Jobs waiting or running
-// longer than AckWait/3 get InProgress so the server does not redeliver
-// them.
+// key, a key of another partition, a subject that is not its key's, an ID
+// the results bucket cannot hold: see # The door) are dead-lettered as
+// "malformed" and never reach the handler. Jobs waiting or running longer
+// than AckWait/3 get InProgress so the server does not redeliver them.
 //
 // After the handler returns, the owner stores the result (optional),
 // replies, and acks, and does each only while Lease.Trusted(): a worker
@@ -635,10 +635,12 @@
 //     namespace is created (ErrDelaysOff for a namespace made without).
 //     Setup checks the server's version first: a server before 2.12
 //     would store a schedule as a plain message that never runs.
-//   - The server turns on roll-ups for schedules, so whoever may publish
-//     jobs could also purge a key's stored jobs with a Nats-Rollup header.
-//     keylane's client never sends one; grant job publishing only to
-//     keylane clients.
+//   - The server turns on roll-ups for schedules (it refuses schedules on
+//     a stream without them), so whoever may publish jobs could also purge
+//     a key's stored jobs with a Nats-Rollup header. keylane's client
+//     refuses one (# The door) and the worker dead-letters the message
+//     that carried it, but cannot bring back what the server purged:
+//     grant job publishing only to keylane clients.
 //   - Repartition freezes the streams, then refuses (and unfreezes) while
 //     a delayed job waits for its time: it would come due on a subject
 //     the frozen stream no longer has. Repartition once they have run.
@@ -789,6 +791,93 @@
 // without the flag gets it and keeps its entries) and, under
 // docs/security/accounts.conf's least privilege, TestAccounts.
 //
+// # The door
+//
+// Anyone allowed to publish jobs can send any message, so each field has
+// one rule, in package wire, which the client applies when it builds a job
+// and the worker again when it receives one.
+//
+// A submitter may send a key of 1 to 1024 bytes of UTF-8 without a control
+// character (CR, LF, TAB, NUL, DEL, C1) or white space at either end
+// (nats.go trims header values, so the worker would read another key than
+// the one the subject was routed by); a job ID of 1 to 256 of A-Z a-z 0-9
+// _ - = and dots, no dot first, last or next to another (the ID is a key of
+// the results bucket, whose subject may hold no empty token); a type of at
+// most 256 bytes of UTF-8 under the key's character rules, empty for none;
+// a payload up to max_payload less DeadLetterReserve; and headers of its
+// own (WithHeader, Request.Headers) whose names nats.go can send and whose
+// values arrive as sent (no CR, LF or white space at either end), not
+// under Nats-* or Keylane-* (any case) and not Status or Description
+// (nats.go reads those as a status on a message without payload). The W3C
+// traceparent and tracestate headers are a submitter's own.
+//
+// Refused at the client, nothing stored: a bad key (partition.ErrEmptyKey,
+// ErrKeyTooLong, ErrKeyNotUTF8, ErrKeyControl, ErrKeySpace), ErrBadJobID
+// (order..1; Result refuses it too), ErrBadType, ErrReservedHeader
+// (WithHeader("Nats-Rollup", "sub") deleted the key's queued jobs on a
+// namespace with delays; WithHeader("Keylane-Redrive-Of", …) forged a
+// redrive), ErrBadHeader, ErrPayloadTooLarge.
+//
+// Dead-lettered at the worker, never run, acked once the dead letter is
+// stored, its caller told when its Keylane-Reply is valid; Keylane-Error
+// is "malformed: " and the first of these reasons (wire.Rules.Parse):
+//
+//	carries Nats-Rollup, which keylane clients never send (…)    a roll-up, see below
+//	carries Nats-Schedule, …                                     a schedule, not a job
+//	<header> header given <n> times                              Keylane-Key, Nats-Msg-Id, Keylane-Job-Id,
+//	                                                             Keylane-Type, Keylane-Reply, Keylane-Partitions
+//	bad Keylane-Key header: partition: …                         no key, or the key's rule broken
+//	subject "…" is not key "…"'s (token …): …changed on the way  another key's subject, or a key sent with
+//	                                                             white space at either end (it arrives trimmed)
+//	key "…" belongs to partition <p>, arrived on <q>
+//	routed by a client that counts <n> partitions, …             see # Topology
+//	bad Keylane-Reply header: wire: reply subject is not …       see # Replies
+//	bad Nats-Msg-Id header: wire: job ID must be …               or Keylane-Job-Id, a delayed job's
+//	bad Keylane-Type header: wire: job type must be …
+//	no JetStream metadata: …
+//
+// A dead letter names only what passed its rule: the job ID (in
+// Nats-Msg-Id; a delayed job's from Keylane-Job-Id), the key only when it
+// is the subject's and the partition's (a dead letter without a key cannot
+// be redriven, so a redrive never applies a job to a key it was not routed
+// by), the type, and the submitter's allowed headers; never a received
+// Nats-* or Keylane-* header. A failing delayed job carries the server's
+// Nats-Scheduler and Nats-Schedule-Next (error 10188 on the dead-letter
+// stream, which takes no schedules), one stored by atomic batches
+// Nats-Batch-* (10174): copied, they made the dead-letter stream refuse
+// the dead letter for ever, and the key stopped (for a malformed batch,
+// which is dead-lettered on the fetch loop, the whole partition).
+//
+// What the stream's configuration cannot refuse: a jobs stream with Delays
+// must allow roll-ups (nats-server turns AllowRollup on with
+// AllowMsgSchedules; a schedule rolls up its own subject). There a raw
+// publisher with job-publishing permission can still purge a key's queued
+// jobs (Nats-Rollup: sub, or a schedule carrying Nats-Schedule-Rollup);
+// the worker dead-letters the message that carried the roll-up, which
+// makes it visible, but the purged jobs are gone. Grant publishing on
+// ns.jobs.> and ns.delay.> only to keylane clients: subject permissions
+// cannot filter headers. Without Delays roll-ups are off and the server
+// refuses Nats-Rollup at publish, as it refuses Nats-TTL and Nats-Incr
+// (features off on every jobs stream).
+//
+// Not closed yet: a raw message with an empty payload and a Status header
+// (a keylane client refuses one) is taken by nats.go's pull iterator for
+// a status message and never reaches the worker, which sees the delivery
+// gap, re-synchronises, and meets it again: its partition stalls
+// ("delivery 2 after 0" re-syncs in the log) until an operator removes
+// the message (nats stream rmm). The worker's shipped permissions read
+// nothing of the jobs stream but its deliveries, so it cannot find and
+// dead-letter it itself.
+//
+// Tested by TestJobIDTheResultsBucketCannotHold,
+// TestFailingDelayedJobIsDeadLettered,
+// TestFailingAtomicBatchJobIsDeadLettered,
+// TestRawAtomicBatchOfMalformedJobs,
+// TestReservedHeadersRefusedAtTheClient, TestRawRollupIsDeadLettered and
+// TestKeyWithWhiteSpace (each failed on main), package wire's tests, and
+// the fuzz tests of every decoder (wire's FuzzParse and FuzzValidate*, the
+// client's FuzzDecode*), whose seeds run with go test.
+//
 // # Refusals: permanent or transient
 //
 // Every NATS and JetStream error keylane meets is classified once, in
@@ -859,16 +948,33 @@
 //
 // # Dead letters
 //
-// A dead letter always fits: the error text is cut to 1 KiB, clients leave
-// DeadLetterReserve (2 KiB) of max_payload free in every job, and a dead
-// letter that would still not fit (a foreign publisher) drops its payload
-// and says how long it was (Keylane-Payload-Dropped). A dead-letter write
-// that fails (the stream missing, a timeout) is retried with backoff while
-// the lease is trusted, logged at ERROR and counted in
-// Stats.DeadLetterErrors; the job stays at the head of its lane, unacked,
-// and later jobs of its key wait: a lane never passes a job that was
-// neither applied nor dead-lettered. Tested by
-// TestDeadLetterTooLargeStillFits and TestDeadLetterUnwritableHoldsTheLane.
+// A dead letter always fits and is always one the dead-letter stream
+// stores: its headers are built from the job's fields that passed their
+// rules and the submitter's allowed headers (# The door), never copied
+// from the received message; the error text is cut to 1 KiB, clients
+// leave DeadLetterReserve (2 KiB) of max_payload free in every job, and a
+// dead letter that would still not fit (a foreign publisher) drops its
+// payload and says how long it was (Keylane-Payload-Dropped), then the
+// submitter's headers. A dead-letter write that fails (the stream
+// missing, a timeout) is retried with backoff while the lease is trusted,
+// logged at ERROR and counted in Stats.DeadLetterErrors; the job stays at
+// the head of its lane, unacked, and later jobs of its key wait: a lane
+// never passes a job that was neither applied nor dead-lettered. A write
+// refused for what the message is (a 400 answer: the stream's
+// MaxMsgSize, a header it does not take; or max_payload) is never sent
+// again as it was: it is sent once more bare (keylane's headers only, no
+// payload, Keylane-Payload-Dropped). A bare dead letter holds only
+// fields keylane checked, so a refusal of it means the dead-letter
+// stream's configuration refuses every dead letter: that is logged at
+// ERROR as the operator's to fix and retried with backoff, holding the
+// lane as a missing stream does (acking the job without a dead letter
+// would lose it silently). A malformed message (# The door) is
+// dead-lettered on its partition's fetch loop, having no lane: while the
+// dead-letter stream takes nothing, it holds the partition's fetching, as
+// a failing job holds its key. Tested by TestDeadLetterTooLargeStillFits,
+// TestDeadLetterUnwritableHoldsTheLane,
+// TestDeadLetterRefusedForGoodIsStoredBare and
+// TestDeadLetterStreamRefusingBareDeadLettersHoldsTheLane.
 //
 // # Redrive
 //

@@ -40,7 +40,7 @@ const (
 	OutcomeRemoteError = "remote_error" // Call: the handler failed (a *keylane.RemoteError)
 	OutcomeNoReply     = "no_reply"     // Call: ctx ended before the outcome came
 	OutcomeCanceled    = "canceled"     // Submit: ctx ended before the stream's ack
-	OutcomeInvalid     = "invalid"      // refused before sending: key, job ID or payload
+	OutcomeInvalid     = "invalid"      // refused before sending: key, job ID, type, header or payload
 	OutcomeNoTopology  = "no_topology"  // the namespace's jobs stream does not exist
 	OutcomeClosed      = "closed"       // the client was closed
 	OutcomeBacklogFull = "backlog_full" // refused at admission: the key's backlog is at its cap
@@ -117,7 +117,9 @@ func Outcome(err error) string {
 	case errors.Is(err, keylane.ErrKeyBacklogFull):
 		return OutcomeBacklogFull
 	case errors.Is(err, keylane.ErrBadJobID), errors.Is(err, keylane.ErrPayloadTooLarge),
-		errors.Is(err, partition.ErrEmptyKey), errors.Is(err, partition.ErrKeyTooLong), errors.Is(err, partition.ErrKeyNotUTF8):
+		errors.Is(err, keylane.ErrBadType), errors.Is(err, keylane.ErrReservedHeader), errors.Is(err, keylane.ErrBadHeader),
+		errors.Is(err, partition.ErrEmptyKey), errors.Is(err, partition.ErrKeyTooLong), errors.Is(err, partition.ErrKeyNotUTF8),
+		errors.Is(err, partition.ErrKeyControl), errors.Is(err, partition.ErrKeySpace):
 		return OutcomeInvalid
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return OutcomeCanceled

@@ -11,6 +11,7 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -358,6 +359,8 @@ func TestOutcome(t *testing.T) {
 		{fmt.Errorf("keylane: submit x: %w", context.Canceled), OutcomeCanceled},
 		{keylane.ErrBadJobID, OutcomeInvalid},
 		{fmt.Errorf("wrapped: %w", keylane.ErrPayloadTooLarge), OutcomeInvalid},
+		{fmt.Errorf("%w: %q", keylane.ErrReservedHeader, "Nats-Rollup"), OutcomeInvalid},
+		{fmt.Errorf("%w (got %q)", partition.ErrKeySpace, "sku:7 "), OutcomeInvalid},
 		{keylane.ErrNoTopology, OutcomeNoTopology},
 		{keylane.ErrClosed, OutcomeClosed},
 		{fmt.Errorf("keylane: submit x: %w", &keylane.KeyBacklogFullError{Key: "k", Cap: 5}), OutcomeBacklogFull},

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/cespare/xxhash/v2"
@@ -38,14 +39,23 @@ var (
 	ErrKeyTooLong = errors.New("partition: key longer than 1024 bytes")
 	// ErrKeyNotUTF8 is returned for a key that is not valid UTF-8.
 	ErrKeyNotUTF8 = errors.New("partition: key is not valid UTF-8")
+	// ErrKeyControl is returned for a key holding a control character.
+	ErrKeyControl = errors.New("partition: key contains a control character")
+	// ErrKeySpace is returned for a key that starts or ends with white
+	// space, which header values lose on the way.
+	ErrKeySpace = errors.New("partition: key starts or ends with white space")
 	// ErrBadCount is returned for a partition count outside 1..MaxPartitions.
 	ErrBadCount = errors.New("partition: count must be between 1 and 4096")
 )
 
 // ValidateKey reports why key cannot be used as a resource key, or nil.
 // Keys travel in a message header, never in a subject, so any UTF-8 text up
-// to MaxKeyLen bytes is safe; control characters are refused because they
-// would corrupt the header line.
+// to MaxKeyLen bytes is safe there, with two exceptions: a control
+// character (CR, LF, TAB, NUL, DEL, …) would corrupt or be rewritten in the
+// header line, and white space at either end is trimmed from header values
+// on the way (nats.go trims the value it sends), so the worker would read
+// another key than the subject was routed by. Both are refused
+// (ErrKeyControl, ErrKeySpace); white space inside a key is fine.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -55,10 +65,15 @@ func ValidateKey(key string) error {
 	case !utf8.ValidString(key):
 		return ErrKeyNotUTF8
 	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c == '\r' || c == '\n' || c == 0 {
-			return fmt.Errorf("partition: key contains a control character at byte %d", i)
+	for i, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w at byte %d", ErrKeyControl, i)
 		}
+	}
+	first, _ := utf8.DecodeRuneInString(key)
+	last, _ := utf8.DecodeLastRuneInString(key)
+	if unicode.IsSpace(first) || unicode.IsSpace(last) {
+		return fmt.Errorf("%w (got %q)", ErrKeySpace, key)
 	}
 	return nil
 }

@@ -22,6 +22,13 @@ func TestValidateKey(t *testing.T) {
 		{"empty", "", ErrEmptyKey},
 		{"too long", strings.Repeat("k", MaxKeyLen+1), ErrKeyTooLong},
 		{"not utf8", "\xff\xfe", ErrKeyNotUTF8},
+		{"trailing space", "sku:7 ", ErrKeySpace},
+		{"leading space", " sku:7", ErrKeySpace},
+		{"trailing no-break space", "sku:7\u00a0", ErrKeySpace},
+		{"tab inside", "sku\t7", ErrKeyControl},
+		{"trailing tab", "sku:7\t", ErrKeyControl},
+		{"DEL", "sku\x7f", ErrKeyControl},
+		{"C1 control", "sku\u0085", ErrKeyControl},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

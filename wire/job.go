@@ -1,0 +1,135 @@
+package wire
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/keylane/keylane/partition"
+)
+
+// Rules are what the owner of one partition checks a received job
+// against.
+type Rules struct {
+	// Namespace of the jobs stream.
+	Namespace string
+	// Partition is the owner's partition, Partitions the stream's N.
+	Partition  int
+	Partitions int
+	// ReplyPrefix is the topology's: a worker replies nowhere else.
+	ReplyPrefix string
+}
+
+// Job is what Rules.Parse read from a job message. A field is set only
+// when it passed its rule: a refused message's Job holds what may still
+// be trusted (a reply subject to tell the caller, an ID and key a dead
+// letter may name).
+type Job struct {
+	// ID is the job ID: Nats-Msg-Id, or for a delayed job stored when due
+	// (which the server strips of Nats-Msg-Id) Keylane-Job-Id; empty when
+	// the message carries neither.
+	ID string
+	// Key is the resource key; set only when the key is the one the
+	// message was routed by (its subject's) and belongs to the partition.
+	Key   string
+	Type  string
+	Reply string
+	// Idempotent and KeepOutcome are the Keylane-Idempotent and
+	// Keylane-Keep-Outcome flags.
+	Idempotent  bool
+	KeepOutcome bool
+}
+
+// Parse reads and checks a received job message of subject and header h.
+// It returns the fields that passed their rules, and the first refusal in
+// this order, as a reason for the dead letter (nil for a valid job):
+// a server header no job carries (Nats-Rollup: a submitter purged the
+// key's queued jobs; Nats-Schedule: a schedule, not a job), the key, the
+// subject (the key's own, in this partition), the partition count the
+// client routed with, the reply subject, the job ID, the type. A header
+// of those given more than once is refused too: the server and the
+// worker might read different ones.
+func (r Rules) Parse(subject string, h map[string][]string) (Job, error) {
+	var j Job
+	var first error
+	refuse := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
+	for _, name := range []string{headerRollup, headerSchedule} {
+		if _, ok := h[name]; ok {
+			refuse(fmt.Errorf("carries %s, which keylane clients never send (the server acts on it when it stores the message)", name))
+		}
+	}
+	get := func(name string) (string, bool) {
+		vs := h[name]
+		switch len(vs) {
+		case 0:
+			return "", true
+		case 1:
+			return vs[0], true
+		}
+		refuse(fmt.Errorf("%s header given %d times", name, len(vs)))
+		return "", false
+	}
+
+	if key, ok := get(HeaderKey); ok {
+		token := partition.KeyToken(key)
+		switch err := ValidateKey(key); {
+		case err != nil:
+			refuse(fmt.Errorf("bad %s header: %w", HeaderKey, err))
+		case !strings.HasSuffix(subject, "."+token):
+			// Not the key's own subject: it would bypass the key's backlog
+			// cap. A key sent with white space at either end arrives
+			// trimmed by nats.go and lands here, never as another key.
+			refuse(fmt.Errorf("subject %q is not key %q's (token %s): the key was published on another key's subject or changed on the way", subject, key, token))
+		case r.Partitions > 0 && partition.Of(key, r.Partitions) != r.Partition:
+			refuse(fmt.Errorf("key %q belongs to partition %d, arrived on %d", key, partition.Of(key, r.Partitions), r.Partition))
+		default:
+			j.Key = key
+		}
+	}
+	if n, ok := get(HeaderPartitions); ok && n != "" && n != strconv.Itoa(r.Partitions) {
+		refuse(fmt.Errorf("routed by a client that counts %s partitions, the jobs stream has %d: re-open the client", clip(n), r.Partitions))
+	}
+	if reply, ok := get(HeaderReply); ok && reply != "" {
+		if err := ValidateReply(reply, r.ReplyPrefix); err != nil {
+			refuse(fmt.Errorf("bad %s header: %w", HeaderReply, err))
+		} else {
+			j.Reply = reply
+		}
+	}
+	id, okID := get(HeaderJobID)
+	delayed, okDelayed := get(HeaderDelayedID)
+	switch {
+	case !okID || !okDelayed:
+	case id != "":
+		if err := ValidateJobID(id); err != nil {
+			refuse(fmt.Errorf("bad %s header: %w", HeaderJobID, err))
+		} else {
+			j.ID = id
+		}
+	case delayed != "":
+		if err := ValidateJobID(delayed); err != nil {
+			refuse(fmt.Errorf("bad %s header: %w", HeaderDelayedID, err))
+		} else {
+			j.ID = delayed
+		}
+	}
+	if typ, ok := get(HeaderType); ok {
+		if err := ValidateType(typ); err != nil {
+			refuse(fmt.Errorf("bad %s header: %w", HeaderType, err))
+		} else {
+			j.Type = typ
+		}
+	}
+	j.Idempotent = flag(h, HeaderIdempotent)
+	j.KeepOutcome = flag(h, HeaderKeepOutcome)
+	return j, first
+}
+
+func flag(h map[string][]string, name string) bool {
+	vs := h[name]
+	return len(vs) > 0 && vs[0] != ""
+}
