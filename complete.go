@@ -91,7 +91,7 @@ const (
 // missing stream does. It reports whether the dead letter was stored (only
 // then may the job be acked); false means the tenure ended first and the
 // job goes to the next owner.
-func (o *owner) deadLetter(msg jetstream.Msg, job Job, why error, attempts int) bool {
+func (o *owner) deadLetter(msg deadSource, job Job, why error, attempts int) bool {
 	dm := o.deadMessage(msg, job, why, attempts, false)
 	bare := false
 	for try := 1; ; try++ {
@@ -147,7 +147,7 @@ const deadLetterTimeout = 5 * time.Second
 // fields that pass wire's rules, the submitter's allowed headers and why
 // it failed, bounded to fit the server's max_payload. A bare one carries
 // neither payload nor the submitter's headers.
-func (o *owner) deadMessage(msg jetstream.Msg, job Job, why error, attempts int, bare bool) *nats.Msg {
+func (o *owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
 	f, _ := o.rules().Parse(msg.Subject(), msg.Headers())
 	d := wire.Dead{Error: why.Error(), Attempts: attempts, Worker: o.w.cfg.ID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
 	user := msg.Headers()

@@ -106,6 +106,9 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 	}()
 
 	var delivered uint64 // the consumer's last delivery sequence seen
+	// newest is the highest stream sequence delivered; a gap's missing
+	// deliveries lie between it and the delivery that showed the gap.
+	var newest, gapFrom, gapTo uint64
 	for {
 		// Hold at most MaxInFlight jobs in memory; the server's window
 		// (MaxPending) is larger, so jobs a stalled key hands back do not
@@ -143,18 +146,28 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 		if meta, err := msg.Metadata(); err == nil {
 			if meta.Sequence.Consumer != delivered+1 {
 				gap := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, meta.Sequence.Consumer, delivered, meta.Sequence.Stream)
-				resync.CompareAndSwap(nil, &gap)
+				if resync.CompareAndSwap(nil, &gap) && meta.Sequence.Stream > newest+1 {
+					gapFrom, gapTo = newest+1, meta.Sequence.Stream-1
+				}
 				it.Stop()
 				ln.wake()
 				continue
 			}
 			delivered = meta.Sequence.Consumer
+			newest = max(newest, meta.Sequence.Stream)
 			o.backlog.Store(meta.NumPending)
 		}
 		o.dispatch(ln, msg)
 	}
 	close(stopCh)
 	ctl.Wait()
+	if gapTo != 0 && o.ctx.Err() == nil {
+		// A message nats.go swallows leaves a gap each time it is
+		// delivered: remove it (see undeliverable.go).
+		if n := o.clearUndeliverable(gapFrom, gapTo); n > 0 {
+			o.log.Warn("undeliverable messages removed behind a delivery gap", "count", n)
+		}
+	}
 	if why := resync.Load(); why != nil && o.ctx.Err() == nil && !isClosed(o.abortCh) && !isClosed(o.handoverCh) {
 		return *why
 	}

@@ -860,14 +860,24 @@
 // refuses Nats-Rollup at publish, as it refuses Nats-TTL and Nats-Incr
 // (features off on every jobs stream).
 //
-// Not closed yet: a raw message with an empty payload and a Status header
-// (a keylane client refuses one) is taken by nats.go's pull iterator for
-// a status message and never reaches the worker, which sees the delivery
-// gap, re-synchronises, and meets it again: its partition stalls
-// ("delivery 2 after 0" re-syncs in the log) until an operator removes
-// the message (nats stream rmm). The worker's shipped permissions read
-// nothing of the jobs stream but its deliveries, so it cannot find and
-// dead-letter it itself.
+// A raw message with an empty payload and a Status header (a keylane
+// client refuses one) is taken by nats.go's pull iterator for a status
+// message from the server and never reaches the worker: it showed up only
+// as a delivery gap, the partition re-synchronised, met it again and
+// stalled for good ("delivery 2 after 0" re-syncs in the log). After a gap
+// the owner now reads the partition's stored jobs between the newest
+// delivery it had and the one that showed the gap (at most 1024, with the
+// stream leader's STREAM.MSG.GET, never a direct get), dead-letters each
+// that nats.go would swallow ("malformed: an empty payload with a Status
+// header, …") and deletes it from the jobs stream; the re-synchronised
+// consumer gets past it (undeliverable.go). WORKER_A in
+// docs/security/accounts.conf holds the two requests this takes
+// ($JS.API.STREAM.MSG.GET.A_JOBS, $JS.API.STREAM.MSG.DELETE.A_JOBS). A
+// delete that fails after the dead letter was stored leaves the message,
+// which the next gap dead-letters again: a second dead letter, never a
+// lost job. Tested by TestStatusLookalikeDoesNotStallThePartition (it
+// failed before: the partition's later call got no result) and
+// TestUndeliverableClearedAsWorker (as worker-a).
 //
 // Tested by TestJobIDTheResultsBucketCannotHold,
 // TestFailingDelayedJobIsDeadLettered,

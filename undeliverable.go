@@ -1,0 +1,102 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/keylane/keylane/partition"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Undeliverable jobs. nats.go's pull consumer takes a message with an
+// empty payload and a Status header for a status from the server (a
+// heartbeat, "no messages", a timed-out pull) and never hands it over.
+// Stored on a job subject by a raw publisher, such a message is delivered
+// and swallowed, the next delivery shows a gap, the partition
+// re-synchronises, and the same message is delivered and swallowed
+// again: a stall for good. A keylane client refuses such headers (package
+// wire), so only a raw publisher sends one. After a gap the owner looks
+// through the partition's stored jobs before the delivery that showed it,
+// with the stream leader's get (not a direct get), and dead-letters and
+// deletes each that nats.go would swallow, so the re-synchronised
+// consumer gets past it.
+
+// undeliverableScan bounds the stored jobs read after one gap.
+const undeliverableScan = 1024
+
+// statusLike reports whether nats.go's pull consumer takes a message of
+// this payload and headers for a status message (its checkMsg).
+func statusLike(data []byte, h nats.Header) bool {
+	return len(data) == 0 && h.Get("Status") != ""
+}
+
+// deadSource is what a dead letter is made from: a delivered job, or a
+// stored message read from the stream.
+type deadSource interface {
+	Subject() string
+	Headers() nats.Header
+	Data() []byte
+}
+
+// rawSource is a stored message read from the stream as a deadSource.
+type rawSource struct{ m *jetstream.RawStreamMsg }
+
+func (r rawSource) Subject() string      { return r.m.Subject }
+func (r rawSource) Headers() nats.Header { return r.m.Header }
+func (r rawSource) Data() []byte         { return r.m.Data }
+
+// errStatusLike is the reason such a message is dead-lettered with.
+var errStatusLike = errors.New("an empty payload with a Status header, which nats.go's consumer takes for a server status and never delivers")
+
+// clearUndeliverable reads the partition's stored jobs from stream
+// sequence from to to (at most undeliverableScan of them) and
+// dead-letters and deletes each that nats.go would swallow. It returns
+// how many it removed; it stops at the first failure (the next gap tries
+// again) and when the tenure ends.
+func (o *owner) clearUndeliverable(from, to uint64) int {
+	stream := o.w.topo.Streams[ShardOf(o.p, len(o.w.topo.Streams))]
+	filter := partition.Filter(o.w.topo.Names.Namespace, o.p)
+	removed := 0
+	for seq, n := max(from, 1), 0; seq <= to && n < undeliverableScan; n++ {
+		if !o.l.Trusted() || o.ctx.Err() != nil {
+			return removed
+		}
+		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return removed // nothing more of the partition stored
+		}
+		if err != nil {
+			o.log.Warn("looking for an undeliverable job after a gap", "seq", seq, "err", natsError(err))
+			return removed
+		}
+		if m.Sequence > to {
+			return removed
+		}
+		seq = m.Sequence + 1
+		if !statusLike(m.Data, m.Header) {
+			continue
+		}
+		f, _ := o.rules().Parse(m.Subject, m.Header)
+		o.w.stats.malformed.Add(1)
+		why := Permanent(fmt.Errorf("malformed: %w", errStatusLike))
+		o.log.Warn("undeliverable message dead-lettered", "seq", m.Sequence, "err", why)
+		if !o.deadLetter(rawSource{m}, Job{ID: f.ID, Key: f.Key, Seq: m.Sequence, Partition: o.p, Fence: o.l.Fence()}, why, 0) || !o.l.Trusted() {
+			return removed
+		}
+		ctx, cancel = context.WithTimeout(o.ctx, requestTimeout)
+		err = stream.DeleteMsg(ctx, m.Sequence)
+		cancel()
+		if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			// Dead-lettered but still stored: the next gap dead-letters it
+			// again (a second dead letter, never a lost job).
+			o.log.Error("delete of a dead-lettered undeliverable message", "seq", m.Sequence, "err", natsError(err))
+			return removed
+		}
+		removed++
+	}
+	return removed
+}
