@@ -3,6 +3,7 @@ package keylane
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -144,6 +145,13 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 			continue // nothing after a gap may run before the re-sync
 		}
 		if meta, err := msg.Metadata(); err == nil {
+			if c := meta.Sequence.Consumer; c > delivered+1 && meta.NumDelivered == 1 && meta.Sequence.Stream > newest+1 &&
+				o.removeSwallowed(newest+1, meta.Sequence.Stream-1, c-delivered-1) {
+				// Every missing delivery was a message nats.go swallowed as
+				// a status, now dead-lettered and removed: no job was lost,
+				// so no re-synchronisation (see undeliverable.go).
+				delivered = c - 1
+			}
 			if meta.Sequence.Consumer != delivered+1 {
 				gap := fmt.Errorf("%w: delivery %d after %d (stream seq %d)", errDeliveryGap, meta.Sequence.Consumer, delivered, meta.Sequence.Stream)
 				if resync.CompareAndSwap(nil, &gap) && meta.Sequence.Stream > newest+1 {
@@ -161,11 +169,18 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 	}
 	close(stopCh)
 	ctl.Wait()
-	if gapTo != 0 && o.ctx.Err() == nil {
-		// A message nats.go swallows leaves a gap each time it is
-		// delivered: remove it (see undeliverable.go).
-		if n := o.clearUndeliverable(gapFrom, gapTo); n > 0 {
-			o.log.Warn("undeliverable messages removed behind a delivery gap", "count", n)
+	if resync.Load() != nil && o.ctx.Err() == nil {
+		// A message nats.go swallows as a status leaves a gap, or ends the
+		// pull with an error, each time it is delivered: remove it before
+		// re-synchronising (see undeliverable.go). Behind a gap it lies
+		// before the delivery that showed the gap; otherwise it is the
+		// next of the partition's jobs after the newest delivered.
+		from, to, most := newest+1, uint64(math.MaxUint64), undeliverableAhead
+		if gapTo != 0 {
+			from, to, most = gapFrom, gapTo, undeliverableScan
+		}
+		if n := o.clearUndeliverable(from, to, most); n > 0 {
+			o.log.Warn("undeliverable messages removed before re-synchronising", "count", n)
 		}
 	}
 	if why := resync.Load(); why != nil && o.ctx.Err() == nil && !isClosed(o.abortCh) && !isClosed(o.handoverCh) {

@@ -42,3 +42,30 @@ func TestStatusLookalikeDoesNotStallThePartition(t *testing.T) {
 		t.Errorf("%d jobs left in the stream; want none", n)
 	}
 }
+
+// TestSwallowedHeartbeatLookalikeNeedsNoResync: a lookalike of a
+// heartbeat (Status 100) is swallowed without an error, and the next
+// delivery shows a gap of exactly that message. The owner dead-letters
+// and removes it and goes on without re-synchronising: a raw publisher
+// cannot make every partition drop and re-fetch its queue with one
+// message each.
+func TestSwallowedHeartbeatLookalikeNeedsNoResync(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	var h failOn
+	w := e.worker("w", h.handler(), nil)
+	e.waitOwned(w)
+	callWithin(t, e.client, 20*time.Second, "warm:0")
+	before := w.Stats().Resyncs
+	for i := range 3 {
+		if _, err := e.js.PublishMsg(ctx(t), rawJob(e, "order:1", nats.Header{
+			HeaderJobID: {"heartbeat-" + string(rune('a'+i))}, HeaderKey: {"order:1"}, "Status": {"100"},
+		}, "")); err != nil {
+			t.Fatal(err)
+		}
+		callWithin(t, e.client, 30*time.Second, "other:1")
+	}
+	waitDead(t, e, 3)
+	if after := w.Stats().Resyncs; after != before {
+		t.Errorf("%d re-synchronisations for 3 heartbeat lookalikes; want none", after-before)
+	}
+}

@@ -26,7 +26,8 @@ import (
 // a bounded time: every Nats-* control header, Keylane-* headers only
 // workers set (a redrive of an honest job, a reply elsewhere, a forged
 // error), odd and over-long job IDs and keys, white space, huge headers,
-// atomic batches of bad jobs, wrong partitions, tokens and partition
+// atomic batches of bad jobs, messages nats.go's consumer takes for a
+// server status, wrong partitions, tokens and partition
 // counts, and delayed jobs aimed at other keys. The namespace takes
 // delayed jobs, so its stream allows schedules: the most a client can
 // reach. Nats-Rollup is left out: a stream with schedules must allow
@@ -266,7 +267,7 @@ func (hp *hostilePublisher) send(n int) {
 	// then fails for good and is dead-lettered anyway.
 	const set0 = "set 0"
 	garbage := fmt.Sprintf("hostile %d %x", n, rng.Uint64())
-	switch f := rng.IntN(9); f {
+	switch f := rng.IntN(10); f {
 	case 0: // a server control header on an honest key's subject
 		hdr := []struct{ k, v string }{
 			{"Nats-TTL", "1s"},
@@ -373,6 +374,12 @@ func (hp *hostilePublisher) send(n int) {
 			m.Header[keylane.HeaderDelayedID] = []string{id + "..x"}
 		}
 		hp.publish("delay", desc, m)
+	case 8: // what nats.go's consumer takes for a server status
+		m := hp.job(key, id, "")
+		status := []string{"100", "404", "408", "409"}[rng.IntN(4)]
+		m.Header["Status"] = []string{status}
+		m.Header["Description"] = []string{"forged"}
+		hp.publish("status", "empty payload, Status "+status, m)
 	default: // a well-routed job its handler cannot run
 		m := hp.job(key, id, garbage)
 		if rng.IntN(2) == 0 {
