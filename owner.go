@@ -134,7 +134,7 @@ func (o *owner) run() {
 			o.release()
 			return
 		}
-		ln := newLanes(o.w.cfg.Concurrency, group, run)
+		ln := newLanes(o.w.cfg.Concurrency, group, o.w.cfg.MaxInFlight, run)
 		o.ln = ln
 		o.lanes.Store(ln)
 		why := o.fetch(cons, ln)
