@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"context"
 	"slices"
 	"sort"
 	"sync"
@@ -124,6 +125,10 @@ type lanes struct {
 	keep     int              // most queued jobs a stalled key keeps
 	stalled  int              // lanes whose head job is retrying
 	busy     int              // runners running tasks
+	runners  int              // runners wanted, not counting those pausing
+	live     int              // runner goroutines
+	pausing  int              // runners waiting out a retry's backoff
+	run      func([]*task)    // runs a lane's tasks
 	woken    bool             // waitRoom returns at once
 	room     *sync.Cond       // signalled when in-flight jobs finish
 	wg       sync.WaitGroup
@@ -136,14 +141,53 @@ const laneBurst = 32
 
 func newLanes(runners, group, window int, run func([]*task)) *lanes {
 	window = max(window, 1)
-	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2)}
+	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2),
+		runners: runners, live: runners, run: run}
 	l.cond = sync.NewCond(&l.mu)
 	l.room = sync.NewCond(&l.mu)
 	l.wg.Add(runners)
 	for i := 0; i < runners; i++ {
-		go l.runner(run)
+		go l.runner()
 	}
 	return l
+}
+
+// pause waits out a retry's backoff (d, or until ctx ends: it reports
+// false) for the runner calling it, without holding that runner's place:
+// while it waits, another runner starts if a lane is ready, so keys whose
+// head jobs retry do not hold the partition's runners, whatever
+// Concurrency is. When it returns, its runner goes on with the job, one
+// runner more than wanted at most per retry, until a runner between two
+// lanes sees the excess and exits.
+func (l *lanes) pause(ctx context.Context, d time.Duration) bool {
+	l.mu.Lock()
+	l.pausing++
+	l.spare()
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.pausing--
+		l.mu.Unlock()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// spare starts a runner when a lane is ready and fewer than l.runners
+// runners are not pausing. It runs with l.mu held, by a runner or while
+// the lanes are open, so the runners' WaitGroup is never at zero here.
+func (l *lanes) spare() {
+	if len(l.ready) > 0 && l.live-l.pausing < l.runners {
+		l.live++
+		l.wg.Add(1)
+		go l.runner()
+	}
 }
 
 // add queues t behind the earlier jobs of its key. It reports false for a
@@ -198,6 +242,7 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 		ln.active = true
 		l.ready = append(l.ready, ln)
 		l.cond.Signal()
+		l.spare()
 	}
 	return true, false, false
 }
@@ -280,15 +325,21 @@ func (l *lanes) wake() {
 	l.mu.Unlock()
 }
 
-func (l *lanes) runner(run func([]*task)) {
+func (l *lanes) runner() {
 	defer l.wg.Done()
 	buf := make([]*task, 0, l.group)
 	for {
 		l.mu.Lock()
-		for len(l.ready) == 0 && !l.closed {
+		for len(l.ready) == 0 && !l.closed && l.live-l.pausing <= l.runners {
 			l.cond.Wait()
 		}
-		if len(l.ready) == 0 {
+		if len(l.ready) == 0 || l.live-l.pausing > l.runners {
+			// Closed and drained, or one runner too many since a paused
+			// one came back; a ready lane's wake-up goes to another.
+			l.live--
+			if len(l.ready) > 0 {
+				l.cond.Signal()
+			}
 			l.mu.Unlock()
 			return
 		}
@@ -301,7 +352,7 @@ func (l *lanes) runner(run func([]*task)) {
 			if len(ts) == 0 {
 				break
 			}
-			run(ts)
+			l.run(ts)
 			l.done(ts)
 			n++
 			clear(ts)

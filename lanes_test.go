@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"slices"
@@ -300,5 +301,46 @@ func TestLanesWindowBehindAGapHandsBackTheHighest(t *testing.T) {
 	}
 	if l.pending() != 3 || l.handedBackNow() != 2 {
 		t.Fatalf("pending %d, handed back %d; want 3 and 2", l.pending(), l.handedBackNow())
+	}
+}
+
+// TestLanesPausedRunnerLetsOthersRun: with one runner, a job waiting out
+// a retry's backoff (pause) must not hold the lanes: another key's job
+// runs meanwhile, and once the pause ended the lanes are back to one
+// runner.
+func TestLanesPausedRunnerLetsOthersRun(t *testing.T) {
+	var l *lanes
+	other := make(chan struct{})
+	var paused atomic.Bool
+	l = newLanes(1, 1, 64, one(func(tk *task) {
+		if tk.job.Key == "failing" {
+			// Its backoff lasts until the other key ran (or a minute).
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-other:
+				case <-time.After(time.Minute):
+				}
+				cancel()
+			}()
+			paused.Store(true)
+			l.pause(ctx, time.Hour)
+			return
+		}
+		close(other)
+	}))
+	l.add(newTask("failing", 1))
+	for !paused.Load() {
+		runtime.Gosched()
+	}
+	l.add(newTask("other", 2))
+	select {
+	case <-other:
+	case <-time.After(time.Minute):
+		t.Fatal("another key did not run while the only runner paused")
+	}
+	l.close(false)
+	if l.live != 0 {
+		t.Fatalf("%d runners left after close", l.live)
 	}
 }

@@ -81,8 +81,9 @@ func TestFailingKeyDoesNotStallItsPartition(t *testing.T) {
 // The pass/fail is by count, not by the clock: each call's deadline is
 // only a net for a stalled partition, which on main answered none.
 func TestFailingKeyDoesNotHoldASmallWindow(t *testing.T) {
-	for _, window := range []int{1, 2, 16, 17} {
-		t.Run(fmt.Sprintf("MaxInFlight=%d", window), func(t *testing.T) {
+	for _, tc := range []struct{ window, runners int }{{1, 8}, {2, 8}, {16, 8}, {17, 8}, {16, 1}, {1, 1}} {
+		window := tc.window
+		t.Run(fmt.Sprintf("MaxInFlight=%d,Concurrency=%d", window, tc.runners), func(t *testing.T) {
 			e := newEnv(t, TopologyConfig{Partitions: 1})
 			const backlog, calls = 40, 5
 			var failing atomic.Bool
@@ -100,7 +101,7 @@ func TestFailingKeyDoesNotHoldASmallWindow(t *testing.T) {
 			})
 			w := e.worker("w", nil, func(c *WorkerConfig) {
 				c.Handler, c.Reducer = nil, red
-				c.MaxInFlight, c.MaxPending, c.MaxDeliver = window, window+2*backlog, 1_000_000
+				c.MaxInFlight, c.MaxPending, c.MaxDeliver, c.Concurrency = window, window+2*backlog, 1_000_000, tc.runners
 				c.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
 			})
 			e.waitOwned(w)

@@ -33,10 +33,14 @@ type WorkerConfig struct {
 	ID string
 	// Concurrency is how many different keys of one partition may run at
 	// once. Jobs of one key never run at the same time whatever this is.
-	// Defaults to 8.
+	// A key whose head job waits out a retry's backoff does not count: its
+	// runner steps aside meanwhile (see jetstream/doc.go, "A failing key
+	// does not hold its partition"). Defaults to 8.
 	Concurrency int
 	// MaxInFlight is how many fetched, unfinished jobs one partition holds
-	// in memory. It bounds memory. Defaults to 1024.
+	// in memory, not counting the head job of each key that retries it
+	// (at most one per runner). It bounds memory. A failing key keeps at
+	// most min(16, MaxInFlight/2) of them. Defaults to 1024.
 	MaxInFlight int
 	// MaxPending is the partition's window on the server (the consumer's
 	// MaxAckPending): jobs delivered and not acked, including those a
