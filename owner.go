@@ -47,8 +47,9 @@ type owner struct {
 
 // How long a handed-back job stays with the server before it is delivered
 // again: while its key is stalled, long enough that the redeliveries (which
-// the server sends before new messages) leave room for the other keys;
-// once the key recovered and only waits for a lower job to return, short.
+// the server sends before new messages) leave room for the other keys; a
+// job handed back only to make room in a full window (lanes.waitRoom),
+// short.
 const (
 	stalledHandBackDelay = time.Second
 	turnHandBackDelay    = 100 * time.Millisecond

@@ -43,10 +43,11 @@ type WorkerConfig struct {
 	// most min(16, MaxInFlight/2) of them. Defaults to 1024.
 	MaxInFlight int
 	// MaxPending is the partition's window on the server (the consumer's
-	// MaxAckPending): jobs delivered and not acked, including those a
-	// failing key handed back while its head job retries. Other keys of
-	// the partition keep flowing until a failing key has about
-	// MaxPending−MaxInFlight jobs handed back. Defaults to 16×MaxInFlight.
+	// MaxAckPending): jobs delivered and not acked, including a failing
+	// key's retrying head and the jobs it handed back. It must exceed
+	// MaxInFlight. Other keys of the partition keep their share of the
+	// in-flight window until a failing key has MaxPending−MaxInFlight−1
+	// jobs handed back. Defaults to 16×MaxInFlight.
 	MaxPending int
 	// MaxDeliver is how many times a failing job runs before it is moved to
 	// the dead-letter stream. Defaults to 5.
@@ -133,8 +134,12 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.MaxPending == 0 {
 		c.MaxPending = 16 * c.MaxInFlight
 	}
-	if c.MaxPending < c.MaxInFlight {
-		return fmt.Errorf("keylane: MaxPending %d is below MaxInFlight %d", c.MaxPending, c.MaxInFlight)
+	if c.MaxPending <= c.MaxInFlight {
+		// The server's window holds a failing key's retrying head (which
+		// the in-flight window does not count) and what it hands back:
+		// with no room beyond MaxInFlight that key could hold its
+		// partition (promise 8).
+		return fmt.Errorf("keylane: MaxPending %d must exceed MaxInFlight %d: a failing key's retrying head and the jobs it hands back need room beyond the in-flight window", c.MaxPending, c.MaxInFlight)
 	}
 	if c.Concurrency < 1 || c.MaxInFlight < 1 || c.MaxDeliver < 1 {
 		return errors.New("keylane: Concurrency, MaxInFlight and MaxDeliver must be positive")
