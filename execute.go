@@ -215,7 +215,10 @@ func (o *owner) process(t *task) {
 				o.handBack(bt, true)
 			}
 		}
-		// The backoff does not hold a runner: other keys run meanwhile.
+		// The backoff does not hold a runner: other keys run meanwhile. It
+		// ends early when the tenure does, or when a re-sync drops the
+		// lanes (the new consumer delivers the job again): a failing job
+		// must not hold up a re-sync of its partition.
 		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(max(attempt+waits, 1))) {
 			o.w.stats.unacked.Add(1)
 			return

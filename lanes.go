@@ -61,9 +61,49 @@ type lane struct {
 	key        string
 	queue      []*task // by stream sequence
 	head       int
-	active     bool            // in the ready list or held by a runner
-	stalled    bool            // its head job is retrying
-	handedBack map[uint64]bool // seq → the job's maybeDup when handed back
+	active     bool // in the ready list or held by a runner
+	stalled    bool // its head job is retrying
+	handedBack gap  // its jobs handed back and not returned yet
+}
+
+// gap is a lane's jobs handed back and not returned yet, by sequence,
+// each with its maybeDup as it was handed back.
+type gap []gapJob
+
+type gapJob struct {
+	seq      uint64
+	maybeDup bool
+}
+
+func (g gap) find(seq uint64) (int, bool) {
+	i := sort.Search(len(g), func(i int) bool { return g[i].seq >= seq })
+	return i, i < len(g) && g[i].seq == seq
+}
+
+// has reports whether seq is in the gap, and its maybeDup.
+func (g gap) has(seq uint64) (maybeDup, ok bool) {
+	i, ok := g.find(seq)
+	return ok && g[i].maybeDup, ok
+}
+
+func (g *gap) add(seq uint64, maybeDup bool) {
+	if i, ok := g.find(seq); !ok {
+		*g = slices.Insert(*g, i, gapJob{seq, maybeDup})
+	}
+}
+
+func (g *gap) remove(seq uint64) {
+	if i, ok := g.find(seq); ok {
+		*g = slices.Delete(*g, i, i+1)
+	}
+}
+
+// lowest is the gap's lowest sequence, 0 when it is empty.
+func (g gap) lowest() uint64 {
+	if len(g) == 0 {
+		return 0
+	}
+	return g[0].seq
 }
 
 // stalledKeep is the most queued jobs a stalled key keeps in memory.
@@ -71,23 +111,13 @@ const stalledKeep = 16
 
 func (ln *lane) queued() int { return len(ln.queue) - ln.head }
 
-func (ln *lane) lowestHandedBack() uint64 {
-	low := uint64(0)
-	for seq := range ln.handedBack {
-		if low == 0 || seq < low {
-			low = seq
-		}
-	}
-	return low
-}
-
 // runnable returns how many queued jobs, from the head, lie below the
 // lane's gap (all of them when nothing is handed back).
 func (ln *lane) runnable() int {
 	if len(ln.handedBack) == 0 {
 		return ln.queued()
 	}
-	low := ln.lowestHandedBack()
+	low := ln.handedBack.lowest()
 	q := ln.queue[ln.head:]
 	return sort.Search(len(q), func(i int) bool { return q[i].job.Seq > low })
 }
@@ -130,6 +160,7 @@ type lanes struct {
 	pausing  int              // runners waiting out a retry's backoff
 	run      func([]*task)    // runs a lane's tasks
 	woken    bool             // waitRoom returns at once
+	dropped  chan struct{}    // closed when close drops the queued jobs
 	room     *sync.Cond       // signalled when in-flight jobs finish
 	wg       sync.WaitGroup
 }
@@ -142,7 +173,7 @@ const laneBurst = 32
 func newLanes(runners, group, window int, run func([]*task)) *lanes {
 	window = max(window, 1)
 	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2),
-		runners: runners, live: runners, run: run}
+		runners: runners, live: runners, run: run, dropped: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	l.room = sync.NewCond(&l.mu)
 	l.wg.Add(runners)
@@ -152,8 +183,10 @@ func newLanes(runners, group, window int, run func([]*task)) *lanes {
 	return l
 }
 
-// pause waits out a retry's backoff (d, or until ctx ends: it reports
-// false) for the runner calling it, without holding that runner's place:
+// pause waits out a retry's backoff (d; it reports false if ctx ends or
+// the lanes are closed dropping their jobs first, a re-synchronisation
+// that must not wait for a failing job to settle) for the runner calling
+// it, without holding that runner's place:
 // while it waits, another runner starts if a lane is ready, so keys whose
 // head jobs retry do not hold the partition's runners, whatever
 // Concurrency is. When it returns, its runner goes on with the job, one
@@ -175,6 +208,8 @@ func (l *lanes) pause(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	case <-ctx.Done():
+		return false
+	case <-l.dropped:
 		return false
 	}
 }
@@ -212,14 +247,13 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 	}
 	ln := l.byKey[t.job.Key]
 	if ln != nil {
-		wasDup, back := ln.handedBack[t.job.Seq]
+		wasDup, back := ln.handedBack.has(t.job.Seq)
 		if ln.stalled {
 			// Keep only a job that goes right after the kept ones, and
 			// only up to keep; the rest wait on the server.
-			low := ln.lowestHandedBack()
-			if back && t.job.Seq != low || !back && low != 0 || ln.queued() >= l.keep {
+			if ln.queued() >= l.keep || ln.handedBack.lowest() != 0 && t.job.Seq != ln.handedBack.lowest() {
 				if !back {
-					ln.handedBack[t.job.Seq] = t.maybeDup
+					ln.handedBack.add(t.job.Seq, t.maybeDup)
 				}
 				return true, true, true
 			}
@@ -227,14 +261,14 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 		// Not stalled: every job is taken, a returning one in its place,
 		// a later one behind the gap.
 		if back {
-			delete(ln.handedBack, t.job.Seq)
+			ln.handedBack.remove(t.job.Seq)
 			t.maybeDup = wasDup // its redelivery was ours, not a crash's
 		}
 	}
 	t.progress = time.Now()
 	l.inflight[t.job.Seq] = t
 	if ln == nil {
-		ln = &lane{key: t.job.Key, handedBack: map[uint64]bool{}}
+		ln = &lane{key: t.job.Key}
 		l.byKey[t.job.Key] = ln
 	}
 	ln.insert(t)
@@ -273,7 +307,7 @@ func (l *lanes) stall(key string, stalled bool) []*task {
 	ln.queue = ln.queue[:cut]
 	for _, t := range back {
 		delete(l.inflight, t.job.Seq)
-		ln.handedBack[t.job.Seq] = t.maybeDup
+		ln.handedBack.add(t.job.Seq, t.maybeDup)
 	}
 	return back
 }
@@ -311,7 +345,7 @@ func (l *lanes) evict() *task {
 		ln.queue[last] = nil
 		ln.queue = ln.queue[:last]
 		delete(l.inflight, t.job.Seq)
-		ln.handedBack[t.job.Seq] = t.maybeDup
+		ln.handedBack.add(t.job.Seq, t.maybeDup)
 		return t
 	}
 	return nil
@@ -485,8 +519,11 @@ func (l *lanes) close(drop bool) {
 	l.closed = true
 	l.room.Broadcast()
 	if drop {
+		if !l.dropping {
+			close(l.dropped)
+		}
 		l.dropping = true
-		for _, ln := range l.ready {
+		for _, ln := range l.byKey { // ready, held, or waiting behind a gap
 			for _, t := range ln.queue[ln.head:] {
 				delete(l.inflight, t.job.Seq)
 			}

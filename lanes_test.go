@@ -288,7 +288,7 @@ func TestLanesWindowBehindAGapHandsBackTheHighest(t *testing.T) {
 	l := newLanes(1, 1, 4, one(func(*task) {}))
 	defer l.close(true)
 	l.mu.Lock()
-	l.byKey["k"] = &lane{key: "k", handedBack: map[uint64]bool{5: false}} // 5 is out
+	l.byKey["k"] = &lane{key: "k", handedBack: gap{{seq: 5}}} // 5 is out
 	l.mu.Unlock()
 	for seq := uint64(6); seq <= 9; seq++ {
 		if ok, hb := l.add(newTask("k", seq)); !ok || hb {
@@ -342,5 +342,37 @@ func TestLanesPausedRunnerLetsOthersRun(t *testing.T) {
 	l.close(false)
 	if l.live != 0 {
 		t.Fatalf("%d runners left after close", l.live)
+	}
+}
+
+// TestLanesDroppingCloseEndsABackoff: a re-sync closes the lanes dropping
+// their jobs and waits for the runners. A job waiting out a retry's
+// backoff must give up at once (its new consumer delivers it again), not
+// hold the re-sync, and with it the partition, until it settles.
+func TestLanesDroppingCloseEndsABackoff(t *testing.T) {
+	var l *lanes
+	paused := make(chan bool, 1)
+	l = newLanes(1, 1, 64, one(func(*task) {
+		paused <- l.pause(context.Background(), time.Hour)
+	}))
+	l.add(newTask("failing", 1))
+	for {
+		l.mu.Lock()
+		p := l.pausing
+		l.mu.Unlock()
+		if p == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	closed := make(chan struct{})
+	go func() { l.close(true); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("a dropping close waited for a job's backoff")
+	}
+	if <-paused {
+		t.Fatal("pause reported its backoff waited out")
 	}
 }
