@@ -758,7 +758,12 @@
 //     most), and it waits out each backoff without holding its runner: a
 //     spare runner serves the other keys meanwhile, so even Concurrency 1
 //     keeps them running. Memory holds at most MaxInFlight jobs plus one
-//     retrying head per runner.
+//     retrying head per runner. A re-synchronisation of the partition
+//     (see "No gaps") ends the backoff at once and leaves the head to the
+//     new consumer instead of waiting for it to settle. (With MaxInFlight
+//     1, a pull batch of 1, the nats.go iterator now and then stops asking
+//     for messages until the missed-heartbeat re-sync 5s later; seen on
+//     main too.)
 //   - Its lane keeps keep = min(16, MaxInFlight/2) queued jobs and hands
 //     the rest back with a NAK delayed by 1s (the server sends
 //     redeliveries before new messages; a short delay would let a stalled
@@ -766,7 +771,8 @@
 //     handed back too, and a returning job is taken only when it is the
 //     lowest of the key's handed-back jobs and the lane has room. Other
 //     keys always keep MaxInFlight − keep of the in-flight window (half or
-//     more, at least one job), for every MaxInFlight the worker accepts.
+//     more, at least one job), for every MaxInFlight the worker accepts;
+//     two keys failing at once can fill it.
 //   - On the server, other keys keep that share until the failing key has
 //     MaxPending − MaxInFlight − 1 jobs handed back (15,359 by default);
 //     past that the server delivers nothing new to the partition until
@@ -805,8 +811,9 @@
 // and with a handler; `go test -run TestHotKeyLeavesHandBackMode -v` logs
 // the calls/s before and after), and, on the lanes alone,
 // TestLanesGapClosesWhateverTheReturnOrder,
-// TestLanesWindowBehindAGapHandsBackTheHighest and
-// TestLanesPausedRunnerLetsOthersRun.
+// TestLanesWindowBehindAGapHandsBackTheHighest,
+// TestLanesPausedRunnerLetsOthersRun and
+// TestLanesDroppingCloseEndsABackoff.
 //
 // # Group commit
 //
