@@ -186,7 +186,9 @@ type Stats struct {
 	// DeadLetterErrors counts failed attempts to write a dead letter; the
 	// job stays in its lane, unacked, until one succeeds.
 	DeadLetterErrors int64
-	// HandedBack counts jobs a stalled key handed back to the server.
+	// HandedBack counts jobs handed back to the server: a stalled key's,
+	// and jobs waiting behind a key's gap when they filled the in-flight
+	// window (Tenure.HandedBack is how many are out now).
 	HandedBack int64
 	// Stuck counts owners whose handlers kept running after the lease was
 	// lost; the worker steps aside as the partition's desired owner until
