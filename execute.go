@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -222,11 +221,11 @@ func (o *owner) process(t *task) {
 				o.handBack(bt, true)
 			}
 		}
-		timer := time.NewTimer(o.w.cfg.Backoff(max(attempt+waits, 1)))
-		select {
-		case <-timer.C:
-		case <-o.ctx.Done():
-			timer.Stop()
+		// The backoff does not hold a runner: other keys run meanwhile. It
+		// ends early when the tenure does, or when a re-sync drops the
+		// lanes (the new consumer delivers the job again): a failing job
+		// must not hold up a re-sync of its partition.
+		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(max(attempt+waits, 1))) {
 			o.w.stats.unacked.Add(1)
 			return
 		}

@@ -111,10 +111,12 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 	// deliveries lie between it and the delivery that showed the gap.
 	var newest, gapFrom, gapTo uint64
 	for {
-		// Hold at most MaxInFlight jobs in memory; the server's window
-		// (MaxPending) is larger, so jobs a stalled key hands back do not
-		// stop the others.
-		ln.waitRoom(o.w.cfg.MaxInFlight)
+		// Hold at most MaxInFlight jobs in memory (the lanes' window); the
+		// server's window (MaxPending) is larger, so jobs a stalled key
+		// hands back do not stop the others.
+		for _, t := range ln.waitRoom() {
+			o.handBack(t, false)
+		}
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			break

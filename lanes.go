@@ -1,6 +1,9 @@
 package keylane
 
 import (
+	"context"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
@@ -43,35 +46,90 @@ type keptOutcome struct {
 // lane holds the queued jobs of one key, in stream order.
 //
 // While the key's head job fails and retries (stalled), the lane keeps at
-// most stalledKeep queued jobs; the others are handed back to the server
-// (the caller NAKs them with a delay) so they do not hold the partition's
-// in-flight window in memory. Every job the lane kept has a lower sequence
-// than every job handed back and not yet returned (handedBack), and a
-// returning job is taken back only when it is the lowest of those: the
-// key's order holds. A lane with jobs handed back stays registered even
-// when its queue is empty, so a later job cannot overtake them.
+// most keep queued jobs (see lanes.keep); the others are handed back to
+// the server (the caller NAKs them with a delay) so they do not hold the
+// partition's in-flight window, and so do the key's arrivals while it is
+// stalled. The jobs handed back and not yet returned (handedBack) are a
+// gap in the lane: only queued jobs below the lowest of them run, so the
+// key's order holds. Once the head settled, every returning job is taken,
+// whatever its order, and new arrivals wait in the lane behind the gap
+// instead of being handed back: nothing is handed back any more (unless
+// the window is full, see lanes.waitRoom), so the gap closes as soon as
+// the server has returned what was handed back, within the longest NAK
+// delay, while the key's traffic keeps arriving. A lane with jobs handed
+// back stays registered even when its queue is empty, so a later job
+// cannot overtake them.
 type lane struct {
 	key        string
-	queue      []*task
+	queue      []*task // by stream sequence
 	head       int
-	active     bool            // in the ready list or held by a runner
-	stalled    bool            // its head job is retrying
-	handedBack map[uint64]bool // seq → the job's maybeDup when handed back
+	active     bool // in the ready list or held by a runner
+	stalled    bool // its head job is retrying
+	handedBack gap  // its jobs handed back and not returned yet
 }
 
-// stalledKeep is how many queued jobs a stalled key keeps in memory.
+// gap is a lane's jobs handed back and not returned yet, by sequence,
+// each with its maybeDup as it was handed back.
+type gap []gapJob
+
+type gapJob struct {
+	seq      uint64
+	maybeDup bool
+}
+
+func (g gap) find(seq uint64) (int, bool) {
+	i := sort.Search(len(g), func(i int) bool { return g[i].seq >= seq })
+	return i, i < len(g) && g[i].seq == seq
+}
+
+// has reports whether seq is in the gap, and its maybeDup.
+func (g gap) has(seq uint64) (maybeDup, ok bool) {
+	i, ok := g.find(seq)
+	return ok && g[i].maybeDup, ok
+}
+
+func (g *gap) add(seq uint64, maybeDup bool) {
+	if i, ok := g.find(seq); !ok {
+		*g = slices.Insert(*g, i, gapJob{seq, maybeDup})
+	}
+}
+
+func (g *gap) remove(seq uint64) {
+	if i, ok := g.find(seq); ok {
+		*g = slices.Delete(*g, i, i+1)
+	}
+}
+
+// lowest is the gap's lowest sequence, 0 when it is empty.
+func (g gap) lowest() uint64 {
+	if len(g) == 0 {
+		return 0
+	}
+	return g[0].seq
+}
+
+// stalledKeep is the most queued jobs a stalled key keeps in memory.
 const stalledKeep = 16
 
 func (ln *lane) queued() int { return len(ln.queue) - ln.head }
 
-func (ln *lane) lowestHandedBack() uint64 {
-	low := uint64(0)
-	for seq := range ln.handedBack {
-		if low == 0 || seq < low {
-			low = seq
-		}
+// runnable returns how many queued jobs, from the head, lie below the
+// lane's gap (all of them when nothing is handed back).
+func (ln *lane) runnable() int {
+	if len(ln.handedBack) == 0 {
+		return ln.queued()
 	}
-	return low
+	low := ln.handedBack.lowest()
+	q := ln.queue[ln.head:]
+	return sort.Search(len(q), func(i int) bool { return q[i].job.Seq > low })
+}
+
+// insert queues t in sequence order: behind the others, unless it is a
+// handed-back job that came back after later ones arrived.
+func (ln *lane) insert(t *task) {
+	q := ln.queue[ln.head:]
+	i := sort.Search(len(q), func(i int) bool { return q[i].job.Seq > t.job.Seq })
+	ln.queue = slices.Insert(ln.queue, ln.head+i, t)
 }
 
 // lanes runs the jobs of one partition: one key's jobs at a time, in the
@@ -79,6 +137,13 @@ func (ln *lane) lowestHandedBack() uint64 {
 // A fixed pool of runners takes ready lanes; no goroutine is started per job.
 // A runner takes up to `group` queued jobs of its lane at once (for group
 // commit) and runs them in order.
+//
+// The lanes hold at most `window` fetched jobs (MaxInFlight), not counting
+// the head job of each stalled key: that one retries in its runner, so
+// there are at most `runners` of them, and a failing key never fills the
+// window alone, whatever its size. A stalled key keeps at most keep =
+// min(stalledKeep, window/2) queued jobs, so other keys always have at
+// least half of the window.
 type lanes struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -88,7 +153,16 @@ type lanes struct {
 	closed   bool             // no more tasks will be added
 	dropping bool             // drop queued tasks instead of running them
 	group    int              // most tasks handed to run at once
+	window   int              // most fetched jobs held, stalled heads aside
+	keep     int              // most queued jobs a stalled key keeps
+	stalled  int              // lanes whose head job is retrying
+	busy     int              // runners running tasks
+	runners  int              // runners wanted, not counting those pausing
+	live     int              // runner goroutines
+	pausing  int              // runners waiting out a retry's backoff
+	run      func([]*task)    // runs a lane's tasks
 	woken    bool             // waitRoom returns at once
+	dropped  chan struct{}    // closed when close drops the queued jobs
 	room     *sync.Cond       // signalled when in-flight jobs finish
 	wg       sync.WaitGroup
 }
@@ -98,22 +172,66 @@ type lanes struct {
 // starve the rest.
 const laneBurst = 32
 
-func newLanes(runners, group int, run func([]*task)) *lanes {
-	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1)}
+func newLanes(runners, group, window int, run func([]*task)) *lanes {
+	window = max(window, 1)
+	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2),
+		runners: runners, live: runners, run: run, dropped: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	l.room = sync.NewCond(&l.mu)
 	l.wg.Add(runners)
 	for i := 0; i < runners; i++ {
-		go l.runner(run)
+		go l.runner()
 	}
 	return l
+}
+
+// pause waits out a retry's backoff (d; it reports false if ctx ends or
+// the lanes are closed dropping their jobs first, a re-synchronisation
+// that must not wait for a failing job to settle) for the runner calling
+// it, without holding that runner's place:
+// while it waits, another runner starts if a lane is ready, so keys whose
+// head jobs retry do not hold the partition's runners, whatever
+// Concurrency is. When it returns, its runner goes on with the job, one
+// runner more than wanted at most per retry, until a runner between two
+// lanes sees the excess and exits.
+func (l *lanes) pause(ctx context.Context, d time.Duration) bool {
+	l.mu.Lock()
+	l.pausing++
+	l.spare()
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.pausing--
+		l.mu.Unlock()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-l.dropped:
+		return false
+	}
+}
+
+// spare starts a runner when a lane is ready and fewer than l.runners
+// runners are not pausing. It runs with l.mu held, by a runner or while
+// the lanes are open, so the runners' WaitGroup is never at zero here.
+func (l *lanes) spare() {
+	if len(l.ready) > 0 && l.live-l.pausing < l.runners {
+		l.live++
+		l.wg.Add(1)
+		go l.runner()
+	}
 }
 
 // add queues t behind the earlier jobs of its key. It reports false for a
 // job already in flight here (a redelivery racing the original), which the
 // caller drops: the original's ack covers it. It reports handBack for a
 // job of a stalled key the lane does not keep: the caller NAKs it with a
-// delay, and the lane takes it when it comes back in its turn.
+// delay, and the lane takes it when it comes back.
 func (l *lanes) add(t *task) (ok, handBack bool) {
 	ok, handBack, _ = l.addTo(t)
 	return ok, handBack
@@ -131,66 +249,108 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 	}
 	ln := l.byKey[t.job.Key]
 	if ln != nil {
-		if wasDup, back := ln.handedBack[t.job.Seq]; back {
-			if t.job.Seq != ln.lowestHandedBack() || ln.stalled && ln.queued() >= stalledKeep {
-				return true, true, ln.stalled // not its turn yet
+		wasDup, back := ln.handedBack.has(t.job.Seq)
+		if ln.stalled {
+			// Keep only a job that goes right after the kept ones, and
+			// only up to keep; the rest wait on the server.
+			if ln.queued() >= l.keep || ln.handedBack.lowest() != 0 && t.job.Seq != ln.handedBack.lowest() {
+				if !back {
+					ln.handedBack.add(t.job.Seq, t.maybeDup)
+				}
+				return true, true, true
 			}
-			delete(ln.handedBack, t.job.Seq)
+		}
+		// Not stalled: every job is taken, a returning one in its place,
+		// a later one behind the gap.
+		if back {
+			ln.handedBack.remove(t.job.Seq)
 			t.maybeDup = wasDup // its redelivery was ours, not a crash's
-		} else if len(ln.handedBack) > 0 || ln.stalled && ln.queued() >= stalledKeep {
-			ln.handedBack[t.job.Seq] = t.maybeDup
-			return true, true, ln.stalled
 		}
 	}
 	t.progress = time.Now()
 	l.inflight[t.job.Seq] = t
 	if ln == nil {
-		ln = &lane{key: t.job.Key, handedBack: map[uint64]bool{}}
+		ln = &lane{key: t.job.Key}
 		l.byKey[t.job.Key] = ln
 	}
-	ln.queue = append(ln.queue, t)
-	if !ln.active {
+	ln.insert(t)
+	if !ln.active && ln.runnable() > 0 {
 		ln.active = true
 		l.ready = append(l.ready, ln)
 		l.cond.Signal()
+		l.spare()
 	}
 	return true, false, false
 }
 
 // stall marks key's lane as retrying its head job (or not) and returns the
-// queued jobs beyond stalledKeep, which the caller hands back to the
-// server; they are no longer in flight here.
+// queued jobs beyond keep, and any behind the lane's gap, which the caller
+// hands back to the server; they are no longer in flight here.
 func (l *lanes) stall(key string, stalled bool) []*task {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ln := l.byKey[key]
-	if ln == nil {
+	if ln == nil || ln.stalled == stalled {
 		return nil
 	}
 	ln.stalled = stalled
-	if !stalled || ln.queued() <= stalledKeep {
+	if !stalled {
+		l.stalled--
 		return nil
 	}
-	cut := ln.head + stalledKeep
+	l.stalled++ // its head leaves the window
+	l.room.Broadcast()
+	cut := ln.head + min(ln.runnable(), l.keep)
+	if cut == len(ln.queue) {
+		return nil
+	}
 	back := append([]*task(nil), ln.queue[cut:]...)
 	clear(ln.queue[cut:])
 	ln.queue = ln.queue[:cut]
 	for _, t := range back {
 		delete(l.inflight, t.job.Seq)
-		ln.handedBack[t.job.Seq] = t.maybeDup
+		ln.handedBack.add(t.job.Seq, t.maybeDup)
 	}
-	l.room.Broadcast()
 	return back
 }
 
-// waitRoom blocks while the lanes hold limit or more fetched jobs, until
-// wake or close.
-func (l *lanes) waitRoom(limit int) {
+// waitRoom blocks while the lanes hold a full window of fetched jobs,
+// until wake or close. When nothing can make room (no runner runs a job
+// that is not a stalled head, no lane is ready) and jobs wait behind a
+// lane's gap, it takes the highest of them out instead and returns them
+// for the caller to hand back: the jobs that close the gaps must still be
+// delivered.
+func (l *lanes) waitRoom() (back []*task) {
 	l.mu.Lock()
-	for len(l.inflight) >= limit && !l.closed && !l.woken {
+	defer l.mu.Unlock()
+	for len(l.inflight)-l.stalled >= l.window && !l.closed && !l.woken {
+		if len(l.ready) == 0 && l.busy <= l.stalled {
+			if t := l.evict(); t != nil {
+				back = append(back, t)
+				continue
+			}
+		}
 		l.room.Wait()
 	}
-	l.mu.Unlock()
+	return back
+}
+
+// evict takes the highest queued job waiting behind a lane's gap out of
+// the lanes, as handed back, or returns nil when no job waits so.
+func (l *lanes) evict() *task {
+	for _, ln := range l.byKey {
+		if ln.stalled || len(ln.handedBack) == 0 || ln.runnable() == ln.queued() {
+			continue
+		}
+		last := len(ln.queue) - 1
+		t := ln.queue[last]
+		ln.queue[last] = nil
+		ln.queue = ln.queue[:last]
+		delete(l.inflight, t.job.Seq)
+		ln.handedBack.add(t.job.Seq, t.maybeDup)
+		return t
+	}
+	return nil
 }
 
 // wake ends every waitRoom, now and later.
@@ -201,15 +361,21 @@ func (l *lanes) wake() {
 	l.mu.Unlock()
 }
 
-func (l *lanes) runner(run func([]*task)) {
+func (l *lanes) runner() {
 	defer l.wg.Done()
 	buf := make([]*task, 0, l.group)
 	for {
 		l.mu.Lock()
-		for len(l.ready) == 0 && !l.closed {
+		for len(l.ready) == 0 && !l.closed && l.live-l.pausing <= l.runners {
 			l.cond.Wait()
 		}
-		if len(l.ready) == 0 {
+		if len(l.ready) == 0 || l.live-l.pausing > l.runners {
+			// Closed and drained, or one runner too many since a paused
+			// one came back; a ready lane's wake-up goes to another.
+			l.live--
+			if len(l.ready) > 0 {
+				l.cond.Signal()
+			}
 			l.mu.Unlock()
 			return
 		}
@@ -222,7 +388,7 @@ func (l *lanes) runner(run func([]*task)) {
 			if len(ts) == 0 {
 				break
 			}
-			run(ts)
+			l.run(ts)
 			l.done(ts)
 			n++
 			clear(ts)
@@ -230,9 +396,10 @@ func (l *lanes) runner(run func([]*task)) {
 	}
 }
 
-// next pops ln's next tasks (at most l.group) into buf, retires ln when it
-// is empty, and hands ln back to the ready queue after a burst when other
-// lanes wait; it returns no task in both cases.
+// next pops ln's next tasks (at most l.group, none behind its gap) into
+// buf; it retires ln when it has none to run, and hands ln back to the
+// ready queue after a burst when other lanes wait, returning no task in
+// both cases. A runner holding tasks counts as busy until done.
 func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -242,11 +409,16 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 		}
 		ln.queue, ln.head = nil, 0
 	}
-	if ln.head == len(ln.queue) {
-		ln.queue, ln.head, ln.active = ln.queue[:0], 0, false
-		if len(ln.handedBack) == 0 {
+	k := min(l.group, ln.runnable())
+	if k == 0 {
+		if ln.head == len(ln.queue) {
+			ln.queue, ln.head = ln.queue[:0], 0
+		}
+		ln.active = false
+		if ln.queued() == 0 && len(ln.handedBack) == 0 {
 			delete(l.byKey, ln.key)
 		}
+		l.room.Broadcast() // a waitRoom may now hand back what waits behind the gap
 		return nil
 	}
 	if n >= laneBurst && len(l.ready) > 0 {
@@ -254,7 +426,6 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 		l.cond.Signal()
 		return nil
 	}
-	k := min(l.group, len(ln.queue)-ln.head)
 	buf = append(buf, ln.queue[ln.head:ln.head+k]...)
 	clear(ln.queue[ln.head : ln.head+k])
 	ln.head += k
@@ -264,11 +435,13 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 		ln.queue = append(ln.queue[:0:0], ln.queue[ln.head:]...)
 		ln.head = 0
 	}
+	l.busy++
 	return buf
 }
 
 func (l *lanes) done(ts []*task) {
 	l.mu.Lock()
+	l.busy--
 	for _, t := range ts {
 		if t.requeued {
 			t.requeued = false
@@ -321,6 +494,18 @@ func (l *lanes) touch(age time.Duration, fn func(*task)) {
 	}
 }
 
+// handedBackNow returns how many jobs the lanes handed back that have not
+// come back yet.
+func (l *lanes) handedBackNow() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, ln := range l.byKey {
+		n += len(ln.handedBack)
+	}
+	return n
+}
+
 // pending returns how many fetched jobs are not finished.
 func (l *lanes) pending() int {
 	l.mu.Lock()
@@ -336,8 +521,11 @@ func (l *lanes) close(drop bool) {
 	l.closed = true
 	l.room.Broadcast()
 	if drop {
+		if !l.dropping {
+			close(l.dropped)
+		}
 		l.dropping = true
-		for _, ln := range l.ready {
+		for _, ln := range l.byKey { // ready, held, or waiting behind a gap
 			for _, t := range ln.queue[ln.head:] {
 				delete(l.inflight, t.job.Seq)
 			}

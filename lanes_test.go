@@ -1,8 +1,10 @@
 package keylane
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,7 +25,7 @@ func TestLanesOneAtATimeInOrder(t *testing.T) {
 	last := map[string]uint64{}
 	maxPerKey, maxTotal, total := 0, 0, 0
 	var order atomic.Int64
-	l := newLanes(4, 1, one(func(tk *task) {
+	l := newLanes(4, 1, 1<<20, one(func(tk *task) {
 		mu.Lock()
 		running[tk.job.Key]++
 		total++
@@ -73,7 +75,7 @@ func TestLanesHotKeyDoesNotStarve(t *testing.T) {
 	var mu sync.Mutex
 	var ran []string
 	gate := make(chan struct{})
-	l := newLanes(1, 1, one(func(tk *task) {
+	l := newLanes(1, 1, 1<<20, one(func(tk *task) {
 		<-gate
 		mu.Lock()
 		ran = append(ran, tk.job.Key)
@@ -99,7 +101,7 @@ func TestLanesHotKeyDoesNotStarve(t *testing.T) {
 func TestLanesRefuseDuplicateInFlight(t *testing.T) {
 	block := make(chan struct{})
 	var runs atomic.Int64
-	l := newLanes(2, 1, one(func(*task) { runs.Add(1); <-block }))
+	l := newLanes(2, 1, 1<<20, one(func(*task) { runs.Add(1); <-block }))
 	if ok, _ := l.add(newTask("a", 7)); !ok {
 		t.Fatal("first add refused")
 	}
@@ -117,7 +119,7 @@ func TestLanesCloseDropsQueued(t *testing.T) {
 	started := make(chan struct{})
 	release := make(chan struct{})
 	var runs atomic.Int64
-	l := newLanes(1, 1, one(func(*task) {
+	l := newLanes(1, 1, 1<<20, one(func(*task) {
 		if runs.Add(1) == 1 {
 			close(started)
 			<-release
@@ -169,7 +171,7 @@ func TestLanesGroups(t *testing.T) {
 	last := map[string]uint64{}
 	biggest, bad := 0, ""
 	gate := make(chan struct{})
-	l := newLanes(2, group, func(ts []*task) {
+	l := newLanes(2, group, 1<<20, func(ts []*task) {
 		<-gate
 		mu.Lock()
 		defer mu.Unlock()
@@ -210,5 +212,167 @@ func TestLanesGroups(t *testing.T) {
 		if n != 1 {
 			t.Fatalf("seq %d ran %d times", s, n)
 		}
+	}
+}
+
+// TestLanesGapClosesWhateverTheReturnOrder: a stalled key hands jobs back;
+// once its head settled, they come back in any order (a cluster returns
+// them in interleaved clumps) while new jobs of the key keep arriving.
+// Every one is taken, none is handed back again, and the key's jobs run in
+// stream order.
+func TestLanesGapClosesWhateverTheReturnOrder(t *testing.T) {
+	var mu sync.Mutex
+	var ran []uint64
+	gate := make(chan struct{})
+	l := newLanes(2, 1, 64, one(func(tk *task) {
+		if tk.job.Seq == 1 {
+			<-gate
+		}
+		mu.Lock()
+		ran = append(ran, tk.job.Seq)
+		mu.Unlock()
+	}))
+	for seq := uint64(1); seq <= 40; seq++ {
+		l.add(newTask("hot", seq))
+	}
+	for !runningHead(l, "hot") {
+		runtime.Gosched()
+	}
+	back := l.stall("hot", true) // seq 1 runs and "fails"; it keeps 16 queued
+	if len(back) != 40-1-16 {
+		t.Fatalf("stall handed back %d jobs, want %d", len(back), 40-1-16)
+	}
+	if ok, hb := l.add(newTask("hot", 41)); !ok || !hb {
+		t.Fatalf("a new job of the stalled key: ok %v handBack %v, want handed back", ok, hb)
+	}
+	l.stall("hot", false) // the head settled
+	close(gate)
+	for seq := uint64(42); seq <= 50; seq++ { // the key's traffic goes on
+		if ok, hb := l.add(newTask("hot", seq)); !ok || hb {
+			t.Fatalf("new job %d after the head settled: ok %v handBack %v", seq, ok, hb)
+		}
+	}
+	// They come back highest first, 41 last.
+	for i := len(back) - 1; i >= 0; i-- {
+		if ok, hb := l.add(newTask("hot", back[i].job.Seq)); !ok || hb {
+			t.Fatalf("returning job %d: ok %v handBack %v, want taken", back[i].job.Seq, ok, hb)
+		}
+	}
+	if n := l.handedBackNow(); n != 1 {
+		t.Fatalf("%d jobs handed back before 41 returned, want 1", n)
+	}
+	if ok, hb := l.add(newTask("hot", 41)); !ok || hb {
+		t.Fatalf("returning job 41: ok %v handBack %v", ok, hb)
+	}
+	l.close(false)
+	if !slices.IsSorted(ran) || len(ran) != 50 {
+		t.Fatalf("ran %d jobs, sorted %v: %v", len(ran), slices.IsSorted(ran), ran)
+	}
+	if n := l.handedBackNow(); n != 0 {
+		t.Fatalf("%d jobs still handed back", n)
+	}
+}
+
+// runningHead reports whether key's lane has a job taken by a runner.
+func runningHead(l *lanes, key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.busy > 0 && l.byKey[key] != nil
+}
+
+// TestLanesWindowBehindAGapHandsBackTheHighest: jobs waiting behind a
+// key's gap fill the window while no runner has work. waitRoom must hand
+// back the highest of them instead of waiting for ever: the job that
+// closes the gap has to be delivered.
+func TestLanesWindowBehindAGapHandsBackTheHighest(t *testing.T) {
+	l := newLanes(1, 1, 4, one(func(*task) {}))
+	defer l.close(true)
+	l.mu.Lock()
+	l.byKey["k"] = &lane{key: "k", handedBack: gap{{seq: 5}}} // 5 is out
+	l.mu.Unlock()
+	for seq := uint64(6); seq <= 9; seq++ {
+		if ok, hb := l.add(newTask("k", seq)); !ok || hb {
+			t.Fatalf("job %d behind the gap: ok %v handBack %v", seq, ok, hb)
+		}
+	}
+	back := l.waitRoom()
+	if len(back) != 1 || back[0].job.Seq != 9 {
+		t.Fatalf("waitRoom on a window full behind a gap handed back %d jobs (%v), want 9", len(back), back)
+	}
+	if l.pending() != 3 || l.handedBackNow() != 2 {
+		t.Fatalf("pending %d, handed back %d; want 3 and 2", l.pending(), l.handedBackNow())
+	}
+}
+
+// TestLanesPausedRunnerLetsOthersRun: with one runner, a job waiting out
+// a retry's backoff (pause) must not hold the lanes: another key's job
+// runs meanwhile, and once the pause ended the lanes are back to one
+// runner.
+func TestLanesPausedRunnerLetsOthersRun(t *testing.T) {
+	var l *lanes
+	other := make(chan struct{})
+	var paused atomic.Bool
+	l = newLanes(1, 1, 64, one(func(tk *task) {
+		if tk.job.Key == "failing" {
+			// Its backoff lasts until the other key ran (or a minute).
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-other:
+				case <-time.After(time.Minute):
+				}
+				cancel()
+			}()
+			paused.Store(true)
+			l.pause(ctx, time.Hour)
+			return
+		}
+		close(other)
+	}))
+	l.add(newTask("failing", 1))
+	for !paused.Load() {
+		runtime.Gosched()
+	}
+	l.add(newTask("other", 2))
+	select {
+	case <-other:
+	case <-time.After(time.Minute):
+		t.Fatal("another key did not run while the only runner paused")
+	}
+	l.close(false)
+	if l.live != 0 {
+		t.Fatalf("%d runners left after close", l.live)
+	}
+}
+
+// TestLanesDroppingCloseEndsABackoff: a re-sync closes the lanes dropping
+// their jobs and waits for the runners. A job waiting out a retry's
+// backoff must give up at once (its new consumer delivers it again), not
+// hold the re-sync, and with it the partition, until it settles.
+func TestLanesDroppingCloseEndsABackoff(t *testing.T) {
+	var l *lanes
+	paused := make(chan bool, 1)
+	l = newLanes(1, 1, 64, one(func(*task) {
+		paused <- l.pause(context.Background(), time.Hour)
+	}))
+	l.add(newTask("failing", 1))
+	for {
+		l.mu.Lock()
+		p := l.pausing
+		l.mu.Unlock()
+		if p == 1 {
+			break
+		}
+		runtime.Gosched()
+	}
+	closed := make(chan struct{})
+	go func() { l.close(true); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("a dropping close waited for a job's backoff")
+	}
+	if <-paused {
+		t.Fatal("pause reported its backoff waited out")
 	}
 }

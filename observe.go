@@ -144,8 +144,14 @@ type Tenure struct {
 	// window is full of jobs that do not finish).
 	Backlog uint64
 	// InFlight counts the jobs fetched and not yet finished, held in this
-	// worker's memory (at most MaxInFlight).
+	// worker's memory: at most MaxInFlight, plus the head job of each key
+	// that retries it (at most Concurrency).
 	InFlight int
+	// HandedBack counts the jobs a failing key handed back to the server
+	// that have not come back yet. It returns to 0 once no key's head
+	// fails and the server has delivered them again (see jetstream/doc.go,
+	// "A failing key does not hold its partition").
+	HandedBack int
 	// TrustedFor is how long the lease stays trusted without another
 	// successful renew (0 once it ended): the trust window's headroom.
 	TrustedFor time.Duration
@@ -169,7 +175,7 @@ func (w *Worker) Tenures() []Tenure {
 		}
 		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: o.since, Backlog: o.backlog.Load(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
 		if ln := o.lanes.Load(); ln != nil {
-			t.InFlight = ln.pending()
+			t.InFlight, t.HandedBack = ln.pending(), ln.handedBackNow()
 		}
 		ts = append(ts, t)
 	}

@@ -47,8 +47,9 @@ type owner struct {
 
 // How long a handed-back job stays with the server before it is delivered
 // again: while its key is stalled, long enough that the redeliveries (which
-// the server sends before new messages) leave room for the other keys;
-// once the key recovered and only waits for a lower job to return, short.
+// the server sends before new messages) leave room for the other keys; a
+// job handed back only to make room in a full window (lanes.waitRoom),
+// short.
 const (
 	stalledHandBackDelay = time.Second
 	turnHandBackDelay    = 100 * time.Millisecond
@@ -134,7 +135,7 @@ func (o *owner) run() {
 			o.release()
 			return
 		}
-		ln := newLanes(o.w.cfg.Concurrency, group, run)
+		ln := newLanes(o.w.cfg.Concurrency, group, o.w.cfg.MaxInFlight, run)
 		o.ln = ln
 		o.lanes.Store(ln)
 		why := o.fetch(cons, ln)

@@ -33,16 +33,21 @@ type WorkerConfig struct {
 	ID string
 	// Concurrency is how many different keys of one partition may run at
 	// once. Jobs of one key never run at the same time whatever this is.
-	// Defaults to 8.
+	// A key whose head job waits out a retry's backoff does not count: its
+	// runner steps aside meanwhile (see jetstream/doc.go, "A failing key
+	// does not hold its partition"). Defaults to 8.
 	Concurrency int
 	// MaxInFlight is how many fetched, unfinished jobs one partition holds
-	// in memory. It bounds memory. Defaults to 1024.
+	// in memory, not counting the head job of each key that retries it
+	// (at most one per runner). It bounds memory. A failing key keeps at
+	// most min(16, MaxInFlight/2) of them. Defaults to 1024.
 	MaxInFlight int
 	// MaxPending is the partition's window on the server (the consumer's
-	// MaxAckPending): jobs delivered and not acked, including those a
-	// failing key handed back while its head job retries. Other keys of
-	// the partition keep flowing until a failing key has about
-	// MaxPending−MaxInFlight jobs handed back. Defaults to 16×MaxInFlight.
+	// MaxAckPending): jobs delivered and not acked, including a failing
+	// key's retrying head and the jobs it handed back. It must exceed
+	// MaxInFlight. Other keys of the partition keep their share of the
+	// in-flight window until a failing key has MaxPending−MaxInFlight−1
+	// jobs handed back. Defaults to 16×MaxInFlight.
 	MaxPending int
 	// MaxDeliver is how many times a failing job runs before it is moved to
 	// the dead-letter stream. It is the namespace's: the first worker fixes
@@ -134,8 +139,12 @@ func (c *WorkerConfig) setDefaults() error {
 	if c.MaxPending == 0 {
 		c.MaxPending = 16 * c.MaxInFlight
 	}
-	if c.MaxPending < c.MaxInFlight {
-		return fmt.Errorf("keylane: MaxPending %d is below MaxInFlight %d", c.MaxPending, c.MaxInFlight)
+	if c.MaxPending <= c.MaxInFlight {
+		// The server's window holds a failing key's retrying head (which
+		// the in-flight window does not count) and what it hands back:
+		// with no room beyond MaxInFlight that key could hold its
+		// partition (promise 8).
+		return fmt.Errorf("keylane: MaxPending %d must exceed MaxInFlight %d: a failing key's retrying head and the jobs it hands back need room beyond the in-flight window", c.MaxPending, c.MaxInFlight)
 	}
 	if c.Concurrency < 1 || c.MaxInFlight < 1 || c.MaxDeliver < 0 {
 		return errors.New("keylane: Concurrency, MaxInFlight and MaxDeliver must be positive")
@@ -182,7 +191,9 @@ type Stats struct {
 	// DeadLetterErrors counts failed attempts to write a dead letter; the
 	// job stays in its lane, unacked, until one succeeds.
 	DeadLetterErrors int64
-	// HandedBack counts jobs a stalled key handed back to the server.
+	// HandedBack counts jobs handed back to the server: a stalled key's,
+	// and jobs waiting behind a key's gap when they filled the in-flight
+	// window (Tenure.HandedBack is how many are out now).
 	HandedBack int64
 	// Stuck counts owners whose handlers kept running after the lease was
 	// lost; the worker steps aside as the partition's desired owner until

@@ -162,9 +162,11 @@
 // is started per job. A hot key yields its runner after a burst when other
 // lanes wait.
 //
-// A failing job is retried in place with backoff, so later jobs of its key
-// wait behind it while other keys flow; after MaxDeliver attempts, or at
-// once for a Permanent error, it goes to NS_DEAD with Keylane-Error,
+// A failing job is retried in place with backoff (its runner steps aside
+// while it waits), so later jobs of its key wait behind it while other
+// keys flow (see "A failing key does not hold its partition"); after
+// MaxDeliver attempts, or at once for a Permanent error, it goes to
+// NS_DEAD with Keylane-Error,
 // Keylane-Attempts and Keylane-Worker headers and is acked. A state bucket
 // that does not take a read or write (no leader, a cut connection, a full
 // store: ErrStateUnavailable) is not the job's fault: the job is tried
@@ -1047,20 +1049,71 @@
 // keeps a NAKed message pending until it is acked. So the worker keeps two
 // windows: it holds at most MaxInFlight fetched jobs in memory (it stops
 // reading the pull iterator when full), and the server's window is the
-// larger MaxPending (16×MaxInFlight by default). When a key's head job
-// fails and retries, its lane keeps 16 queued jobs and hands the rest back
-// with a NAK delayed by 1s (the server sends redeliveries before new
-// messages; a short delay would let a stalled key's hand-backs crowd the
-// others out); its later arrivals are handed back too. A returning job is
-// taken only when it is the lowest of the key's handed-back jobs, so the
-// key's order holds; once the head settles, the rest come back in turn
-// (100ms re-NAKs while waiting for a lower one). Other keys of the
-// partition keep flowing until the failing key has about
-// MaxPending−MaxInFlight jobs handed back; past that the server delivers
-// nothing new to the partition until the head settles, which MaxDeliver
-// and Backoff bound. Counted in Stats.HandedBack. Tested by
+// larger MaxPending (16×MaxInFlight by default; a MaxPending that does not
+// exceed MaxInFlight is refused, as it leaves a failing key's head and
+// hand-backs no room). While a key's head job fails and retries (the key
+// is stalled):
+//
+//   - Its head does not count against MaxInFlight (one per runner at
+//     most), and it waits out each backoff without holding its runner: a
+//     spare runner serves the other keys meanwhile, so even Concurrency 1
+//     keeps them running. Memory holds at most MaxInFlight jobs plus one
+//     retrying head per runner. A re-synchronisation of the partition
+//     (see "No gaps") ends the backoff at once and leaves the head to the
+//     new consumer instead of waiting for it to settle. (With MaxInFlight
+//     1, a pull batch of 1, the nats.go iterator now and then stops asking
+//     for messages until the missed-heartbeat re-sync 5s later; seen on
+//     main too.)
+//   - Its lane keeps keep = min(16, MaxInFlight/2) queued jobs and hands
+//     the rest back with a NAK delayed by 1s (the server sends
+//     redeliveries before new messages; a short delay would let a stalled
+//     key's hand-backs crowd the others out). Its later arrivals are
+//     handed back too, and a returning job is taken only when it is the
+//     lowest of the key's handed-back jobs and the lane has room. Other
+//     keys always keep MaxInFlight − keep of the in-flight window (half or
+//     more, at least one job), for every MaxInFlight the worker accepts;
+//     two keys failing at once can fill it.
+//   - On the server, other keys keep that share until the failing key has
+//     MaxPending − MaxInFlight − 1 jobs handed back (15,359 by default);
+//     past that the server delivers nothing new to the partition until
+//     the head settles, which MaxDeliver and Backoff bound.
+//
+// The way out. A key's jobs handed back and not yet returned are a gap in
+// its lane: only its queued jobs below the lowest of them run, so the
+// key's order holds. Once the head settled, nothing more of the key is
+// handed back: every returning job is taken, in whatever order the server
+// returns them (on a cluster, in interleaved clumps), and new arrivals
+// wait in the lane behind the gap. So the gap closes once the server has
+// returned the last job handed back, at most the 1s NAK delay (plus the
+// redelivery) after the head settled, and the key runs normally while its
+// traffic keeps arriving; a job is handed back about once per second the
+// stall lasts, plus once. The one other hand-back: when jobs waiting
+// behind gaps fill the in-flight window while no runner has other work,
+// the highest of them goes back (NAK delayed 100ms), so the jobs that
+// close the gaps can still be delivered. Before, a key with any job
+// handed back handed back every new one and took a returning job only
+// when it was the lowest: under steady traffic it never left that mode
+// (64 callers on one key: ~600 calls/s at ~108ms after a 1.5s failure
+// instead of ~9,500 at ~7ms, each job delivered up to 7 times on a
+// cluster); and a stalled key kept 16 jobs and its head in the window,
+// which held the whole partition when MaxInFlight was 17 or less.
+//
+// Counted in Stats.HandedBack; Worker.Tenures reports each partition's
+// jobs handed back and not yet returned (Tenure.HandedBack), 0 once no key
+// is stalled and the gaps closed. Tested by
 // TestFailingKeyDoesNotStallItsPartition (a 400-job backlog on a window of
-// 64, another key's calls answered within a second).
+// 64), TestFailingKeyDoesNotHoldASmallWindow (MaxInFlight 1, 2, 16 and 17,
+// and Concurrency 1: another key's calls answered while the head still
+// fails), TestWorkerConfigNeedsRoomBeyondTheWindow,
+// TestHotKeyLeavesHandBackMode (64 callers on one key, through and after a
+// failure of one of its jobs that the test ends: after it, 1000 calls
+// answered with no job handed back and Tenure.HandedBack 0, with a reducer
+// and with a handler; `go test -run TestHotKeyLeavesHandBackMode -v` logs
+// the calls/s before and after), and, on the lanes alone,
+// TestLanesGapClosesWhateverTheReturnOrder,
+// TestLanesWindowBehindAGapHandsBackTheHighest,
+// TestLanesPausedRunnerLetsOthersRun and
+// TestLanesDroppingCloseEndsABackoff.
 //
 // # Group commit
 //

@@ -58,10 +58,11 @@ func newScene(t *testing.T) *scene {
 		// The default TTL: a headless chromium starting on a busy machine
 		// must not cost the worker its leases (and the page its figures).
 		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: partitions, LeaseTTL: keylane.DefaultLeaseTTL},
-		// A window of one job: the jobs behind the blocked one stay on
-		// the server, pending.
+		// A window of one job, and the least server window the worker
+		// accepts beyond it: the jobs behind the blocked one stay on the
+		// server, pending.
 		MaxInFlight: 1,
-		MaxPending:  1,
+		MaxPending:  2,
 		Handler: keylane.HandlerFunc(func(ctx context.Context, j keylane.Job) ([]byte, error) {
 			switch string(j.Payload) {
 			case "block":
