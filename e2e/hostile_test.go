@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -52,23 +51,7 @@ func TestHostileWire(t *testing.T) {
 	if testing.Short() {
 		t.Skip("hostile wire: skipped in -short")
 	}
-	runFor := hostileDefault
-	if v := os.Getenv("KEYLANE_HOSTILE"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("KEYLANE_HOSTILE=%q: %v", v, err)
-		}
-		runFor = d
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("KEYLANE_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("KEYLANE_SEED=%q: %v", v, err)
-		}
-		seed = s
-	}
-	t.Logf("hostile wire seed %d for %s (KEYLANE_SEED=%d KEYLANE_HOSTILE=%s to replay)", seed, runFor, seed, runFor)
+	seed, runFor := nemesisRun(t, "hostile wire", "KEYLANE_HOSTILE", hostileDefault)
 	rng := rand.New(rand.NewPCG(seed, seed^0x686f7374696c65))
 
 	c := startCluster(t, "e2e-hostile", 2, "--delays", "--ack-wait", faultAckWait.String())

@@ -43,23 +43,7 @@ func TestNemesis(t *testing.T) {
 	if testing.Short() {
 		t.Skip("nemesis: skipped in -short")
 	}
-	runFor := nemesisDefault
-	if v := os.Getenv("KEYLANE_NEMESIS"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			t.Fatalf("KEYLANE_NEMESIS=%q: %v", v, err)
-		}
-		runFor = d
-	}
-	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv("KEYLANE_SEED"); v != "" {
-		s, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("KEYLANE_SEED=%q: %v", v, err)
-		}
-		seed = s
-	}
-	t.Logf("nemesis seed %d for %s (KEYLANE_SEED=%d KEYLANE_NEMESIS=%s to replay)", seed, runFor, seed, runFor)
+	seed, runFor := nemesisRun(t, "nemesis", "KEYLANE_NEMESIS", nemesisDefault)
 	rng := rand.New(rand.NewPCG(seed, seed^0x6e656d65736973))
 
 	srv := startRestartable(t)
@@ -235,6 +219,31 @@ func runStep(t *testing.T, c *cluster, limit time.Duration, what string, step fu
 }
 
 var errStepTimeout = errors.New("did not finish in time")
+
+// nemesisRun returns a randomized test's seed (KEYLANE_SEED, or a fresh
+// one) and how long its faults go on (the duration in env, or def), and
+// logs both so that a failure can be replayed.
+func nemesisRun(t *testing.T, what, env string, def time.Duration) (uint64, time.Duration) {
+	t.Helper()
+	runFor := def
+	if v := os.Getenv(env); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", env, v, err)
+		}
+		runFor = d
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("KEYLANE_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("KEYLANE_SEED=%q: %v", v, err)
+		}
+		seed = s
+	}
+	t.Logf("%s seed %d for %s (KEYLANE_SEED=%d %s=%s to replay)", what, seed, runFor, seed, env, runFor)
+	return seed, runFor
+}
 
 // boundedWait runs f on its own goroutine and waits up to limit for it.
 // After a timeout f is left running: the test fails and its Cleanup ends
