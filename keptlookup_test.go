@@ -86,27 +86,32 @@ func ownerHolds(w *Worker, p int) int {
 	return ln.pending()
 }
 
-// lookUps counts, from its own connection, the direct-get requests on a
-// results bucket: batched (multi_last on the stream's subject) and per ID.
+// lookUps counts, from its own connection, the look-up requests on a
+// results bucket: batched (a direct get with multi_last on the stream's
+// subject) and per ID (a leader get by key, or a direct get by key); a
+// leader get of the stream's newest message (a tenure's first mark) is
+// neither.
 type lookUps struct {
 	t              *testing.T
 	nc             *nats.Conn
-	stream         string
+	stream, leader string
 	ch             chan *nats.Msg
 	batched, perID int
 }
 
 func countLookUps(t *testing.T, nc *nats.Conn, results string) *lookUps {
 	t.Helper()
-	c := &lookUps{t: t, nc: nc, stream: "$JS.API.DIRECT.GET.KV_" + results, ch: make(chan *nats.Msg, 1<<16)}
-	sub, err := nc.ChanSubscribe("$JS.API.DIRECT.GET.>", c.ch)
-	if err != nil {
-		t.Fatal(err)
+	c := &lookUps{t: t, nc: nc, stream: "$JS.API.DIRECT.GET.KV_" + results, leader: "$JS.API.STREAM.MSG.GET.KV_" + results, ch: make(chan *nats.Msg, 1<<16)}
+	for _, subject := range []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"} {
+		sub, err := nc.ChanSubscribe(subject, c.ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return c
 }
 
@@ -124,6 +129,8 @@ func (c *lookUps) counts() (batched, perID int) {
 			case m.Subject == c.stream && bytes.Contains(m.Data, []byte(`"multi_last"`)):
 				c.batched++
 			case strings.HasPrefix(m.Subject, c.stream+"."):
+				c.perID++
+			case m.Subject == c.leader && !bytes.Contains(m.Data, []byte(`>"`)) && !bytes.Contains(m.Data, []byte(`\u003e"`)):
 				c.perID++
 			}
 		default:
@@ -385,7 +392,7 @@ func TestReadKeptAnswer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := 0
-			found, err := readKeptAnswer(prefix, func() (*nats.Msg, error) {
+			found, _, err := readKeptAnswer(prefix, "", func() (*nats.Msg, error) {
 				if i == len(tc.msgs) {
 					return nil, context.DeadlineExceeded
 				}
@@ -506,7 +513,8 @@ func TestKeptLookUpTraffic(t *testing.T) {
 
 // TestLoneJobLooksUpWithOneGet: a job with a caller's ID alone in its
 // group (the common case with many keys) is looked up with one plain
-// direct get, not the batched form and its inbox subscription.
+// get (the leader's: storedResult), not the batched form and its inbox
+// subscription.
 func TestLoneJobLooksUpWithOneGet(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	e.waitOwned(e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, countReducer }))

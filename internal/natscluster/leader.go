@@ -162,7 +162,18 @@ func (c *Cluster) StepDownStream(ctx context.Context, stream string) (*Node, err
 // already, the leader is asked to step down in its favour (a preferred
 // placement, nats-server 2.11+), and MoveStreamLeader waits until it does.
 func (c *Cluster) MoveStreamLeader(ctx context.Context, stream string, to *Node) error {
-	cur, err := c.WaitStreamLeader(ctx, stream, nil)
+	return c.moveLeader(ctx, "stream "+stream, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, to,
+		func(ctx context.Context) (*Node, error) { return c.StreamLeader(ctx, stream) })
+}
+
+// MoveConsumerLeader is MoveStreamLeader for a consumer.
+func (c *Cluster) MoveConsumerLeader(ctx context.Context, stream, consumer string, to *Node) error {
+	return c.moveLeader(ctx, "consumer "+stream+"/"+consumer, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, to,
+		func(ctx context.Context) (*Node, error) { return c.ConsumerLeader(ctx, stream, consumer) })
+}
+
+func (c *Cluster) moveLeader(ctx context.Context, group, subject string, to *Node, leader func(context.Context) (*Node, error)) error {
+	cur, err := waitLeader(ctx, nil, leader)
 	if err != nil {
 		return err
 	}
@@ -173,14 +184,14 @@ func (c *Cluster) MoveStreamLeader(ctx context.Context, stream string, to *Node)
 	// tries, each waiting for the election it started.
 	body := fmt.Sprintf(`{"placement":{"preferred":%q}}`, to.name)
 	for try := 1; ; try++ {
-		if err := stepDownWith(ctx, c.nc, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, []byte(body)); err != nil && try == moveTries {
+		if err := stepDownWith(ctx, c.nc, subject, []byte(body)); err != nil && try == moveTries {
 			return err
 		}
 		wctx, cancel := context.WithTimeout(ctx, moveWait)
 		_, err = waitLeader(wctx, nil, func(ctx context.Context) (*Node, error) {
-			n, err := c.StreamLeader(ctx, stream)
+			n, err := leader(ctx)
 			if err == nil && n != to {
-				err = fmt.Errorf("%w: %s leads %s, want %s", ErrNoLeader, n.name, stream, to.name)
+				err = fmt.Errorf("%w: %s leads %s, want %s", ErrNoLeader, n.name, group, to.name)
 			}
 			return n, err
 		})
