@@ -526,3 +526,42 @@ func TestLoneJobLooksUpWithOneGet(t *testing.T) {
 		t.Fatalf("%d batched and %d per-ID look-ups for one job; want 0 and 1", batched, perID)
 	}
 }
+
+// TestBatchedMissFromALaggingReplicaGoesToTheLeader: a batched direct get
+// answered by a replica that has not applied this tenure's newest kept
+// outcome (its EOB's Nats-UpTo-Sequence below the owner's mark) settles
+// only its hits; every ID it says is not kept is looked up again with a
+// leader get, and nothing kept runs. The lagging replica is simulated by
+// a mark past the stream's end, as if this tenure had kept an outcome the
+// answering replica has not applied. Before marks, those misses were
+// settled by the batched answer (0 leader gets).
+func TestBatchedMissFromALaggingReplicaGoesToTheLeader(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	g := newKeptGroup(t)
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, ReducerFunc(g.reduce) })
+	e.waitOwned(w)
+	ids, kept, deleted := keptIDs("lag", 30)
+	keepEarlier(t, e.topo.Results, kept, deleted)
+	w.bal.mu.Lock()
+	o := w.bal.owners[0]
+	w.bal.mu.Unlock()
+	if o == nil {
+		t.Fatal("no owner of partition 0")
+	}
+	info, err := e.js.Stream(ctx(t), "KV_"+e.topo.Names.Results())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.CachedInfo().State.LastSeq
+	// An existing subject (so the answer is an EOB) at a sequence no
+	// replica has yet.
+	o.mark.Store(&keptMark{subject: "$KV." + e.topo.Names.Results() + "." + ids[0], seq: last + 1000})
+	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
+
+	g.run(e, w, e.client, "k", ids)
+	misses := len(ids) - len(kept)
+	if b, p := n.counts(); b != 1 || p != misses {
+		t.Fatalf("%d batched and %d per-ID look-ups for a group of %d (%d kept) answered by a replica behind the mark; want 1 and %d", b, p, len(ids), len(kept), misses)
+	}
+	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
+}
