@@ -30,8 +30,9 @@ import (
 // while the tenure lasts. See jetstream/doc.go, "Reads that decide" and
 // "Retries by job ID".
 const (
-	// lookUpBatchMax is the server's cap on subjects per multi_last request.
-	lookUpBatchMax = 1024
+	// lookUpBatchMax is the server's cap on entries per multi_last answer,
+	// less one for the tenure's mark (keptMark).
+	lookUpBatchMax = 1024 - 1
 	// keptBatchOffFor is how long a worker whose server refused the batched
 	// form (an older server, a permission, a bucket without direct gets)
 	// looks outcomes up one ID at a time before it tries the batch again.

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -59,10 +61,19 @@ func TestNoJobRunsTwiceWithALaggingFollower(t *testing.T) {
 			t.Fatalf("move the leader of %s: %v", what, err)
 		}
 	}
-	move(results, func(ctx context.Context) error { return c.MoveStreamLeader(ctx, results, c.Node(0)) })
-	for _, s := range []string{jobsStream, "KV_" + topo.Names.Leases(), "KV_" + topo.Names.Members(), "KV_" + topo.Names.State()} {
-		move(s, func(ctx context.Context) error { return c.MoveStreamLeader(ctx, s, c.Node(1)) })
+	placeLeaders := func(consumer bool) {
+		t.Helper()
+		move(results, func(ctx context.Context) error { return c.MoveStreamLeader(ctx, results, c.Node(0)) })
+		for _, s := range []string{jobsStream, "KV_" + topo.Names.Leases(), "KV_" + topo.Names.Members(), "KV_" + topo.Names.State()} {
+			move(s, func(ctx context.Context) error { return c.MoveStreamLeader(ctx, s, c.Node(1)) })
+		}
+		if consumer {
+			move("consumer p0", func(ctx context.Context) error {
+				return c.MoveConsumerLeader(ctx, jobsStream, topo.Names.Consumer(0), c.Node(1))
+			})
+		}
 	}
+	placeLeaders(false)
 
 	var mu sync.Mutex
 	runs := map[string]int{}
@@ -84,7 +95,11 @@ func TestNoJobRunsTwiceWithALaggingFollower(t *testing.T) {
 		return distinct, twice
 	}
 	newWorker := func(nc *nats.Conn, id string) *Worker {
-		w, err := NewWorker(nc, WorkerConfig{Topology: topo.Config, Handler: h, ID: id, StoreResults: true, Concurrency: 32, Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
+		cfg := WorkerConfig{Topology: topo.Config, Handler: h, ID: id, StoreResults: true, Concurrency: 32, Backoff: func(int) time.Duration { return 50 * time.Millisecond }}
+		if testing.Verbose() {
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", id)
+		}
+		w, err := NewWorker(nc, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,9 +117,18 @@ func TestNoJobRunsTwiceWithALaggingFollower(t *testing.T) {
 	ncOld := connect(2)
 	old := newWorker(ncOld, "old")
 	testwait.Eventually(t, 30*time.Second, "the old worker owns partition 0", func() bool { return slices.Equal(old.Owned(), []int{0}) })
-	move("consumer p0", func(ctx context.Context) error {
-		return c.MoveConsumerLeader(ctx, jobsStream, topo.Names.Consumer(0), c.Node(1))
-	})
+	placeLeaders(true)
+	cl, err := NewClient(ctx(t), nc1, ClientConfig{Namespace: "stale"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	// A first job shows the old worker fetching and running with the
+	// leaders where they are now.
+	if _, err := cl.Submit(ctx(t), "warm", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "the old worker ran a first job", func() bool { d, _ := ran(); return d == 1 })
 	for i := range 3 {
 		testwait.Eventually(t, 30*time.Second, fmt.Sprintf("node %d answers direct gets on %s", i, results), func() bool {
 			ok, err := c.Node(i).AnswersDirectGets(ctx(t), results)
@@ -119,15 +143,15 @@ func TestNoJobRunsTwiceWithALaggingFollower(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer remove()
-	if l, err := c.StreamLeader(ctx(t), results); err != nil || l != c.Node(0) {
-		t.Fatalf("leader of %s after the ramp: %v, %v; want node 0 (node 2 campaigned in a gap?)", results, l, err)
-	}
+	// Node 2 may have campaigned in a gap of the ramp and won an election
+	// (nothing was written meanwhile, so its log was current): put every
+	// leader back, and see node 2 answer direct gets as a follower.
+	placeLeaders(true)
+	testwait.Eventually(t, 30*time.Second, "node 2 answers direct gets on "+results, func() bool {
+		ok, err := c.Node(2).AnswersDirectGets(ctx(t), results)
+		return err == nil && ok
+	})
 
-	cl, err := NewClient(ctx(t), nc1, ClientConfig{Namespace: "stale"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
 	const jobs = 24
 	reqs := make([]Request, jobs)
 	for i := range reqs {
@@ -166,7 +190,7 @@ func TestNoJobRunsTwiceWithALaggingFollower(t *testing.T) {
 				k++
 			}
 		}
-		return fmt.Sprintf("%d ran, %d kept, %s after submitting", d, k, time.Since(submitted)), d == jobs && k == jobs
+		return fmt.Sprintf("%d ran, %d kept, %s after submitting; old worker %+v", d, k, time.Since(submitted), old.Stats()), d == jobs+1 && k == jobs+1
 	})
 	// The crash: the store's acks reach the old worker through the delay,
 	// so it has acked nothing.
@@ -181,9 +205,9 @@ func TestNoJobRunsTwiceWithALaggingFollower(t *testing.T) {
 	})
 	distinct, twice := ran()
 	t.Logf("new owner answered %d from kept outcomes; settled %s after the crash", nw.Stats().FromResults, time.Since(crashed).Round(time.Millisecond))
-	if distinct != jobs || twice > 0 {
+	if distinct != jobs+1 || twice > 0 {
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("%d of %d job IDs ran twice (runs: %v); want each once", twice, jobs, runs)
+		t.Fatalf("%d of %d job IDs ran twice (runs: %v); want each once", twice, jobs+1, runs)
 	}
 }

@@ -595,8 +595,9 @@
 //
 // The look-up of a group's IDs is one batched direct get on the results
 // stream (keptlookup.go; nats-server 2.11+): {"multi_last": [subjects],
-// "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1024 subjects
-// (the server's cap) and max_payload per request, bounded by the look-up
+// "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1023 IDs and
+// the mark below (the server answers at most 1024 entries) and
+// max_payload per request, bounded by the look-up
 // timeout (5s). The server answers, from one consistent read of the
 // stream, the last entry of each ID that has one, then 204 EOB (with the
 // answering replica's last sequence, Nats-UpTo-Sequence); or one 404 No

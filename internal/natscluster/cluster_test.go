@@ -270,7 +270,7 @@ func peerList(ps []*jetstream.PeerInfo) string {
 // then: right after the leader acknowledged a message, some of a burst of
 // direct gets miss it; without the delay every member has it. Fails if
 // the link is not proxied or the delay is not on every route connection
-// of the pair (every answer would be current).
+// of the pair (every answer would be current, try after try).
 func TestProxiedLinkDelaysReplication(t *testing.T) {
 	c := natscluster.Start(t, natscluster.Options{ProxiedLinks: [][2]int{{0, 2}}})
 	if c.Link(2, 0) == nil || c.Link(0, 1) != nil {
@@ -326,14 +326,30 @@ func TestProxiedLinkDelaysReplication(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l, err := c.StreamLeader(ctxFor(t, 5*time.Second), "D"); err != nil || l != c.Node(0) {
-		t.Fatalf("leader of D after the ramp: %v, %v; want node 0 (node 2 campaigned in a gap?)", l, err)
+	// Node 2 may have campaigned in a gap of the ramp and won (nothing
+	// was written meanwhile): node 0 leads again, node 2 follows.
+	if err := c.MoveStreamLeader(ctxFor(t, time.Minute), "D", c.Node(0)); err != nil {
+		t.Fatal(err)
 	}
-	publish("after")
-	// 30 gets all answered by nodes 0 and 1: (2/3)^30, about 5e-6.
-	if seen := burst(30); seen["before"] == 0 {
-		t.Fatalf("right after the leader acknowledged \"after\", 30 direct gets answered %v; want some stale \"before\" from node 2 (is the delay on every route of the pair?)", seen)
-	}
+	testwait.Eventually(t, 30*time.Second, "node 2 answers direct gets on D after the ramp", func() bool {
+		ok, err := c.Node(2).AnswersDirectGets(ctxFor(t, 5*time.Second), "D")
+		return err == nil && ok
+	})
+	// Right after the leader acknowledged a message, some of a burst of
+	// direct gets miss it (node 2 answers about a third; 30 all from nodes
+	// 0 and 1: (2/3)^30, about 5e-6). A machine that stalls for the whole
+	// delay between the ack and the burst sees node 2 current: try again
+	// with a new message.
+	tries, last := 0, ""
+	var seen map[string]int
+	testwait.Eventually(t, time.Minute, "a direct get answered by node 2's replica, behind the leader", func() bool {
+		tries++
+		last = fmt.Sprintf("after-%d", tries)
+		publish(last)
+		seen = burst(30)
+		return seen[last] < 30
+	})
+	t.Logf("stale answers seen on try %d: %v", tries, seen)
 	remove()
-	testwait.Eventually(t, 20*time.Second, "node 2 catches up once the delay is gone", func() bool { return burst(30)["after"] == 30 })
+	testwait.Eventually(t, 20*time.Second, "node 2 catches up once the delay is gone", func() bool { return burst(30)[last] == 30 })
 }
