@@ -710,6 +710,11 @@
 //	                                                  nothing runs again
 //	balancer views of the lease and  watch           who should own what; ownership itself is
 //	  member buckets                                  the lease's CAS
+//	what the previous consumer       consumer and    answered by the consumer's and the stream's
+//	  delivered (prevDelivered: which  stream info     leaders; a job at or below it counts as
+//	  jobs may have run)                               maybe run before (maybeDup)
+//	Stop's "ack applied" check       consumer info,  leaders only: the jobs stream has no
+//	  (settleAcks)                     jobs GetMsg     AllowDirect, so GetMsg is STREAM.MSG.GET
 //
 // Not covered: a previous owner's write still in flight when this tenure
 // began (a pause after its last trust check) lands after any read, leader
@@ -804,7 +809,10 @@
 // 60 queued jobs with IDs: one batch commit per state write, every outcome
 // readable), TestOutcomeBatchDefaults (none on one replica by default),
 // TestKeptOutcomesBatchedOnACluster (three nodes, R3: batched by default,
-// none refused),
+// none refused; once the worker acked every job, each outcome is read
+// from the results stream's leader, which cannot miss one: a direct get
+// right after seeing the put go by once read "key not found" from a
+// follower),
 // TestRedriveKeepsBothIDsInOneBatch,
 // TestSetupAllowsAtomicPublishOnResults (an existing results stream
 // without the flag gets it and keeps its entries) and, under
