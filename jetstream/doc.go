@@ -725,10 +725,10 @@
 // outcome.
 //
 // Cost (go test -run '^$' -bench KeptLookUp -benchtime 2000x ., this
-// shared 2-core VM, an order of magnitude): one look-up by ID took 26 µs
-// as a direct get and 51 µs as a leader get on one in-process server;
-// 139 and 225 µs on three nats-server processes with R3 (the client on
-// node 0, wherever the leader was). A leader get also goes through the
+// shared 2-core VM, two runs, an order of magnitude): one look-up by ID
+// took 22–26 µs as a direct get and 47–51 µs as a leader get on one
+// in-process server; 89–139 and 158–225 µs on three nats-server processes
+// with R3 (the client on node 0, wherever the leader was): about twice. A leader get also goes through the
 // server's JSON API (the message base64 in a JSON body) and always to the
 // leader, which serves every such read. Paid by redeliveries and lone jobs
 // with a caller's ID; a group's batched look-up stays one direct get,
