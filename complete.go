@@ -179,25 +179,31 @@ func messageSize(m *nats.Msg) int64 {
 	return int64(n)
 }
 
-// storedResult looks up the outcome kept under a job ID. Only "no such
-// key" means none: a look-up that fails (no leader, a cut connection) is
-// tried again with backoff while the tenure lasts, for running the job on
-// a failed look-up would run again a job that finished (a paid order's
-// side effect, for a Handler). It reports false also when the tenure
-// ended first; the caller then must not run the job (o.ctx is done).
+// storedResult looks up the outcome kept under a job ID, with a get the
+// results stream's leader answers (leaderGet): a replica's direct get may
+// not have applied an outcome a previous owner kept moments ago, and
+// "none kept" runs the job. Only "no such key" means none: a look-up that
+// fails (no leader, a cut connection) is tried again with backoff while
+// the tenure lasts, for running the job on a failed look-up would run
+// again a job that finished (a paid order's side effect, for a Handler).
+// It reports false also when the tenure ended first; the caller then must
+// not run the job (o.ctx is done).
 func (o *owner) storedResult(id string) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
+	stream, subject := "KV_"+o.w.topo.Names.Results(), "$KV."+o.w.topo.Names.Results()+"."+id
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-		e, err := o.w.topo.Results.Get(ctx, id)
+		sm, err := leaderGet(ctx, o.w.nc, stream, subject)
 		cancel()
 		switch {
 		case err == nil:
-			res, rerr, ok := decodeResult(e.Value())
-			return res, rerr, ok
-		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+			if k := keptValue(sm.Header, sm.Data); k != nil {
+				return k.res, k.err, true
+			}
+			return nil, nil, false
+		case errors.Is(err, errNoEntry):
 			return nil, nil, false
 		}
 		o.log.Warn("kept outcome look-up failed; trying again", "job_id", id, "try", try, "err", err)
@@ -325,9 +331,10 @@ func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 	}
 	timeout := time.NewTimer(requestTimeout)
 	defer timeout.Stop()
-	for _, f := range futures {
+	for i, f := range futures {
 		select {
-		case <-f.Ok():
+		case ack := <-f.Ok():
+			o.noteKept(puts[i].subject, ack.Sequence)
 		case err := <-f.Err():
 			return err
 		case <-timeout.C:

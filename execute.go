@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // maxGroup bounds how many queued jobs of one key a runner takes at once
@@ -243,21 +241,26 @@ func startsKey(jobID string) string {
 
 // countStart records one more start of a possibly redelivered job and
 // returns how many starts were recorded before this one (under earlier
-// owners). Only redelivered jobs pay this round trip.
+// owners). Only redelivered jobs pay this round trip. The counter is read
+// from the results stream's leader: the compare-and-set would refuse a
+// count read from a lagging replica, but every retry could read the same
+// replica again until the loop gives up, and a count not taken lets a job
+// that crashes its workers run again instead of being dead-lettered.
 func (o *owner) countStart(jobID string) (int, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, counterTimeout)
 	defer cancel()
 	kv, k := o.w.topo.Results, startsKey(jobID)
+	stream, subject := "KV_"+o.w.topo.Names.Results(), "$KV."+o.w.topo.Names.Results()+"."+k
 	var n int
 	err := casLoop(ctx, func(bool) error {
 		n = 0
 		var rev uint64
-		e, err := kv.Get(ctx, k)
+		sm, err := leaderGet(ctx, o.w.nc, stream, subject)
 		switch {
-		case err == nil:
-			n, _ = strconv.Atoi(string(e.Value()))
-			rev = e.Revision()
-		case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		case err == nil && !kvRemoved(sm.Header):
+			n, _ = strconv.Atoi(string(sm.Data))
+			rev = sm.Seq
+		case err == nil, errors.Is(err, errNoEntry):
 		default:
 			return err
 		}

@@ -2,6 +2,7 @@ package keylane
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -189,7 +190,17 @@ func (o *owner) sendKeptBatch(puts []kvPut) error {
 	if err != nil {
 		return err
 	}
-	return natsError(batchStored(ack, id, n))
+	if err := batchStored(ack, id, n); err != nil {
+		return natsError(err)
+	}
+	// The commit's ack carries the sequence of the batch's last message.
+	var stored struct {
+		Seq uint64 `json:"seq"`
+	}
+	if json.Unmarshal(ack.Data, &stored) == nil && stored.Seq > 0 {
+		o.noteKept(puts[n-1].subject, stored.Seq)
+	}
+	return nil
 }
 
 // allowAtomicPublish lets the stream (the results bucket's) take atomic

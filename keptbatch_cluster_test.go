@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natscluster"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,8 +15,9 @@ import (
 // TestKeptOutcomesBatchedOnACluster: on three nodes with R3, where
 // batches are on by default (the server stages them in memory), a key's
 // queued jobs with IDs are kept in batches, every outcome
-// readable by ID. Fails if the default leaves a replicated namespace
-// without batches, or if R3 refuses them.
+// readable by ID from the stream's leader once the worker acked its job.
+// Fails if the default leaves a replicated namespace without batches, or
+// if R3 refuses them.
 func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
 	c := natscluster.Start(t, natscluster.Options{})
 	conn := func() *nats.Conn {
@@ -71,9 +73,16 @@ func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
 		_ = w.Stop(sctx)
 	})
 	kw.waitSeen(t, "r3-", queued, false)
+	// Seeing a put go by is not its being stored, and a direct get (the
+	// KV's Get) may be answered by a follower that has not applied it
+	// yet. The worker acks a job only after the stream acknowledged its
+	// outcome: once it acked all, the leader has every outcome, and a
+	// leader get cannot miss one.
+	testwait.Eventually(t, 30*time.Second, "the worker acked every job", func() bool { return w.Stats().Succeeded >= queued })
 	for _, r := range reqs {
-		if _, err := topo.Results.Get(ctx(t), r.ID); err != nil {
-			t.Fatalf("outcome of %s: %v", r.ID, err)
+		sm, err := leaderGet(ctx(t), nc, "KV_"+topo.Names.Results(), "$KV."+topo.Names.Results()+"."+r.ID)
+		if err != nil || keptValue(sm.Header, sm.Data) == nil {
+			t.Fatalf("outcome of %s on the leader: %v", r.ID, err)
 		}
 	}
 	_, batched, commits, _ := kw.counts()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,13 +18,21 @@ import (
 // one batched direct get on the results bucket's stream (nats-server 2.11+:
 // a request {"multi_last": [subjects…]} on $JS.API.DIRECT.GET.<stream> is
 // answered by the last message of each subject that has one, then a 204
-// EOB status; by one 404 No Results when none has). Only a definite answer
-// counts as "none kept"; everything else leaves the job to the per-ID
-// look-up (storedResult), which retries with backoff while the tenure
-// lasts. See jetstream/doc.go, "Retries by job ID".
+// EOB status; by one 404 No Results when none has). Any replica may answer
+// a direct get, a follower from what it has applied so far, so the answer
+// is trusted only in the direction a stale replica cannot get wrong: an
+// outcome it has is kept (outcomes are never deleted, see keptMark), but
+// "none kept" counts only when the replica is shown current: its EOB's
+// Nats-UpTo-Sequence (its last sequence) is at or past this tenure's
+// newest kept outcome, which the request also asks for so the answer is
+// never a bare 404. Everything else is left to the per-ID look-up
+// (storedResult), a get the stream's leader answers, retried with backoff
+// while the tenure lasts. See jetstream/doc.go, "Reads that decide" and
+// "Retries by job ID".
 const (
-	// lookUpBatchMax is the server's cap on subjects per multi_last request.
-	lookUpBatchMax = 1024
+	// lookUpBatchMax is the server's cap on entries per multi_last answer,
+	// less one for the tenure's mark (keptMark).
+	lookUpBatchMax = 1024 - 1
 	// keptBatchOffFor is how long a worker whose server refused the batched
 	// form (an older server, a permission, a bucket without direct gets)
 	// looks outcomes up one ID at a time before it tries the batch again.
@@ -99,6 +108,54 @@ func (o *owner) lookUpKeptBatch(ts []*task) {
 	flush()
 }
 
+// keptMark is the newest outcome this tenure kept: its subject in the
+// results bucket and its stream sequence. The previous owners' outcomes
+// were all stored before this tenure's first (their leases ended before
+// ours began), and this tenure's before it looks anything up again, so a
+// replica whose last sequence is at or past seq has every outcome a
+// look-up must see.
+type keptMark struct {
+	subject string
+	seq     uint64
+}
+
+// noteKept records that an outcome was stored under subject at seq.
+func (o *owner) noteKept(subject string, seq uint64) {
+	for {
+		cur := o.mark.Load()
+		if cur != nil && cur.seq >= seq {
+			return
+		}
+		if o.mark.CompareAndSwap(cur, &keptMark{subject: subject, seq: seq}) {
+			return
+		}
+	}
+}
+
+// currentMark returns the tenure's keptMark; until the tenure kept an
+// outcome, the results stream's newest message as its leader says (one
+// leader get, until one succeeds): every earlier owner's outcome lies at
+// or below it. A stream with no message gives a mark with no subject: any
+// complete answer is current. nil means not known (the get failed).
+func (o *owner) currentMark() *keptMark {
+	if m := o.mark.Load(); m != nil {
+		return m
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+	defer cancel()
+	results := o.w.topo.Names.Results()
+	sm, err := leaderGet(ctx, o.w.nc, "KV_"+results, "$KV."+results+".>")
+	switch {
+	case errors.Is(err, errNoEntry):
+		o.mark.CompareAndSwap(nil, &keptMark{})
+	case err != nil:
+		return nil
+	default:
+		o.noteKept(sm.Subject, sm.Seq)
+	}
+	return o.mark.Load()
+}
+
 // batchableID reports whether id may name a subject in a batched look-up:
 // a valid job ID whose dot-separated tokens are all non-empty. Others are
 // left to the per-ID look-up, as before.
@@ -112,7 +169,8 @@ func batchableID(id string) bool {
 // the form, any other error when the answer was not definite; a task whose
 // ID the answer did not settle is left untouched either way.
 func (o *owner) keptBatch(prefix string, subjects []string, byID map[string][]*task) error {
-	found, err := o.keptBatchRequest(prefix, subjects)
+	mark := o.currentMark()
+	found, upTo, err := o.keptBatchRequest(prefix, subjects, mark)
 	if errors.Is(err, errKeptBatchRefused) {
 		o.w.keptBatchOff.Store(time.Now().Add(keptBatchOffFor).UnixNano())
 		o.log.Warn("batched kept-outcome look-up refused; looking up one ID at a time for a while", "for", keptBatchOffFor, "err", err)
@@ -130,12 +188,16 @@ func (o *owner) keptBatch(prefix string, subjects []string, byID map[string][]*t
 			return errors.New("keylane: batched look-up answered an ID not asked for")
 		}
 	}
+	// "None kept" is definite only from a replica that has applied this
+	// tenure's newest outcome, and so every outcome kept before.
+	current := mark != nil && (mark.subject == "" || upTo >= mark.seq)
 	for id, tasks := range byID {
 		k, ok := found[id]
 		for _, t := range tasks {
-			if ok && k != nil {
+			switch {
+			case ok && k != nil:
 				t.kept = k
-			} else {
+			case current:
 				t.lookedUp = true
 			}
 		}
@@ -146,11 +208,18 @@ func (o *owner) keptBatch(prefix string, subjects []string, byID map[string][]*t
 // keptBatchRequest makes the request and collects its answer: for each ID
 // with a kept outcome its decoded outcome, for each ID whose last entry is
 // a delete, purge or an undecodable value nil (none kept, as storedResult
-// says). It returns an error unless the answer was complete and definite.
-func (o *owner) keptBatchRequest(prefix string, subjects []string) (map[string]*keptOutcome, error) {
+// says), and the answering replica's last sequence (0 if its answer did
+// not say). The request also asks for mark's subject, if any. It returns
+// an error unless the answer was complete.
+func (o *owner) keptBatchRequest(prefix string, subjects []string, mark *keptMark) (map[string]*keptOutcome, uint64, error) {
+	extra := "" // asked for only to learn how current the replica is
+	if mark != nil && mark.subject != "" && !slices.Contains(subjects, mark.subject) {
+		extra = mark.subject
+		subjects = append(subjects[:len(subjects):len(subjects)], extra)
+	}
 	body, err := json.Marshal(keptBatchRequest{MultiLast: subjects, Batch: len(subjects)})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	nc := o.w.nc
 	inbox := nc.NewInbox()
@@ -161,7 +230,7 @@ func (o *owner) keptBatchRequest(prefix string, subjects []string) (map[string]*
 	ch := make(chan *nats.Msg, len(subjects)+2)
 	sub, err := nc.ChanSubscribe(inbox, ch)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
@@ -170,7 +239,7 @@ func (o *owner) keptBatchRequest(prefix string, subjects []string) (map[string]*
 	probe := !o.w.keptBatchProbed.Load()
 	lastErr := nc.LastError()
 	if err := nc.PublishRequest(subject, inbox, body); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if probe {
 		// A publish the user may not make is only told asynchronously
@@ -178,14 +247,14 @@ func (o *owner) keptBatchRequest(prefix string, subjects []string) (map[string]*
 		// worker checks for it with a round trip, so a refused form costs
 		// one probe, not a timeout per group.
 		if err := nc.FlushWithContext(ctx); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if refusedPublish(nc.LastError(), lastErr, subject) {
-			return nil, fmt.Errorf("%w: %v", errKeptBatchRefused, nc.LastError())
+			return nil, 0, fmt.Errorf("%w: %v", errKeptBatchRefused, nc.LastError())
 		}
 		o.w.keptBatchProbed.Store(true)
 	}
-	found, err := readKeptAnswer(prefix, func() (*nats.Msg, error) {
+	found, upTo, err := readKeptAnswer(prefix, extra, func() (*nats.Msg, error) {
 		select {
 		case m := <-ch:
 			return m, nil
@@ -194,54 +263,62 @@ func (o *owner) keptBatchRequest(prefix string, subjects []string) (map[string]*
 		}
 	})
 	if err != nil && refusedPublish(nc.LastError(), lastErr, subject) {
-		return nil, fmt.Errorf("%w: %v", errKeptBatchRefused, nc.LastError())
+		return nil, 0, fmt.Errorf("%w: %v", errKeptBatchRefused, nc.LastError())
 	}
 	if n, derr := sub.Dropped(); err == nil && (derr != nil || n > 0) {
 		// An entry lost on the way would read as "not kept": unknown.
-		return nil, fmt.Errorf("keylane: batched look-up lost %d answers (%v)", n, derr)
+		return nil, 0, fmt.Errorf("keylane: batched look-up lost %d answers (%v)", n, derr)
 	}
-	return found, err
+	return found, upTo, err
 }
 
 // readKeptAnswer reads the messages of a batched direct get's answer from
-// next until its end: the outcomes by ID (nil: none kept) after a 204 EOB
-// with nothing pending or a 404 No Results, else an error (and
-// errKeptBatchRefused for a 408 or 503).
-func readKeptAnswer(prefix string, next func() (*nats.Msg, error)) (map[string]*keptOutcome, error) {
+// next until its end: the outcomes by ID (nil: none kept) and the
+// answering replica's last sequence (the EOB's Nats-UpTo-Sequence; 0 for a
+// 404 No Results, or a server that does not say) after a 204 EOB with
+// nothing pending or a 404 No Results, else an error (and
+// errKeptBatchRefused for a 408 or 503). The entry for subject extra, if
+// not empty, is no outcome and is left out.
+func readKeptAnswer(prefix, extra string, next func() (*nats.Msg, error)) (map[string]*keptOutcome, uint64, error) {
 	found := map[string]*keptOutcome{}
+	entries := 0
 	for {
 		m, err := next()
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		status, desc := m.Header.Get("Status"), m.Header.Get("Description")
 		switch {
+		case status == "" && extra != "" && m.Header.Get("Nats-Subject") == extra:
+			entries++
 		case status == "":
+			entries++
 			id, k, err := keptEntry(m, prefix)
 			if err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			if _, dup := found[id]; dup {
-				return nil, fmt.Errorf("keylane: batched look-up answered %s twice", id)
+				return nil, 0, fmt.Errorf("keylane: batched look-up answered %s twice", id)
 			}
 			found[id] = k
 		case status == "204" && desc == "EOB":
 			if np := m.Header.Get("Nats-Num-Pending"); np != "0" {
 				// Cut short (the server's max bytes): the rest is unknown.
-				return nil, fmt.Errorf("keylane: batched look-up cut short with %q pending", np)
+				return nil, 0, fmt.Errorf("keylane: batched look-up cut short with %q pending", np)
 			}
-			if len(found) == 0 {
-				return nil, errors.New("keylane: batched look-up ended with no entries")
+			if entries == 0 {
+				return nil, 0, errors.New("keylane: batched look-up ended with no entries")
 			}
-			return found, nil
-		case status == "404" && desc == "No Results" && len(found) == 0:
-			return found, nil
+			upTo, _ := strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
+			return found, upTo, nil
+		case status == "404" && desc == "No Results" && entries == 0:
+			return found, 0, nil
 		case status == "408" || status == "503":
 			// 408: a server before 2.11 reads no request in the JSON; 503:
 			// nobody answers direct gets on the bucket's stream.
-			return nil, fmt.Errorf("%w: status %s %s", errKeptBatchRefused, status, desc)
+			return nil, 0, fmt.Errorf("%w: status %s %s", errKeptBatchRefused, status, desc)
 		default:
-			return nil, fmt.Errorf("keylane: batched look-up answered status %s %s", status, desc)
+			return nil, 0, fmt.Errorf("keylane: batched look-up answered status %s %s", status, desc)
 		}
 	}
 }
@@ -254,9 +331,7 @@ func refusedPublish(err, before error, subject string) bool {
 }
 
 // keptEntry reads one message of a batched answer: the ID it is for and
-// its outcome, nil when the entry says none is kept (a delete or purge
-// marker, as kv.Get's ErrKeyDeleted, or a value decodeResult does not
-// read, as storedResult).
+// its outcome (keptValue).
 func keptEntry(m *nats.Msg, prefix string) (string, *keptOutcome, error) {
 	subj := m.Header.Get("Nats-Subject")
 	id, ok := strings.CutPrefix(subj, prefix)
@@ -266,20 +341,92 @@ func keptEntry(m *nats.Msg, prefix string) (string, *keptOutcome, error) {
 	if _, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil {
 		return "", nil, fmt.Errorf("keylane: batched look-up answered %s without a sequence", subj)
 	}
-	switch m.Header.Get("KV-Operation") {
+	return id, keptValue(m.Header, m.Data), nil
+}
+
+// keptValue reads the last entry of a job ID in the results bucket: its
+// outcome, or nil when the entry says none is kept (a delete or purge
+// marker, as kv.Get's ErrKeyDeleted, or a value decodeResult does not
+// read, as storedResult).
+func keptValue(h nats.Header, data []byte) *keptOutcome {
+	if kvRemoved(h) {
+		return nil
+	}
+	res, rerr, ok := decodeResult(data)
+	if !ok {
+		return nil
+	}
+	return &keptOutcome{res: res, err: rerr}
+}
+
+// kvRemoved reports whether a KV entry with headers h says its key has
+// no value: a delete or purge marker (kv.Get's ErrKeyDeleted), or a
+// server's marker for a removed message.
+func kvRemoved(h nats.Header) bool {
+	switch h.Get("KV-Operation") {
 	case "DEL", "PURGE":
-		return id, nil, nil
+		return true
 	case "":
-		switch m.Header.Get("Nats-Marker-Reason") {
+		switch h.Get("Nats-Marker-Reason") {
 		case "MaxAge", "Purge", "Remove":
-			return id, nil, nil
+			return true
 		}
 	}
-	res, rerr, ok := decodeResult(m.Data)
-	if !ok {
-		return id, nil, nil
+	return false
+}
+
+// errNoEntry is a leader get's "no message" (the key was never written,
+// or its entries expired).
+var errNoEntry = errors.New("keylane: no entry")
+
+// storedMsg is a message as a leader get returns it.
+type storedMsg struct {
+	Subject string      `json:"subject"`
+	Seq     uint64      `json:"seq"`
+	Hdrs    []byte      `json:"hdrs"`
+	Data    []byte      `json:"data"`
+	Header  nats.Header `json:"-"`
+}
+
+// leaderGet reads the last message on subject (a wildcard: the newest of
+// those it matches) of stream with a get its leader answers
+// ($JS.API.STREAM.MSG.GET, never a direct get, which any replica answers
+// from what it has applied): it cannot miss a message the stream
+// acknowledged before the request. It returns errNoEntry when there is
+// none.
+func leaderGet(ctx context.Context, nc *nats.Conn, stream, subject string) (*storedMsg, error) {
+	req, err := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
 	}
-	return id, &keptOutcome{res: res, err: rerr}, nil
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Message *storedMsg          `json:"message"`
+		Error   *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("keylane: bad answer to a get on %s: %w", stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, errNoEntry
+	case resp.Error != nil:
+		return nil, resp.Error
+	case resp.Message == nil:
+		return nil, fmt.Errorf("keylane: a get on %s answered no message", stream)
+	}
+	sm := resp.Message
+	if len(sm.Hdrs) > 0 {
+		if sm.Header, err = nats.DecodeHeadersMsg(sm.Hdrs); err != nil {
+			return nil, fmt.Errorf("keylane: a get on %s answered bad headers: %w", stream, err)
+		}
+	}
+	return sm, nil
 }
 
 // ensureDirectGets lets the results bucket's stream answer direct gets

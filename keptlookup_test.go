@@ -86,27 +86,32 @@ func ownerHolds(w *Worker, p int) int {
 	return ln.pending()
 }
 
-// lookUps counts, from its own connection, the direct-get requests on a
-// results bucket: batched (multi_last on the stream's subject) and per ID.
+// lookUps counts, from its own connection, the look-up requests on a
+// results bucket: batched (a direct get with multi_last on the stream's
+// subject) and per ID (a leader get by key, or a direct get by key); a
+// leader get of the stream's newest message (a tenure's first mark) is
+// neither.
 type lookUps struct {
 	t              *testing.T
 	nc             *nats.Conn
-	stream         string
+	stream, leader string
 	ch             chan *nats.Msg
 	batched, perID int
 }
 
 func countLookUps(t *testing.T, nc *nats.Conn, results string) *lookUps {
 	t.Helper()
-	c := &lookUps{t: t, nc: nc, stream: "$JS.API.DIRECT.GET.KV_" + results, ch: make(chan *nats.Msg, 1<<16)}
-	sub, err := nc.ChanSubscribe("$JS.API.DIRECT.GET.>", c.ch)
-	if err != nil {
-		t.Fatal(err)
+	c := &lookUps{t: t, nc: nc, stream: "$JS.API.DIRECT.GET.KV_" + results, leader: "$JS.API.STREAM.MSG.GET.KV_" + results, ch: make(chan *nats.Msg, 1<<16)}
+	for _, subject := range []string{"$JS.API.DIRECT.GET.>", "$JS.API.STREAM.MSG.GET.>"} {
+		sub, err := nc.ChanSubscribe(subject, c.ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return c
 }
 
@@ -124,6 +129,8 @@ func (c *lookUps) counts() (batched, perID int) {
 			case m.Subject == c.stream && bytes.Contains(m.Data, []byte(`"multi_last"`)):
 				c.batched++
 			case strings.HasPrefix(m.Subject, c.stream+"."):
+				c.perID++
+			case m.Subject == c.leader && !bytes.Contains(m.Data, []byte(`>"`)) && !bytes.Contains(m.Data, []byte(`\u003e"`)):
 				c.perID++
 			}
 		default:
@@ -385,7 +392,7 @@ func TestReadKeptAnswer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := 0
-			found, err := readKeptAnswer(prefix, func() (*nats.Msg, error) {
+			found, _, err := readKeptAnswer(prefix, "", func() (*nats.Msg, error) {
 				if i == len(tc.msgs) {
 					return nil, context.DeadlineExceeded
 				}
@@ -506,7 +513,8 @@ func TestKeptLookUpTraffic(t *testing.T) {
 
 // TestLoneJobLooksUpWithOneGet: a job with a caller's ID alone in its
 // group (the common case with many keys) is looked up with one plain
-// direct get, not the batched form and its inbox subscription.
+// get (the leader's: storedResult), not the batched form and its inbox
+// subscription.
 func TestLoneJobLooksUpWithOneGet(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	e.waitOwned(e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, countReducer }))
@@ -517,4 +525,43 @@ func TestLoneJobLooksUpWithOneGet(t *testing.T) {
 	if batched, perID := n.counts(); batched != 0 || perID != 1 {
 		t.Fatalf("%d batched and %d per-ID look-ups for one job; want 0 and 1", batched, perID)
 	}
+}
+
+// TestBatchedMissFromALaggingReplicaGoesToTheLeader: a batched direct get
+// answered by a replica that has not applied this tenure's newest kept
+// outcome (its EOB's Nats-UpTo-Sequence below the owner's mark) settles
+// only its hits; every ID it says is not kept is looked up again with a
+// leader get, and nothing kept runs. The lagging replica is simulated by
+// a mark past the stream's end, as if this tenure had kept an outcome the
+// answering replica has not applied. Before marks, those misses were
+// settled by the batched answer (0 leader gets).
+func TestBatchedMissFromALaggingReplicaGoesToTheLeader(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	g := newKeptGroup(t)
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, ReducerFunc(g.reduce) })
+	e.waitOwned(w)
+	ids, kept, deleted := keptIDs("lag", 30)
+	keepEarlier(t, e.topo.Results, kept, deleted)
+	w.bal.mu.Lock()
+	o := w.bal.owners[0]
+	w.bal.mu.Unlock()
+	if o == nil {
+		t.Fatal("no owner of partition 0")
+	}
+	info, err := e.js.Stream(ctx(t), "KV_"+e.topo.Names.Results())
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.CachedInfo().State.LastSeq
+	// An existing subject (so the answer is an EOB) at a sequence no
+	// replica has yet.
+	o.mark.Store(&keptMark{subject: "$KV." + e.topo.Names.Results() + "." + ids[0], seq: last + 1000})
+	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
+
+	g.run(e, w, e.client, "k", ids)
+	misses := len(ids) - len(kept)
+	if b, p := n.counts(); b != 1 || p != misses {
+		t.Fatalf("%d batched and %d per-ID look-ups for a group of %d (%d kept) answered by a replica behind the mark; want 1 and %d", b, p, len(ids), len(kept), misses)
+	}
+	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
 }

@@ -63,57 +63,6 @@ func (c *Client) writeRedriveTicket(ctx context.Context, id string, d DeadLetter
 	return nil
 }
 
-// errNoMessage is a leader read's definite "no such message".
-var errNoMessage = errors.New("keylane: no message")
-
-// leaderLastMsg reads the last message of subject from stream through the
-// stream leader's API ($JS.API.STREAM.MSG.GET), never a direct get, which
-// any replica may answer from what it has applied so far. errNoMessage is
-// the leader's definite "none".
-func leaderLastMsg(ctx context.Context, nc *nats.Conn, stream, subject string) (nats.Header, []byte, error) {
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{subject})
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	resp, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return nil, nil, err
-	}
-	var r struct {
-		Error *struct {
-			Code        int    `json:"code"`
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
-		Message *struct {
-			Header []byte `json:"hdrs"`
-			Data   []byte `json:"data"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, nil, fmt.Errorf("keylane: read %s: %w", subject, err)
-	}
-	switch {
-	case r.Error != nil && r.Error.ErrCode == 10037: // JSNoMessageFoundErr
-		return nil, nil, errNoMessage
-	case r.Error != nil:
-		return nil, nil, fmt.Errorf("keylane: read %s: %s (code %d, error %d)", subject, r.Error.Description, r.Error.Code, r.Error.ErrCode)
-	case r.Message == nil:
-		return nil, nil, fmt.Errorf("keylane: read %s: an answer without a message", subject)
-	}
-	var h nats.Header
-	if len(r.Message.Header) > 0 {
-		if h, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
-			return nil, nil, fmt.Errorf("keylane: read %s: %w", subject, err)
-		}
-	}
-	return h, r.Message.Data, nil
-}
-
 // checkRedrive settles whether t's Keylane-Redrive-Of is honoured: it
 // reads t's redrive ticket from the results stream's leader. With no
 // ticket, or one that does not match t, the hint is dropped (t then keeps
@@ -125,9 +74,16 @@ func (o *owner) checkRedrive(t *task) error {
 		return nil
 	}
 	results := o.w.topo.Names.Results()
-	h, v, err := leaderLastMsg(o.ctx, o.w.nc, "KV_"+results, "$KV."+results+"."+redriveTicketPrefix+t.job.ID)
-	if err != nil && !errors.Is(err, errNoMessage) {
+	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	m, err := leaderGet(ctx, o.w.nc, "KV_"+results, "$KV."+results+"."+redriveTicketPrefix+t.job.ID)
+	cancel()
+	if err != nil && !errors.Is(err, errNoEntry) {
 		return err
+	}
+	var h nats.Header
+	var v []byte
+	if m != nil {
+		h, v = m.Header, m.Data
 	}
 	why := ""
 	var tk redriveTicket

@@ -672,37 +672,42 @@
 //
 // The look-up of a group's IDs is one batched direct get on the results
 // stream (keptlookup.go; nats-server 2.11+): {"multi_last": [subjects],
-// "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1024 subjects
-// (the server's cap) and max_payload per request, bounded by the look-up
+// "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1023 IDs and
+// the mark below (the server answers at most 1024 entries) and
+// max_payload per request, bounded by the look-up
 // timeout (5s). The server answers, from one consistent read of the
-// stream, the last entry of each ID that has one, then 204 EOB; or one
-// 404 No Results. Only a definite answer says "not kept": 404 No Results,
-// or an EOB with Nats-Num-Pending 0 after which the ID was not among the
-// entries (a DEL or PURGE entry, a marker, or a value that does not decode
-// reads as none, as kv.Get and the per-ID look-up read them). Anything
-// else — a cut-short EOB (the server's max bytes), 404 Message Not Found
-// (a load error), 413, 500, an entry for a subject not asked for or twice,
-// no sequence, a timeout — leaves the IDs unknown, and each is then looked
-// up by key as before (retried with backoff while the tenure lasts): a
-// failed look-up never runs a job. IDs that are no subject token sequence
-// ("a..b") are looked up by key only. A server that refuses the batched
-// form (408 from a server before 2.11, which reads no request in the JSON;
-// 503 with nobody answering direct gets; a permissions violation, which
-// the worker's first batched request checks for with a flush) turns the
-// batch off for that worker for a minute: no failed request per group.
-// Setup sets AllowDirect on a results stream without it (a bucket made by
-// keylane has it), in place. Workers need publish on
-// $JS.API.DIRECT.GET.KV_NS_RESULTS (docs/security/accounts.conf has it).
-// In a cluster a direct get, batched or by key, may be answered by any
-// current replica, not only the leader, as kv.Get with AllowDirect already
-// was: an outcome kept moments before by a quorum may not be applied yet
-// on the replica that answers. The window is a replica's apply lag, the
-// retry by ID comes after the duplicate window (2 minutes) or from a
-// redelivery, and a key's recent outcomes are held in its state entry,
-// whose stale read cannot apply a job: the compare-and-set on its revision
-// is decided by the leader, and a failed one is read again. Tested by
-// TestGroupLooksUpKeptOutcomesAtOnce (one request for 40 IDs, kept ones
-// not run, others run once in order; a 404 group),
+// stream, the last entry of each ID that has one, then 204 EOB (with the
+// answering replica's last sequence, Nats-UpTo-Sequence); or one 404 No
+// Results. Any replica may answer it, so it is trusted only where a
+// lagging one cannot mislead (# Reads that decide): an outcome it has is
+// kept, but "not kept" counts only from a replica shown current, whose
+// EOB's Nats-UpTo-Sequence is at or past the tenure's mark (the newest
+// outcome it kept; until it kept one, the stream's newest message as the
+// leader says, one leader get per tenure). The request also asks for the
+// mark's subject, so a current replica answers an EOB, never a bare 404
+// (an empty stream's mark makes any complete answer current). Only such
+// an answer says "not kept": an EOB with Nats-Num-Pending 0 after which
+// the ID was not among the entries (a DEL or PURGE entry, a marker, or a
+// value that does not decode reads as none, as the per-ID look-up reads
+// them). Anything else — a replica behind the mark, a cut-short EOB (the
+// server's max bytes), 404 Message Not Found (a load error), 413, 500, an
+// entry for a subject not asked for or twice, no sequence, a timeout —
+// leaves the IDs unknown, and each is then looked up by key from the
+// leader (retried with backoff while the tenure lasts): a failed look-up
+// never runs a job. IDs that are no subject token sequence ("a..b") are
+// looked up by key only, and so is a lone ID (one get, no inbox). A
+// server that refuses the batched form (408 from a server before 2.11,
+// which reads no request in the JSON; 503 with nobody answering direct
+// gets; a permissions violation, which the worker's first batched request
+// checks for with a flush) turns the batch off for that worker for a
+// minute: no failed request per group. Setup sets AllowDirect on a results
+// stream without it (a bucket made by keylane has it), in place. Workers
+// need publish on $JS.API.DIRECT.GET.KV_NS_RESULTS and
+// $JS.API.STREAM.MSG.GET.KV_NS_RESULTS (docs/security/accounts.conf has
+// both). Tested by TestGroupLooksUpKeptOutcomesAtOnce (one request for 40
+// IDs, kept ones not run, others run once in order; a group with none
+// kept), TestBatchedMissFromALaggingReplicaGoesToTheLeader (an answer
+// behind the mark: its misses are looked up again from the leader),
 // TestKeptLookUpFallsBackWhenBatchRefused (a user denied the stream-level
 // subject: found by key, nothing run twice, refusal remembered),
 // TestReadKeptAnswer (each answer above) and
@@ -712,6 +717,100 @@
 // duplicate window and the held outcomes cover those. A results write that
 // fails leaves the job unacked: it is redelivered and answered from the
 // held outcome, never lost and never applied twice.
+//
+// # Reads that decide
+//
+// On a replicated namespace a direct get (and a KV Get, which is one on a
+// bucket with AllowDirect, as every keylane bucket has) may be answered
+// by any member of the stream's direct-get group, followers included,
+// from what they have applied. nats-server lets a follower into the group
+// once it is 90 % caught up and does not take it out when it falls behind
+// again, and hands each request to a random member: with one follower's
+// replication 8 s behind (TestNoJobRunsTwiceWithALaggingFollower: R3, the
+// route from the results leader to node 2 delayed through the fault
+// proxy; a worker crashes after keeping 24 handler outcomes and before
+// acking; a new owner gets the 24 again), 10 and 11 of 24 jobs ran a
+// second time with per-ID direct gets, none with leader gets. Even with
+// no fault, a follower applies an entry only when it learns the commit,
+// one heartbeat or message after the quorum did. So no decision to run or
+// skip a job rests on a read a lagging replica may answer, unless its
+// stale answer is harmless. Each read, the direction a stale answer would
+// err in, and why that cannot run a job twice:
+//
+//	read                             how             stale answer, and why harmless
+//	storedResult: a redelivered job  leader get      cannot be stale ($JS.API.STREAM.MSG.GET,
+//	  or a lone job with a caller's   (leaderGet)     answered by the stream's leader only,
+//	  ID (complete.go)                                 after everything it acknowledged)
+//	batched look-up of a group's     direct get,     "kept" is never wrong: an ID's outcome is
+//	  IDs (keptlookup.go)             multi_last      written when its job finished and only
+//	                                                  replaced by a later outcome of the same ID
+//	                                                  (a redrive's), never deleted by keylane, so
+//	                                                  a replica that has one is right that it
+//	                                                  finished (a stale one may give a dead
+//	                                                  letter's outcome a redrive since replaced);
+//	                                                  "not kept" counts only from a replica at or
+//	                                                  past the tenure's mark (above), otherwise
+//	                                                  the ID goes to the leader
+//	the tenure's first mark          leader get      cannot be stale; the stream's newest
+//	                                                  message is at or past every outcome an
+//	                                                  earlier owner kept (their leases ended
+//	                                                  before this tenure began)
+//	restart counter (countStart)     leader get,     the compare-and-set on its revision is the
+//	                                  then CAS        leader's; read from the leader so retries
+//	                                                  do not keep reading one lagging replica
+//	                                                  until the loop gives up (a count not taken
+//	                                                  lets a crash-looping job run on)
+//	state entry (State.read, group)  direct get,     older entry: "held" (applied) stays true in
+//	                                  then CAS        every later entry or was true when written,
+//	                                                  ErrGap and a higher fence only grow, a
+//	                                                  foreign epoch holds the job and reads again;
+//	                                                  anything else runs the reducer and writes
+//	                                                  with compare-and-set on the read revision,
+//	                                                  which the leader refuses if stale, and the
+//	                                                  retry re-reads. The cost: up to casTries
+//	                                                  stale reads in a row (1/3 each with one
+//	                                                  lagging member of three) end Apply with
+//	                                                  "too many concurrent writers", a failed
+//	                                                  attempt, not a wrong outcome
+//	the tenure's state cache         memory          only this tenure writes the key (its fence
+//	                                                  wins every CAS), dropped on any failed write
+//	lease renew, acquire, release    CAS writes      decided by the leader (lease/doc.go)
+//	lease read-back after a renew    direct get      only a revision past the one the conflict
+//	  of unknown outcome (lookup)                     proved old is adopted; ours at or before it
+//	                                                  is a stale read and stays unknown; a stale
+//	                                                  "not ours" ends the lease (the safe side)
+//	Call and Client.Result reading   direct get      not the worker's decision: Result may say
+//	  an outcome (call.go, result.go)                 ErrNoResult for an outcome kept moments ago
+//	                                                  (Call reads and watches until its deadline);
+//	                                                  a caller that resubmits by ID on it gets the
+//	                                                  kept outcome from the worker's leader read,
+//	                                                  nothing runs again
+//	balancer views of the lease and  watch           who should own what; ownership itself is
+//	  member buckets                                  the lease's CAS
+//	what the previous consumer       consumer and    answered by the consumer's and the stream's
+//	  delivered (prevDelivered: which  stream info     leaders; a job at or below it counts as
+//	  jobs may have run)                               maybe run before (maybeDup)
+//	Stop's "ack applied" check       consumer info,  leaders only: the jobs stream has no
+//	  (settleAcks)                     jobs GetMsg     AllowDirect, so GetMsg is STREAM.MSG.GET
+//
+// Not covered: a previous owner's write still in flight when this tenure
+// began (a pause after its last trust check) lands after any read, leader
+// or not; the fence covers state writes, and a kept outcome that lands
+// late is the same outcome. Two partitions using the same job ID (the same
+// caller ID on two keys) are not ordered by the mark: a miss from a
+// replica past this tenure's mark may still lack the other partition's
+// outcome.
+//
+// Cost (go test -run '^$' -bench KeptLookUp -benchtime 2000x ., this
+// shared 2-core VM, two runs, an order of magnitude): one look-up by ID
+// took 22–26 µs as a direct get and 47–51 µs as a leader get on one
+// in-process server; 89–139 and 158–225 µs on three nats-server processes
+// with R3 (the client on node 0, wherever the leader was): about twice. A leader get also goes through the
+// server's JSON API (the message base64 in a JSON body) and always to the
+// leader, which serves every such read. Paid by redeliveries and lone jobs
+// with a caller's ID; a group's batched look-up stays one direct get,
+// plus one leader get per tenure for its first mark, plus a leader get
+// per "not kept" ID only when the answering replica is behind.
 //
 // # Kept outcomes in one batch
 //
@@ -787,7 +886,10 @@
 // 60 queued jobs with IDs: one batch commit per state write, every outcome
 // readable), TestOutcomeBatchDefaults (none on one replica by default),
 // TestKeptOutcomesBatchedOnACluster (three nodes, R3: batched by default,
-// none refused),
+// none refused; once the worker acked every job, each outcome is read
+// from the results stream's leader, which cannot miss one: a direct get
+// right after seeing the put go by once read "key not found" from a
+// follower),
 // TestRedriveKeepsBothIDsInOneBatch,
 // TestSetupAllowsAtomicPublishOnResults (an existing results stream
 // without the flag gets it and keeps its entries) and, under
@@ -1231,8 +1333,9 @@
 // bytes: Nats-Msg-Id, Nats-Expected-Stream, Keylane-Key,
 // Keylane-Partitions, Keylane-Reply, Keylane-Idempotent,
 // Keylane-Keep-Outcome), and index a subject per key (admission control);
-// per group, one state entry write and one direct get. There is no stream
-// info request on the hot path.
+// per group, one state entry write and, for jobs with a caller's ID, one
+// look-up (a batched direct get; a leader get for a lone one: # Reads
+// that decide). There is no stream info request on the hot path.
 //
 // Fsyncs with sync_interval: always, counted with strace on the bench's
 // durable hot key (3,000 Calls, embedded server, set-up included): 2.3 per

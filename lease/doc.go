@@ -148,6 +148,17 @@
 // Only this tenure writes its nonce, so this is safe. An unknown Create is
 // read back the same way.
 //
+// The read is a KV get, which on a replicated bucket with direct gets
+// (every bucket EnsureBucket makes) any replica answers from what it has
+// applied, so it may be stale. The only wrong answer it could give is
+// this tenure's entry at the revision the retry expected, or an older
+// one, when a renew did land after it, or someone took the key since:
+// the mismatch proves the entry moved past that revision, so the
+// watchdog adopts only a revision past it and treats ours-at-or-before
+// as still unknown (Release does the same). A stale "not ours" ends the
+// lease early, the safe direction; a stale "ours" after an unknown Create
+// is not stale at all (only a Create that landed writes that nonce).
+//
 // # Loss
 //
 // A revision mismatch, "not found" or "deleted" on a renew, with every

@@ -326,6 +326,10 @@ func (l *Lease) Release(ctx context.Context) error {
 		switch {
 		case gerr != nil:
 			return fmt.Errorf("lease: release %q: %w", l.key, gerr)
+		case ours && cur <= rev:
+			// Our entry at a revision the conflict proves old: a stale
+			// read (any replica answers a KV get). Unknown, not lost.
+			return fmt.Errorf("lease: release %q: read revision %d, not past %d, after a conflict: a replica behind", l.key, cur, rev)
 		case !ours && l.deleteUnknown:
 			// Our earlier delete landed, or the entry expired: gone either way.
 			rev, err = cur, nil

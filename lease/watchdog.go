@@ -101,7 +101,15 @@ func (l *Lease) watchdog(ctx context.Context, sent time.Duration) {
 			if ctx.Err() != nil {
 				return
 			}
+			// The read may come from a replica that has not applied the
+			// newest entry (a KV get is a direct get, answered by any
+			// current-enough replica): only a revision past rev, which
+			// the conflict proves moved, can be our unknown renew; ours
+			// at rev or before is a stale read, and stays unknown.
 			switch {
+			case gerr == nil && ours && cur <= rev:
+				backoff = nextBackoff(backoff, l.cfg.RenewEvery/4)
+				next = l.clock() + backoff
 			case gerr == nil && ours && l.clock() < deadline:
 				l.revision.Store(cur)
 				// It was sent no earlier than unknownSince: start the

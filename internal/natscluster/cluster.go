@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,13 @@ type Options struct {
 	// StartTimeout bounds the wait for the cluster to become healthy.
 	// Defaults to 60s.
 	StartTimeout time.Duration
+	// ProxiedLinks lists pairs of node indexes whose route connections go
+	// through fault proxies (internal/faultproxy), whichever side dials,
+	// so a test can delay the replication between two nodes (Link) while
+	// every other pair talks directly. A node in a proxied link gossips
+	// the proxy its first proxied peer dials as its route address.
+	// Defaults to none.
+	ProxiedLinks [][2]int
 }
 
 // System account credentials: the meta leader step-down is a system
@@ -56,6 +64,7 @@ type Cluster struct {
 	name  string
 	dir   string
 	nodes []*Node
+	links []*Link
 
 	nc  *nats.Conn // application account, for the JetStream API
 	js  jetstream.JetStream
@@ -131,6 +140,7 @@ func Launch(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		for _, n := range c.nodes {
 			n.kill()
 		}
+		c.closeLinks()
 	}
 	if err != nil {
 		return fail(fmt.Errorf("natscluster: start: %w", err))
@@ -142,10 +152,15 @@ func Launch(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 		// A paused server holds the connection open; find out quickly.
 		nats.PingInterval(500 * time.Millisecond), nats.MaxPingsOutstanding(2),
 	}
-	if c.nc, err = nats.Connect(c.URLs(), connOpts...); err != nil {
+	if len(c.links) > 0 {
+		// The harness's own requests (leaders, health) go to a node
+		// without a proxied link first, so a delay does not slow them.
+		connOpts = append(connOpts, nats.DontRandomize())
+	}
+	if c.nc, err = nats.Connect(c.adminURLs(), connOpts...); err != nil {
 		return fail(fmt.Errorf("natscluster: connect: %w", err))
 	}
-	if c.sys, err = nats.Connect(c.URLs(), append(connOpts, nats.UserInfo(sysUser, sysPassword))...); err != nil {
+	if c.sys, err = nats.Connect(c.adminURLs(), append(connOpts, nats.UserInfo(sysUser, sysPassword))...); err != nil {
 		return fail(fmt.Errorf("natscluster: connect as system user: %w", err))
 	}
 	if c.js, err = jetstream.New(c.nc); err != nil {
@@ -174,6 +189,7 @@ func (c *Cluster) Close() {
 			n.kill()
 		}
 	}
+	c.closeLinks()
 }
 
 // launch picks ports, writes each node's configuration and starts the
@@ -188,6 +204,32 @@ func (c *Cluster) launch(ctx context.Context, opts Options) error {
 	for i := range c.nodes {
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[3*i+1]))
 	}
+	// via[a][b] is the route URL node a dials for node b; advertise[b]
+	// the route URL node b gossips.
+	via := make([][]string, opts.Nodes)
+	advertise := make([]string, opts.Nodes)
+	for a := range via {
+		via[a] = slices.Clone(routes)
+	}
+	for _, pair := range opts.ProxiedLinks {
+		a, b := pair[0], pair[1]
+		if a == b || a < 0 || b < 0 || a >= opts.Nodes || b >= opts.Nodes {
+			return fmt.Errorf("natscluster: proxied link %v: want two distinct nodes of %d", pair, opts.Nodes)
+		}
+		l, err := newLink(a, b, strings.TrimPrefix(routes[a], "nats-route://"), strings.TrimPrefix(routes[b], "nats-route://"))
+		if err != nil {
+			return err
+		}
+		c.links = append(c.links, l)
+		via[a][b] = "nats-route://" + l.toB.Addr()
+		via[b][a] = "nats-route://" + l.toA.Addr()
+		if advertise[b] == "" {
+			advertise[b] = l.toB.Addr()
+		}
+		if advertise[a] == "" {
+			advertise[a] = l.toA.Addr()
+		}
+	}
 	for i := range c.nodes {
 		dir := filepath.Join(c.dir, "n"+strconv.Itoa(i))
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -198,7 +240,7 @@ func (c *Cluster) launch(ctx context.Context, opts Options) error {
 			conf: filepath.Join(dir, "nats.conf"), log: filepath.Join(dir, "nats.log"),
 			clientPort: ports[3*i], routePort: ports[3*i+1], httpPort: ports[3*i+2],
 		}
-		if err := os.WriteFile(n.conf, []byte(n.config(opts.Name, routes)), 0o644); err != nil {
+		if err := os.WriteFile(n.conf, []byte(n.config(opts.Name, via[i], advertise[i])), 0o644); err != nil {
 			return err
 		}
 		c.nodes[i] = n
@@ -221,13 +263,17 @@ func (c *Cluster) launch(ctx context.Context, opts Options) error {
 // config is the node's nats-server configuration: loopback only, a
 // monitoring port, explicit routes to every node, JetStream in the
 // application account, and a system account for the meta step-down.
-func (n *Node) config(cluster string, routes []string) string {
+func (n *Node) config(cluster string, routes []string, advertise string) string {
+	adv := ""
+	if advertise != "" {
+		adv = fmt.Sprintf("  advertise: %q\n", advertise)
+	}
 	clusterBlock := fmt.Sprintf(`cluster {
   name: %q
   listen: "127.0.0.1:%d"
-  routes: [%s]
+%s  routes: [%s]
 }
-`, cluster, n.routePort, strings.Join(routes, ", "))
+`, cluster, n.routePort, adv, strings.Join(routes, ", "))
 	if len(routes) == 1 {
 		// One node: a plain server, for tests that want nats-server out
 		// of the test process (and out of its race detector).
@@ -258,6 +304,29 @@ func (c *Cluster) URLs() string {
 		urls[i] = n.URL()
 	}
 	return strings.Join(urls, ",")
+}
+
+// adminURLs is URLs with the nodes in no proxied link first.
+func (c *Cluster) adminURLs() string {
+	var direct, linked []string
+	for i, n := range c.nodes {
+		if c.linked(i) {
+			linked = append(linked, n.URL())
+		} else {
+			direct = append(direct, n.URL())
+		}
+	}
+	return strings.Join(append(direct, linked...), ",")
+}
+
+// linked reports whether node i is in a proxied link.
+func (c *Cluster) linked(i int) bool {
+	for _, l := range c.links {
+		if l.a == i || l.b == i {
+			return true
+		}
+	}
+	return false
 }
 
 // Nodes returns every node, in index order.

@@ -158,6 +158,56 @@ func (c *Cluster) StepDownStream(ctx context.Context, stream string) (*Node, err
 	return c.WaitStreamLeader(ctx, stream, old)
 }
 
+// MoveStreamLeader makes node to the leader of stream: unless it leads
+// already, the leader is asked to step down in its favour (a preferred
+// placement, nats-server 2.11+), and MoveStreamLeader waits until it does.
+func (c *Cluster) MoveStreamLeader(ctx context.Context, stream string, to *Node) error {
+	return c.moveLeader(ctx, "stream "+stream, "$JS.API.STREAM.LEADER.STEPDOWN."+stream, to,
+		func(ctx context.Context) (*Node, error) { return c.StreamLeader(ctx, stream) })
+}
+
+// MoveConsumerLeader is MoveStreamLeader for a consumer.
+func (c *Cluster) MoveConsumerLeader(ctx context.Context, stream, consumer string, to *Node) error {
+	return c.moveLeader(ctx, "consumer "+stream+"/"+consumer, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer, to,
+		func(ctx context.Context) (*Node, error) { return c.ConsumerLeader(ctx, stream, consumer) })
+}
+
+func (c *Cluster) moveLeader(ctx context.Context, group, subject string, to *Node, leader func(context.Context) (*Node, error)) error {
+	cur, err := waitLeader(ctx, nil, leader)
+	if err != nil {
+		return err
+	}
+	if cur == to {
+		return nil
+	}
+	// A preferred peer that is not quite current is passed over; a few
+	// tries, each waiting for the election it started.
+	body := fmt.Sprintf(`{"placement":{"preferred":%q}}`, to.name)
+	for try := 1; ; try++ {
+		if err := stepDownWith(ctx, c.nc, subject, []byte(body)); err != nil && try == moveTries {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, moveWait)
+		_, err = waitLeader(wctx, nil, func(ctx context.Context) (*Node, error) {
+			n, err := leader(ctx)
+			if err == nil && n != to {
+				err = fmt.Errorf("%w: %s leads %s, want %s", ErrNoLeader, n.name, group, to.name)
+			}
+			return n, err
+		})
+		cancel()
+		if err == nil || try == moveTries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// Bounds of MoveStreamLeader.
+const (
+	moveTries = 5
+	moveWait  = 5 * time.Second
+)
+
 // StepDownConsumer asks the leader of a consumer to step down and waits
 // until another node leads it, which it returns.
 func (c *Cluster) StepDownConsumer(ctx context.Context, stream, consumer string) (*Node, error) {
@@ -173,9 +223,14 @@ func (c *Cluster) StepDownConsumer(ctx context.Context, stream, consumer string)
 
 // stepDown makes a step-down request and maps its API error.
 func stepDown(ctx context.Context, nc *nats.Conn, subject string) error {
+	return stepDownWith(ctx, nc, subject, nil)
+}
+
+// stepDownWith is stepDown with a request body.
+func stepDownWith(ctx context.Context, nc *nats.Conn, subject string, body []byte) error {
 	rctx, cancel := context.WithTimeout(ctx, requestWait)
 	defer cancel()
-	msg, err := nc.RequestWithContext(rctx, subject, nil)
+	msg, err := nc.RequestWithContext(rctx, subject, body)
 	if err != nil {
 		return fmt.Errorf("natscluster: %s: %w", subject, err)
 	}
