@@ -106,13 +106,27 @@ var permanentCodes = map[jetstream.ErrorCode]bool{
 	jetstream.JSErrCodeScheduleSourceInvalid:       true,
 }
 
+// transientCodes are refusals with a 4xx status that a cluster cures by
+// itself: placement while a node is down or being replaced, a membership
+// change or a stream move or reconfiguration in flight. A Setup that gave
+// up on them would fail a worker started during a rolling restart.
+var transientCodes = map[jetstream.ErrorCode]bool{
+	10005: true, // no suitable peers for placement (a node is down)
+	10040: true, // peer not a member
+	10044: true, // server is not a member of the cluster (yet)
+	10124: true, // stream move already in progress
+	10202: true, // cluster member change is in progress
+	10226: true, // stream reconfiguration already in progress
+}
+
 // Classify says whether err is worth trying again. Its rules, first match:
 //
 //   - a lost compare-and-set (10071, 10164, "key exists") is Conflict;
 //   - an API error: a code in the permanent list is Permanent; 10077 is
 //     Permanent for a per-subject cap ("maximum messages per subject
 //     exceeded"), Limit otherwise (a full stream or bucket), and so is
-//     10023 (the account's storage used up); 10008 and every
+//     10023 (the account's storage used up); 10008, the cluster's
+//     placement and membership refusals (transientCodes) and every
 //     503, 408 (request timeout) and other 5xx are Transient; any other
 //     (400, 404, …: the request itself was refused) is Permanent;
 //   - nats.go's own refusals before sending (invalid subject, invalid
@@ -160,6 +174,8 @@ func classifyAPI(e *jetstream.APIError) Class {
 		return Conflict
 	case permanentCodes[e.ErrorCode]:
 		return Permanent
+	case transientCodes[e.ErrorCode]:
+		return Transient
 	case e.ErrorCode == CodeStreamStoreFailed:
 		if PerSubjectCap(e) {
 			return Permanent

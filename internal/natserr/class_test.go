@@ -39,6 +39,8 @@ func TestClassify(t *testing.T) {
 		{"message over stream max 10054", jetstream.ErrStreamMessageExceedsMaximum, natserr.Permanent},
 		{"stream not found 10059", jetstream.ErrStreamNotFound, natserr.Permanent},
 		{"replicas not clustered 10074", apiErr(500, 10074, "replicas > 1 not supported in non-clustered mode"), natserr.Permanent},
+		{"no peers for placement 10005", apiErr(400, 10005, "no suitable peers for placement, peer offline"), natserr.Transient},
+		{"member change in flight 10202", apiErr(400, 10202, "cluster member change is in progress"), natserr.Transient},
 		{"schedules disabled 10188", apiErr(400, 10188, "message schedules is disabled"), natserr.Permanent},
 		{"atomic publish disabled 10174", apiErr(400, 10174, "atomic publish is disabled"), natserr.Permanent},
 		{"TTL disabled 10166", apiErr(400, 10166, "per-message TTL is disabled"), natserr.Permanent},
