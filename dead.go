@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -222,10 +223,7 @@ func readDead(ctx context.Context, s jetstream.Stream, seq uint64) (DeadLetter, 
 	h := m.Header
 	atoi := func(k string) int { n, _ := strconv.Atoi(h.Get(k)); return n }
 	atou := func(k string) uint64 { n, _ := strconv.ParseUint(h.Get(k), 10, 64); return n }
-	id := h.Get(HeaderJobID)
-	if id == "" {
-		id = h.Get(HeaderDelayedID) // a delayed job: the server strips Nats-Msg-Id
-	}
+	id := wire.JobIDOfDead(h)
 	return DeadLetter{
 		Seq: m.Sequence, JobID: id, Key: h.Get(HeaderKey), Type: h.Get(HeaderType),
 		Payload: m.Data, PayloadDropped: atoi(HeaderPayloadDropped),

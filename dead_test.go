@@ -19,7 +19,7 @@ import (
 // kept under the original ID, so Result of the original job sees it —
 // and the dead letter is gone; Purge empties the rest.
 func TestDeadLettersRedriveAndPurge(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 2})
+	e := newEnv(t, TopologyConfig{Partitions: 2, Delays: true})
 	var broken atomic.Bool
 	broken.Store(true)
 	e.worker("w", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) {
@@ -81,7 +81,7 @@ func TestDeadLettersRedriveAndPurge(t *testing.T) {
 // server strips; its ID travels in Keylane-Job-Id) carries that ID, and
 // its redrive answers under it.
 func TestRedriveWithoutJobID(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 2})
+	e := newEnv(t, TopologyConfig{Partitions: 2, Delays: true})
 	var broken atomic.Bool
 	broken.Store(true)
 	var ran atomic.Int64
@@ -92,16 +92,15 @@ func TestRedriveWithoutJobID(t *testing.T) {
 		ran.Add(1)
 		return []byte("done " + string(job.Payload)), nil
 	}), nil)
-	for _, id := range []string{"", "delayed-7"} {
-		m := nats.NewMsg(partition.Subject(e.ns, partition.Of("k", 2), "k"))
-		m.Header.Set(HeaderKey, "k")
-		if id != "" {
-			m.Header.Set(HeaderDelayedID, id)
-		}
-		m.Data = []byte("p" + id)
-		if _, err := e.js.PublishMsg(ctx(t), m); err != nil {
-			t.Fatal(err)
-		}
+	m := nats.NewMsg(partition.Subject(e.ns, partition.Of("k", 2), "k"))
+	m.Header.Set(HeaderKey, "k")
+	m.Data = []byte("p")
+	if _, err := e.js.PublishMsg(ctx(t), m); err != nil {
+		t.Fatal(err)
+	}
+	// A delayed job: its ID comes back in Keylane-Job-Id, from the schedule.
+	if _, err := e.client.Submit(ctx(t), "k", []byte("pdelayed-7"), WithID("delayed-7"), WithDelay(50*time.Millisecond)); err != nil {
+		t.Fatal(err)
 	}
 	var dls []DeadLetter
 	testwait.Eventually(t, 10*time.Second, "two dead letters", func() bool {

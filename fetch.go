@@ -229,7 +229,7 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 
 // rules are what this partition's jobs are checked against on receipt.
 func (o *owner) rules() wire.Rules {
-	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix}
+	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix, Delays: o.w.topo.Meta.Delays}
 }
 
 // malformed dead-letters msg, which is no valid job (why), acks it, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/wire"
 	"slices"
 	"strconv"
 	"sync"
@@ -166,7 +167,7 @@ func TestReducerFailureInGroup(t *testing.T) {
 	if err != nil || string(got.Value) != "99" {
 		t.Fatalf("final count %q, %v; want 99", got.Value, err)
 	}
-	if dl := e.deadLetters(); len(dl) != 1 || dl[0].Header.Get(HeaderJobID) != "j-50" {
+	if dl := e.deadLetters(); len(dl) != 1 || wire.JobIDOfDead(dl[0].Header) != "j-50" {
 		t.Fatalf("dead letters: %d, want only j-50", len(dl))
 	}
 	c.mu.Lock()

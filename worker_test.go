@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/wire"
 	"strconv"
 	"strings"
 	"sync"
@@ -186,7 +187,7 @@ func TestFailuresAreDeadLetteredAndOtherKeysFlow(t *testing.T) {
 		}
 		found := false
 		for _, m := range e.deadLetters() {
-			if m.Header.Get(HeaderJobID) == "job-"+tc.payload {
+			if wire.JobIDOfDead(m.Header) == "job-"+tc.payload {
 				found = true
 				if got := m.Header.Get(HeaderAttempts); got != tc.attempts {
 					t.Errorf("%s: %s = %s, want %s", tc.payload, HeaderAttempts, got, tc.attempts)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/wire"
 	"strconv"
 	"strings"
 	"testing"
@@ -87,7 +88,7 @@ func TestBadInput(t *testing.T) {
 		if !errors.As(err, &re) || !re.Permanent || !re.DeadLettered {
 			t.Fatalf("explode: got %q, %v (%+v); want a permanent, dead-lettered RemoteError", res, err, re)
 		}
-		m := c.waitDeadLetter(10*time.Second, "explode-1", func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(keylane.HeaderJobID) == "explode-1" })
+		m := c.waitDeadLetter(10*time.Second, "explode-1", func(m *jetstream.RawStreamMsg) bool { return wire.JobIDOfDead(m.Header) == "explode-1" })
 		if a := m.Header.Get(keylane.HeaderAttempts); a != "1" {
 			t.Errorf("explode: %s = %q, want 1 (a permanent error is not retried)", keylane.HeaderAttempts, a)
 		}

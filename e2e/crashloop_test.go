@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"errors"
+	"github.com/keylane/keylane/wire"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestCrashLoopJob(t *testing.T) {
 	// MaxDeliver=1 counted); the third finds one recorded restart, which
 	// reaches MaxDeliver, and dead-letters the job without running it.
 	dl := c.waitDeadLetter(30*time.Second, "the crashing job", func(m *jetstream.RawStreamMsg) bool {
-		return m.Header.Get(keylane.HeaderJobID) == "crash-1"
+		return wire.JobIDOfDead(m.Header) == "crash-1"
 	})
 	if e := dl.Header.Get(keylane.HeaderError); !strings.Contains(e, "restarted 1 times") {
 		t.Errorf("dead letter error %q, want it to count one restart", e)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/wire"
 	"slices"
 	"strings"
 	"testing"
@@ -130,7 +131,7 @@ func TestPoisonJob(t *testing.T) {
 	dead := c.deadLetters()
 	for i := 1; i <= chain; i++ {
 		id := fmt.Sprintf("poison-%d", i)
-		i := slices.IndexFunc(dead, func(m *jetstream.RawStreamMsg) bool { return m.Header.Get(keylane.HeaderJobID) == id })
+		i := slices.IndexFunc(dead, func(m *jetstream.RawStreamMsg) bool { return wire.JobIDOfDead(m.Header) == id })
 		if i < 0 {
 			t.Errorf("%s is not on the dead-letter stream %s", id, c.names.Dead())
 			continue
@@ -190,7 +191,7 @@ func (c *cluster) waitStored(subject, id string, timeout time.Duration) {
 	}
 	for {
 		m, err := s.GetLastMsgForSubject(ctx, subject)
-		if err == nil && m.Header.Get(keylane.HeaderJobID) == id {
+		if err == nil && wire.JobIDOfDead(m.Header) == id {
 			return
 		}
 		if ctx.Err() != nil {

@@ -940,12 +940,32 @@
 //	bad Keylane-Type header: wire: job type must be …
 //	no JetStream metadata: …
 //
+// A delayed job's ID reaches the worker in Keylane-Job-Id (the server
+// strips Nats-Msg-Id from the copy it stores when the schedule fires). It
+// is taken only on a namespace with Delays and only from a message whose
+// Nats-Scheduler names that job's own schedule subject
+// (partition.DelaySubject); anywhere else it is dead-lettered ("carries
+// Keylane-Job-Id on a namespace without delays", "… was not made by that
+// job's schedule"). Taken from anyone, it ran a publisher's message under
+// a victim's ID and kept its outcome there: the victim's queued job was
+// answered with it and acked without running
+// (TestForgedDelayedIDIsRefused failed that way).
+//
 // A dead letter names only what passed its rule: the job ID (in
-// Nats-Msg-Id; a delayed job's from Keylane-Job-Id), the key only when it
+// Keylane-Job-Id, whatever header it came in), the key only when it
 // is the subject's and the partition's (a dead letter without a key cannot
 // be redriven, so a redrive never applies a job to a key it was not routed
 // by), the type, and the submitter's allowed headers; never a received
-// Nats-* or Keylane-* header. A failing delayed job carries the server's
+// Nats-* or Keylane-* header. Its own Nats-Msg-Id is wire.DeadID, the
+// jobs stream's epoch and the job's sequence: the same stored job
+// dead-lettered twice (a worker died before its ack) is stored once, and
+// no other message can take its place. It was the job's ID: two stored
+// jobs with one ID (one per shard, or a raw publisher's copy) made the
+// dead-letter stream drop the second dead letter as a duplicate, and its
+// job was acked as dead-lettered with none stored, a lost job
+// (TestDeadLetterOfAForgedIDTakesNoOthersPlace failed that way). Readers
+// take the job ID with wire.JobIDOfDead, which also reads an earlier
+// release's dead letters (the job ID in Nats-Msg-Id). A failing delayed job carries the server's
 // Nats-Scheduler and Nats-Schedule-Next (error 10188 on the dead-letter
 // stream, which takes no schedules), one stored by atomic batches
 // Nats-Batch-* (10174): copied, they made the dead-letter stream refuse
@@ -962,7 +982,18 @@
 // ns.jobs.> and ns.delay.> only to keylane clients: subject permissions
 // cannot filter headers. Without Delays roll-ups are off and the server
 // refuses Nats-Rollup at publish, as it refuses Nats-TTL and Nats-Incr
-// (features off on every jobs stream).
+// (features off on every jobs stream). The same holds for the schedules
+// themselves: the server lets any publisher send Nats-Scheduler with
+// Nats-Schedule-Next: purge, which deletes the named schedule (a pending
+// delayed job is gone) and, naming a schedule that does not exist, is
+// stored as it is; on a jobs subject with a Keylane-Job-Id such a message
+// passes for a delayed job's copy and runs under that ID. What closes all
+// three is a redesign: schedules in a stream only workers publish to
+// (clients submit a delayed job to the jobs stream, its owner moves it
+// into the schedule stream, and moves it back to a subject only workers
+// may publish to when due), so the jobs stream needs neither roll-ups nor
+// schedules. Until then, on a namespace with Delays a raw publisher can
+// delete queued and delayed jobs and forge a delayed job's outcome.
 //
 // A raw message with an empty payload and a Status header (a keylane
 // client refuses one) is taken by nats.go's pull iterator for a status

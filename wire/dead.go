@@ -7,6 +7,10 @@ import (
 
 // Dead says why and where a job was dead-lettered.
 type Dead struct {
+	// ID is the dead letter's own ID (its Nats-Msg-Id, see DeadID), so a
+	// job dead-lettered twice (a worker died before its ack) is stored
+	// once; empty for none.
+	ID string
 	// Error is why; DeadHeader cuts it to DeadErrorMax bytes.
 	Error     string
 	Attempts  int
@@ -22,8 +26,50 @@ type Dead struct {
 // DeadErrorMax bounds a dead letter's error text, in bytes.
 const DeadErrorMax = 1024
 
-// DeadHeader returns the headers of a dead letter: the job's fields that
-// Rules.Parse accepted (its ID in Nats-Msg-Id, key, type), the received
+// DeadID is the ID of the dead letter of the job stored at seq in the
+// jobs stream of epoch: unique per stored job across every jobs stream
+// the namespace had. A dead letter's Nats-Msg-Id never is the job's ID:
+// the dead-letter stream de-duplicates by it, and a publisher that put a
+// victim's ID on a malformed message would have its dead letter taken for
+// the victim's, whose dead letter was then dropped as a duplicate and
+// its job acked as stored.
+func DeadID(epoch, seq uint64) string {
+	if seq == 0 {
+		return ""
+	}
+	return deadIDPrefix + strconv.FormatUint(epoch, 16) + "-" + strconv.FormatUint(seq, 10)
+}
+
+const deadIDPrefix = "dl-"
+
+// JobIDOfDead returns the job ID a dead letter of headers h names:
+// Keylane-Job-Id, or for a dead letter of an earlier release, which
+// carried it in Nats-Msg-Id, that (unless it is a DeadID).
+func JobIDOfDead(h map[string][]string) string {
+	if vs := h[HeaderDelayedID]; len(vs) > 0 && vs[0] != "" {
+		return vs[0]
+	}
+	vs := h[HeaderJobID]
+	if len(vs) == 0 || isDeadID(vs[0]) {
+		return ""
+	}
+	return vs[0]
+}
+
+func isDeadID(s string) bool {
+	rest, ok := strings.CutPrefix(s, deadIDPrefix)
+	epoch, seq, ok2 := strings.Cut(rest, "-")
+	if !ok || !ok2 {
+		return false
+	}
+	_, err1 := strconv.ParseUint(epoch, 16, 64)
+	_, err2 := strconv.ParseUint(seq, 10, 64)
+	return err1 == nil && err2 == nil
+}
+
+// DeadHeader returns the headers of a dead letter: its own ID (d.ID, in
+// Nats-Msg-Id), the job's fields that Rules.Parse accepted (its ID in
+// Keylane-Job-Id, key, type), the received
 // headers that ValidateUserHeader allows (none when received is nil), and
 // d. It never copies a received Nats-* or Keylane-* header: those made
 // the dead-letter stream refuse the dead letter for ever (a delayed job's
@@ -41,8 +87,11 @@ func DeadHeader(j Job, received map[string][]string, d Dead) map[string][]string
 			h[k] = append([]string(nil), vs...)
 		}
 	}
+	if d.ID != "" {
+		h[HeaderJobID] = []string{d.ID}
+	}
 	if ValidateJobID(j.ID) == nil {
-		h[HeaderJobID] = []string{j.ID}
+		h[HeaderDelayedID] = []string{j.ID}
 	}
 	if j.Key != "" && ValidateKey(j.Key) == nil {
 		h[HeaderKey] = []string{j.Key}

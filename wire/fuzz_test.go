@@ -111,7 +111,7 @@ func FuzzValidateReply(f *testing.F) {
 }
 
 // ours are the Keylane-* headers DeadHeader writes itself.
-var ours = map[string]bool{HeaderKey: true, HeaderType: true, HeaderError: true, HeaderAttempts: true, HeaderWorker: true,
+var ours = map[string]bool{HeaderDelayedID: true, HeaderKey: true, HeaderType: true, HeaderError: true, HeaderAttempts: true, HeaderWorker: true,
 	HeaderSeq: true, HeaderPartition: true, HeaderFence: true, HeaderPayloadDropped: true}
 
 // FuzzParse reads a job message made of fuzzed fields and extra headers:
@@ -160,8 +160,8 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("dead letter copies %s: %q", k, vs)
 			}
 		}
-		if k, ok := d[HeaderKey]; ok && k[0] != j.Key || d[HeaderJobID] != nil && d[HeaderJobID][0] != j.ID {
-			t.Fatalf("dead letter names %v / %v; Parse read %+v", d[HeaderKey], d[HeaderJobID], j)
+		if k, ok := d[HeaderKey]; ok && k[0] != j.Key || JobIDOfDead(d) != j.ID && ValidateJobID(j.ID) == nil {
+			t.Fatalf("dead letter names %v / %v; Parse read %+v", d[HeaderKey], JobIDOfDead(d), j)
 		}
 		if got := roundTrip(t, d); !reflect.DeepEqual(got, d) {
 			t.Fatalf("dead letter headers %q arrive as %q", d, got)

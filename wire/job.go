@@ -18,6 +18,9 @@ type Rules struct {
 	Partitions int
 	// ReplyPrefix is the topology's: a worker replies nowhere else.
 	ReplyPrefix string
+	// Delays says the namespace takes delayed jobs: only then may a job
+	// carry Keylane-Job-Id (see Parse).
+	Delays bool
 }
 
 // Job is what Rules.Parse read from a job message. A field is set only
@@ -111,9 +114,20 @@ func (r Rules) Parse(subject string, h map[string][]string) (Job, error) {
 			j.ID = id
 		}
 	case delayed != "":
-		if err := ValidateJobID(delayed); err != nil {
+		// Only the server's copy of a delayed job's schedule carries its ID
+		// this way (the server strips Nats-Msg-Id), naming the schedule in
+		// Nats-Scheduler. Taken from anyone else it would let a publisher
+		// run a job under another job's ID and have its outcome kept
+		// there, answering that job's retries and redeliveries.
+		scheduler, _ := get(headerScheduler)
+		switch err := ValidateJobID(delayed); {
+		case err != nil:
 			refuse(fmt.Errorf("bad %s header: %w", HeaderDelayedID, err))
-		} else {
+		case !r.Delays:
+			refuse(fmt.Errorf("carries %s on a namespace without delays (only a delayed job's schedule sets it)", HeaderDelayedID))
+		case scheduler != partition.DelaySubject(r.Namespace, r.Partition, delayed):
+			refuse(fmt.Errorf("carries %s %q but was not made by that job's schedule (%s %q)", HeaderDelayedID, delayed, headerScheduler, clip(scheduler)))
+		default:
 			j.ID = delayed
 		}
 	}

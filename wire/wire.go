@@ -79,6 +79,9 @@ const (
 	headerRollup = "Nats-Rollup"
 	// headerSchedule makes the message a schedule, not a job.
 	headerSchedule = "Nats-Schedule"
+	// headerScheduler names the schedule a message stored by the server
+	// when a schedule fired was made from.
+	headerScheduler = "Nats-Scheduler"
 )
 
 // Limits of the fields.

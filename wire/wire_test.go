@@ -164,8 +164,22 @@ func TestParse(t *testing.T) {
 	delete(delayed, HeaderJobID)
 	delayed[HeaderDelayedID] = []string{"hold.7"}
 	delayed["Nats-Scheduler"] = []string{"ns.delay.1.hold~7"}
-	if j, err := rules4.Parse(subj, delayed); err != nil || j.ID != "hold.7" {
+	withDelays := rules4
+	withDelays.Delays = true
+	if j, err := withDelays.Parse(subj, delayed); err != nil || j.ID != "hold.7" {
 		t.Fatalf("Parse(delayed) = %+v, %v", j, err)
+	}
+	// Keylane-Job-Id from anyone but that job's schedule is a forged ID.
+	if j, err := rules4.Parse(subj, delayed); err == nil || !strings.Contains(err.Error(), "without delays") || j.ID != "" {
+		t.Fatalf("Parse(delayed, no delays) = %+v, %v; want a refusal", j, err)
+	}
+	delayed["Nats-Scheduler"] = []string{"ns.delay.1.victim~1"}
+	if j, err := withDelays.Parse(subj, delayed); err == nil || !strings.Contains(err.Error(), "not made by that job's schedule") || j.ID != "" {
+		t.Fatalf("Parse(delayed, another schedule) = %+v, %v; want a refusal", j, err)
+	}
+	delete(delayed, "Nats-Scheduler")
+	if j, err := withDelays.Parse(subj, delayed); err == nil || j.ID != "" {
+		t.Fatalf("Parse(Keylane-Job-Id without a schedule) = %+v, %v; want a refusal", j, err)
 	}
 	none := good()
 	delete(none, HeaderJobID)
@@ -223,20 +237,28 @@ func TestDeadHeaderCopiesNoControlHeader(t *testing.T) {
 		"X-Order": {"42"}, "traceparent": {"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
 		"X Bad": {"1"}, "X-Trimmed": {" 1"},
 	}
-	h := DeadHeader(Job{ID: "order.1", Key: "sku:7", Type: "paid"}, received, Dead{Error: "boom\r\nline two", Attempts: 3, Worker: "w1", Seq: 9, Partition: 2, Fence: 5})
+	h := DeadHeader(Job{ID: "order.1", Key: "sku:7", Type: "paid"}, received, Dead{ID: DeadID(0xab, 9), Error: "boom\r\nline two", Attempts: 3, Worker: "w1", Seq: 9, Partition: 2, Fence: 5})
 	for k := range h {
 		if hasPrefixFold(k, "Nats-") && k != HeaderJobID || k == "Status" || k == "X Bad" || k == "X-Trimmed" || k == "Keylane-Redrive-Of" || k == HeaderReply {
 			t.Errorf("dead letter carries %s: %v", k, h[k])
 		}
 	}
-	want := map[string]string{HeaderJobID: "order.1", HeaderKey: "sku:7", HeaderType: "paid", HeaderError: "boom  line two", HeaderAttempts: "3",
+	// The dead letter's own ID de-duplicates it; the job's is in
+	// Keylane-Job-Id (TestDeadLetterOfAForgedIDTakesNoOthersPlace).
+	want := map[string]string{HeaderJobID: "dl-ab-9", HeaderDelayedID: "order.1", HeaderKey: "sku:7", HeaderType: "paid", HeaderError: "boom  line two", HeaderAttempts: "3",
 		HeaderWorker: "w1", HeaderSeq: "9", HeaderPartition: "2", HeaderFence: "5", "X-Order": "42"}
 	for k, v := range want {
 		if got := h[k]; len(got) != 1 || got[0] != v {
 			t.Errorf("%s = %q; want %q", k, got, v)
 		}
 	}
-	if h := DeadHeader(Job{ID: "order..1", Key: "sku:7 "}, nil, Dead{}); h[HeaderJobID] != nil || h[HeaderKey] != nil || h[HeaderError][0] != "(no error text)" {
+	if got := JobIDOfDead(h); got != "order.1" {
+		t.Errorf("JobIDOfDead = %q", got)
+	}
+	if got := JobIDOfDead(map[string][]string{HeaderJobID: {"order.1"}}); got != "order.1" {
+		t.Errorf("JobIDOfDead of an earlier release's dead letter = %q", got)
+	}
+	if h := DeadHeader(Job{ID: "order..1", Key: "sku:7 "}, nil, Dead{}); h[HeaderJobID] != nil || h[HeaderDelayedID] != nil || h[HeaderKey] != nil || h[HeaderError][0] != "(no error text)" {
 		t.Errorf("DeadHeader took an invalid ID or key: %v", h)
 	}
 	if got := DeadErrorText(strings.Repeat("é", DeadErrorMax)); len(got) > DeadErrorMax+len("…") || !strings.HasSuffix(got, "…") {
