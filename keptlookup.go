@@ -189,13 +189,17 @@ func (o *owner) keptBatch(prefix string, subjects []string, byID map[string][]*t
 		}
 	}
 	// "None kept" is definite only from a replica that has applied this
-	// tenure's newest outcome, and so every outcome kept before.
+	// tenure's newest outcome, and so every outcome kept before. So is a
+	// dead-lettered outcome: the one outcome that changes (a redrive keeps
+	// the redriven job's under the original ID), and a replica behind may
+	// not have the new one yet. Every other kept outcome is final as it
+	// comes.
 	current := mark != nil && (mark.subject == "" || upTo >= mark.seq)
 	for id, tasks := range byID {
 		k, ok := found[id]
 		for _, t := range tasks {
 			switch {
-			case ok && k != nil:
+			case ok && k != nil && (current || !k.deadLettered()):
 				t.kept = k
 			case current:
 				t.lookedUp = true
@@ -203,6 +207,12 @@ func (o *owner) keptBatch(prefix string, subjects []string, byID map[string][]*t
 		}
 	}
 	return nil
+}
+
+// deadLettered reports whether k is a dead-lettered job's outcome.
+func (k *keptOutcome) deadLettered() bool {
+	var re *RemoteError
+	return errors.As(k.err, &re) && re.DeadLettered
 }
 
 // keptBatchRequest makes the request and collects its answer: for each ID

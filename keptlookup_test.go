@@ -565,3 +565,42 @@ func TestBatchedMissFromALaggingReplicaGoesToTheLeader(t *testing.T) {
 	}
 	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
 }
+
+// TestBatchedDeadHitFromALaggingReplicaGoesToTheLeader: a kept outcome
+// can change once: a redrive overwrites the dead-lettered job's outcome
+// with the redriven job's. A replica behind the tenure's mark may still
+// hold the dead one, so a dead outcome from it is confirmed with the
+// leader (it was trusted as it came, and a retry by ID after a redrive
+// could be told "failed" for work that was applied); other hits are
+// final as they come.
+func TestBatchedDeadHitFromALaggingReplicaGoesToTheLeader(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	g := newKeptGroup(t)
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, ReducerFunc(g.reduce) })
+	e.waitOwned(w)
+	ids, kept, deleted := keptIDs("deadlag", 30)
+	dead := []string{ids[3], ids[11]}
+	for _, id := range dead {
+		kept[id] = encodeResult(nil, Permanent(errors.New("card declined")), true)
+	}
+	keepEarlier(t, e.topo.Results, kept, deleted)
+	w.bal.mu.Lock()
+	o := w.bal.owners[0]
+	w.bal.mu.Unlock()
+	if o == nil {
+		t.Fatal("no owner of partition 0")
+	}
+	info, err := e.js.Stream(ctx(t), "KV_"+e.topo.Names.Results())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.mark.Store(&keptMark{subject: "$KV." + e.topo.Names.Results() + "." + ids[0], seq: info.CachedInfo().State.LastSeq + 1000})
+	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
+
+	g.run(e, w, e.client, "k", ids)
+	want := len(ids) - len(kept) + len(dead)
+	if b, p := n.counts(); b != 1 || p != want {
+		t.Fatalf("%d batched and %d per-ID look-ups for a group of %d (%d kept, %d of them dead) answered by a replica behind the mark; want 1 and %d", b, p, len(ids), len(kept), len(dead), want)
+	}
+	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
+}
