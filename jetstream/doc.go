@@ -708,6 +708,10 @@
 // IDs, kept ones not run, others run once in order; a group with none
 // kept), TestBatchedMissFromALaggingReplicaGoesToTheLeader (an answer
 // behind the mark: its misses are looked up again from the leader),
+// TestBatchedDeadHitFromALaggingReplicaGoesToTheLeader (so are its
+// dead-lettered outcomes, the one kind a redrive overwrites: trusted as
+// they came, a retry by ID after a redrive could be told "failed" for
+// applied work),
 // TestKeptLookUpFallsBackWhenBatchRefused (a user denied the stream-level
 // subject: found by key, nothing run twice, refusal remembered),
 // TestReadKeptAnswer (each answer above) and
