@@ -282,7 +282,13 @@
 // NS_RESULTS, where every job with a caller's ID (every Call, and with
 // StoreResults every job) has its outcome kept before its ack; only a
 // redelivery of a Submit without an ID, with StoreResults off, depends on
-// the window. An entry that does not fit even then (the value and the
+// the window. Such an ErrGap dead letter may stand for a job that was
+// applied (its ack was lost after its outcome was dropped): redriving it
+// would apply it twice, so read the key's state before redriving an
+// ErrGap dead letter. (Refusing the shrink while a dropped outcome's job
+// may still be unacked, or a "window cut below seq S" mark that lets the
+// check answer "applied, outcome not held", would close this; neither is
+// built.) An entry that does not fit even then (the value and the
 // result, with the group's own outcomes: a group falls back to its head
 // alone first) is refused with ErrStateTooLarge, permanently: nothing is
 // written, the job is dead-lettered with that reason, the key moves on.
