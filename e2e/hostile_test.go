@@ -274,10 +274,13 @@ func (hp *hostilePublisher) send(n int) {
 			{keylane.HeaderAttempts, "99"}, {keylane.HeaderPayloadDropped, "5"},
 			{keylane.HeaderDelayedID, victim}, {keylane.HeaderKeepOutcome, "1"}, {keylane.HeaderIdempotent, "1"},
 		}[rng.IntN(12)]
-		if hdr.k == keylane.HeaderDelayedID && rng.IntN(2) == 0 {
-			// Without a Nats-Msg-Id a worker takes the delayed ID as the
-			// job's: honoured, the forger's job answers for the victim's.
+		if hdr.k == keylane.HeaderDelayedID {
+			// Without a Nats-Msg-Id a worker took the delayed ID as the
+			// job's: a "get" run under the victim's ID, its outcome kept,
+			// answered the victim's buy, which was never applied.
 			delete(m.Header, keylane.HeaderJobID)
+			m.Header[keylane.HeaderKeepOutcome] = []string{"1"}
+			m.Data = []byte("get")
 		}
 		m.Header[hdr.k] = []string{hdr.v}
 		hp.publish("worker-header", hdr.k+": "+hdr.v, m)
