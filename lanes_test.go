@@ -295,7 +295,7 @@ func TestLanesWindowBehindAGapHandsBackTheHighest(t *testing.T) {
 			t.Fatalf("job %d behind the gap: ok %v handBack %v", seq, ok, hb)
 		}
 	}
-	back := l.waitRoom()
+	back, _ := l.waitRoom()
 	if len(back) != 1 || back[0].job.Seq != 9 {
 		t.Fatalf("waitRoom on a window full behind a gap handed back %d jobs (%v), want 9", len(back), back)
 	}
