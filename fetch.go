@@ -114,8 +114,12 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 		// Hold at most MaxInFlight jobs in memory (the lanes' window); the
 		// server's window (MaxPending) is larger, so jobs a stalled key
 		// hands back do not stop the others.
-		for _, t := range ln.waitRoom() {
+		back, stalledBack := ln.waitRoom()
+		for _, t := range back {
 			o.handBack(t, false)
+		}
+		for _, t := range stalledBack {
+			o.handBack(t, true)
 		}
 		msg, err := it.Next()
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {

@@ -59,12 +59,18 @@ type keptOutcome struct {
 // delay, while the key's traffic keeps arriving. A lane with jobs handed
 // back stays registered even when its queue is empty, so a later job
 // cannot overtake them.
+//
+// A stalled lane keeps its queued jobs only while the window has room for
+// other keys: when it is full and nothing else makes room, waitRoom hands
+// kept jobs back too (evict), and the lane so squeezed keeps no more
+// until its head settled.
 type lane struct {
 	key        string
 	queue      []*task // by stream sequence
 	head       int
 	active     bool // in the ready list or held by a runner
 	stalled    bool // its head job is retrying
+	squeezed   bool // stalled, and gave up kept jobs for room: it keeps none
 	handedBack gap  // its jobs handed back and not returned yet
 }
 
@@ -139,11 +145,18 @@ func (ln *lane) insert(t *task) {
 // commit) and runs them in order.
 //
 // The lanes hold at most `window` fetched jobs (MaxInFlight), not counting
-// the head job of each stalled key: that one retries in its runner, so
-// there are at most `runners` of them, and a failing key never fills the
-// window alone, whatever its size. A stalled key keeps at most keep =
-// min(stalledKeep, window/2) queued jobs, so other keys always have at
-// least half of the window.
+// the head job of each stalled key: that one retries in its runner (one
+// per stalled key; the server's window bounds them), and a failing key
+// never fills the window alone, whatever its size. A stalled key keeps at
+// most keep = min(stalledKeep, window/2) queued jobs, and only while the
+// window has room: when it is full and no other job can free a place,
+// stalled keys' kept jobs are handed back (waitRoom), so however many
+// keys stall, the other keys' jobs are still fetched.
+//
+// At most `runners` runners hold a place (run jobs, or wait for a lane)
+// at once: one waiting out a backoff gives its place up (pause), and
+// takes one again before it goes on, so the handler never runs more than
+// `runners` jobs at once.
 type lanes struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -160,10 +173,12 @@ type lanes struct {
 	runners  int              // runners wanted, not counting those pausing
 	live     int              // runner goroutines
 	pausing  int              // runners waiting out a retry's backoff
+	resuming int              // runners back from a backoff, waiting for a place
 	run      func([]*task)    // runs a lane's tasks
 	woken    bool             // waitRoom returns at once
 	dropped  chan struct{}    // closed when close drops the queued jobs
 	room     *sync.Cond       // signalled when in-flight jobs finish
+	place    *sync.Cond       // signalled when a runner gives its place up
 	wg       sync.WaitGroup
 }
 
@@ -178,6 +193,7 @@ func newLanes(runners, group, window int, run func([]*task)) *lanes {
 		runners: runners, live: runners, run: run, dropped: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	l.room = sync.NewCond(&l.mu)
+	l.place = sync.NewCond(&l.mu)
 	l.wg.Add(runners)
 	for i := 0; i < runners; i++ {
 		go l.runner()
@@ -191,29 +207,45 @@ func newLanes(runners, group, window int, run func([]*task)) *lanes {
 // it, without holding that runner's place:
 // while it waits, another runner starts if a lane is ready, so keys whose
 // head jobs retry do not hold the partition's runners, whatever
-// Concurrency is. When it returns, its runner goes on with the job, one
-// runner more than wanted at most per retry, until a runner between two
-// lanes sees the excess and exits.
+// Concurrency is. Once the backoff is over it waits for a place again:
+// for fewer than l.runners runners holding one. The runners beyond that
+// give theirs up between two jobs (next) or while idle, so heads coming
+// back from their backoffs together never run more than l.runners jobs
+// at once.
 func (l *lanes) pause(ctx context.Context, d time.Duration) bool {
 	l.mu.Lock()
 	l.pausing++
 	l.spare()
+	l.place.Broadcast()
 	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.pausing--
-		l.mu.Unlock()
-	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
+	waited := false
 	select {
 	case <-t.C:
-		return true
+		waited = true
 	case <-ctx.Done():
-		return false
 	case <-l.dropped:
-		return false
 	}
+	stop := context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		l.place.Broadcast()
+		l.mu.Unlock()
+	})
+	defer stop()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pausing--
+	if !waited {
+		return false // it runs no job more: no place needed
+	}
+	l.resuming++
+	l.cond.Broadcast() // an idle runner beyond the wanted number exits
+	for l.live-l.pausing-l.resuming >= l.runners && !l.dropping && ctx.Err() == nil {
+		l.place.Wait()
+	}
+	l.resuming--
+	return !l.dropping && ctx.Err() == nil
 }
 
 // spare starts a runner when a lane is ready and fewer than l.runners
@@ -253,7 +285,7 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 		if ln.stalled {
 			// Keep only a job that goes right after the kept ones, and
 			// only up to keep; the rest wait on the server.
-			if ln.queued() >= l.keep || ln.handedBack.lowest() != 0 && t.job.Seq != ln.handedBack.lowest() {
+			if ln.squeezed || ln.queued() >= l.keep || ln.handedBack.lowest() != 0 && t.job.Seq != ln.handedBack.lowest() {
 				if !back {
 					ln.handedBack.add(t.job.Seq, t.maybeDup)
 				}
@@ -296,6 +328,7 @@ func (l *lanes) stall(key string, stalled bool) []*task {
 	ln.stalled = stalled
 	if !stalled {
 		l.stalled--
+		ln.squeezed = false
 		return nil
 	}
 	l.stalled++ // its head leaves the window
@@ -316,11 +349,13 @@ func (l *lanes) stall(key string, stalled bool) []*task {
 
 // waitRoom blocks while the lanes hold a full window of fetched jobs,
 // until wake or close. When nothing can make room (no runner runs a job
-// that is not a stalled head, no lane is ready) and jobs wait behind a
-// lane's gap, it takes the highest of them out instead and returns them
-// for the caller to hand back: the jobs that close the gaps must still be
-// delivered.
-func (l *lanes) waitRoom() (back []*task) {
+// that is not a stalled head, no lane is ready), it takes a job out
+// instead and returns it for the caller to hand back: the highest job
+// waiting behind a lane's gap (back), as the jobs that close the gaps
+// must still be delivered; else the highest job a stalled key keeps
+// (stalledBack), as other keys' jobs must still be fetched however many
+// keys stall.
+func (l *lanes) waitRoom() (back, stalledBack []*task) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for len(l.inflight)-l.stalled >= l.window && !l.closed && !l.woken {
@@ -329,10 +364,14 @@ func (l *lanes) waitRoom() (back []*task) {
 				back = append(back, t)
 				continue
 			}
+			if t := l.evictKept(); t != nil {
+				stalledBack = append(stalledBack, t)
+				continue
+			}
 		}
 		l.room.Wait()
 	}
-	return back
+	return back, stalledBack
 }
 
 // evict takes the highest queued job waiting behind a lane's gap out of
@@ -342,15 +381,40 @@ func (l *lanes) evict() *task {
 		if ln.stalled || len(ln.handedBack) == 0 || ln.runnable() == ln.queued() {
 			continue
 		}
-		last := len(ln.queue) - 1
-		t := ln.queue[last]
-		ln.queue[last] = nil
-		ln.queue = ln.queue[:last]
-		delete(l.inflight, t.job.Seq)
-		ln.handedBack.add(t.job.Seq, t.maybeDup)
-		return t
+		return l.popLast(ln)
 	}
 	return nil
+}
+
+// evictKept takes the highest queued job of the stalled lane keeping the
+// most out of the lanes, as handed back, and squeezes that lane: it keeps
+// no returning job until its head settled, or its jobs would come back
+// into the window only to be handed back again. It returns nil when no
+// stalled lane keeps a job. Its head stays: it runs in its runner, out of
+// the window.
+func (l *lanes) evictKept() *task {
+	var most *lane
+	for _, ln := range l.byKey {
+		if ln.stalled && ln.queued() > 0 && (most == nil || ln.queued() > most.queued()) {
+			most = ln
+		}
+	}
+	if most == nil {
+		return nil
+	}
+	most.squeezed = true
+	return l.popLast(most)
+}
+
+// popLast takes ln's last queued job out of the lanes, as handed back.
+func (l *lanes) popLast(ln *lane) *task {
+	last := len(ln.queue) - 1
+	t := ln.queue[last]
+	ln.queue[last] = nil
+	ln.queue = ln.queue[:last]
+	delete(l.inflight, t.job.Seq)
+	ln.handedBack.add(t.job.Seq, t.maybeDup)
+	return t
 }
 
 // wake ends every waitRoom, now and later.
@@ -376,6 +440,7 @@ func (l *lanes) runner() {
 			if len(l.ready) > 0 {
 				l.cond.Signal()
 			}
+			l.place.Broadcast()
 			l.mu.Unlock()
 			return
 		}
@@ -398,8 +463,9 @@ func (l *lanes) runner() {
 
 // next pops ln's next tasks (at most l.group, none behind its gap) into
 // buf; it retires ln when it has none to run, and hands ln back to the
-// ready queue after a burst when other lanes wait, returning no task in
-// both cases. A runner holding tasks counts as busy until done.
+// ready queue after a burst when other lanes wait, or when a runner back
+// from a backoff needs this runner's place, returning no task in these
+// cases. A runner holding tasks counts as busy until done.
 func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -421,7 +487,7 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 		l.room.Broadcast() // a waitRoom may now hand back what waits behind the gap
 		return nil
 	}
-	if n >= laneBurst && len(l.ready) > 0 {
+	if n >= laneBurst && len(l.ready) > 0 || l.live-l.pausing > l.runners {
 		l.ready = append(l.ready, ln)
 		l.cond.Signal()
 		return nil
@@ -520,6 +586,7 @@ func (l *lanes) close(drop bool) {
 	l.mu.Lock()
 	l.closed = true
 	l.room.Broadcast()
+	l.place.Broadcast()
 	if drop {
 		if !l.dropping {
 			close(l.dropped)

@@ -295,12 +295,71 @@ func TestLanesWindowBehindAGapHandsBackTheHighest(t *testing.T) {
 			t.Fatalf("job %d behind the gap: ok %v handBack %v", seq, ok, hb)
 		}
 	}
-	back := l.waitRoom()
+	back, _ := l.waitRoom()
 	if len(back) != 1 || back[0].job.Seq != 9 {
 		t.Fatalf("waitRoom on a window full behind a gap handed back %d jobs (%v), want 9", len(back), back)
 	}
 	if l.pending() != 3 || l.handedBackNow() != 2 {
 		t.Fatalf("pending %d, handed back %d; want 3 and 2", l.pending(), l.handedBackNow())
+	}
+}
+
+// TestLanesStalledKeysGiveTheirKeptJobsBack: two stalled keys keep
+// their queued jobs (keep 2 each on a window of 4) and so fill the
+// window while no runner has other work. waitRoom must hand back one of
+// the kept jobs instead of waiting for a head to settle, and the key that
+// gave it up must not take it back while its head still fails; once the
+// heads settled every job runs, each key in order.
+func TestLanesStalledKeysGiveTheirKeptJobsBack(t *testing.T) {
+	var mu sync.Mutex
+	ran := map[string][]uint64{}
+	gate := make(chan struct{})
+	l := newLanes(2, 1, 4, one(func(tk *task) {
+		if tk.job.Seq == 1 || tk.job.Seq == 4 {
+			<-gate
+		}
+		mu.Lock()
+		ran[tk.job.Key] = append(ran[tk.job.Key], tk.job.Seq)
+		mu.Unlock()
+	}))
+	for seq := uint64(1); seq <= 6; seq++ {
+		l.add(newTask(map[bool]string{true: "a", false: "b"}[seq <= 3], seq))
+	}
+	for {
+		l.mu.Lock()
+		b := l.busy
+		l.mu.Unlock()
+		if b == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	if back := append(l.stall("a", true), l.stall("b", true)...); len(back) != 0 {
+		t.Fatalf("stall handed back %d jobs, want none (each keeps 2)", len(back))
+	}
+	back, stalledBack := l.waitRoom()
+	if len(back) != 0 || len(stalledBack) != 1 {
+		t.Fatalf("waitRoom on a window full of kept jobs handed back %d and %d kept ones, want 0 and 1", len(back), len(stalledBack))
+	}
+	got := stalledBack[0]
+	if got.job.Seq != 3 && got.job.Seq != 6 {
+		t.Fatalf("handed back job %d, want a key's highest (3 or 6)", got.job.Seq)
+	}
+	if ok, hb := l.add(newTask(got.job.Key, got.job.Seq)); !ok || !hb {
+		t.Fatalf("the squeezed key took its job %d back while stalled: ok %v handBack %v", got.job.Seq, ok, hb)
+	}
+	l.stall("a", false)
+	l.stall("b", false)
+	close(gate)
+	if ok, hb := l.add(newTask(got.job.Key, got.job.Seq)); !ok || hb {
+		t.Fatalf("returning job %d after the heads settled: ok %v handBack %v", got.job.Seq, ok, hb)
+	}
+	l.close(false)
+	if !slices.Equal(ran["a"], []uint64{1, 2, 3}) || !slices.Equal(ran["b"], []uint64{4, 5, 6}) {
+		t.Fatalf("ran %v", ran)
+	}
+	if n := l.handedBackNow(); n != 0 {
+		t.Fatalf("%d jobs still handed back", n)
 	}
 }
 

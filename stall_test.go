@@ -297,3 +297,147 @@ func TestWorkerConfigNeedsRoomBeyondTheWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestStalledKeysDoNotFillTheWindow: several keys of one partition fail
+// at once (until the test releases them, as keys held for ErrEpoch after
+// a re-created jobs stream are), each with a backlog larger than what a
+// stalled key keeps. Each kept min(16, MaxInFlight/2) queued jobs and
+// nothing took them back, so two or three stalled keys filled the window
+// and no other key was fetched. Another key's calls must be answered
+// while they all still fail, and each failing key's jobs must apply in
+// stream order once released. By count: each call's deadline is only a
+// net for a partition that stopped.
+func TestStalledKeysDoNotFillTheWindow(t *testing.T) {
+	for _, window := range []int{16, 32} {
+		t.Run(fmt.Sprintf("MaxInFlight=%d", window), func(t *testing.T) {
+			e := newEnv(t, TopologyConfig{Partitions: 1})
+			const failingKeys, backlog, calls = 4, 24, 5
+			var failing atomic.Bool
+			failing.Store(true)
+			var mu sync.Mutex
+			order := map[string][]int{} // each failing key's applied payload numbers
+			failed := map[string]bool{}
+			red := ReducerFunc(func(ctx context.Context, job Job, cur []byte) ([]byte, []byte, error) {
+				if job.Key != "other" {
+					n, _ := strconv.Atoi(string(job.Payload))
+					mu.Lock()
+					defer mu.Unlock()
+					if n == 0 && failing.Load() {
+						failed[job.Key] = true
+						return nil, nil, fmt.Errorf("head of %s fails until released", job.Key)
+					}
+					order[job.Key] = append(order[job.Key], n)
+				}
+				return countReducer(ctx, job, cur)
+			})
+			w := e.worker("w", nil, func(c *WorkerConfig) {
+				c.Handler, c.Reducer = nil, red
+				c.MaxInFlight, c.MaxPending, c.MaxDeliver, c.Concurrency = window, window+4*failingKeys*backlog, 1_000_000, 2
+				c.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
+			})
+			e.waitOwned(w)
+			var reqs []Request
+			for k := range failingKeys {
+				for i := range backlog {
+					reqs = append(reqs, Request{Key: fmt.Sprintf("failing-%d", k), Payload: []byte(strconv.Itoa(i))})
+				}
+			}
+			e.submitAll(reqs)
+			testwait.Eventually(t, 10*time.Second, "two failing keys' heads retrying", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(failed) >= 2 && w.Stats().Failed > 6
+			})
+			for i := range calls {
+				cctx, cancel := context.WithTimeout(ctx(t), 15*time.Second)
+				res, err := e.client.Call(cctx, "other", nil)
+				cancel()
+				if err != nil || string(res) != strconv.Itoa(i+1) {
+					mu.Lock()
+					nf := len(failed)
+					mu.Unlock()
+					t.Fatalf("another key's call %d while %d keys fail = %q, %v; stats %+v, tenures %+v", i, nf, res, err, w.Stats(), w.Tenures())
+				}
+			}
+			mu.Lock()
+			applied := len(order)
+			mu.Unlock()
+			if s := w.Stats(); s.DeadLettered != 0 || applied != 0 {
+				t.Fatalf("a failing key's head settled during the calls (dead-lettered %d, keys applied %d): the calls proved nothing", s.DeadLettered, applied)
+			}
+			failing.Store(false)
+			for k := range failingKeys {
+				key := fmt.Sprintf("failing-%d", k)
+				testwait.Eventually(t, 30*time.Second, key+"'s backlog applied", func() bool {
+					got, _ := NewState(e.topo.State).Get(ctx(t), key)
+					return string(got.Value) == strconv.Itoa(backlog)
+				})
+				mu.Lock()
+				o := slices.Clone(order[key])
+				mu.Unlock()
+				if !slices.IsSorted(o) || len(o) != backlog {
+					t.Fatalf("%s applied %d jobs, in order %v", key, len(o), slices.IsSorted(o))
+				}
+			}
+			t.Logf("stats %+v", w.Stats())
+		})
+	}
+}
+
+// TestRetriesStayWithinConcurrency: keys whose head jobs fail a few times
+// each, with Concurrency 2. A runner waiting out a backoff lets a spare
+// one run other keys, but the handler must never run more than
+// Concurrency jobs at once: each paused runner coming back must wait for
+// a free place. Before, every pause started a spare that took another
+// failing key, and all their heads came back from the same backoff
+// together, calling the handler at once.
+func TestRetriesStayWithinConcurrency(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	const runners, keys, fails = 2, 8, 3
+	var (
+		mu       sync.Mutex
+		cur, top int
+		tries    = map[string]int{}
+	)
+	w := e.worker("w", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
+		mu.Lock()
+		cur++
+		top = max(top, cur)
+		tries[j.Key]++
+		n := tries[j.Key]
+		mu.Unlock()
+		// Hold the call a little so that calls made together overlap; the
+		// pass/fail is the count, not this time.
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		cur--
+		mu.Unlock()
+		if n <= fails {
+			return nil, fmt.Errorf("%s fails %d times", j.Key, fails)
+		}
+		return nil, nil
+	}), func(c *WorkerConfig) {
+		c.Concurrency, c.MaxDeliver = runners, 1_000_000
+		c.Backoff = func(int) time.Duration { return 100 * time.Millisecond }
+	})
+	e.waitOwned(w)
+	var reqs []Request
+	for k := range keys {
+		reqs = append(reqs, Request{Key: fmt.Sprintf("k%d", k)})
+	}
+	e.submitAll(reqs)
+	testwait.Eventually(t, 60*time.Second, "every key's job done", func() bool { return w.Stats().Succeeded == keys })
+	mu.Lock()
+	defer mu.Unlock()
+	if top > runners {
+		t.Fatalf("the handler ran %d jobs at once with Concurrency %d", top, runners)
+	}
+	for k, n := range tries {
+		if n != fails+1 {
+			t.Errorf("%s tried %d times, want %d", k, n, fails+1)
+		}
+	}
+}

@@ -32,22 +32,27 @@ type WorkerConfig struct {
 	// digits, '_' and '-' only.
 	ID string
 	// Concurrency is how many different keys of one partition may run at
-	// once. Jobs of one key never run at the same time whatever this is.
-	// A key whose head job waits out a retry's backoff does not count: its
-	// runner steps aside meanwhile (see jetstream/doc.go, "A failing key
-	// does not hold its partition"). Defaults to 8.
+	// once: the handler (or reducer) never runs more than this many jobs
+	// of a partition at once, retries included. Jobs of one key never run
+	// at the same time whatever this is. A key whose head job waits out a
+	// retry's backoff does not count: its runner steps aside meanwhile,
+	// and waits for a free place once the backoff is over (see
+	// jetstream/doc.go, "A failing key does not hold its partition").
+	// Defaults to 8.
 	Concurrency int
 	// MaxInFlight is how many fetched, unfinished jobs one partition holds
 	// in memory, not counting the head job of each key that retries it
-	// (at most one per runner). It bounds memory. A failing key keeps at
-	// most min(16, MaxInFlight/2) of them. Defaults to 1024.
+	// (one per failing key). It bounds memory. A failing key keeps at most
+	// min(16, MaxInFlight/2) of them, and hands them back when the window
+	// is full and no other job can free a place. Defaults to 1024.
 	MaxInFlight int
 	// MaxPending is the partition's window on the server (the consumer's
 	// MaxAckPending): jobs delivered and not acked, including a failing
 	// key's retrying head and the jobs it handed back. It must exceed
 	// MaxInFlight. Other keys of the partition keep their share of the
-	// in-flight window until a failing key has MaxPending−MaxInFlight−1
-	// jobs handed back. Defaults to 16×MaxInFlight.
+	// in-flight window until the failing keys have MaxPending−MaxInFlight
+	// jobs, their retrying heads included, handed back or retrying.
+	// Defaults to 16×MaxInFlight.
 	MaxPending int
 	// MaxDeliver is how many times a failing job runs before it is moved to
 	// the dead-letter stream. It is the namespace's: the first worker fixes

@@ -1197,11 +1197,18 @@
 // hand-backs no room). While a key's head job fails and retries (the key
 // is stalled):
 //
-//   - Its head does not count against MaxInFlight (one per runner at
-//     most), and it waits out each backoff without holding its runner: a
-//     spare runner serves the other keys meanwhile, so even Concurrency 1
-//     keeps them running. Memory holds at most MaxInFlight jobs plus one
-//     retrying head per runner. A re-synchronisation of the partition
+//   - Its head does not count against MaxInFlight, and it waits out each
+//     backoff without holding its runner's place: a spare runner serves
+//     the other keys meanwhile, so even Concurrency 1 keeps them running.
+//     Once the backoff is over the head waits for a place again (fewer
+//     than Concurrency runners holding one; a runner beyond that gives
+//     its place up between two jobs), so the handler never runs more than
+//     Concurrency jobs of the partition at once, retries included. Before,
+//     heads coming back from their backoffs together all called it (4 at
+//     once with Concurrency 2: TestRetriesStayWithinConcurrency). Memory
+//     holds at most MaxInFlight jobs plus one retrying head (and one
+//     goroutine) per stalled key; the server's window (MaxPending) bounds
+//     how many keys can be stalled. A re-synchronisation of the partition
 //     (see "No gaps") ends the backoff at once and leaves the head to the
 //     new consumer instead of waiting for it to settle. (With MaxInFlight
 //     1, a pull batch of 1, the nats.go iterator now and then stops asking
@@ -1212,14 +1219,26 @@
 //     redeliveries before new messages; a short delay would let a stalled
 //     key's hand-backs crowd the others out). Its later arrivals are
 //     handed back too, and a returning job is taken only when it is the
-//     lowest of the key's handed-back jobs and the lane has room. Other
-//     keys always keep MaxInFlight − keep of the in-flight window (half or
-//     more, at least one job), for every MaxInFlight the worker accepts;
-//     two keys failing at once can fill it.
-//   - On the server, other keys keep that share until the failing key has
-//     MaxPending − MaxInFlight − 1 jobs handed back (15,359 by default);
-//     past that the server delivers nothing new to the partition until
-//     the head settles, which MaxDeliver and Backoff bound.
+//     lowest of the key's handed-back jobs and the lane has room. The
+//     kept jobs hold the window only while nothing else needs it: when
+//     the window is full, no runner runs a job of a key that is not
+//     stalled and no lane is ready, the highest job kept by the stalled
+//     key keeping the most is handed back (NAK delayed 1s), one at a time
+//     until a job can be fetched, and a key that so gave a job up keeps
+//     none (every job of it returning is handed back again) until its
+//     head settles. So the bound is: whatever MaxInFlight and however
+//     many keys are stalled, the partition's next job is fetched once a
+//     job of a key that is not stalled finishes, or at once when none
+//     runs; only MaxPending (below) bounds what stalled keys hold. Before,
+//     nothing took kept jobs back, and MaxInFlight/keep stalled keys (2
+//     when MaxInFlight ≤ 32, 64 at the default 1024) held the whole
+//     partition until a head settled: after a jobs stream was re-created,
+//     that many keys held for ErrEpoch stopped every key, new ones too.
+//   - On the server, other keys keep their share until the stalled keys
+//     have MaxPending − MaxInFlight jobs, their heads included, handed
+//     back or retrying (15,360 by default); past that the server delivers
+//     nothing new to the partition until a head settles, which MaxDeliver
+//     and Backoff bound (ErrEpoch: an operator adopting the epoch).
 //
 // The way out. A key's jobs handed back and not yet returned are a gap in
 // its lane: only its queued jobs below the lowest of them run, so the
@@ -1247,7 +1266,11 @@
 // TestFailingKeyDoesNotStallItsPartition (a 400-job backlog on a window of
 // 64), TestFailingKeyDoesNotHoldASmallWindow (MaxInFlight 1, 2, 16 and 17,
 // and Concurrency 1: another key's calls answered while the head still
-// fails), TestWorkerConfigNeedsRoomBeyondTheWindow,
+// fails), TestStalledKeysDoNotFillTheWindow (four keys failing at once
+// with MaxInFlight 16 and 32: another key's calls answered while they all
+// fail, each key's jobs applied in order once released; before, no call
+// was answered), TestRetriesStayWithinConcurrency,
+// TestWorkerConfigNeedsRoomBeyondTheWindow,
 // TestHotKeyLeavesHandBackMode (64 callers on one key, through and after a
 // failure of one of its jobs that the test ends: after it, 1000 calls
 // answered with no job handed back and Tenure.HandedBack 0, with a reducer
@@ -1255,6 +1278,7 @@
 // the calls/s before and after), and, on the lanes alone,
 // TestLanesGapClosesWhateverTheReturnOrder,
 // TestLanesWindowBehindAGapHandsBackTheHighest,
+// TestLanesStalledKeysGiveTheirKeptJobsBack,
 // TestLanesPausedRunnerLetsOthersRun and
 // TestLanesDroppingCloseEndsABackoff.
 //
