@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/testwait"
+
 	"github.com/nats-io/nats.go"
 )
 
@@ -38,9 +40,11 @@ func TestStatusLookalikeDoesNotStallThePartition(t *testing.T) {
 			t.Errorf("dead letter %d: job %q, error %q; want the lookalike's ID and the reason", d.Seq, d.JobID, d.Error)
 		}
 	}
-	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 0 {
-		t.Errorf("%d jobs left in the stream; want none", n)
-	}
+	// A job is acked after its reply: wait for the last one's ack, and for
+	// the lookalikes' deletes.
+	testwait.Eventually(t, 20*time.Second, "the jobs stream empty", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
 }
 
 // TestSwallowedHeartbeatLookalikeNeedsNoResync: a lookalike of a
