@@ -542,20 +542,7 @@ func TestBatchedMissFromALaggingReplicaGoesToTheLeader(t *testing.T) {
 	e.waitOwned(w)
 	ids, kept, deleted := keptIDs("lag", 30)
 	keepEarlier(t, e.topo.Results, kept, deleted)
-	w.bal.mu.Lock()
-	o := w.bal.owners[0]
-	w.bal.mu.Unlock()
-	if o == nil {
-		t.Fatal("no owner of partition 0")
-	}
-	info, err := e.js.Stream(ctx(t), "KV_"+e.topo.Names.Results())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := info.CachedInfo().State.LastSeq
-	// An existing subject (so the answer is an EOB) at a sequence no
-	// replica has yet.
-	o.mark.Store(&keptMark{subject: "$KV." + e.topo.Names.Results() + "." + ids[0], seq: last + 1000})
+	markAhead(t, e, w, ids[0])
 	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
 
 	g.run(e, w, e.client, "k", ids)
@@ -584,6 +571,22 @@ func TestBatchedDeadHitFromALaggingReplicaGoesToTheLeader(t *testing.T) {
 		kept[id] = encodeResult(nil, Permanent(errors.New("card declined")), true)
 	}
 	keepEarlier(t, e.topo.Results, kept, deleted)
+	markAhead(t, e, w, ids[0])
+	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
+
+	g.run(e, w, e.client, "k", ids)
+	want := len(ids) - len(kept) + len(dead)
+	if b, p := n.counts(); b != 1 || p != want {
+		t.Fatalf("%d batched and %d per-ID look-ups for a group of %d (%d kept, %d of them dead) answered by a replica behind the mark; want 1 and %d", b, p, len(ids), len(kept), len(dead), want)
+	}
+	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
+}
+
+// markAhead makes partition 0's owner of w take every replica as behind:
+// its mark names an existing subject (so a batched answer ends with an
+// EOB) at a sequence no replica has yet.
+func markAhead(t *testing.T, e *env, w *Worker, id string) {
+	t.Helper()
 	w.bal.mu.Lock()
 	o := w.bal.owners[0]
 	w.bal.mu.Unlock()
@@ -594,13 +597,5 @@ func TestBatchedDeadHitFromALaggingReplicaGoesToTheLeader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.mark.Store(&keptMark{subject: "$KV." + e.topo.Names.Results() + "." + ids[0], seq: info.CachedInfo().State.LastSeq + 1000})
-	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
-
-	g.run(e, w, e.client, "k", ids)
-	want := len(ids) - len(kept) + len(dead)
-	if b, p := n.counts(); b != 1 || p != want {
-		t.Fatalf("%d batched and %d per-ID look-ups for a group of %d (%d kept, %d of them dead) answered by a replica behind the mark; want 1 and %d", b, p, len(ids), len(kept), len(dead), want)
-	}
-	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
+	o.mark.Store(&keptMark{subject: "$KV." + e.topo.Names.Results() + "." + id, seq: info.CachedInfo().State.LastSeq + 1000})
 }
