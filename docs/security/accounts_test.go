@@ -408,3 +408,40 @@ func TestQueuedRetryOnAFullKeyIsUnknownToAClient(t *testing.T) {
 		t.Fatalf("retry by ID of a queued order on a full key, as a client that may not read jobs: %v; want \"unknown\" naming the permissions violation, never backlog full", last)
 	}
 }
+
+// startWorkerA starts a worker of namespace a as worker-a with handler h
+// and a one-second lease, stopped when the test ends, and returns its
+// connection (for its asynchronous errors) too.
+func startWorkerA(ctx context.Context, t *testing.T, s *server.Server, partitions int, h keylane.Handler, mod func(*keylane.WorkerConfig)) (*keylane.Worker, *conn) {
+	t.Helper()
+	wc := connect(t, s, "worker-a", "_INBOX.a")
+	cfg := keylane.WorkerConfig{
+		Topology: keylane.TopologyConfig{Namespace: "a", Partitions: partitions, ReplyPrefix: "_INBOX.a.", LeaseTTL: time.Second},
+		Handler:  h,
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	w, err := keylane.NewWorker(wc.Conn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatalf("worker-a: %v (%v)", err, wc.asyncErrs())
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) })
+	return w, wc
+}
+
+// clientA opens a client of namespace a as client-a, closed when the test
+// ends.
+func clientA(ctx context.Context, t *testing.T, s *server.Server) (*keylane.Client, *conn) {
+	t.Helper()
+	cc := connect(t, s, "client-a", "_INBOX.a")
+	cl, err := keylane.NewClient(ctx, cc.Conn, keylane.ClientConfig{Namespace: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl, cc
+}

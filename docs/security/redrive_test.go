@@ -32,33 +32,16 @@ func TestOnlyOperatorsRedrive(t *testing.T) {
 	var mu sync.Mutex
 	applied := map[string]int{} // payloads the handler ran
 	var broken atomic.Bool
-	wc := connect(t, s, "worker-a", "_INBOX.a")
-	w, err := keylane.NewWorker(wc.Conn, keylane.WorkerConfig{
-		Topology: keylane.TopologyConfig{Namespace: "a", Partitions: 4, ReplyPrefix: "_INBOX.a.", LeaseTTL: time.Second},
-		Backoff:  func(int) time.Duration { return 10 * time.Millisecond },
-		Handler: keylane.HandlerFunc(func(_ context.Context, job keylane.Job) ([]byte, error) {
-			if broken.Load() && string(job.Payload) == "fail" {
-				return nil, keylane.Permanent(errors.New("card declined"))
-			}
-			mu.Lock()
-			applied[string(job.Payload)]++
-			mu.Unlock()
-			return []byte("applied " + string(job.Payload)), nil
-		}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatalf("worker-a: %v (%v)", err, wc.asyncErrs())
-	}
-	t.Cleanup(func() { w.Stop(context.Background()) })
-	cc := connect(t, s, "client-a", "_INBOX.a")
-	cl, err := keylane.NewClient(ctx, cc.Conn, keylane.ClientConfig{Namespace: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	_, wc := startWorkerA(ctx, t, s, 4, keylane.HandlerFunc(func(_ context.Context, job keylane.Job) ([]byte, error) {
+		if broken.Load() && string(job.Payload) == "fail" {
+			return nil, keylane.Permanent(errors.New("card declined"))
+		}
+		mu.Lock()
+		applied[string(job.Payload)]++
+		mu.Unlock()
+		return []byte("applied " + string(job.Payload)), nil
+	}), func(c *keylane.WorkerConfig) { c.Backoff = func(int) time.Duration { return 10 * time.Millisecond } })
+	cl, cc := clientA(ctx, t, s)
 
 	if res, err := cl.Call(ctx, "acct:1", []byte("v1"), keylane.WithID("victim-1")); err != nil || string(res) != "applied v1" {
 		t.Fatalf("the victim's first order: %q, %v", res, err)

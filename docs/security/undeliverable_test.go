@@ -24,26 +24,10 @@ func TestUndeliverableClearedAsWorker(t *testing.T) {
 	s := startServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	wc := connect(t, s, "worker-a", "_INBOX.a")
-	w, err := keylane.NewWorker(wc.Conn, keylane.WorkerConfig{
-		Topology: keylane.TopologyConfig{Namespace: "a", Partitions: 1, ReplyPrefix: "_INBOX.a.", LeaseTTL: time.Second},
-		Handler: keylane.HandlerFunc(func(_ context.Context, job keylane.Job) ([]byte, error) {
-			return []byte("ran " + string(job.Payload)), nil
-		}),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatalf("worker-a: %v (%v)", err, wc.asyncErrs())
-	}
-	t.Cleanup(func() { w.Stop(context.Background()) })
-	cc := connect(t, s, "client-a", "_INBOX.a")
-	cl, err := keylane.NewClient(ctx, cc.Conn, keylane.ClientConfig{Namespace: "a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	_, wc := startWorkerA(ctx, t, s, 1, keylane.HandlerFunc(func(_ context.Context, job keylane.Job) ([]byte, error) {
+		return []byte("ran " + string(job.Payload)), nil
+	}), nil)
+	cl, cc := clientA(ctx, t, s)
 	js, err := jetstream.New(cc.Conn)
 	if err != nil {
 		t.Fatal(err)
