@@ -43,6 +43,12 @@ func TestStopDeadlineCancelsTheDrain(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-started // the first job runs; the others queue behind it on the key
+	// Wait until they are fetched: a Stop before that has nothing queued
+	// to drain, finishes with the running job, and proves nothing.
+	testwait.Eventually(t, 10*time.Second, "the key's jobs fetched", func() bool {
+		ts := w.Tenures()
+		return len(ts) == 1 && ts[0].InFlight >= jobs-int(ran.Load())
+	})
 	sctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	begin := time.Now()
