@@ -82,6 +82,9 @@ func TestDelayedJobRunsAtItsTimeInKeyOrder(t *testing.T) {
 	// Exactly once: the stream holds nothing more (no schedule, no copy),
 	// and a later job of the key runs after it.
 	testwait.Eventually(t, 10*time.Second, "jobs stream empty", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	// The delays stream too: the schedule went when it fired, its due
+	// copy once the worker received it.
+	testwait.Eventually(t, 10*time.Second, "delays stream empty", func() bool { return e.streamMsgs(e.topo.Names.Delays()) == 0 })
 	if res, err := e.client.Call(ctx(t), "seat:A7", []byte("after")); err != nil || string(res) != "ok" {
 		t.Fatalf("call after: %q, %v", res, err)
 	}

@@ -206,11 +206,18 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		o.malformed(msg, 0, wire.Job{}, fmt.Errorf("no JetStream metadata: %w", err))
 		return
 	}
+	if o.isSubmission(msg.Subject()) {
+		o.moveDelayed(msg, meta)
+		return
+	}
 	h := msg.Headers()
 	f, err := o.rules().Parse(msg.Subject(), h)
 	if err != nil {
 		o.malformed(msg, meta.Sequence.Stream, f, err)
 		return
+	}
+	if f.DueSeq != 0 {
+		o.deleteDue(f.DueSeq)
 	}
 	id := f.ID // Nats-Msg-Id, or a delayed job's Keylane-Job-Id
 	if id == "" {
@@ -233,7 +240,8 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 
 // rules are what this partition's jobs are checked against on receipt.
 func (o *owner) rules() wire.Rules {
-	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix, Delays: o.w.topo.Meta.Delays}
+	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix,
+		Delays: o.w.topo.Meta.Delays, DelaysStream: o.w.topo.Names.Delays()}
 }
 
 // malformed dead-letters msg, which is no valid job (why), acks it, and
@@ -241,7 +249,13 @@ func (o *owner) rules() wire.Rules {
 func (o *owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
 	o.w.stats.malformed.Add(1)
 	o.log.Warn("malformed message dead-lettered", "seq", seq, "err", why)
-	err := Permanent(fmt.Errorf("malformed: %w", why))
+	o.refuse(msg, seq, f, fmt.Errorf("malformed: %w", why))
+}
+
+// refuse dead-letters msg, which will never run (why), acks it, and tells
+// a caller waiting on a valid reply subject (f.Reply).
+func (o *owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+	err := Permanent(why)
 	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
 		return
 	}

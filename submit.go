@@ -25,7 +25,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 		return "", err
 	}
 	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
-	if c.batch == nil || m.Header[scheduleHeader] != nil {
+	if c.batch == nil || m.Header[HeaderRunAt] != nil {
 		dup, err := c.publishWatched(ctx, m)
 		if err != nil {
 			return c.submitError(ctx, m, r.ID, err)
