@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -92,10 +93,28 @@ RETURNING transaction_timestamp()`
 	outcomesSQL       = `SELECT job_id, key, fence, result, at FROM keylane_outcomes WHERE namespace = $1 AND job_id = ANY($2)`
 	recordSQL         = `INSERT INTO keylane_outcomes (namespace, job_id, key, fence, result, at)
 SELECT $1, u.job_id, u.key, $2, u.result, transaction_timestamp() FROM unnest($3::text[], $4::text[], $5::bytea[]) AS u(job_id, key, result)`
+	idleSQL      = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
 	savepointSQL = `SAVEPOINT keylane_job`
 	nextJobSQL   = `RELEASE SAVEPOINT keylane_job; SAVEPOINT keylane_job`
 	rollbackSQL  = `ROLLBACK TO SAVEPOINT keylane_job`
 )
+
+// ApplyOpt is an option of Apply.
+type ApplyOpt func(*applyOpts)
+
+type applyOpts struct {
+	idle time.Duration
+}
+
+// IdleTimeout has the database end the group's session if it sits idle in
+// the transaction longer than d (idle_in_transaction_session_timeout, for
+// this transaction only). An owner paused mid-group (a stopped process, a
+// long GC) keeps its partition's fence row locked, and so keeps its
+// successor waiting, until it resumes; with IdleTimeout the database ends
+// it after d, the successor goes on, and the paused owner's transaction is
+// rolled back: it fails when it resumes. Set d below the lease's TTL.
+// Defaults to the server's setting (none, unless configured).
+func IdleTimeout(d time.Duration) ApplyOpt { return func(o *applyOpts) { o.idle = d } }
 
 // Apply applies g's jobs through h in one transaction and commits, and
 // returns each job's outcome, in g.Jobs' order. In the transaction, in
@@ -110,7 +129,11 @@ SELECT $1, u.job_id, u.key, $2, u.result, transaction_timestamp() FROM unnest($3
 // commit's fate is unknown (the connection broke during COMMIT): reply
 // nothing and ack nothing; applying the group again, or Lookup, tells. A
 // job that failed is reported in its Outcome, not as an error.
-func Apply(ctx context.Context, db DB, g Group, h Handler) ([]Outcome, error) {
+func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]Outcome, error) {
+	var cfg applyOpts
+	for _, opt := range opts {
+		opt(&cfg)
+	}
 	if g.Namespace == "" {
 		return nil, errors.New("keylanepg: group without a namespace")
 	}
@@ -140,6 +163,9 @@ func Apply(ctx context.Context, db DB, g Group, h Handler) ([]Outcome, error) {
 	// then the first job's savepoint.
 	recorded := make(map[string]Outcome)
 	var b pgx.Batch
+	if cfg.idle > 0 {
+		b.Queue(idleSQL, strconv.FormatInt(max(cfg.idle.Milliseconds(), 1), 10))
+	}
 	var started time.Time
 	fenced := false
 	b.Queue(fenceSQL, g.Namespace, g.Partition, int64(g.Fence)).QueryRow(func(row pgx.Row) error {
