@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keylane/keylane"
-	keylanepg "github.com/keylane/keylane/pg"
 	"github.com/keylane/keylane/internal/testwait"
+	keylanepg "github.com/keylane/keylane/pg"
 	"github.com/keylane/keylane/pg/shop"
 )
 
