@@ -16,25 +16,34 @@ import (
 
 // history collects what Apply calls answered, for the checks after a run.
 type history struct {
-	mu      sync.Mutex
-	applied map[string]string // job ID -> result, from the call that applied it
-	twice   []string          // job IDs applied by two calls
-	stale   int
+	mu       sync.Mutex
+	answered map[string]keylanepg.Outcome // job ID -> its first answer, applied or recorded
+	bad      []string                     // jobs applied twice, or answered two ways
+	stale    int
 }
 
-func newHistory() *history { return &history{applied: map[string]string{}} }
+func newHistory() *history { return &history{answered: map[string]keylanepg.Outcome{}} }
 
+// add takes a successful Apply's outcomes. A job applied when it had been
+// answered before was applied twice; a job answered from the record must
+// be answered as before (a job whose first answer was lost with a commit
+// is first answered from the record).
 func (h *history) add(out []keylanepg.Outcome) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, o := range out {
-		if o.Status != keylanepg.Applied {
+		if !o.Done() {
 			continue
 		}
-		if _, ok := h.applied[o.JobID]; ok {
-			h.twice = append(h.twice, o.JobID)
+		prev, ok := h.answered[o.JobID]
+		switch {
+		case ok && o.Status == keylanepg.Applied:
+			h.bad = append(h.bad, fmt.Sprintf("%s applied twice", o.JobID))
+		case ok && string(prev.Result) != string(o.Result):
+			h.bad = append(h.bad, fmt.Sprintf("%s answered %q, then %q", o.JobID, prev.Result, o.Result))
+		case !ok:
+			h.answered[o.JobID] = o
 		}
-		h.applied[o.JobID] = string(o.Result)
 	}
 }
 
@@ -42,15 +51,21 @@ func (h *history) add(out []keylanepg.Outcome) {
 // twice; stock = start - sold; one order row per sold job, none extra,
 // each with its outcome; every "sold L" left a distinct L, from start-1
 // down (the sales are a serial history); the recorded outcomes are
-// exactly the applied jobs, with their results.
+// exactly the answered jobs, with their answers. Only sku's jobs count.
 func (h *history) check(t *testing.T, db dbQuerier, sku string, start int64, all []string) {
 	t.Helper()
-	if len(h.twice) > 0 {
-		t.Errorf("jobs applied twice: %v", h.twice)
+	for _, b := range h.bad {
+		t.Error(b)
 	}
 	var sold int64
 	lefts := map[int64]bool{}
-	for id, res := range h.applied {
+	applied := map[string]string{}
+	for id, o := range h.answered {
+		if o.Key == sku {
+			applied[id] = string(o.Result)
+		}
+	}
+	for id, res := range applied {
 		if l, ok := strings.CutPrefix(res, "sold "); ok {
 			sold++
 			n, _ := strconv.ParseInt(l, 10, 64)
@@ -76,10 +91,15 @@ func (h *history) check(t *testing.T, db dbQuerier, sku string, start int64, all
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec) != len(h.applied) {
-		t.Errorf("%d outcomes recorded, %d jobs applied", len(rec), len(h.applied))
+	for id, o := range rec {
+		if o.Key != sku {
+			delete(rec, id)
+		}
 	}
-	for id, res := range h.applied {
+	if len(rec) != len(applied) {
+		t.Errorf("%d outcomes recorded, %d jobs answered", len(rec), len(applied))
+	}
+	for id, res := range applied {
 		if string(rec[id].Result) != res {
 			t.Errorf("job %s: recorded %q, applied as %q", id, rec[id].Result, res)
 		}
@@ -155,11 +175,11 @@ func TestConcurrentHotSKU(t *testing.T) {
 		t.Error(err)
 	}
 	soldOut := 0
-	for _, res := range hist.applied {
-		if strings.HasPrefix(res, "soldout ") {
+	for _, o := range hist.answered {
+		if strings.HasPrefix(string(o.Result), "soldout ") {
 			soldOut++
 		}
 	}
-	t.Logf("%d jobs applied (%d sold out), %d groups refused as stale", len(hist.applied), soldOut, hist.stale)
+	t.Logf("%d jobs applied (%d sold out), %d groups refused as stale", len(hist.answered), soldOut, hist.stale)
 	hist.check(t, db, "hot", start, all)
 }
