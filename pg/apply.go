@@ -90,12 +90,20 @@ const (
 ON CONFLICT (namespace, partition) DO UPDATE SET fence = EXCLUDED.fence WHERE f.fence <= EXCLUDED.fence
 RETURNING transaction_timestamp()`
 	committedFenceSQL = `SELECT fence FROM keylane_fences WHERE namespace = $1 AND partition = $2`
-	outcomesSQL       = `SELECT job_id, key, fence, result, at FROM keylane_outcomes WHERE namespace = $1 AND job_id = ANY($2)`
-	recordSQL         = `INSERT INTO keylane_outcomes (namespace, job_id, key, fence, result, at)
+	// The outcomes look-up probes the primary key once per ID, on any
+	// plan: a LATERAL subquery kept apart (OFFSET 0) is a nested loop over
+	// the IDs. The plain form (job_id = ANY($2)) let a cached plan scan the
+	// whole table, comparing each row with every ID, ever slower as the
+	// table grew.
+	outcomesSQL = `SELECT o.job_id, o.key, o.fence, o.result, o.at FROM unnest($2::text[]) AS u(id)
+CROSS JOIN LATERAL (SELECT k.job_id, k.key, k.fence, k.result, k.at FROM keylane_outcomes k
+	WHERE k.job_id = u.id AND k.namespace = $1 OFFSET 0) AS o`
+	recordSQL = `INSERT INTO keylane_outcomes (namespace, job_id, key, fence, result, at)
 SELECT $1, u.job_id, u.key, $2, u.result, transaction_timestamp() FROM unnest($3::text[], $4::text[], $5::bytea[]) AS u(job_id, key, result)`
 	idleSQL      = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
 	savepointSQL = `SAVEPOINT keylane_job`
-	nextJobSQL   = `RELEASE SAVEPOINT keylane_job; SAVEPOINT keylane_job`
+	releaseSQL   = `RELEASE SAVEPOINT keylane_job`
+	nextJobSQL   = releaseSQL + "; " + savepointSQL
 	rollbackSQL  = `ROLLBACK TO SAVEPOINT keylane_job`
 )
 
@@ -152,17 +160,12 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 		ids[i] = j.ID
 	}
 
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if err != nil {
-		return nil, fmt.Errorf("keylanepg: begin: %w", err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-
-	// One round trip: the fence (and its row lock), then — after the lock,
-	// so it sees every commit of an earlier owner — the recorded outcomes,
-	// then the first job's savepoint.
+	// One round trip: BEGIN, the fence (and its row lock), then — after the
+	// lock, so it sees every commit of an earlier owner — the recorded
+	// outcomes, then the first job's savepoint.
 	recorded := make(map[string]Outcome)
 	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if cfg.idle > 0 {
 		b.Queue(idleSQL, strconv.FormatInt(max(cfg.idle.Milliseconds(), 1), 10))
 	}
@@ -189,20 +192,22 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 		return rows.Err()
 	})
 	b.Queue(savepointSQL)
-	if err := tx.SendBatch(ctx, &b).Close(); err != nil {
-		return nil, fmt.Errorf("keylanepg: fence and outcomes: %w", err)
+	br := db.SendBatch(ctx, &b)
+	tx := br.Tx()
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if err := br.Close(); err != nil {
+		return nil, fmt.Errorf("keylanepg: begin, fence and outcomes: %w", err)
 	}
 	if !fenced {
 		return nil, staleFence(ctx, tx, g)
 	}
 
 	var (
-		held     = make(map[string]bool) // keys with a retriable failure
-		dirty    = false                 // a job's writes sit in the open savepoint
-		appIDs   []string
-		appKeys  []string
-		appRes   [][]byte
-		handlerT = ownedTx{tx}
+		held    = make(map[string]bool) // keys with a retriable failure
+		dirty   = false                 // a job's writes sit in the open savepoint
+		appIDs  []string
+		appKeys []string
+		appRes  [][]byte
 	)
 	for i, job := range g.Jobs {
 		if o, ok := recorded[job.ID]; ok {
@@ -213,14 +218,16 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 			out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Held}
 			continue
 		}
+		// The savepoint rolls on to this job with its first statement.
+		jt := &jobTx{Tx: tx, state: rollDone}
 		if dirty {
-			if _, err := tx.Exec(ctx, nextJobSQL); err != nil {
-				return nil, fmt.Errorf("keylanepg: savepoint: %w", err)
-			}
-			dirty = false
+			jt.state = rollPending
 		}
 		job.Partition, job.Fence = g.Partition, g.Fence
-		res, herr := handle(ctx, handlerT, job, h)
+		res, herr := handle(ctx, jt, job, h)
+		if jt.state == rollFailed {
+			return nil, fmt.Errorf("keylanepg: job %s: %w", job.ID, errors.Join(herr, errSavepoint))
+		}
 		if herr == nil {
 			if res == nil {
 				res = []byte{} // result is NOT NULL: nil and empty are one
@@ -234,8 +241,13 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("keylanepg: job %s: %w", job.ID, errors.Join(herr, ctx.Err()))
 		}
-		if _, err := tx.Exec(ctx, rollbackSQL); err != nil {
-			return nil, fmt.Errorf("keylanepg: roll back job %s (it failed: %v): %w", job.ID, herr, err)
+		// A job that sent no statement wrote nothing: the open savepoint
+		// holds the jobs before it, and stays.
+		if jt.state == rollDone {
+			if _, err := tx.Exec(ctx, rollbackSQL); err != nil {
+				return nil, fmt.Errorf("keylanepg: roll back job %s (it failed: %v): %w", job.ID, herr, err)
+			}
+			dirty = false
 		}
 		out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Failed, Err: herr}
 		if !errors.Is(herr, keylane.ErrPermanent) {
@@ -252,6 +264,10 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 	}
 	return out, nil
 }
+
+// errSavepoint is in Apply's error when a job's savepoint could not be
+// opened: its failure cannot be rolled back alone.
+var errSavepoint = errors.New("keylanepg: the job's savepoint failed: the group is rolled back")
 
 // handle runs h for one job, turning a panic into an error.
 func handle(ctx context.Context, tx pgx.Tx, job keylane.Job, h Handler) (res []byte, err error) {

@@ -11,9 +11,11 @@ import (
 )
 
 // DB is what keylanepg needs of a database: *pgxpool.Pool and *pgx.Conn
-// satisfy it.
+// satisfy it. Apply begins its transaction in a batch (pgx's
+// Batch.BeginTx), saving BEGIN's round trip.
 type DB interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
@@ -36,7 +38,9 @@ CREATE TABLE IF NOT EXISTS keylane_outcomes (
 	fence bigint NOT NULL,
 	result bytea NOT NULL,
 	at timestamptz NOT NULL,
-	PRIMARY KEY (namespace, job_id)
+	-- job_id first: a group's look-up (job_id = ANY(…)) probes the index
+	-- once per ID, whatever the planner knows of the table.
+	PRIMARY KEY (job_id, namespace)
 );
 `
 

@@ -294,6 +294,9 @@ func (s *Server) Stop() error {
 	}
 }
 
+// LogFile is the path of the server's log (its stderr).
+func (s *Server) LogFile() string { return filepath.Join(s.base, "postgres.log") }
+
 // logTail returns the end of the server's log, for an error.
 func (s *Server) logTail() string {
 	b, _ := os.ReadFile(filepath.Join(s.base, "postgres.log"))
