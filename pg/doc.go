@@ -23,25 +23,26 @@
 //
 // Apply runs, on one connection, in this order:
 //
-//  1. BEGIN ISOLATION LEVEL READ COMMITTED.
-//  2. In one round trip: the fence — an INSERT … ON CONFLICT DO UPDATE
+//  1. In one round trip: BEGIN ISOLATION LEVEL READ COMMITTED; the
+//     fence — an INSERT … ON CONFLICT DO UPDATE
 //     SET fence = $fence WHERE fence <= $fence on the partition's row,
 //     which takes the row's lock and keeps it to the end; the recorded
 //     outcomes of the group's job IDs, read after the lock; the first
 //     job's SAVEPOINT. No row back from the fence statement means a newer
 //     fence has committed: Apply reads it, rolls back and returns a
 //     *StaleFenceError (errors.Is keylane.ErrStaleFence). Nothing ran.
-//  3. For each job, in order: a job with a recorded outcome is answered
+//  2. For each job, in order: a job with a recorded outcome is answered
 //     from it and not run (Recorded). A job whose key had a retriable
 //     failure earlier in the group is not run (Held: running it would
 //     reorder the key). Any other job runs the Handler inside the open
-//     savepoint. Success: the savepoint is released and a new one opened
-//     (one round trip, before the next job that runs). Failure (an error,
-//     a failed statement, a panic): ROLLBACK TO SAVEPOINT undoes that
-//     job's writes alone, and the job is reported Failed, not recorded.
-//  4. One INSERT records every applied job's outcome (job ID → result,
+//     savepoint. Success: the savepoint is released and a new one opened,
+//     sent with the next job's first statement (no round trip of its own).
+//     Failure (an error, a failed statement, a panic): ROLLBACK TO
+//     SAVEPOINT undoes that job's writes alone, and the job is reported
+//     Failed, not recorded.
+//  3. One INSERT records every applied job's outcome (job ID → result,
 //     key, fence, transaction time).
-//  5. COMMIT.
+//  4. COMMIT.
 //
 // Then, outside this package, the worker replies to each Applied or
 // Recorded job and acks it; a Failed job is retried (its key's later jobs
@@ -121,10 +122,13 @@
 // (a conditional UPDATE, a row lock): keylane serializes only its own jobs
 // of a key.
 //
-// Savepoints cost a round trip per job, and PostgreSQL keeps the IDs of
-// at most 64 subtransactions that wrote per transaction in shared memory:
-// a group of more writing jobs overflows that cache, which slows other
-// sessions' snapshots on a busy server. Keep groups near 64 jobs or below.
+// Savepoints cost no round trip (the roll rides on a job's first
+// statement), but PostgreSQL keeps the IDs of at most 64 subtransactions
+// that wrote per transaction in shared memory: a group of more writing
+// jobs overflows that cache, which slows the snapshots of the server's
+// other sessions while it runs. The group itself goes faster the larger it
+// is (BenchmarkApplyHotSKU); on a busy shared server, keep groups near 64
+// jobs.
 //
 // # Keeping outcomes
 //
