@@ -120,7 +120,9 @@ type applyOpts struct {
 // long GC) keeps its partition's fence row locked, and so keeps its
 // successor waiting, until it resumes; with IdleTimeout the database ends
 // it after d, the successor goes on, and the paused owner's transaction is
-// rolled back: it fails when it resumes. Set d below the lease's TTL.
+// rolled back: it fails when it resumes. Set d below the lease's TTL, and
+// above the longest pause of a Handler between two of its statements (work
+// outside the database counts as idle too).
 // Defaults to the server's setting (none, unless configured).
 func IdleTimeout(d time.Duration) ApplyOpt { return func(o *applyOpts) { o.idle = d } }
 

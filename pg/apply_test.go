@@ -198,3 +198,30 @@ func TestJSONHandler(t *testing.T) {
 		t.Errorf("bad payload: %+v", out[1])
 	}
 }
+
+// TestShopCommands runs the shop's other commands through Apply: set and
+// get answer as the inventory handler does, and a command that is not the
+// shop's fails permanently.
+func TestShopCommands(t *testing.T) {
+	_, db := startShop(t, 2)
+	out, err := keylanepg.Apply(context.Background(), db, group(0, 1,
+		keylane.Job{ID: "s1", Key: "x", Payload: []byte("set 2")},
+		keylane.Job{ID: "s2", Key: "x", Payload: []byte("buy 2")},
+		keylane.Job{ID: "s3", Key: "x", Payload: []byte("get")},
+		keylane.Job{ID: "s4", Key: "y", Payload: []byte("buy 1")},
+		keylane.Job{ID: "s5", Key: "x", Payload: []byte("restock 1")},
+	), shop.Sell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"s1 applied ok 2", "s2 applied sold 0", "s3 applied stock 0", "s4 applied soldout 0"}
+	if got := results(out[:4]); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if out[4].Status != keylanepg.Failed || !errors.Is(out[4].Err, keylane.ErrPermanent) {
+		t.Errorf("restock: %+v, want a permanent failure", out[4])
+	}
+	if a := audit(t, db, "x"); a != (shop.Audit{Stock: 0, Orders: 1, Units: 2}) {
+		t.Errorf("audit: %+v", a)
+	}
+}
