@@ -7,6 +7,7 @@ replace github.com/keylane/keylane => ../
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/keylane/keylane v0.0.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
