@@ -320,7 +320,8 @@ func Lookup(ctx context.Context, db DB, namespace string, ids []string) (map[str
 // Prune deletes namespace's outcomes recorded before before. Keep an
 // outcome as long as its job may be redelivered or retried by ID (the jobs
 // stream's retention and duplicate window): a pruned job that comes back
-// is applied again.
+// is applied again. It reads the whole table (no index on at, which
+// every Apply would pay for): run it now and then, not per group.
 func Prune(ctx context.Context, db DB, namespace string, before time.Time) (int64, error) {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
 	if err != nil {
