@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/keylane/keylane"
@@ -223,5 +224,35 @@ func TestShopCommands(t *testing.T) {
 	}
 	if a := audit(t, db, "x"); a != (shop.Audit{Stock: 0, Orders: 1, Units: 2}) {
 		t.Errorf("audit: %+v", a)
+	}
+}
+
+// TestPruneForgetsOutcomes prunes the outcomes recorded before a time:
+// only those go, and a pruned job that comes back is applied again, as
+// Prune warns.
+func TestPruneForgetsOutcomes(t *testing.T) {
+	_, db := startShop(t, 2)
+	ctx := context.Background()
+	setStock(t, db, "a", 10)
+	if _, err := keylanepg.Apply(ctx, db, group(0, 1, buy("old", "a")), shop.Sell); err != nil {
+		t.Fatal(err)
+	}
+	var cut time.Time
+	if err := db.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&cut); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keylanepg.Apply(ctx, db, group(0, 1, buy("new", "a")), shop.Sell); err != nil {
+		t.Fatal(err)
+	}
+	n, err := keylanepg.Prune(ctx, db, ns, cut)
+	if err != nil || n != 1 {
+		t.Fatalf("Prune: %d, %v; want 1 pruned", n, err)
+	}
+	out, err := keylanepg.Apply(ctx, db, group(0, 1, buy("new", "a"), keylane.Job{ID: "old", Key: "a", Payload: []byte("get")}), shop.Sell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Status != keylanepg.Recorded || out[1].Status != keylanepg.Applied {
+		t.Errorf("after Prune: %q, want new recorded, old applied again", results(out))
 	}
 }
