@@ -118,6 +118,8 @@ func (o *owner) run() {
 	group, run := 1, func(ts []*task) { o.process(ts[0]) }
 	if o.w.cfg.Reducer != nil {
 		group, run = maxGroup, o.runGroup
+	} else if o.w.cfg.Applier != nil {
+		group, run = maxGroup, o.runApplied
 	}
 	run = o.observeQueueWait(run)
 	run = o.w.tracing.wrap(run)
