@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 )
 
 // GroupApplier applies a key's queued jobs to a database of the user's,
@@ -13,7 +14,8 @@ import (
 // (module github.com/keylane/keylane/pg) is one, for PostgreSQL.
 //
 // A worker with an Applier groups a key's queued jobs as it does for a
-// Reducer and calls ApplyGroup with the partition's fence (the lease's
+// Reducer, joins the groups of the partition's keys that are ready at the
+// same time, and calls ApplyGroup with the partition's fence (the lease's
 // fencing token), then replies to and acks each job whose outcome is Done.
 // Exactly once rests on the database's record, not on the worker: a job
 // redelivered after a crash between the commit and the ack, or submitted
@@ -33,7 +35,9 @@ type GroupApplier interface {
 }
 
 // JobGroup is the jobs ApplyGroup applies in one transaction: queued jobs
-// of one key of the partition, in stream order.
+// of one or several keys of the partition, each key's in stream order
+// (keys may follow one another; a key's jobs are together). A failing job
+// must not stop the other keys' jobs.
 type JobGroup struct {
 	Namespace string
 	Partition int
@@ -78,13 +82,9 @@ func (o *owner) applyGroupDB(jobs []Job) (out []JobOutcome, err error) {
 		jobs[i].Partition, jobs[i].Fence = o.p, o.l.Fence()
 		_, spans[i] = jobs[i].trace.run(o.ctx, jobs[i])
 	}
-	out, err = o.applyCall(JobGroup{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
-	if err == nil && len(out) != len(jobs) {
-		err = fmt.Errorf("keylane: the applier returned %d outcomes for %d jobs", len(out), len(jobs))
-	}
-	if err != nil && !errors.Is(err, ErrStaleFence) {
-		err = fmt.Errorf("%w: %w", errApplyUnknown, err)
-	}
+	r := &applyReq{jobs: jobs, wake: make(chan struct{})}
+	o.applies.do(r, o.applyBatch)
+	out, err = r.out, r.err
 	for i := range jobs {
 		var jerr error
 		if err != nil {
@@ -103,6 +103,94 @@ func (o *owner) applyGroupDB(jobs []Job) (out []JobOutcome, err error) {
 	}
 	traceGroup(jobs, n, err)
 	return out, err
+}
+
+// applyBatcher joins the groups that a partition's lane runners (one key
+// each) bring while a transaction is in flight into the next one: one
+// ApplyGroup, one commit, for the ready groups of several keys. The first
+// caller leads: it runs its own group at once; whoever comes meanwhile
+// queues, and when the transaction ends the whole queue goes as one, led
+// by its first caller. One partition's transactions would serialize on
+// its fence in the database anyway; joined, they share a commit.
+type applyBatcher struct {
+	mu    sync.Mutex
+	busy  bool
+	queue []*applyReq
+}
+
+// applyReq is one key's group, and what became of it.
+type applyReq struct {
+	jobs []Job
+	out  []JobOutcome
+	err  error
+	// wake is closed when the request is settled (finished) or leads the
+	// next batch (batch set).
+	wake     chan struct{}
+	finished bool
+	batch    []*applyReq
+}
+
+// do settles r, in a batch that run applies, and returns when r's outcome
+// is set.
+func (b *applyBatcher) do(r *applyReq, run func([]*applyReq)) {
+	b.mu.Lock()
+	if b.busy {
+		b.queue = append(b.queue, r)
+		b.mu.Unlock()
+		<-r.wake
+		if r.finished {
+			return
+		}
+	} else {
+		b.busy = true
+		r.batch = []*applyReq{r}
+		b.mu.Unlock()
+	}
+	run(r.batch)
+	b.mu.Lock()
+	if len(b.queue) > 0 {
+		next := b.queue
+		b.queue = nil
+		next[0].batch = next
+		close(next[0].wake) // it leads the next batch
+	} else {
+		b.busy = false
+	}
+	b.mu.Unlock()
+	for _, x := range r.batch {
+		if x != r {
+			x.finished = true
+			close(x.wake)
+		}
+	}
+}
+
+// applyBatch applies the groups of reqs (each of its own key) in one
+// ApplyGroup and hands each its outcomes. A stale fence comes back
+// errors.Is ErrStaleFence; any other error of the whole call errors.Is
+// errApplyUnknown, for every group of the batch.
+func (o *owner) applyBatch(reqs []*applyReq) {
+	jobs := reqs[0].jobs
+	if len(reqs) > 1 {
+		jobs = nil
+		for _, r := range reqs {
+			jobs = append(jobs, r.jobs...)
+		}
+	}
+	out, err := o.applyCall(JobGroup{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
+	if err == nil && len(out) != len(jobs) {
+		err = fmt.Errorf("keylane: the applier returned %d outcomes for %d jobs", len(out), len(jobs))
+	}
+	if err != nil && !errors.Is(err, ErrStaleFence) {
+		err = fmt.Errorf("%w: %w", errApplyUnknown, err)
+	}
+	for _, r := range reqs {
+		if err != nil {
+			r.err = err
+			continue
+		}
+		r.out, out = out[:len(r.jobs):len(r.jobs)], out[len(r.jobs):]
+	}
 }
 
 // applyCall calls the Applier, turning a panic into an error of the whole

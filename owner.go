@@ -50,6 +50,10 @@ type owner struct {
 	// copies being deleted (delaymove.go). The tenure waits for them.
 	moves  chan struct{}
 	moving sync.WaitGroup
+
+	// applies joins the concurrent groups of different keys for an
+	// Applier into one transaction (applier.go).
+	applies applyBatcher
 }
 
 // How long a handed-back job stays with the server before it is delivered

@@ -1354,8 +1354,8 @@
 //
 // A worker with an Applier (WorkerConfig.Applier, a GroupApplier; package
 // keylanepg in module github.com/keylane/keylane/pg is one for PostgreSQL)
-// groups a key's queued jobs as for a Reducer, up to 256, and calls
-// ApplyGroup with the partition's namespace, number and fence (the
+// groups a key's queued jobs as for a Reducer, up to 256, joins the groups
+// of keys ready at the same time (below), and calls ApplyGroup with the partition's namespace, number and fence (the
 // lease's fencing token). The applier runs them in one transaction of the
 // user's database, recording in the same transaction each job's outcome
 // (job ID → result) and the partition's fence, and refusing to commit
@@ -1399,9 +1399,16 @@
 //     the jobs redelivered and ApplyGroup answers them from the record
 //     (TestWorkerKilledBetweenCommitAndAck).
 //
-// One transaction carries one key's group; keys of a partition run their
-// groups concurrently (Concurrency), each in its own transaction, which
-// the applier's fence row lock serializes per partition (keylanepg).
+// One transaction carries the ready groups of several keys of the
+// partition: a key's lane runner hands its group to the owner's batcher;
+// if no transaction of the partition is in flight it goes at once, else it
+// waits, and when the transaction ends every group that waited goes in
+// the next one, together (one commit; the partition's transactions would
+// serialize on its fence row in the database anyway). Each key's jobs stay
+// in order and a job's failure is its own; a failure of the whole
+// transaction (or a stale fence) is every group's
+// (TestWorkerJoinsKeysInOneTransaction). At most Concurrency groups, of
+// up to 256 jobs each, share one.
 //
 // # Grouped replies
 //

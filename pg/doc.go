@@ -34,9 +34,11 @@
 //
 //	go run -C pg ./cmd/sale --postgres local
 //
-// Today one Apply carries one key's group; a partition's keys run their
-// groups concurrently, and the fence row lock serializes their
-// transactions (one commit each).
+// The worker joins the groups of a partition's keys that are ready while
+// a transaction is in flight into its next Apply: one transaction, one
+// commit, for several keys (their transactions would wait on the fence
+// row's lock one after another anyway). Up to the worker's Concurrency
+// keys of 256 jobs each may share one: mind the 64 subtransactions below.
 //
 // # Tables
 //

@@ -478,3 +478,59 @@ func newProxy(t *testing.T, url string) *faultproxy.Proxy {
 	t.Cleanup(p.Close)
 	return p
 }
+
+// TestWorkerJoinsKeysInOneTransaction: with one partition, worker w's
+// first transaction (one SKU's purchase) is held until four other SKUs'
+// purchases are queued behind it (their runners have handed their groups
+// to the Applier: counted in Stats().Runs). Those four groups must then go
+// in one ApplyGroup, one transaction, and the sale check against the
+// database must hold. Fails if each key's group gets a transaction of its
+// own (the second call carries one SKU).
+func TestWorkerJoinsKeysInOneTransaction(t *testing.T) {
+	_, db := startShop(t, 4)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1}
+	hist := newHistory()
+	skus := []string{"j0", "j1", "j2", "j3", "j4"}
+	for _, sku := range skus {
+		setStock(t, db, sku, 10)
+	}
+	var (
+		mu      sync.Mutex
+		keysPer []int // distinct keys of each ApplyGroup, in call order
+		release = make(chan struct{})
+		first   sync.Once
+	)
+	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
+		keys := map[string]bool{}
+		for _, j := range g.Jobs {
+			keys[j.Key] = true
+		}
+		mu.Lock()
+		keysPer = append(keysPer, len(keys))
+		mu.Unlock()
+		first.Do(func() { <-release })
+		return ctx
+	}
+	w, _ := startWorker(t, s.ClientURL(), topo, app, "w")
+	owned(t, 1, w)
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	b := newBuyers()
+	var wg sync.WaitGroup
+	wg.Go(func() { b.buy(ctx, c, 1, "join-first", []string{"j0"}) })
+	testwait.Eventually(t, time.Minute, "the first group handed to the Applier", func() bool { return w.Stats().Runs >= 1 })
+	wg.Go(func() { b.buy(ctx, c, 4, "join", skus[1:]) })
+	testwait.Eventually(t, time.Minute, "four more keys' groups queued behind it", func() bool { return w.Stats().Runs >= 5 })
+	close(release)
+	wg.Wait()
+	b.check(t, db, hist, skus, 10)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keysPer) < 2 || keysPer[1] != 4 {
+		t.Errorf("keys per transaction %v, want [1 4]: the queued keys' groups must share one transaction", keysPer)
+	}
+}
