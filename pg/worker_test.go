@@ -60,7 +60,7 @@ func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]key
 
 // startWorker starts a worker on its own connection to url, stopped when
 // the test ends.
-func startWorker(t *testing.T, url string, topo keylane.TopologyConfig, app keylane.GroupApplier, id string) (*keylane.Worker, *nats.Conn) {
+func startWorker(t testing.TB, url string, topo keylane.TopologyConfig, app keylane.GroupApplier, id string) (*keylane.Worker, *nats.Conn) {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
@@ -82,7 +82,7 @@ func startWorker(t *testing.T, url string, topo keylane.TopologyConfig, app keyl
 	return w, nc
 }
 
-func newClient(t *testing.T, url string) *keylane.Client {
+func newClient(t testing.TB, url string) *keylane.Client {
 	t.Helper()
 	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
@@ -97,7 +97,7 @@ func newClient(t *testing.T, url string) *keylane.Client {
 }
 
 // owned waits until the workers own every one of n partitions.
-func owned(t *testing.T, n int, ws ...*keylane.Worker) {
+func owned(t testing.TB, n int, ws ...*keylane.Worker) {
 	t.Helper()
 	testwait.Eventually(t, time.Minute, "every partition owned", func() bool {
 		k := 0
