@@ -1397,7 +1397,8 @@
 //     it, so the key's order holds.
 //   - The owner dies after the commit, before the acks: the successor gets
 //     the jobs redelivered and ApplyGroup answers them from the record
-//     (TestWorkerKilledBetweenCommitAndAck).
+//     (TestWorkerSIGKILLedBetweenCommitAndAck: a worker process SIGKILLed
+//     right after its commit; TestWorkerKilledBetweenCommitAndAck).
 //
 // One transaction carries the ready groups of several keys of the
 // partition: a key's lane runner hands its group to the owner's batcher;
