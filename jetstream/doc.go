@@ -1387,7 +1387,8 @@
 //     failure is not the job's; dead-lettering it would tell its caller
 //     "failed" for a commit that may have landed). The record answers what
 //     did commit (TestPostgresRestartMidSale: postgres SIGKILLed twice
-//     mid-sale).
+//     mid-sale; TestWorkerConnectionCutAtCommit: the connection cut right
+//     after COMMIT reached the server, then mid-group).
 //   - A job fails (the applier rolled back its writes alone, a savepoint
 //     in keylanepg): the Done jobs before it are replied and acked, then
 //     it is retried alone with backoff, or dead-lettered when permanent or
