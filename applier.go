@@ -69,8 +69,9 @@ type JobOutcome struct {
 // attempt (the database's record settles what committed).
 var errApplyUnknown = errors.New("keylane: the group's transaction failed or its commit's fate is unknown")
 
-// applyGroupDB applies jobs (one key, stream order) through the Applier.
-// A stale fence comes back errors.Is ErrStaleFence; any other error of the
+// applyGroupDB applies jobs (one key, stream order) through the Applier,
+// in one transaction with the groups of other keys ready meanwhile
+// (applyBatcher). A stale fence comes back errors.Is ErrStaleFence; any other error of the
 // whole call errors.Is errApplyUnknown.
 func (o *owner) applyGroupDB(jobs []Job) (out []JobOutcome, err error) {
 	var n int
