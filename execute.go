@@ -190,14 +190,20 @@ func (o *owner) process(t *task) {
 			o.w.refreshEpoch(o.ctx)
 			attempt-- // not the job's fault: never dead-lettered for it
 			waits++
-		} else if errors.Is(err, ErrStateUnavailable) {
+		} else if errors.Is(err, ErrStateUnavailable) || errors.Is(err, errApplyUnknown) {
 			// The state bucket did not take the read or write (a leader
 			// election, a cut connection, a full store). Not the job's
 			// fault: dead-lettering it would tell its caller "failed" for
 			// a write that may have landed. Try again, with backoff, for
 			// as long as the lease is trusted; the next attempt re-reads
-			// the entry, which settles a write of unknown outcome.
-			o.log.Warn("state bucket unavailable; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
+			// the entry, which settles a write of unknown outcome. An
+			// Applier's failed transaction is the same: the database's
+			// record settles it.
+			what := "state bucket unavailable"
+			if errors.Is(err, errApplyUnknown) {
+				what = "database transaction failed"
+			}
+			o.log.Warn(what+"; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
 			attempt--
 			waits++
 		} else {
@@ -284,6 +290,9 @@ func (o *owner) forgetStarts(jobID string) {
 func (o *owner) call(job Job) (res []byte, err error) {
 	if o.w.cfg.Reducer != nil {
 		return o.reduceOne(job)
+	}
+	if o.w.cfg.Applier != nil {
+		return o.applyOne(job)
 	}
 	o.w.stats.runs.Add(1)
 	defer o.observeRun(o.w.now())

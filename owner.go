@@ -50,6 +50,10 @@ type owner struct {
 	// copies being deleted (delaymove.go). The tenure waits for them.
 	moves  chan struct{}
 	moving sync.WaitGroup
+
+	// applies joins the concurrent groups of different keys for an
+	// Applier into one transaction (applier.go).
+	applies applyBatcher
 }
 
 // How long a handed-back job stays with the server before it is delivered
@@ -118,6 +122,8 @@ func (o *owner) run() {
 	group, run := 1, func(ts []*task) { o.process(ts[0]) }
 	if o.w.cfg.Reducer != nil {
 		group, run = maxGroup, o.runGroup
+	} else if o.w.cfg.Applier != nil {
+		group, run = maxGroup, o.runApplied
 	}
 	run = o.observeQueueWait(run)
 	run = o.w.tracing.wrap(run)

@@ -21,12 +21,18 @@ type WorkerConfig struct {
 	// Topology names the namespace and, for the first worker, how to create
 	// it. See TopologyConfig for its defaults.
 	Topology TopologyConfig
-	// Handler runs the jobs. Exactly one of Handler and Reducer is required.
+	// Handler runs the jobs. Exactly one of Handler, Reducer and Applier
+	// is required.
 	Handler Handler
 	// Reducer runs the jobs as pure updates of their key's state, which the
 	// worker keeps and group-commits (see Reducer). It is the fast path:
 	// one state write per group of a key's queued jobs instead of per job.
 	Reducer Reducer
+	// Applier applies the jobs to the user's database, a key's queued jobs
+	// in one transaction that also records their outcomes and checks the
+	// partition's fence (see GroupApplier; keylanepg is one for
+	// PostgreSQL). Exactly once then rests on the database's record.
+	Applier GroupApplier
 	// ID names this worker in the members bucket, on lease entries and on
 	// dead letters. Defaults to "<hostname>-<pid>-<random>". Letters,
 	// digits, '_' and '-' only.
@@ -118,8 +124,8 @@ func DefaultWorkerID() string {
 }
 
 func (c *WorkerConfig) setDefaults() error {
-	if (c.Handler == nil) == (c.Reducer == nil) {
-		return errors.New("keylane: WorkerConfig needs exactly one of Handler and Reducer")
+	if n := btoi(c.Handler != nil) + btoi(c.Reducer != nil) + btoi(c.Applier != nil); n != 1 {
+		return fmt.Errorf("keylane: WorkerConfig needs exactly one of Handler, Reducer and Applier (%d set)", n)
 	}
 	if err := c.Topology.setDefaults(); err != nil {
 		return err

@@ -1350,6 +1350,68 @@
 //   - A newer owner wrote the key: the CAS fails or the stored fence is
 //     higher; the group is dropped and this owner steps down.
 //
+// # Group commit into the user's database
+//
+// A worker with an Applier (WorkerConfig.Applier, a GroupApplier; package
+// keylanepg in module github.com/keylane/keylane/pg is one for PostgreSQL)
+// groups a key's queued jobs as for a Reducer, up to 256, joins the groups
+// of keys ready at the same time (below), and calls ApplyGroup with the partition's namespace, number and fence (the
+// lease's fencing token). The applier runs them in one transaction of the
+// user's database, recording in the same transaction each job's outcome
+// (job ID → result) and the partition's fence, and refusing to commit
+// when a newer fence has committed. Only after ApplyGroup returned, and
+// only while the lease is trusted, are the Done jobs replied to and acked.
+//
+// Exactly once then rests on the database's record, not on NATS: a job
+// redelivered after its owner died between the commit and the ack, or
+// retried with the same ID after the duplicate window, comes back to
+// ApplyGroup, which answers it from the record (Done, the recorded
+// result) without applying it again. The results bucket still keeps a
+// Call's (or a caller's ID's) outcome before its reply, as for the other
+// runners, because Call recovers a lost reply, and waits on a duplicate
+// within the window, from there; a dead letter's outcome is kept only
+// there.
+//
+// Failure cases (the tests are keylanepg's, against a real postgres and
+// nats-server):
+//
+//   - ApplyGroup fails with ErrStaleFence: a newer owner committed; nothing
+//     was written and this owner steps down (TestPausedWorkerRefusedByFence:
+//     an owner paused past its lease sends its transaction after its
+//     successor committed, and the database refuses it).
+//   - ApplyGroup fails otherwise (the database down or restarting, a cut
+//     connection, a commit whose fate is unknown): nothing is replied or
+//     acked; the group's head goes through the one-job path and the rest
+//     back to the lane, and the attempt is tried again with backoff for as
+//     long as the lease lasts, without counting against MaxDeliver (the
+//     failure is not the job's; dead-lettering it would tell its caller
+//     "failed" for a commit that may have landed). The record answers what
+//     did commit (TestPostgresRestartMidSale: postgres SIGKILLed twice
+//     mid-sale; TestWorkerConnectionCutAtCommit: the connection cut right
+//     after COMMIT reached the server, then mid-group).
+//   - A job fails (the applier rolled back its writes alone, a savepoint
+//     in keylanepg): the Done jobs before it are replied and acked, then
+//     it is retried alone with backoff, or dead-lettered when permanent or
+//     out of attempts; the jobs after it go back to the lane, and those
+//     the transaction applied are answered from the record when they run
+//     again. Held jobs (after a retriable failure of their key) run after
+//     it, so the key's order holds.
+//   - The owner dies after the commit, before the acks: the successor gets
+//     the jobs redelivered and ApplyGroup answers them from the record
+//     (TestWorkerSIGKILLedBetweenCommitAndAck: a worker process SIGKILLed
+//     right after its commit; TestWorkerKilledBetweenCommitAndAck).
+//
+// One transaction carries the ready groups of several keys of the
+// partition: a key's lane runner hands its group to the owner's batcher;
+// if no transaction of the partition is in flight it goes at once, else it
+// waits, and when the transaction ends every group that waited goes in
+// the next one, together (one commit; the partition's transactions would
+// serialize on its fence row in the database anyway). Each key's jobs stay
+// in order and a job's failure is its own; a failure of the whole
+// transaction (or a stale fence) is every group's
+// (TestWorkerJoinsKeysInOneTransaction). At most Concurrency groups, of
+// up to 256 jobs each, share one.
+//
 // # Grouped replies
 //
 // Most of a hot key's group are often Calls of one Client (64 buyers on

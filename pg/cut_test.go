@@ -3,9 +3,14 @@ package keylanepg_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/redistest"
 	keylanepg "github.com/keylane/keylane/pg"
 	"github.com/keylane/keylane/pg/shop"
@@ -85,5 +90,67 @@ func TestConnectionCutMidGroup(t *testing.T) {
 				t.Errorf("after the redelivery: %+v", a)
 			}
 		})
+	}
+}
+
+// TestWorkerConnectionCutAtCommit: a worker sells a SKU through a pool
+// whose connections go through a proxy that cuts one right after a COMMIT
+// reached the server, and then again mid-group (after an UPDATE): the
+// first transaction committed and the worker cannot know it, the second
+// did not. The worker must neither reply nor ack either group, try again,
+// and have the record answer what committed: every buyer answered as
+// recorded, nothing applied twice, stock = start - sold, one order row
+// per sale. Fails if a group whose commit's fate is unknown is acked,
+// dead-lettered (a buyer gets an error) or applied again.
+func TestWorkerConnectionCutAtCommit(t *testing.T) {
+	s, direct := startShop(t, 4)
+	proxy, err := redistest.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", proxy.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every statement's text on the wire each time (no prepared statement
+	// cache), so the proxy sees the marker on any connection.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	setStock(t, direct, "k", 30)
+	ns := natstest.Start(t)
+	hist := newHistory()
+	var failed atomic.Int64
+	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+	}
+	w, _ := startWorker(t, ns.ClientURL(), keylane.TopologyConfig{Namespace: "shop", Partitions: 1}, app, "w")
+	owned(t, 1, w)
+	c := newClient(t, ns.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	b := newBuyers()
+	b.buy(ctx, c, 1, "warm", []string{"k"}) // the pool's connection is open
+	proxy.CutAfter("Q\x00\x00\x00\x0bcommit\x00")
+	b.buy(ctx, c, 8, "cut1", sale(12, "k"))
+	if proxy.Cuts() != 1 {
+		t.Fatalf("%d cuts at COMMIT, want 1", proxy.Cuts())
+	}
+	proxy.CutAfter("UPDATE stock")
+	b.buy(ctx, c, 8, "cut2", sale(12, "k"))
+	if proxy.Cuts() != 2 {
+		t.Fatalf("%d cuts in all, want 2", proxy.Cuts())
+	}
+	b.check(t, direct, hist, []string{"k"}, 30)
+	if failed.Load() < 2 {
+		t.Errorf("%d transactions failed, want the 2 cut", failed.Load())
 	}
 }

@@ -10,6 +10,36 @@
 // in one transaction with one commit (one WAL flush) instead of one
 // transaction each, every one waiting on the hot row's lock.
 //
+// # With a keylane worker
+//
+// Applier is keylane's GroupApplier (WorkerConfig.Applier): the worker
+// groups a key's queued jobs, as it does for a Reducer, and hands each
+// group to Apply under its partition's fence:
+//
+//	pool, _ := pgxpool.New(ctx, url)
+//	_ = keylanepg.Ensure(ctx, pool)
+//	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{
+//		Applier: &keylanepg.Applier{DB: pool, Handler: shop.Sell, IdleTimeout: keylane.DefaultLeaseTTL / 2},
+//	})
+//
+// Applied and Recorded jobs are Done: the worker replies with their
+// result and acks them. A Failed job is retried alone by the worker, or
+// dead-lettered when its Err is permanent; a Held one runs after it. A
+// StaleFenceError steps the owner down; any other error of Apply leaves
+// the group unreplied and unacked, and the worker applies it again with
+// backoff: the record answers what did commit. So exactly once across a
+// worker's crash rests on keylane_outcomes: a redelivered job is answered
+// from there, never applied again. cmd/sale runs submit sale's flash sale
+// this way and checks the verdict against the rows:
+//
+//	go run -C pg ./cmd/sale --postgres local
+//
+// The worker joins the groups of a partition's keys that are ready while
+// a transaction is in flight into its next Apply: one transaction, one
+// commit, for several keys (their transactions would wait on the fence
+// row's lock one after another anyway). Up to the worker's Concurrency
+// keys of 256 jobs each may share one: mind the 64 subtransactions below.
+//
 // # Tables
 //
 // keylanepg keeps two tables of its own beside the user's (Schema; Ensure
@@ -44,7 +74,7 @@
 //     key, fence, transaction time).
 //  4. COMMIT.
 //
-// Then, outside this package, the worker replies to each Applied or
+// Then, outside this package (Applier and keylane's worker), the worker replies to each Applied or
 // Recorded job and acks it; a Failed job is retried (its key's later jobs
 // with it, as Held ones) or, when errors.Is(err, keylane.ErrPermanent),
 // dead-lettered, and the key's later jobs go on.

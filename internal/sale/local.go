@@ -50,6 +50,13 @@ type LocalConfig struct {
 	// job, instead of as a Reducer whose jobs the worker group-commits.
 	// For comparison only.
 	PerJobWrites bool
+	// Applier, if set, is the workers' WorkerConfig.Applier (a sale into
+	// the user's database, as pg/cmd/sale runs); Hold and PerJobWrites
+	// are then ignored.
+	Applier keylane.GroupApplier
+	// Tracker is the tracker the workers' runs report to (an Applier's
+	// handler reports itself). Defaults to a new one.
+	Tracker *Tracker
 	// Logger for the workers. Defaults to discarding.
 	Logger *slog.Logger
 	// WorkerObserver and ClientObserver measure the workers and the
@@ -78,7 +85,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 3
 	}
-	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, obs: cfg.ClientObserver}
+	if cfg.Tracker == nil {
+		cfg.Tracker = NewTracker(nil, "")
+	}
+	l := &Local{URL: cfg.URL, Tracker: cfg.Tracker, ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, obs: cfg.ClientObserver}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -107,7 +117,9 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		l.conns = append(l.conns, nc)
 		wcfg := keylane.WorkerConfig{Reducer: &Handler{Inventory: &inventory.Handler{}, Hold: cfg.Hold, Tracker: l.Tracker}}
-		if cfg.PerJobWrites {
+		if cfg.Applier != nil {
+			wcfg = keylane.WorkerConfig{Applier: cfg.Applier}
+		} else if cfg.PerJobWrites {
 			js, err := jetstream.New(nc)
 			if err != nil {
 				l.Stop(ctx)
@@ -124,6 +136,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			Topology:     cfg.Topology,
 			Handler:      wcfg.Handler,
 			Reducer:      wcfg.Reducer,
+			Applier:      wcfg.Applier,
 			ID:           fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency:  cfg.Concurrency,
 			OutcomeBatch: outcomeBatch(cfg),

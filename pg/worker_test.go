@@ -1,0 +1,536 @@
+package keylanepg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/faultproxy"
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
+	keylanepg "github.com/keylane/keylane/pg"
+	"github.com/keylane/keylane/pg/shop"
+	"github.com/nats-io/nats.go"
+)
+
+// Tests of keylane's workers selling out of PostgreSQL through
+// WorkerConfig.Applier: a real nats-server in process, a real postgres.
+
+// histApplier is keylanepg.Applier with the history of what Apply
+// answered (applied or recorded), and hooks around each call for faults.
+type histApplier struct {
+	db    keylanepg.DB
+	h     keylanepg.Handler
+	hist  *history
+	calls atomic.Int64
+	// before runs before Apply and returns the ctx Apply gets.
+	before func(ctx context.Context, g keylane.JobGroup) context.Context
+	// after runs after Apply, before the worker sees its outcomes.
+	after func(g keylane.JobGroup, out []keylanepg.Outcome, err error)
+}
+
+func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error) {
+	a.calls.Add(1)
+	if a.before != nil {
+		ctx = a.before(ctx, g)
+	}
+	out, err := keylanepg.Apply(ctx, a.db, keylanepg.Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: g.Jobs}, a.h)
+	if err == nil {
+		a.hist.add(out)
+	}
+	if a.after != nil {
+		a.after(g, out, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := make([]keylane.JobOutcome, len(out))
+	for i, o := range out {
+		res[i] = keylane.JobOutcome{Result: o.Result, Err: o.Err, Done: o.Done()}
+	}
+	return res, nil
+}
+
+// startWorker starts a worker on its own connection to url, stopped when
+// the test ends.
+func startWorker(t testing.TB, url string, topo keylane.TopologyConfig, app keylane.GroupApplier, id string) (*keylane.Worker, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{Topology: topo, Applier: app, ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+		nc.Close()
+	})
+	return w, nc
+}
+
+func newClient(t testing.TB, url string) *keylane.Client {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := keylane.NewClient(context.Background(), nc, keylane.ClientConfig{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// owned waits until the workers own every one of n partitions.
+func owned(t testing.TB, n int, ws ...*keylane.Worker) {
+	t.Helper()
+	testwait.Eventually(t, time.Minute, "every partition owned", func() bool {
+		k := 0
+		for _, w := range ws {
+			k += len(w.Owned())
+		}
+		return k == n
+	})
+}
+
+// buyers is the buyers' side of a sale: every Call's answer by job ID.
+type buyers struct {
+	mu     sync.Mutex
+	told   map[string]string // job ID -> answer
+	sku    map[string]string // job ID -> SKU
+	errs   []error
+	called atomic.Int64
+}
+
+func newBuyers() *buyers { return &buyers{told: map[string]string{}, sku: map[string]string{}} }
+
+// buy has n buyers make the purchases (SKU per purchase) with Calls, each
+// with its own ID.
+func (b *buyers) buy(ctx context.Context, c *keylane.Client, n int, run string, skus []string) {
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range n {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(skus) {
+					return
+				}
+				id := fmt.Sprintf("%s-%d", run, i)
+				b.mu.Lock()
+				b.sku[id] = skus[i]
+				b.mu.Unlock()
+				res, err := c.Call(ctx, skus[i], []byte("buy 1"), keylane.WithID(id))
+				b.mu.Lock()
+				if err != nil {
+					b.errs = append(b.errs, fmt.Errorf("buy %s: %w", id, err))
+				} else {
+					b.told[id] = string(res)
+				}
+				b.mu.Unlock()
+				b.called.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// check holds the sale against the history of Apply's answers and the
+// database's rows (history.check: nothing applied twice, stock = start -
+// sold, one order row per sale, none extra) and every buyer's answer
+// against the recorded outcome: a buyer told "sold" has an order row.
+func (b *buyers) check(t *testing.T, db *pgxpool.Pool, hist *history, skus []string, start int64) {
+	t.Helper()
+	for _, err := range b.errs {
+		t.Error(err)
+	}
+	var ids []string
+	for id := range b.sku {
+		ids = append(ids, id)
+	}
+	for _, sku := range uniq(skus) {
+		hist.check(t, db, sku, start, ids)
+	}
+	rec, err := keylanepg.Lookup(context.Background(), db, ns, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sold := 0
+	for id, told := range b.told {
+		if got := string(rec[id].Result); got != told {
+			t.Errorf("buyer %s told %q, database recorded %q", id, told, got)
+		}
+		if strings.HasPrefix(told, "sold ") {
+			sold++
+		}
+	}
+	var orders int64
+	for _, sku := range uniq(skus) {
+		orders += audit(t, db, sku).Orders
+	}
+	if orders != int64(sold) {
+		t.Errorf("%d order rows, %d buyers told sold", orders, sold)
+	}
+}
+
+func uniq(s []string) []string {
+	seen := map[string]bool{}
+	var u []string
+	for _, x := range s {
+		if !seen[x] {
+			seen[x] = true
+			u = append(u, x)
+		}
+	}
+	return u
+}
+
+// sale builds n purchases over skus, round robin.
+func sale(n int, skus ...string) []string {
+	s := make([]string, n)
+	for i := range s {
+		s[i] = skus[i%len(skus)]
+	}
+	return s
+}
+
+// TestWorkerSellsOutOfPostgres runs two sales through two workers with
+// Applier and Calls: 300 buyers' purchases of one hot SKU stocked 200 (so
+// 100 are refused), and 400 of 20 SKUs stocked 15 each. The database's
+// rows must match the answers: stock = start - sold, one order row per
+// buyer told "sold", none extra, every job applied once, every answer the
+// recorded one; and the hot SKU's jobs must have gone in groups (fewer
+// transactions than jobs). Fails if the worker acks without the commit,
+// applies a job twice, or runs a key's jobs one transaction each.
+func TestWorkerSellsOutOfPostgres(t *testing.T) {
+	_, db := startShop(t, 8)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 4}
+	hist := newHistory()
+	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	w1, _ := startWorker(t, s.ClientURL(), topo, app, "w1")
+	w2, _ := startWorker(t, s.ClientURL(), topo, app, "w2")
+	owned(t, 4, w1, w2)
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	setStock(t, db, "hot", 200)
+	b := newBuyers()
+	b.buy(ctx, c, 64, "hot", sale(300, "hot"))
+	b.check(t, db, hist, []string{"hot"}, 200)
+	if a := audit(t, db, "hot"); a.Orders != 200 {
+		t.Errorf("hot SKU sold %d of 200 to 300 buyers", a.Orders)
+	}
+	if calls := app.calls.Load(); calls >= 300 {
+		t.Errorf("%d transactions for 300 purchases of one SKU: not grouped", calls)
+	} else {
+		t.Logf("hot SKU: 300 purchases in %d transactions", calls)
+	}
+
+	var skus []string
+	for i := range 20 {
+		skus = append(skus, fmt.Sprintf("sku%02d", i))
+		setStock(t, db, skus[i], 15)
+	}
+	b = newBuyers()
+	b.buy(ctx, c, 64, "many", sale(400, skus...))
+	b.check(t, db, hist, skus, 15)
+}
+
+// TestWorkerKilledBetweenCommitAndAck: a worker's Applier commits a group
+// of purchases, then the worker's connection closes before it replies or
+// acks (a process killed between the database commit and the ack). A new
+// worker takes the partition over and gets the jobs again, redelivered:
+// each must be answered from the database's record (Recorded), never
+// applied again, and each buyer told what the record says. Fails if a
+// redelivered job is applied twice (history: "applied twice"; the UNIQUE
+// job_id of orders would also refuse it, failing the job), or if the
+// first worker acked or replied after its connection was gone.
+func TestWorkerKilledBetweenCommitAndAck(t *testing.T) {
+	_, db := startShop(t, 8)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: time.Second}
+	hist := newHistory()
+	setStock(t, db, "k", 50)
+
+	var (
+		crashed   atomic.Bool
+		committed atomic.Int64 // jobs the crashed worker's last group applied
+		ncA       *nats.Conn
+		ready     = make(chan struct{})
+	)
+	appA := &histApplier{db: db, h: shop.Sell, hist: hist}
+	appA.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
+		<-ready
+		return ctx
+	}
+	appA.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
+		if err != nil || crashed.Load() {
+			return
+		}
+		n := 0
+		for _, o := range out {
+			if o.Status == keylanepg.Applied {
+				n++
+			}
+		}
+		if n > 0 && crashed.CompareAndSwap(false, true) {
+			committed.Store(int64(n))
+			ncA.Close() // dead: no reply, no ack goes out
+		}
+	}
+	wA, nc := startWorker(t, s.ClientURL(), topo, appA, "a")
+	ncA = nc
+	close(ready)
+	owned(t, 1, wA)
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	b := newBuyers()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.buy(ctx, c, 16, "crash", sale(40, "k"))
+	}()
+	testwait.Eventually(t, time.Minute, "worker a committed a group and died", crashed.Load)
+	appB := &histApplier{db: db, h: shop.Sell, hist: hist}
+	var recorded atomic.Int64
+	appB.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
+		for _, o := range out {
+			if o.Status == keylanepg.Recorded {
+				recorded.Add(1)
+			}
+		}
+	}
+	startWorker(t, s.ClientURL(), topo, appB, "b")
+	<-done
+	b.check(t, db, hist, []string{"k"}, 50)
+	t.Logf("worker a committed %d jobs and died; worker b answered %d from the record", committed.Load(), recorded.Load())
+	if recorded.Load() < committed.Load() {
+		t.Errorf("worker b answered %d jobs from the record, worker a had committed %d unacked", recorded.Load(), committed.Load())
+	}
+}
+
+// TestPausedWorkerRefusedByFence: worker a takes a group of purchases and
+// pauses before its transaction (a stopped process, a long GC: it does not
+// notice that its lease lapsed, since its connection goes through a proxy
+// that is cut meanwhile). Worker b takes the partition over with a newer
+// fence and sells the same jobs, redelivered. Then a resumes and runs its
+// transaction under the old fence: the database must refuse it
+// (StaleFenceError, nothing written), and nothing is applied twice. Fails
+// if a's transaction commits (history: "applied twice", or the job's
+// order row refused as a duplicate), or if it is refused for anything but
+// the fence.
+func TestPausedWorkerRefusedByFence(t *testing.T) {
+	_, db := startShop(t, 8)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: time.Second}
+	hist := newHistory()
+	setStock(t, db, "k", 50)
+	proxy := newProxy(t, s.ClientURL())
+
+	var (
+		paused  = make(chan struct{})
+		resume  = make(chan struct{})
+		once    sync.Once
+		aErr    = make(chan error, 1)
+		aFence  atomic.Uint64
+		isPause atomic.Bool
+	)
+	appA := &histApplier{db: db, h: shop.Sell, hist: hist}
+	appA.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
+		first := false
+		once.Do(func() { first = true })
+		if !first {
+			return ctx
+		}
+		isPause.Store(true)
+		aFence.Store(g.Fence)
+		close(paused)
+		<-resume
+		// A paused process runs on as if nothing happened: its lease's
+		// end is not seen before the transaction is sent.
+		return context.WithoutCancel(ctx)
+	}
+	appA.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
+		if isPause.CompareAndSwap(true, false) {
+			aErr <- err
+		}
+	}
+	wA, _ := startWorker(t, proxy.URL(), topo, appA, "a")
+	owned(t, 1, wA)
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	b := newBuyers()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.buy(ctx, c, 8, "pause", sale(20, "k"))
+	}()
+	select {
+	case <-paused:
+	case <-ctx.Done():
+		t.Fatal("worker a never applied a group")
+	}
+	proxy.Cut() // a's lease lapses while it is paused
+	appB := &histApplier{db: db, h: shop.Sell, hist: hist}
+	startWorker(t, s.ClientURL(), topo, appB, "b")
+	<-done // every buyer answered, by b
+	close(resume)
+	select {
+	case err := <-aErr:
+		var stale *keylanepg.StaleFenceError
+		if !errors.As(err, &stale) || !errors.Is(err, keylane.ErrStaleFence) {
+			t.Fatalf("paused worker's transaction (fence %d) ended with %v, want a StaleFenceError", aFence.Load(), err)
+		}
+		t.Logf("paused worker refused: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the paused worker's transaction never ended")
+	}
+	if err := proxy.Restore(); err != nil { // so a stops in time
+		t.Fatal(err)
+	}
+	b.check(t, db, hist, []string{"k"}, 50)
+}
+
+// TestPostgresRestartMidSale: two workers sell 12 SKUs through Calls while
+// the PostgreSQL server is SIGKILLed (postmaster and backends) and
+// restarted, twice. The workers' transactions in flight fail with their
+// fate unknown; the workers neither reply nor ack those, and apply the
+// groups again once the database is back, the record answering what did
+// commit. Every buyer must be answered, nothing oversold, nothing applied
+// twice, nothing acknowledged that the database lacks (each "sold" answer
+// has its order row and recorded outcome). Fails if a failed transaction
+// is acked or dead-lettered (a buyer gets an error, or an answer with no
+// row), or a job is applied twice.
+func TestPostgresRestartMidSale(t *testing.T) {
+	pg, db := startShop(t, 8)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 4}
+	hist := newHistory()
+	var failures atomic.Int64
+	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
+		if err != nil {
+			failures.Add(1)
+		}
+	}
+	w1, _ := startWorker(t, s.ClientURL(), topo, app, "w1")
+	w2, _ := startWorker(t, s.ClientURL(), topo, app, "w2")
+	owned(t, 4, w1, w2)
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var skus []string
+	for i := range 12 {
+		skus = append(skus, fmt.Sprintf("r%02d", i))
+		setStock(t, db, skus[i], 40)
+	}
+	b := newBuyers()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.buy(ctx, c, 32, "restart", sale(600, skus...))
+	}()
+	for kill := range 2 {
+		at := int64(150 + 200*kill)
+		testwait.Eventually(t, 2*time.Minute, fmt.Sprintf("%d purchases answered before kill %d", at, kill+1), func() bool {
+			return b.called.Load() >= at
+		})
+		pg.Kill()
+		if err := pg.Restart(); err != nil {
+			t.Fatalf("restart after kill %d: %v", kill+1, err)
+		}
+	}
+	<-done
+	b.check(t, db, hist, skus, 40)
+	t.Logf("%d transactions failed across 2 kills", failures.Load())
+	if failures.Load() == 0 {
+		t.Error("no transaction failed: the kills hit nothing")
+	}
+}
+
+func newProxy(t *testing.T, url string) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// TestWorkerJoinsKeysInOneTransaction: with one partition, worker w's
+// first transaction (one SKU's purchase) is held until four other SKUs'
+// purchases are queued behind it (their runners have handed their groups
+// to the Applier: counted in Stats().Runs). Those four groups must then go
+// in one ApplyGroup, one transaction, and the sale check against the
+// database must hold. Fails if each key's group gets a transaction of its
+// own (the second call carries one SKU).
+func TestWorkerJoinsKeysInOneTransaction(t *testing.T) {
+	_, db := startShop(t, 4)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1}
+	hist := newHistory()
+	skus := []string{"j0", "j1", "j2", "j3", "j4"}
+	for _, sku := range skus {
+		setStock(t, db, sku, 10)
+	}
+	var (
+		mu      sync.Mutex
+		keysPer []int // distinct keys of each ApplyGroup, in call order
+		release = make(chan struct{})
+		first   sync.Once
+	)
+	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
+		keys := map[string]bool{}
+		for _, j := range g.Jobs {
+			keys[j.Key] = true
+		}
+		mu.Lock()
+		keysPer = append(keysPer, len(keys))
+		mu.Unlock()
+		first.Do(func() { <-release })
+		return ctx
+	}
+	w, _ := startWorker(t, s.ClientURL(), topo, app, "w")
+	owned(t, 1, w)
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	b := newBuyers()
+	var wg sync.WaitGroup
+	wg.Go(func() { b.buy(ctx, c, 1, "join-first", []string{"j0"}) })
+	testwait.Eventually(t, time.Minute, "the first group handed to the Applier", func() bool { return w.Stats().Runs >= 1 })
+	wg.Go(func() { b.buy(ctx, c, 4, "join", skus[1:]) })
+	testwait.Eventually(t, time.Minute, "four more keys' groups queued behind it", func() bool { return w.Stats().Runs >= 5 })
+	close(release)
+	wg.Wait()
+	b.check(t, db, hist, skus, 10)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(keysPer) < 2 || keysPer[1] != 4 {
+		t.Errorf("keys per transaction %v, want [1 4]: the queued keys' groups must share one transaction", keysPer)
+	}
+}
