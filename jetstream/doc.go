@@ -1443,4 +1443,146 @@
 // sync, so it saves ack messages but no fsync, and an AckAll floor held
 // back by one slow key would redeliver every later job of its partition
 // to a new owner.
+//
+// # Batches on the wire
+//
+// Designed, partly built (the format: wire/batch.go; the send discipline:
+// internal/batcher); the client and the worker do not use them yet.
+//
+// Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
+// run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
+// --placement separate --only 'hot,skewed,keylane,raw JS'): hot Call
+// 18,532/s, CPU µs/job server+worker+client 40+26+18 = 84; skewed Call
+// 9,753/s, 101+62+26 = 189; skewed Submit 25,507/s, 40+25+6 = 71; raw
+// JetStream request-reply 44,195/s, 20+4+12 = 36 (hot and skewed alike).
+// CPU profiles of the same rows (KEYLANE_BENCH_CPUPROFILE, the server's
+// through its prof_port, go tool pprof -top -cum) say where it goes. In
+// the server, per message, not per header: reading and routing
+// (client.processInboundClientMsg) about 24 % of its CPU, storing
+// (processJetStreamMsg) 15 %, the ack and its tombstone
+// (consumer.processAck, fileStore.removeMsg) 11 %, delivering
+// (client.deliverMsg) 12 %, socket writes 9-16 %; parsing keylane's
+// seven headers (sliceHeader, getHeaderKeyIndex) is 3-4 %. In the worker
+// (skewed Call): the state write's compare-and-set 16 %, the kept-outcome
+// read and its JSON 12 %, stream acks' JSON 11 %, socket writes 12 %. In
+// the client: building and checking the message with its headers
+// (Client.message) 8 %, the stream ack's JSON 8 %, the flusher's writes
+// 15 %. So the lever is fewer messages per job, not smaller headers:
+// bytes per job in a body cost little; messages, acks and tombstones cost
+// the CPU.
+//
+// The batch message. One stream message carries many jobs of one
+// partition, of any keys, from one client:
+//
+//	subject   <ns>.jobs.<p>.batch   (not 16 hex digits: never a key's token;
+//	                                 inside the partition consumer's filter)
+//	headers   Nats-Msg-Id           the batch's own ID (a nuid): the server
+//	                                de-duplicates a resent batch whole
+//	          Nats-Expected-Stream  as for one job (shards)
+//	          Keylane-Batch         the body's format version ("1")
+//	          Keylane-Partitions    N the client routed every job with
+//	body      wire.EncodeBatch: version byte, job count, then per job the
+//	          key, job ID, type, reply subject, flags (keep-outcome,
+//	          idempotent), the submitter's allowed headers and the payload,
+//	          each length-prefixed (uvarint)
+//
+// The worker reads the body with wire.DecodeBatch, which checks every
+// field with the rule the one-job path uses (ValidateKey and the key's
+// partition, ValidateJobID, ValidateType, ValidateReply under the
+// topology's prefix, ValidateUserHeader) and returns, per job, the job or
+// why it is refused. A job that breaks a rule is dead-lettered alone
+// (malformed, as a one-job message is) and the others run; a body whose
+// framing is broken (version, counts, a length past the end, bytes after
+// the last job, over the limits) is one malformed message, dead-lettered
+// whole. Limits: at most wire.MaxBatchJobs (1024) jobs and
+// wire.MaxBatchBytes (8 MiB, and the server's max_payload) per batch.
+//
+// When a client batches. Per partition, one batch in flight at a time
+// (internal/batcher). A job for a partition with nothing in flight is
+// sent at once, alone (a one-job batch is a one-job message, today's
+// format: never delay a lone job, never change what a quiet client
+// sends). Jobs that arrive while a send is in flight queue; when it
+// returns they go as the next batch, cut at 256 jobs or at max_payload
+// less DeadLetterReserve and 1 KiB of headers, whichever first. A linger
+// (default 0) may hold a batch that long for more jobs; kept only if the
+// bench shows it pays. Under load a batch grows by itself to about the
+// number of callers waiting on the partition during one round trip.
+//
+// What is never batched (goes alone, as today): a job with a caller's ID
+// (WithID): its exactly-once by ID within the duplicate window rests on
+// its own Nats-Msg-Id, and Submit's ErrDuplicate answer with it; a
+// delayed job (its schedule is its own message); a redrive (it carries
+// Keylane-Redrive-Of); any job on a namespace with a key backlog cap (the
+// server counts messages per subject, and a batch's subject is no key's:
+// batching per key would count a batch of 50 as one; the cap counts jobs
+// only if they go alone). Generated IDs (nuid) are unique, so a batch's
+// jobs need no per-job de-duplication; the resend of a whole batch is
+// de-duplicated by the batch's ID.
+//
+// The worker splits a batch into its keys' lanes. Each job becomes a task
+// of its own whose position is (stream sequence, index in the batch): the
+// index orders one key's jobs within a batch, and keys the lanes' in-flight
+// and hand-back maps, the state entry's Seq and held outcomes (StateEntry
+// gains Index; a one-job message is index 0, so entries written before
+// read the same) and the gap check (lexicographic). Job.Seq stays the
+// stream sequence; Job.Index is new, and a handler that fences its own
+// store compares (Seq, Index). The batch message is acked once every job
+// in it is settled (applied and its outcome kept, answered, or
+// dead-lettered alone); until then the worker's InProgress keeps it, and
+// a job of it that a stalled key would hand back stays in memory instead
+// (the message cannot be half-acked). MaxInFlight counts jobs.
+//
+// A redelivered batch (its tenure ended before the ack) is settled job by
+// job from the held outcomes: every job of it is maybeDup; a job whose
+// key's state entry holds its ID, or whose outcome is kept, is answered
+// without running; the others run, in order. Nothing applied twice,
+// nothing skipped. A plain Handler (no State) has no held outcome unless
+// kept: its finished jobs of an unacked batch run again on redelivery
+// (at-least-once, as for one job between its end and its ack today, but
+// the window is the batch's).
+//
+// Outcomes. A job with a caller's ID never travels in a batch, so
+// retries by ID (above) are as today. A batched Call's outcome is kept
+// as one results entry per batch, keyed by the batch ID, holding every
+// job's outcome by index, written once the batch is settled and before
+// its ack; the client recovers a lost reply there (it knows its batch's
+// ID and its index). Per-ID entries only with StoreResults (Result by ID
+// is promised for every job there).
+//
+// Dead letters of a batched job are one-job dead letters (its key, type,
+// ID in Keylane-Job-Id, allowed headers and payload), so redrive, the
+// status page and the dead-letter tools read them as today; their ID is
+// wire.DeadID of the batch's sequence and the job's index.
+//
+// Versions. A worker of a previous release reads a batch as a message
+// without Keylane-Key and dead-letters it whole. So a client sends
+// batches only when the jobs stream's metadata says its workers read
+// them (keylane.batches, set by an operator after every worker runs this
+// release), and never by default (ClientConfig.Batches). A client of a
+// previous release sends one-job messages, which every worker reads.
+//
+// Cost per job, for a Call without a caller's ID, b jobs per batch and a
+// key's group of n (messages through the server, each hop in or out
+// counted once; fsyncs with sync_interval: always):
+//
+//	                                today (one replica)   batches
+//	publish, stream ack             2                     2/b
+//	delivery                        1                     1/b
+//	kept-outcome look-up            2/n                   0 (first delivery)
+//	state write                     2/n                   2/n
+//	kept outcome put and its ack    2                     2/b
+//	reply                           2/n                   2/n (grouped per inbox)
+//	ack (and its tombstone)         1                     1/b
+//	total                           6 + 6/n               6/b + 4/n
+//	fsyncs                          about 1.5             3/b + 1/n
+//
+// On skewed (n = 1) that is 12 messages today against 4 + 6/b (5.5 at b =
+// 4); on hot (n and b large) almost nothing per job beyond the grouped
+// state write and reply. Raw request-reply is 6. The server's CPU per job
+// follows its messages (profiled above): about 8 µs per message of
+// keylane's today. What is per group is still per job on a catalog (n =
+// 1): the next lever is coalescing a partition's concurrent keys' state
+// writes into one atomic batch of compare-and-sets, measured before
+// built. Figures after the build are to be measured with the bench
+// command above.
 package jetstream
