@@ -1517,7 +1517,11 @@
 // batching per key would count a batch of 50 as one; the cap counts jobs
 // only if they go alone). Generated IDs (nuid) are unique, so a batch's
 // jobs need no per-job de-duplication; the resend of a whole batch is
-// de-duplicated by the batch's ID.
+// de-duplicated by the batch's ID. So a batch whose stream ack does not
+// come is published again whole, as it was (its batch ID); a job of it is
+// never published again alone (Call's republish after callAckWait), which
+// the server could not de-duplicate against the batch: the stream would
+// hold the job twice.
 //
 // The worker splits a batch into its keys' lanes. Each job becomes a task
 // of its own whose position is (stream sequence, index in the batch): the
@@ -1551,8 +1555,10 @@
 //
 // Dead letters of a batched job are one-job dead letters (its key, type,
 // ID in Keylane-Job-Id, allowed headers and payload), so redrive, the
-// status page and the dead-letter tools read them as today; their ID is
-// wire.DeadID of the batch's sequence and the job's index.
+// status page and the dead-letter tools read them as today. Their own ID
+// is wire.BatchDeadID (the batch's sequence and the job's index): with
+// wire.DeadID alone the second dead letter of one batch would be dropped
+// as a duplicate of the first, and its job acked with none stored.
 //
 // Versions. A worker of a previous release reads a batch as a message
 // without Keylane-Key and dead-letters it whole. So a client sends

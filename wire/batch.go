@@ -80,6 +80,18 @@ func BatchSubject(namespace string, p int) string {
 	return strings.TrimSuffix(partition.Filter(namespace, p), "*") + BatchToken
 }
 
+// BatchDeadID is the dead letter's ID of job index (from 0) of the batch
+// stored at seq in the jobs stream of epoch: DeadID for index 0, which is
+// a one-job message's, and one more "-index" token otherwise, so the
+// dead letters of two jobs of one batch are never taken for duplicates
+// of each other. JobIDOfDead never takes it for a job ID.
+func BatchDeadID(epoch, seq uint64, index int) string {
+	if index == 0 || seq == 0 {
+		return DeadID(epoch, seq)
+	}
+	return DeadID(epoch, seq) + "-" + strconv.Itoa(index)
+}
+
 // BatchJobSize returns the bytes j adds to a batch body.
 func BatchJobSize(j BatchJob) int {
 	n := fieldSize(len(j.Key)) + fieldSize(len(j.ID)) + fieldSize(len(j.Type)) + fieldSize(len(j.Reply)) + 1 +

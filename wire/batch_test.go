@@ -255,6 +255,27 @@ func TestParseBatchRefusesTheMessage(t *testing.T) {
 	}
 }
 
+func TestBatchDeadIDs(t *testing.T) {
+	ids := map[string]bool{}
+	for _, id := range []string{BatchDeadID(0xab, 9, 0), BatchDeadID(0xab, 9, 1), BatchDeadID(0xab, 9, 2), BatchDeadID(0xab, 10, 0), DeadID(0xab, 9)} {
+		ids[id] = true
+		if err := ValidateJobID(id); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		// A dead letter without Keylane-Job-Id (its job's ID was refused)
+		// names no job, whatever its own ID.
+		if got := JobIDOfDead(map[string][]string{HeaderJobID: {id}}); got != "" {
+			t.Fatalf("JobIDOfDead(%s) = %q", id, got)
+		}
+	}
+	if len(ids) != 4 || BatchDeadID(0xab, 9, 0) != DeadID(0xab, 9) || BatchDeadID(0xab, 9, 2) != "dl-ab-9-2" {
+		t.Fatalf("dead IDs %v", ids)
+	}
+	if got := JobIDOfDead(map[string][]string{HeaderJobID: {"dl-ab-9-x"}}); got != "dl-ab-9-x" {
+		t.Fatalf("JobIDOfDead(dl-ab-9-x) = %q: not a dead letter's ID", got)
+	}
+}
+
 // FuzzDecodeBatch reads fuzzed bodies: one that decodes is exactly the
 // body EncodeBatch writes for what it decoded to (one body, one reading),
 // and ParseBatch accepts a job only with every field within its rule and
