@@ -1446,8 +1446,13 @@
 //
 // # Batches on the wire
 //
-// Designed, partly built (the format: wire/batch.go; the send discipline:
-// internal/batcher); the client and the worker do not use them yet.
+// Built, off by default: the format (wire/batch.go), the send discipline
+// (internal/batcher), the worker's reading (WorkerConfig.Batches,
+// batchpart.go, fetch.go's dispatchBatch) and the client's sending of
+// Submit and SubmitMany (ClientConfig.Batches, wirebatch.go). Not built
+// yet: Calls in batches, outcomes kept per batch, Index in the state
+// entry, the namespace metadata that turns clients' batches on (each is
+// marked below).
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
 // run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
@@ -1507,6 +1512,10 @@
 // (default 0) may hold a batch that long for more jobs; kept only if the
 // bench shows it pays. Under load a batch grows by itself to about the
 // number of callers waiting on the partition during one round trip.
+// SubmitMany, which holds its jobs at once, cuts each partition's run of
+// batchable jobs the same way and publishes the batches asynchronously
+// with its one-job messages; a job that goes alone first publishes its
+// partition's open batch, so a key's jobs are stored in the order given.
 //
 // What is never batched (goes alone, as today): a job with a caller's ID
 // (WithID): its exactly-once by ID within the duplicate window rests on
@@ -1525,16 +1534,27 @@
 //
 // The worker splits a batch into its keys' lanes. Each job becomes a task
 // of its own whose position is (stream sequence, index in the batch): the
-// index orders one key's jobs within a batch, and keys the lanes' in-flight
-// and hand-back maps, the state entry's Seq and held outcomes (StateEntry
-// gains Index; a one-job message is index 0, so entries written before
-// read the same) and the gap check (lexicographic). Job.Seq stays the
-// stream sequence; Job.Index is new, and a handler that fences its own
-// store compares (Seq, Index). The batch message is acked once every job
-// in it is settled (applied and its outcome kept, answered, or
-// dead-lettered alone); until then the worker's InProgress keeps it, and
-// a job of it that a stalled key would hand back stays in memory instead
-// (the message cannot be half-acked). MaxInFlight counts jobs.
+// index orders one key's jobs within a batch and keys the lanes' in-flight
+// map. The task's message is a view of its job (batchPart: the job's
+// subject, headers and payload as a one-job message would carry them), so
+// finish, replies, traces and dead letters read it as a job; its Ack
+// settles the job, and the batch message is acked once every job in it
+// is settled (applied and its outcome kept, answered, or dead-lettered
+// alone). Until then InProgress keeps it (once per half second for all
+// its jobs). A job of a batch is never handed back (NAKed: the message
+// cannot be half-NAKed): a stalled key keeps it queued behind its gap, and
+// batch jobs do not count in MaxInFlight's window, so they cannot fill it
+// and stop the fetch that would close a gap; they are bounded by the
+// server's MaxAckPending messages of at most 1024 jobs. Job.Seq stays the
+// stream sequence (jobs of one batch share it). The state entry keeps the
+// last job's Seq, not its index (Index in the entry is designed, not
+// built): the gap check lets a job of index > 0 run at the entry's own
+// Seq (a later job of its batch applied last), so a dead-lettered job of
+// a batch redelivered after a later job of its key and batch applied runs
+// again instead of failing with ErrGap (TestStateAppliesJobsOfOneBatchInOrder).
+// Tested by TestBatchMixingKeysWithDifferentFates (a poisoned job and a
+// malformed one dead-lettered alone, the others applied once, the message
+// acked) and TestBatchWithoutWorkerBatchesIsDeadLetteredWhole.
 //
 // A redelivered batch (its tenure ended before the ack) is settled job by
 // job from the held outcomes: every job of it is maybeDup; a job whose
@@ -1543,10 +1563,14 @@
 // nothing skipped. A plain Handler (no State) has no held outcome unless
 // kept: its finished jobs of an unacked batch run again on redelivery
 // (at-least-once, as for one job between its end and its ack today, but
-// the window is the batch's).
+// the window is the batch's). Tested by
+// TestBatchRedeliveredAfterCrashBetweenApplyAndAck (the worker's connection
+// cut after one job's state write, before the batch's ack: the next owner
+// answers every job from the held outcomes and acks the message).
 //
 // Outcomes. A job with a caller's ID never travels in a batch, so
-// retries by ID (above) are as today. A batched Call's outcome is kept
+// retries by ID (above) are as today. Designed, not built (Calls do not
+// travel in batches yet): a batched Call's outcome is kept
 // as one results entry per batch, keyed by the batch ID, holding every
 // job's outcome by index, written once the batch is settled and before
 // its ack; the client recovers a lost reply there (it knows its batch's
@@ -1564,8 +1588,14 @@
 // without Keylane-Key and dead-letters it whole. So a client sends
 // batches only when the jobs stream's metadata says its workers read
 // them (keylane.batches, set by an operator after every worker runs this
-// release), and never by default (ClientConfig.Batches). A client of a
-// previous release sends one-job messages, which every worker reads.
+// release), and never by default (ClientConfig.Batches). Not built yet:
+// the metadata; today ClientConfig.Batches is the operator's promise that
+// every worker runs with WorkerConfig.Batches. A client of a previous
+// release sends one-job messages, which every worker reads. Tested by
+// TestSubmitBatchesAPartitionsConcurrentJobs (64 concurrent Submits of one
+// partition: batch messages on the wire, every job run once with its own
+// key, payload and header) and TestSubmitManyInBatches (cut at 256 jobs,
+// a job with a caller's ID alone in its place, every key's order kept).
 //
 // Cost per job, for a Call without a caller's ID, b jobs per batch and a
 // key's group of n (messages through the server, each hop in or out
@@ -1589,6 +1619,22 @@
 // keylane's today. What is per group is still per job on a catalog (n =
 // 1): the next lever is coalescing a partition's concurrent keys' state
 // writes into one atomic batch of compare-and-sets, measured before
-// built. Figures after the build are to be measured with the bench
-// command above.
+// built.
+//
+// Measured after the build (bench command above, --only 'hot,skewed,keylane
+// Submit', one run each, the same loaded machine minutes apart; the
+// bench's Submit rows give every purchase a caller's ID, which never
+// travels in a batch, so KEYLANE_BENCH_SUBMIT_IDS=0 submits without IDs
+// and KEYLANE_BENCH_BATCHES=1 turns ClientConfig.Batches and
+// WorkerConfig.Batches on):
+//
+//	Submit, no IDs        batches off                  batches on
+//	hot                   29,312/s  16+8+6 µs/job      123,956/s  2+6+3 µs/job
+//	skewed                22,312/s  24+14+6            58,448/s   4+9+4
+//	hot, fsync always     938/s     237+25+47          85,823/s   4+5+3
+//
+// (µs/job: server+worker+client CPU.) With IDs, as the default bench,
+// nothing is batched and the figures are today's (skewed 8,370 and
+// 9,237/s on and off, same CPU per job). Calls do not travel in batches
+// yet, so the Call rows are unchanged.
 package jetstream

@@ -38,6 +38,9 @@ type LocalConfig struct {
 	// SyncAlways is keylane.SyncAlwaysOutcomeBatch, as cmd/worker
 	// --sync-always.
 	OutcomeBatch int
+	// Batches makes the workers read batch messages and clients from
+	// Client send them (WorkerConfig.Batches, ClientConfig.Batches).
+	Batches bool
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
@@ -69,6 +72,7 @@ type Local struct {
 	tmp     string
 	ns      string
 	group   bool
+	batches bool // clients send batch messages (LocalConfig.Batches)
 	obs     *keylane.ClientObserver
 }
 
@@ -78,7 +82,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Workers == 0 {
 		cfg.Workers = 3
 	}
-	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, obs: cfg.ClientObserver}
+	l := &Local{URL: cfg.URL, Tracker: NewTracker(nil, ""), ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, batches: cfg.Batches, obs: cfg.ClientObserver}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -127,6 +131,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			ID:           fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency:  cfg.Concurrency,
 			OutcomeBatch: outcomeBatch(cfg),
+			Batches:      cfg.Batches,
 			Logger:       cfg.Logger,
 			Observer:     cfg.WorkerObserver,
 		})
@@ -165,7 +170,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Observer: l.obs})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, Observer: l.obs})
 }
 
 // Stop stops the workers gracefully, then the server.
