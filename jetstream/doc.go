@@ -1584,6 +1584,14 @@
 // wire.DeadID alone the second dead letter of one batch would be dropped
 // as a duplicate of the first, and its job acked with none stored.
 //
+// Counting. Client.Backlog, the status page and the consumer's pending
+// count (the worker's backlog metric) count stored messages, so a batch
+// counts as one job there (not built: the job count, which a
+// Keylane-Batch-Jobs header would give them without decoding the body).
+// Tracing works per job (traceparent travels in each job's headers);
+// delays, redrives and admission caps are as today because their jobs go
+// alone; repartition refuses a batch routed with another N whole.
+//
 // Versions. A worker of a previous release reads a batch as a message
 // without Keylane-Key and dead-letters it whole. So a client sends
 // batches only when the jobs stream's metadata says its workers read
