@@ -38,7 +38,7 @@ func (e *KeyBacklogFullError) Unwrap() error { return ErrKeyBacklogFull }
 // are on subjects today's workers do not read, so it is refused rather
 // than half used. Drain it with the keylane that made it, then delete it
 // (nats stream rm) or use another namespace.
-var ErrOldJobsStream = errors.New("keylane: the jobs stream was made by an older keylane (one subject per partition, no per-key subjects)")
+var ErrOldJobsStream = errors.New("keylane: the jobs stream was made by an older keylane (one subject per partition, no per-key subjects; or delayed jobs kept in the jobs stream)")
 
 // ErrKeyBacklogMismatch is returned when the jobs stream's per-key backlog
 // cap differs from a non-zero TopologyConfig.MaxKeyBacklog. keylane never

@@ -15,7 +15,7 @@ import (
 
 // MaxDelay bounds WithDelay and WithRunAt: a job runs at most 30 days
 // after it is submitted.
-const MaxDelay = 30 * 24 * time.Hour
+const MaxDelay = wire.MaxDelay
 
 // RunAtTolerance is how far in the past WithRunAt may be (clocks of
 // callers and servers differ a little): such a job runs at once. Earlier
@@ -64,19 +64,20 @@ func WithRunAt(t time.Time) SubmitOpt {
 	return func(r *Request) { r.RunAt = t }
 }
 
-// HeaderDelayedID carries a delayed job's ID: the server leaves
-// Nats-Msg-Id out of the job it stores when the job is due.
+// HeaderDelayedID carries a delayed job's ID on its due copy: the server
+// leaves Nats-Msg-Id out of the message it stores when a schedule fires.
 const HeaderDelayedID = wire.HeaderDelayedID
 
-// Message-schedule headers of nats-server 2.12 and later.
-const (
-	scheduleHeader       = "Nats-Schedule"
-	scheduleTargetHeader = "Nats-Schedule-Target"
-)
+// HeaderRunAt carries a delayed job's time on its submission.
+const HeaderRunAt = wire.HeaderRunAt
 
-// delay turns m, a job of key in partition p, into the schedule that
-// stores it on its key's subject at r.RunAt, or leaves m as it is when the
-// job is due now. It refuses what ErrBadDelay and ErrDelaysOff say.
+// delay turns m, a job of key in partition p, into the submission of a
+// delayed job due at r.RunAt, or leaves m as it is when the job is due
+// now. It refuses what ErrBadDelay and ErrDelaysOff say. The submission
+// is a plain message on the partition's delay subject in the jobs stream
+// (its ID in Nats-Msg-Id, so a retried submit is dropped); the
+// partition's owner moves it into the delays stream as a schedule (see
+// jetstream/doc.go, "Delayed jobs").
 func (c *Client) delay(r *Request, m *nats.Msg, p int) error {
 	if r.optErr != nil {
 		return r.optErr
@@ -95,18 +96,13 @@ func (c *Client) delay(r *Request, m *nats.Msg, p int) error {
 	case !c.delays:
 		return fmt.Errorf("%w: namespace %s", ErrDelaysOff, c.names.Namespace)
 	}
-	m.Header[scheduleHeader] = []string{"@at " + r.RunAt.UTC().Format(time.RFC3339Nano)}
-	m.Header[scheduleTargetHeader] = []string{m.Subject}
-	m.Header[HeaderDelayedID] = []string{r.ID}
-	// The server may store a due job twice if it stops between storing
-	// it and removing the schedule: the worker looks the ID up first.
-	m.Header[HeaderIdempotent] = oneHeader
+	m.Header[HeaderRunAt] = []string{r.RunAt.UTC().Format(time.RFC3339Nano)}
 	m.Subject = partition.DelaySubject(c.names.Namespace, p, r.ID)
 	return nil
 }
 
-// schedulesSupported refuses a server older than 2.12, which would store
-// a schedule as a plain message that never runs.
+// schedulesSupported refuses a server older than 2.12, which has no
+// message schedules for the delays stream.
 func schedulesSupported(js jetstream.JetStream) error {
 	if v := js.Conn().ConnectedServerVersion(); !serverAtLeast(v, 2, 12) {
 		return fmt.Errorf("%w: nats-server %q has no message schedules (2.12 or later)", ErrDelaysOff, v)

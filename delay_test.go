@@ -82,6 +82,9 @@ func TestDelayedJobRunsAtItsTimeInKeyOrder(t *testing.T) {
 	// Exactly once: the stream holds nothing more (no schedule, no copy),
 	// and a later job of the key runs after it.
 	testwait.Eventually(t, 10*time.Second, "jobs stream empty", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	// The delays stream too: the schedule went when it fired, its due
+	// copy once the worker received it.
+	testwait.Eventually(t, 10*time.Second, "delays stream empty", func() bool { return e.streamMsgs(e.topo.Names.Delays()) == 0 })
 	if res, err := e.client.Call(ctx(t), "seat:A7", []byte("after")); err != nil || string(res) != "ok" {
 		t.Fatalf("call after: %q, %v", res, err)
 	}
@@ -219,8 +222,10 @@ func TestDelayedJobsOnShards(t *testing.T) {
 }
 
 // TestDelayedJobSurvivesWorkerRestart: the worker that was running when
-// the job was submitted is gone when it comes due; the next one runs it,
-// once.
+// the job was submitted (and moved it into the delays stream) is gone when
+// it comes due; the next one runs it, once. A job submitted while no
+// worker runs waits as a submission; the next owner moves it and runs it
+// when due.
 func TestDelayedJobSurvivesWorkerRestart(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1, Delays: true})
 	var log runLog
@@ -230,23 +235,34 @@ func TestDelayedJobSurvivesWorkerRestart(t *testing.T) {
 	if _, err := e.client.Submit(ctx(t), "seat:C3", []byte("release"), WithID("c3"), WithRunAt(due)); err != nil {
 		t.Fatal(err)
 	}
+	// w1 moves the submission into the delays stream before it stops.
+	testwait.Eventually(t, 20*time.Second, "the submission moved", func() bool {
+		info, err := e.topo.Jobs.Info(ctx(t), jetstream.WithSubjectFilter(e.ns+".delay.>"))
+		return err == nil && info.State.Msgs == 0 && len(info.State.Subjects) == 0 && e.streamMsgs(e.topo.Names.Delays()) > 0
+	})
 	if err := w1.Stop(ctx(t)); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, 10*time.Second, "the job is due and stored for its key", func() bool {
+	testwait.Eventually(t, 20*time.Second, "the job is due and stored for its key", func() bool {
 		info, err := e.topo.Jobs.Info(ctx(t), jetstream.WithSubjectFilter(e.ns+".>"))
 		return err == nil && len(info.State.Subjects) == 1 && info.State.Subjects[partition.Subject(e.ns, 0, "seat:C3")] == 1
 	})
+	// Submitted with no worker running: it waits as a submission, which
+	// the next owner moves.
+	due4 := time.Now().Add(500 * time.Millisecond)
+	if _, err := e.client.Submit(ctx(t), "seat:C3", []byte("release"), WithID("c4"), WithRunAt(due4)); err != nil {
+		t.Fatal(err)
+	}
 	if n := len(log.order()); n != 0 {
 		t.Fatalf("%d jobs ran with no worker", n)
 	}
 	e.worker("w2", log.handler(), nil)
-	testwait.Eventually(t, 10*time.Second, "the next worker ran it", func() bool { return len(log.of("c3")) == 1 })
+	testwait.Eventually(t, 20*time.Second, "the next worker ran both", func() bool { return len(log.of("c3")) == 1 && len(log.of("c4")) == 1 })
 	if res, err := e.client.Call(ctx(t), "seat:C3", []byte("after")); err != nil || string(res) != "ok" {
 		t.Fatalf("call after: %q, %v", res, err)
 	}
-	if o := log.order(); len(o) != 2 || o[0] != "c3" || log.of("c3")[0].at.Before(due) {
-		t.Fatalf("runs %v: want c3 once, not before its time, then the call", o)
+	if o := log.order(); len(o) != 3 || o[0] != "c3" || o[1] != "c4" || log.of("c3")[0].at.Before(due) || log.of("c4")[0].at.Before(due4) {
+		t.Fatalf("runs %v: want c3 then c4 once each, not before their time, then the call", o)
 	}
 }
 

@@ -245,32 +245,21 @@ func TestReservedHeadersRefusedAtTheClient(t *testing.T) {
 	}
 }
 
-// TestRawRollupIsDeadLettered: a raw publisher can still roll up a key on
-// a namespace with delays (the server needs roll-ups for schedules; see
-// doc.go "The door"), but the rolling-up message is no job: the worker
-// dead-letters it with the reason and never runs it. Without delays the
-// server refuses the roll-up at publish.
-func TestRawRollupIsDeadLettered(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 1, Delays: true})
-	if _, err := e.js.PublishMsg(ctx(t), rawJob(e, "sku:7", nats.Header{HeaderKey: {"sku:7"}, "Nats-Rollup": {"sub"}}, "rollup")); err != nil {
-		t.Fatal(err)
-	}
-	var h failOn
-	e.waitOwned(e.worker("w", h.handler(), nil))
-	callWithin(t, e.client, 20*time.Second, "sku:7")
-	if dls := waitDead(t, e, 1); !strings.Contains(dls[0].Error, "Nats-Rollup") {
-		t.Fatalf("dead letter %q; want the roll-up named", dls[0].Error)
-	}
-	if h.saw("rollup") {
-		t.Fatal("the handler ran the rolling-up message")
-	}
-
-	plain := newEnv(t, TopologyConfig{Partitions: 1})
-	for _, hdr := range [][2]string{{"Nats-Rollup", "sub"}, {"Nats-TTL", "1s"}, {"Nats-Incr", "1"}} {
-		_, err := plain.js.PublishMsg(ctx(t), rawJob(plain, "sku:7", nats.Header{HeaderKey: {"sku:7"}, hdr[0]: {hdr[1]}}, "raw"))
-		var api *jetstream.APIError
-		if !errors.As(err, &api) {
-			t.Errorf("raw %s on a namespace without delays: %v; want the server's refusal", hdr[0], err)
+// TestRawServerFeaturesAreRefusedAtPublish: a raw publisher's roll-up,
+// per-message TTL or counter increment on a key's subject is refused by
+// the server at publish on every namespace, with delays too (the jobs
+// stream allows no roll-ups and no schedules: delayed jobs' schedules
+// live in the delays stream). Should one reach a worker anyway (a stream
+// configured by hand), wire.Rules.Parse dead-letters it with the reason.
+func TestRawServerFeaturesAreRefusedAtPublish(t *testing.T) {
+	for _, tc := range []TopologyConfig{{Partitions: 1}, {Partitions: 1, Delays: true}} {
+		e := newEnv(t, tc)
+		for _, hdr := range [][2]string{{"Nats-Rollup", "sub"}, {"Nats-Rollup", "all"}, {"Nats-TTL", "1s"}, {"Nats-Incr", "1"}} {
+			_, err := e.js.PublishMsg(ctx(t), rawJob(e, "sku:7", nats.Header{HeaderKey: {"sku:7"}, hdr[0]: {hdr[1]}}, "raw"))
+			var api *jetstream.APIError
+			if !errors.As(err, &api) {
+				t.Errorf("raw %s (delays %v): %v; want the server's refusal", hdr[0], tc.Delays, err)
+			}
 		}
 	}
 }

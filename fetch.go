@@ -204,7 +204,11 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
-		o.malformed(msg, 0, 0, wire.Job{}, fmt.Errorf("no JetStream metadata: %w", err))
+		o.malformed(msg, 0, wire.Job{}, fmt.Errorf("no JetStream metadata: %w", err))
+		return
+	}
+	if o.isSubmission(msg.Subject()) {
+		o.moveDelayed(msg, meta)
 		return
 	}
 	h := msg.Headers()
@@ -214,8 +218,11 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	}
 	f, err := o.rules().Parse(msg.Subject(), h)
 	if err != nil {
-		o.malformed(msg, meta.Sequence.Stream, 0, f, err)
+		o.malformed(msg, meta.Sequence.Stream, f, err)
 		return
+	}
+	if f.DueSeq != 0 {
+		o.deleteDue(f.DueSeq)
 	}
 	id := f.ID // Nats-Msg-Id, or a delayed job's Keylane-Job-Id
 	if id == "" {
@@ -244,7 +251,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 	seq := meta.Sequence.Stream
 	es, err := o.rules().ParseBatch(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
-		o.malformed(msg, seq, 0, wire.Job{}, err)
+		o.malformed(msg, seq, wire.Job{}, err)
 		return
 	}
 	b := &batchMsg{msg: msg, left: len(es)}
@@ -255,7 +262,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			p.subject = partition.Subject(o.w.topo.Names.Namespace, o.p, e.Job.Key)
 		}
 		if e.Err != nil {
-			o.malformed(p, seq, i, e.Job, e.Err)
+			o.malformedAt(p, seq, i, e.Job, e.Err)
 			continue
 		}
 		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome}
@@ -274,16 +281,34 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 
 // rules are what this partition's jobs are checked against on receipt.
 func (o *owner) rules() wire.Rules {
-	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix, Delays: o.w.topo.Meta.Delays}
+	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix,
+		Delays: o.w.topo.Meta.Delays, DelaysStream: o.w.topo.Names.Delays()}
 }
 
 // malformed dead-letters msg, which is no valid job (why), acks it, and
-// tells a caller waiting on a valid reply subject (f.Reply). index is the
-// job's in a batch message (0 for a one-job message).
-func (o *owner) malformed(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
+// tells a caller waiting on a valid reply subject (f.Reply).
+func (o *owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+	o.malformedAt(msg, seq, 0, f, why)
+}
+
+// malformedAt is malformed for job index of a batch message (0: a
+// one-job message).
+func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
 	o.w.stats.malformed.Add(1)
 	o.log.Warn("malformed message dead-lettered", "seq", seq, "index", index, "err", why)
-	err := Permanent(fmt.Errorf("malformed: %w", why))
+	o.refuseAt(msg, seq, index, f, fmt.Errorf("malformed: %w", why))
+}
+
+// refuse dead-letters msg, which will never run (why), acks it, and tells
+// a caller waiting on a valid reply subject (f.Reply).
+func (o *owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+	o.refuseAt(msg, seq, 0, f, why)
+}
+
+// refuseAt is refuse for job index of a batch message (0: a one-job
+// message), whose dead letter's ID names the index (wire.BatchDeadID).
+func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
+	err := Permanent(why)
 	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence(), index: index}, err, 0) || !o.l.Trusted() {
 		return
 	}

@@ -104,6 +104,9 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 		sc.Metadata[MetaEpoch] = formatEpoch(epoch)
 		sc.FirstSeq = 0
 		sc.Sources, sc.Mirror, sc.Placement = nil, nil, nil
+		if m0.Delays {
+			sc.Sources = dueSources(names, m0.Partitions, m0.Shards, i)
+		}
 		_, err = js.CreateStream(ctx, sc)
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return nil, Meta{}, fmt.Errorf("keylane: create jobs stream %s: %w", name, err)
@@ -140,6 +143,13 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		}
 		if cfg.maxDeliver > 0 && meta.MaxDeliver != 0 && meta.MaxDeliver != cfg.maxDeliver {
 			return Meta{}, fmt.Errorf("%w: namespace %s dead-letters a job after %d attempts, configured %d (configure %d, or 0 to follow it; the first worker fixes it)", ErrMaxDeliverMismatch, cfg.Namespace, meta.MaxDeliver, cfg.maxDeliver, meta.MaxDeliver)
+		}
+		if meta.Delays {
+			// Gone (deleted by hand), the delays stream is made again:
+			// the jobs stream's source resumes when it is back.
+			if err := ensureDelays(ctx, js, names, info.Config.Replicas); err != nil {
+				return Meta{}, err
+			}
 		}
 		if meta.MaxDeliver == 0 && cfg.maxDeliver != 0 {
 			meta.MaxDeliver = resolvedMaxDeliver(cfg.maxDeliver) // upgradeJobs writes it down
@@ -200,12 +210,14 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		Metadata:           md,
 	}
 	if cfg.Delays {
-		if err := schedulesSupported(js); err != nil {
+		// The schedules live in a stream of their own, which only workers
+		// publish to; the jobs stream takes submissions on its delay
+		// subjects and sources the due copies (see "Delayed jobs").
+		if err := ensureDelays(ctx, js, names, replicas); err != nil {
 			return Meta{}, err
 		}
-		// The server's message schedules need a stream that discards old
-		// messages (with no limits set it never does) and allows roll-ups.
-		sc.AllowMsgSchedules, sc.Discard, sc.AllowRollup = true, jetstream.DiscardOld, true
+		md[MetaDelays] = delaysScheme
+		sc.Sources = dueSources(names, n, shards, 0)
 	}
 	if cfg.MaxKeyBacklog > 0 {
 		// A key's jobs are one subject; on a WorkQueue stream an acked
@@ -272,6 +284,66 @@ func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.St
 		if _, err := js.UpdateStream(ctx, sc); err != nil {
 			return fmt.Errorf("keylane: upgrade jobs stream %s: %w", sc.Name, err)
 		}
+	}
+	return nil
+}
+
+// dueSources is the source through which jobs stream shard i of s
+// takes its partitions' delayed jobs when due: from the delays stream's
+// ns.due.<p>.<key token> onto the key's subject ns.jobs.<p>.<key token>.
+// A sourced message carries Nats-Stream-Source, which the server refuses
+// from any publisher: the mark a due copy is known by.
+func dueSources(names Names, n, s, i int) []*jetstream.StreamSource {
+	src := &jetstream.StreamSource{Name: names.Delays()}
+	for p := i; p < n; p += s {
+		src.SubjectTransforms = append(src.SubjectTransforms, jetstream.SubjectTransformConfig{
+			Source:      partition.DueFilter(names.Namespace, p),
+			Destination: strings.TrimSuffix(partition.Filter(names.Namespace, p), "*") + "{{wildcard(1)}}",
+		})
+	}
+	return []*jetstream.StreamSource{src}
+}
+
+// delaysMaxAge bounds how long the delays stream keeps a message: a
+// schedule is due at most MaxDelay after its job was stored, and a due
+// copy, sourced at once, is deleted by the worker that receives it; one
+// left behind (that worker died first) goes after this.
+const delaysMaxAge = 2 * MaxDelay
+
+// ensureDelays creates, or opens and checks, the namespace's delays
+// stream: the schedules workers store for delayed jobs (ns.sched.<p>.<ID
+// token>) and the due copies the server stores when one fires
+// (ns.due.<p>.<key token>). Only workers publish to it; it allows message
+// schedules, and so roll-ups, which is why it is not the jobs stream.
+func ensureDelays(ctx context.Context, js jetstream.JetStream, names Names, replicas int) error {
+	if err := schedulesSupported(js); err != nil {
+		return err
+	}
+	s, err := js.Stream(ctx, names.Delays())
+	if err == nil {
+		if r := s.CachedInfo().Config.Replicas; r != replicas {
+			return fmt.Errorf("%w: delays stream %s has %d replicas, the jobs stream %d", ErrReplicasMismatch, names.Delays(), r, replicas)
+		}
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return err
+	}
+	ns := names.Namespace
+	_, err = js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:        names.Delays(),
+		Description: "keylane delayed jobs: schedules ns.sched.<partition>.<ID token>, due copies ns.due.<partition>.<key token>",
+		Subjects:    []string{ns + ".sched.*.*", ns + ".due.*.*"},
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		MaxAge:      delaysMaxAge,
+		// Message schedules need a stream that discards old messages
+		// (with no limits set it never does).
+		Discard:           jetstream.DiscardOld,
+		AllowMsgSchedules: true,
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return fmt.Errorf("keylane: create delays stream %s: %w", names.Delays(), err)
 	}
 	return nil
 }

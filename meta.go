@@ -35,8 +35,9 @@ type Meta struct {
 	// MaxKeyBacklog is the stream's per-key backlog cap (its
 	// MaxMsgsPerSubject, refusing new jobs), or 0 for none.
 	MaxKeyBacklog int64
-	// Delays reports whether the stream takes delayed jobs (it allows
-	// message schedules).
+	// Delays reports whether the namespace takes delayed jobs: the
+	// stream's subjects include its partitions' delay subjects and it
+	// sources their due copies from the delays stream.
 	Delays bool
 	// MaxDeliver is the namespace's WorkerConfig.MaxDeliver, fixed by the
 	// first worker that ran it; 0 before any did.
@@ -45,6 +46,16 @@ type Meta struct {
 
 // MetaMaxDeliver is the jobs stream's metadata key for Meta.MaxDeliver.
 const MetaMaxDeliver = "keylane.max-deliver"
+
+// MetaDelays is the jobs stream's metadata key for Meta.Delays; its value
+// is delaysScheme.
+const MetaDelays = "keylane.delays"
+
+// delaysScheme names how delayed jobs travel: "2", schedules in a delays
+// stream only workers publish to, whose due copies the jobs stream
+// sources. The first scheme kept the schedules in the jobs stream, which
+// then had to allow roll-ups and schedule purges (see ErrOldJobsStream).
+const delaysScheme = "2"
 
 // Open reads an existing namespace for a client: it checks the metadata
 // of every jobs stream shard and returns shard 0's, with the adopted
@@ -168,7 +179,12 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 	if v := sc.Metadata[MetaVersion]; v != subjectsVersion {
 		return Meta{}, fmt.Errorf("%w: stream %s has %s %q and subjects %v; drain it with the keylane that made it, then delete it (nats stream rm %s), or use another namespace", ErrOldJobsStream, sc.Name, MetaVersion, v, sc.Subjects, sc.Name)
 	}
-	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix], MaxKeyBacklog: keyBacklog(sc), Delays: sc.AllowMsgSchedules}
+	if sc.AllowMsgSchedules || sc.AllowRollup {
+		// The first delays scheme: schedules in the jobs stream, which then
+		// allowed roll-ups, so a raw publisher could delete queued jobs.
+		return Meta{}, fmt.Errorf("%w: stream %s allows message schedules or roll-ups (delayed jobs of an earlier keylane, kept in the jobs stream, where a raw publisher could delete queued jobs); drain it with the keylane that made it, then delete it (nats stream rm %s), or use another namespace", ErrOldJobsStream, sc.Name, sc.Name)
+	}
+	m := Meta{Partitions: n, Shards: 1, ReplyPrefix: sc.Metadata[MetaReplyPrefix], MaxKeyBacklog: keyBacklog(sc), Delays: sc.Metadata[MetaDelays] == delaysScheme}
 	if v, ok := sc.Metadata[MetaShards]; ok {
 		s, err := strconv.Atoi(v)
 		i, ierr := strconv.Atoi(sc.Metadata[MetaShard])

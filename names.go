@@ -25,6 +25,10 @@ func (n Names) JobsShard(i int) string {
 	return n.Jobs() + "_" + strconv.Itoa(i)
 }
 
+// Delays is the stream of delayed jobs' schedules and due copies, e.g.
+// KEYLANE_DELAYS (only on a namespace with delays).
+func (n Names) Delays() string { return n.upper() + "_DELAYS" }
+
 // Dead is the dead-letter stream, e.g. KEYLANE_DEAD.
 func (n Names) Dead() string { return n.upper() + "_DEAD" }
 

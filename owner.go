@@ -44,6 +44,12 @@ type owner struct {
 	// last delivery.
 	lanes   atomic.Pointer[lanes]
 	backlog atomic.Uint64
+
+	// moves bounds, and moving counts, the work beside the fetch loop:
+	// delayed jobs' submissions being moved into the delays stream, due
+	// copies being deleted (delaymove.go). The tenure waits for them.
+	moves  chan struct{}
+	moving sync.WaitGroup
 }
 
 // How long a handed-back job stays with the server before it is delivered
@@ -75,6 +81,7 @@ func newOwner(w *Worker, p int, l *lease.Lease) *owner {
 	o := &owner{
 		w: w, p: p, l: l,
 		handoverCh: make(chan struct{}), abortCh: make(chan struct{}), done: make(chan struct{}),
+		moves: make(chan struct{}, movesInFlight),
 	}
 	o.log = w.log.With("partition", p, "fence", l.Fence())
 	// The tenure's context ends with the lease (lost, expired), not only
@@ -102,6 +109,7 @@ func (o *owner) abort() {
 
 func (o *owner) run() {
 	defer close(o.done)
+	defer o.moving.Wait()
 	defer o.cancel()
 	o.w.stats.owned.Add(1)
 	defer o.w.stats.owned.Add(-1)

@@ -83,9 +83,9 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 	}
 	if meta.Delays {
 		// Frozen, the streams take no new delayed job; one that waits
-		// for its time would come due on a subject the frozen stream no
-		// longer has, so the namespace keeps its N until they have run.
-		if n, err := pendingDelays(ctx, streams, namespace); err != nil || n > 0 {
+		// for its time would come due on its old partition's subject,
+		// so the namespace keeps its N until they have run.
+		if n, err := pendingDelays(ctx, js, streams, Names{Namespace: namespace}); err != nil || n > 0 {
 			return unfreeze(len(olds), errors.Join(fmt.Errorf("%d delayed jobs wait for their time; repartition when they have run", n), err))
 		}
 	}
@@ -108,6 +108,10 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 		}
 		next := old
 		next.Subjects = shardSubjects(namespace, n, meta.Shards, i, meta.Delays)
+		next.Sources = nil
+		if meta.Delays {
+			next.Sources = dueSources(Names{Namespace: namespace}, n, meta.Shards, i)
+		}
 		// Every shard continues after the highest sequence any shard had.
 		next.FirstSeq = last + 1
 		next.Metadata = maps.Clone(old.Metadata)
@@ -132,14 +136,16 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 	return nil
 }
 
-// drain waits until the streams hold no job and returns the highest last
-// sequence among them.
-// pendingDelays counts the delayed jobs the streams hold, waiting for
-// their time.
-func pendingDelays(ctx context.Context, streams []jetstream.Stream, namespace string) (uint64, error) {
+// pendingDelays counts the delayed jobs that have not reached the jobs
+// streams yet: submissions not yet moved into the delays stream, and
+// schedules waiting for their time there; and due copies the jobs streams
+// have not sourced yet (their sources' lag). Counted in that order, a
+// submission moved meanwhile is seen as a schedule (its schedule is stored
+// before the submission is acked).
+func pendingDelays(ctx context.Context, js jetstream.JetStream, streams []jetstream.Stream, names Names) (uint64, error) {
 	var n uint64
 	for _, s := range streams {
-		info, err := s.Info(ctx, jetstream.WithSubjectFilter(namespace+".delay.>"))
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(names.Namespace+".delay.>"))
 		if err != nil {
 			return 0, err
 		}
@@ -147,9 +153,31 @@ func pendingDelays(ctx context.Context, streams []jetstream.Stream, namespace st
 			n += c
 		}
 	}
+	d, err := js.Stream(ctx, names.Delays())
+	if err != nil {
+		return 0, fmt.Errorf("delays stream: %w", err)
+	}
+	info, err := d.Info(ctx, jetstream.WithSubjectFilter(names.Namespace+".sched.>"))
+	if err != nil {
+		return 0, err
+	}
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	for _, s := range streams {
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		for _, src := range info.Sources {
+			n += src.Lag
+		}
+	}
 	return n, nil
 }
 
+// drain waits until the streams hold no job and returns the highest last
+// sequence among them.
 func drain(ctx context.Context, streams []jetstream.Stream, progress RepartitionProgress) (uint64, error) {
 	pause := 10 * time.Millisecond
 	for {

@@ -30,7 +30,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if !explicit && c.batchable(m) {
 		return c.submitBatched(ctx, m, r.ID, partition.Of(r.Key, c.n))
 	}
-	if c.batch == nil || m.Header[scheduleHeader] != nil {
+	if c.batch == nil || m.Header[HeaderRunAt] != nil {
 		dup, err := c.publishWatched(ctx, m)
 		if err != nil {
 			return c.submitError(ctx, m, r.ID, err)

@@ -79,15 +79,17 @@ type TopologyConfig struct {
 	// cap). Defaults to 0.
 	MaxKeyBacklog int64
 	// Delays lets jobs be submitted to run later (WithDelay, WithRunAt):
-	// the jobs streams allow NATS message schedules (nats-server 2.12 or
-	// later). The server refuses schedules on a stream that discards new
-	// messages, so Delays excludes MaxKeyBacklog and MaxBytes (whose
-	// stream would then delete stored jobs when full); and it allows
-	// roll-ups, so grant job publishing to keylane clients only (see
-	// jetstream/doc.go, "Delayed jobs"). False means "whatever the
-	// existing stream has", and none when it is created; true on a
-	// namespace made without is refused with ErrDelaysOff. Fixed when the
-	// namespace is created. Defaults to false.
+	// the namespace gets a delays stream (nats-server 2.12 or later, for
+	// its message schedules) that only workers publish to; the jobs
+	// streams take the submissions and source the jobs when due, and allow
+	// neither roll-ups nor schedules (see jetstream/doc.go, "Delayed
+	// jobs"). Delays excludes MaxKeyBacklog and MaxBytes: a due job that
+	// the jobs stream refused (its key or the stream full) would have
+	// nowhere to go but the server's source, which copies due jobs in
+	// order. False means "whatever the existing stream has", and
+	// none when it is created; true on a namespace made without is
+	// refused with ErrDelaysOff. Fixed when the namespace is created.
+	// Defaults to false.
 	Delays bool
 
 	// maxDeliver is the worker's MaxDeliver (0: not a worker's Setup,
@@ -139,7 +141,7 @@ func (c *TopologyConfig) setDefaults() error {
 		return fmt.Errorf("keylane: max key backlog must be 0 (no cap, or follow the namespace) or more, got %d", c.MaxKeyBacklog)
 	}
 	if c.Delays && (c.MaxKeyBacklog > 0 || c.MaxBytes > 0) {
-		return fmt.Errorf("keylane: Delays cannot be combined with MaxKeyBacklog or MaxBytes: the server refuses message schedules on a stream that discards new jobs, and one that discards old jobs would delete stored ones")
+		return fmt.Errorf("keylane: Delays cannot be combined with MaxKeyBacklog or MaxBytes: a due job the jobs stream refused (its key or the stream full) would have nowhere to go")
 	}
 	if c.ReplyPrefix != "" {
 		if err := validReplyPrefix(c.ReplyPrefix, c.Namespace); err != nil {
@@ -379,6 +381,17 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.Key
 
 // consumerConfig is the durable pull consumer of one partition.
 func (t *Topology) consumerConfig(p int, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
+	cfg := t.consumerBase(p, ackWait, maxAckPending)
+	if t.Meta.Delays {
+		// The partition's delayed jobs' submissions too: its owner moves
+		// them into the delays stream (see moveDelayed).
+		cfg.FilterSubjects = []string{cfg.FilterSubject, partition.DelayFilter(t.Names.Namespace, p)}
+		cfg.FilterSubject = ""
+	}
+	return cfg
+}
+
+func (t *Topology) consumerBase(p int, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       t.Names.Consumer(p),
 		Description:   "keylane partition " + strconv.Itoa(p),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
@@ -73,7 +74,7 @@ func (o *owner) removeSwallowed(from, to, missing uint64) bool {
 		return false
 	}
 	stream := o.w.topo.Streams[ShardOf(o.p, len(o.w.topo.Streams))]
-	filter := partition.Filter(o.w.topo.Names.Namespace, o.p)
+	filter := o.partitionFilter()
 	var found []*jetstream.RawStreamMsg
 	for seq := from; seq <= to; {
 		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
@@ -106,7 +107,7 @@ func (o *owner) removeSwallowed(from, to, missing uint64) bool {
 // again) and when the tenure ends.
 func (o *owner) clearUndeliverable(from, to uint64, most int) int {
 	stream := o.w.topo.Streams[ShardOf(o.p, len(o.w.topo.Streams))]
-	filter := partition.Filter(o.w.topo.Names.Namespace, o.p)
+	filter := o.partitionFilter()
 	removed := 0
 	for seq, n := max(from, 1), 0; seq <= to && n < most; n++ {
 		if !o.l.Trusted() || o.ctx.Err() != nil {
@@ -158,4 +159,14 @@ func (o *owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStr
 		return false
 	}
 	return true
+}
+
+// partitionFilter matches every message the partition's consumer
+// delivers: its keys' subjects, and with delays its delay subject too
+// (ns.*.<p>.* then: the jobs stream has no other subjects of p).
+func (o *owner) partitionFilter() string {
+	if o.w.topo.Meta.Delays {
+		return o.w.topo.Names.Namespace + ".*." + strconv.Itoa(o.p) + ".*"
+	}
+	return partition.Filter(o.w.topo.Names.Namespace, o.p)
 }

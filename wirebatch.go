@@ -49,7 +49,7 @@ func newWireBatcher(c *Client) (*wireBatcher, error) {
 // redrive, not on a namespace with a key backlog cap (the server counts
 // messages per key subject, and a batch's is no key's).
 func (c *Client) batchable(m *nats.Msg) bool {
-	return c.wire != nil && c.maxKeyBacklog == 0 && m.Header[scheduleHeader] == nil && m.Header[HeaderRedriveOf] == nil
+	return c.wire != nil && c.maxKeyBacklog == 0 && m.Header[HeaderRunAt] == nil && m.Header[HeaderRedriveOf] == nil
 }
 
 // sendWireBatch publishes ms, jobs of partition p, as one message: a

@@ -27,12 +27,12 @@ import (
 // error), odd and over-long job IDs and keys, white space, huge headers,
 // atomic batches of bad jobs, messages nats.go's consumer takes for a
 // server status, wrong partitions, tokens and partition
-// counts, and delayed jobs aimed at other keys. The namespace takes
-// delayed jobs, so its stream allows schedules: the most a client can
-// reach. Nats-Rollup is left out: a stream with schedules must allow
-// roll-ups, and a raw roll-up there purges a key's queued jobs, the one
-// hole the stream's configuration cannot close (jetstream/doc.go, "The
-// door"); without delays the server refuses it (TestRawRollupIsDeadLettered).
+// counts, and delayed jobs' submissions aimed at other keys and
+// partitions, or carrying schedule headers. The namespace takes delayed
+// jobs, the most a client can reach: its jobs stream still allows
+// neither roll-ups nor schedules (the schedules live in the delays
+// stream, which clients cannot publish to), so Nats-Rollup and every
+// schedule header are among the control headers sent.
 //
 // Afterwards:
 //   - the history checker passes for the honest buyers: every acknowledged
@@ -158,8 +158,10 @@ func TestHostileWire(t *testing.T) {
 			delete(bySeq, seq)
 		}
 	}
-	// A delayed job is stored again when due, at a sequence of its own:
-	// what is left is the hostile schedules' jobs, never an honest one.
+	// A delayed job's submission is dead-lettered at its own sequence
+	// when refused, or moved and stored again when due, at a sequence of
+	// its own: what is left is the hostile submissions' jobs, never an
+	// honest one.
 	schedules := 0
 	for _, m := range hp.sent {
 		if m.kind == "delay" {
@@ -261,7 +263,9 @@ func (hp *hostilePublisher) send(n int) {
 			{"Nats-Batch-Id", id}, {"Nats-Batch-Sequence", "1"}, {"Nats-Batch-Commit", "1"},
 			{"Nats-Incr", "1"}, {"Nats-Marker-Reason", "MaxAge"}, {"Nats-Required-Api-Level", "99"},
 			{"Nats-Msg-Id", victim},
-		}[rng.IntN(17)]
+			{"Nats-Rollup", "sub"}, {"Nats-Rollup", "all"},
+			{"Nats-Stream-Source", hp.ns + "_DELAYS 1 x y z"},
+		}[rng.IntN(20)]
 		m := hp.job(key, id, garbage)
 		m.Header[hdr.k] = []string{hdr.v}
 		hp.publish("control", hdr.k+": "+hdr.v, m)
@@ -336,28 +340,41 @@ func (hp *hostilePublisher) send(n int) {
 			ms = append(ms, m)
 		}
 		hp.publishBatch(id, ms)
-	case 7: // a delayed job aimed where it should not go
+	case 7: // a delayed job's submission aimed where it should not go
 		p := partition.Of(key, partitions)
 		m := nats.NewMsg(partition.DelaySubject(hp.ns, p, id))
 		m.Data = []byte(set0)
-		m.Header["Nats-Schedule"] = []string{"@at " + time.Now().Add(100*time.Millisecond).UTC().Format(time.RFC3339)}
+		m.Header[keylane.HeaderJobID] = []string{id}
 		m.Header[keylane.HeaderKey] = []string{key}
 		m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa(partitions)}
-		m.Header[keylane.HeaderDelayedID] = []string{id}
+		m.Header[keylane.HeaderRunAt] = []string{time.Now().Add(100 * time.Millisecond).UTC().Format(time.RFC3339Nano)}
 		var desc string
-		switch rng.IntN(3) {
+		switch rng.IntN(6) {
 		case 0:
-			desc = "target another key's subject"
-			other := hp.keys[(slices.Index(hp.keys, key)+1)%len(hp.keys)]
-			m.Header["Nats-Schedule-Target"] = []string{partition.Subject(hp.ns, partition.Of(other, partitions), other)}
+			desc = "another partition's key"
+			other := fmt.Sprintf("hostile-other-%d", rng.IntN(1000))
+			for partition.Of(other, partitions) == p {
+				other += "x"
+			}
+			m.Header[keylane.HeaderKey] = []string{other}
 		case 1:
 			desc = "a control character in the key"
-			m.Header["Nats-Schedule-Target"] = []string{partition.Subject(hp.ns, p, key)}
 			m.Header[keylane.HeaderKey] = []string{key + "\x7f"}
-		default:
-			desc = "bad delayed ID"
+		case 2:
+			desc = "another job's delay subject"
+			m.Subject = partition.DelaySubject(hp.ns, p, victim)
+		case 3:
+			desc = "a schedule header"
+			m.Header["Nats-Schedule"] = []string{"@at " + time.Now().Add(100*time.Millisecond).UTC().Format(time.RFC3339)}
 			m.Header["Nats-Schedule-Target"] = []string{partition.Subject(hp.ns, p, key)}
-			m.Header[keylane.HeaderDelayedID] = []string{id + "..x"}
+		case 4:
+			desc = "a run-at beyond the limit"
+			m.Header[keylane.HeaderRunAt] = []string{time.Now().Add(keylane.MaxDelay + 24*time.Hour).UTC().Format(time.RFC3339Nano)}
+		default:
+			// Well formed: a client may submit a delayed job. It is moved,
+			// comes due, and its handler fails for good on the garbage.
+			desc = "a delayed job its handler cannot run"
+			m.Data = []byte(garbage)
 		}
 		hp.publish("delay", desc, m)
 	case 8: // what nats.go's consumer takes for a server status

@@ -31,11 +31,15 @@
 //	            per shard: see # Shards), WorkQueue retention, file
 //	            storage, duplicate window ≥ 2m, MaxMsgsPerSubject =
 //	            MaxKeyBacklog when set; with Delays also subjects
-//	            ns.delay.<p>.* and message schedules (# Delayed jobs);
+//	            ns.delay.<p>.* (submissions) and a source of NS_DELAYS's
+//	            due copies (# Delayed jobs), never roll-ups or schedules;
 //	            metadata keylane.partitions=N,
 //	            keylane.hash, keylane.version=3, keylane.epoch,
 //	            keylane.adopted, keylane.reply-prefix, and
 //	            keylane.max-deliver (written by the first worker)
+//	NS_DELAYS   stream (with Delays), subjects ns.sched.<p>.* (schedules)
+//	            and ns.due.<p>.* (jobs stored when due); message
+//	            schedules; only workers publish to it
 //	NS_DEAD     stream, subjects ns.dead.<p>: failed and malformed jobs
 //	NS_LEASES   KV, key p.<p>: partition leases (TTL = lease TTL, History 1)
 //	NS_MEMBERS  KV, key = worker ID: live workers (same TTL mechanism)
@@ -586,17 +590,52 @@
 //
 // WithDelay(d) and WithRunAt(t) submit a job that joins its key's queue at
 // t (a seat's hold that expires), on a namespace created with
-// TopologyConfig.Delays, using nats-server 2.12's message schedules:
+// TopologyConfig.Delays, using nats-server 2.12's message schedules in a
+// stream of their own:
 //
-//   - The client publishes a schedule to ns.delay.<p>.<job ID, dots as
-//     '~'> in the partition's jobs stream, carrying the job (payload and
-//     headers) with Nats-Schedule "@at <t, RFC 3339, UTC>" and
-//     Nats-Schedule-Target its key's subject ns.jobs.<p>.<key token>. No
-//     consumer filter matches ns.delay.<p>.*, so nothing delivers it.
-//   - At t the server stores the job on the target subject and removes
-//     the schedule. The stored job lacks Nats-Msg-Id (the server strips
-//     it), so the client also writes the ID in Keylane-Job-Id, which the
-//     worker reads.
+//   - The client publishes the job as a plain message to its partition's
+//     delay subject ns.delay.<p>.<job ID, dots as '~'> in the jobs stream,
+//     with the job ID in Nats-Msg-Id (a retried submit within the
+//     duplicate window is dropped) and its time in Keylane-Run-At (RFC
+//     3339, UTC). No schedule header: the jobs stream allows neither
+//     schedules nor roll-ups, and refuses both at publish.
+//   - The partition's consumer filters the delay subject too. Its owner
+//     checks the submission (wire.Rules.ParseDelayed: the job's rules,
+//     the subject the ID's, the ID required, Keylane-Run-At required and
+//     at most MaxDelay after the submission was stored; Keylane-Reply and
+//     Keylane-Job-Id refused) and stores its schedule in the namespace's
+//     delays stream NS_DELAYS, on ns.sched.<p>.<ID token>: built from what
+//     passed the rules and the submitter's allowed headers
+//     (wire.Rules.Schedule), with Nats-Schedule "@at <t>", a target of
+//     ns.due.<p>.<key token>, the ID in Keylane-Job-Id, Keylane-Idempotent,
+//     and as its own Nats-Msg-Id the submission's place (wire.MoveID:
+//     the jobs stream's epoch and sequence). Then it acks the submission.
+//     A refused submission is dead-lettered with the reason at its own
+//     sequence, like a malformed job; a schedule the delays stream refuses
+//     for good likewise ("the delays stream refused its schedule: …");
+//     any other failure is a redelivery after backoff. The move runs
+//     beside the fetch loop (at most 8 at once), so a slow delays stream
+//     holds no other job.
+//   - At t the server stores the job on ns.due.<p>.<key token> in the
+//     delays stream (stripping Nats-Msg-Id, adding Nats-Scheduler naming
+//     the schedule) and removes the schedule. Each jobs stream sources its
+//     partitions' due subjects onto their keys' subjects
+//     (ns.due.<p>.* → ns.jobs.<p>.<token>): the job arrives among its
+//     key's jobs, marked by the server with Nats-Stream-Source.
+//   - The worker takes the job's ID from Keylane-Job-Id only when
+//     Nats-Scheduler names that ID's schedule in its partition and
+//     Nats-Stream-Source names the delays stream (# The door), then
+//     deletes the due copy left in the delays stream (best effort; one
+//     left behind goes with the stream's MaxAge, 60 days).
+//
+// Only workers may publish to ns.sched and ns.due
+// (docs/security/accounts.conf), and the server refuses Nats-Stream-Source
+// and Nats-Scheduler from any publisher on the jobs stream: so the only
+// way into a key's queue under a delayed job's ID is that job's own
+// schedule. Tested by TestDelaysNamespaceKeepsItsDoorShut (a raw
+// roll-up, a schedule purge and dressed-up due copies are refused at
+// publish; a bare Keylane-Job-Id is dead-lettered; every honest job runs)
+// and docs/security's TestDelayedJobsAsAccounts.
 //
 // What is promised, and why it holds:
 //
@@ -608,22 +647,27 @@
 //     due at once runs first).
 //   - Never early: the server stores it when its scheduler finds t passed
 //     (the timer is re-armed at least 250ms apart); measured 3-28ms late
-//     in that test.
-//   - Once: the schedule's publish carries the job ID in Nats-Msg-Id, so a
-//     retried submit within the duplicate window is dropped; the server
-//     keeps one schedule per subject, and the subject is the job ID's, so
-//     a submit again after the window replaces the waiting schedule (the
-//     later time wins) instead of adding a second. If the server stops
-//     between storing the due job and removing its schedule, it may store
-//     the job again after the restart: delayed jobs are marked
-//     Keylane-Idempotent, so the worker keeps their outcome by ID and
-//     answers the copy from it without running it.
-//   - Survives restarts: a schedule is a stored message (file storage,
-//     replicated with the stream), and the server rebuilds its schedule
-//     index when it starts. Tested by TestDelayedJobSurvivesServerRestart
-//     (a server restarted with the same store before t runs the job once,
-//     not early). A worker restart does not matter: before t there is no
-//     job to run, after t it is an ordinary stored job
+//     in that test, plus the source's copy (milliseconds). A submission
+//     moved after t (its worker was down) is due at once.
+//   - Once: a retried submit within the duplicate window is dropped; a
+//     submission moved twice (its owner died before the ack, or a deposed
+//     owner moved it too) carries the same MoveID within the delays
+//     stream's window, and the server keeps one schedule per subject,
+//     which is the job ID's, so a submit again after the window replaces
+//     the waiting schedule (the later one wins) instead of adding a
+//     second. If the server stops between storing the due job and
+//     removing its schedule, it may store the job again after the
+//     restart: delayed jobs are marked Keylane-Idempotent, so the worker
+//     keeps their outcome by ID and answers the copy from it without
+//     running it.
+//   - Survives restarts: submissions, schedules and due copies are stored
+//     messages (file storage, replicated like the jobs stream), the server
+//     rebuilds its schedule index when it starts, and a source resumes
+//     where it stopped (the server keeps its position). Tested by
+//     TestDelayedJobSurvivesServerRestart (a server restarted with the
+//     same store before t runs the job once, not early). A worker restart
+//     does not matter: a submission not moved is moved by the next owner,
+//     and after t it is an ordinary stored job
 //     (TestDelayedJobSurvivesWorkerRestart).
 //   - Bad input is ErrBadDelay and stores nothing: a negative delay, a t
 //     further than RunAtTolerance (1s) in the past (within it, the job
@@ -635,26 +679,25 @@
 //
 // Limits, each refused with a clear error rather than half working:
 //
-//   - The server refuses message schedules on a stream that discards new
-//     messages, and a stream that discards old ones deletes stored jobs
-//     when a limit is reached. So a Delays namespace has Discard Old and
-//     no limits (none to reach), and excludes MaxKeyBacklog (which needs
-//     Discard New per subject) and MaxBytes. Delays is fixed when the
-//     namespace is created (ErrDelaysOff for a namespace made without).
-//     Setup checks the server's version first: a server before 2.12
-//     would store a schedule as a plain message that never runs.
-//   - The server turns on roll-ups for schedules (it refuses schedules on
-//     a stream without them), so whoever may publish jobs could also purge
-//     a key's stored jobs with a Nats-Rollup header. keylane's client
-//     refuses one (# The door) and the worker dead-letters the message
-//     that carried it, but cannot bring back what the server purged:
-//     grant job publishing only to keylane clients.
+//   - Delays excludes MaxKeyBacklog and MaxBytes: a due job the jobs
+//     stream refused (its key or the stream full) would have nowhere to go
+//     but the server's source, which copies due jobs in order. Delays is
+//     fixed when the namespace is created (ErrDelaysOff for a namespace
+//     made without). Setup checks the server's version first (message
+//     schedules: 2.12 or later).
+//   - A jobs stream of the first delays scheme (schedules in the jobs
+//     stream, which then allowed roll-ups: a raw publisher could delete
+//     queued jobs) is refused with ErrOldJobsStream: drain it with the
+//     keylane that made it and create it again.
 //   - Repartition freezes the streams, then refuses (and unfreezes) while
-//     a delayed job waits for its time: it would come due on a subject
-//     the frozen stream no longer has. Repartition once they have run.
-//   - Client.Backlog counts waiting delayed jobs (they are stream
-//     messages); Inspect's per-partition Pending does not (they match no
-//     consumer until due).
+//     a delayed job is on its way: a submission not moved, a schedule
+//     waiting, or a due copy the jobs streams have not sourced yet; it
+//     would come due on its old partition's subject. Repartition once
+//     they have run (TestRepartitionWaitsForDelayedJobs); the new streams
+//     source the new partitions' due subjects.
+//   - Client.Backlog and Inspect's per-partition Pending count a
+//     submission until it is moved, not a schedule waiting in the delays
+//     stream.
 //
 // # Retries by job ID
 //
@@ -952,14 +995,22 @@
 //
 // A delayed job's ID reaches the worker in Keylane-Job-Id (the server
 // strips Nats-Msg-Id from the copy it stores when the schedule fires). It
-// is taken only on a namespace with Delays and only from a message whose
-// Nats-Scheduler names that job's own schedule subject
-// (partition.DelaySubject); anywhere else it is dead-lettered ("carries
-// Keylane-Job-Id on a namespace without delays", "… was not made by that
-// job's schedule"). Taken from anyone, it ran a publisher's message under
-// a victim's ID and kept its outcome there: the victim's queued job was
-// answered with it and acked without running
-// (TestForgedDelayedIDIsRefused failed that way).
+// is taken only on a namespace with Delays and only from a due copy: a
+// message whose Nats-Scheduler names that job's own schedule subject
+// (partition.ScheduleSubject) and whose Nats-Stream-Source names the
+// delays stream, two headers the server refuses from any publisher on the
+// jobs stream (10212, 10188, 10227; see "Delayed jobs"). Anywhere else it
+// is dead-lettered ("carries Keylane-Job-Id on a namespace without
+// delays", "… was not made by that job's schedule", "… was not sourced
+// from the delays stream"). Taken from anyone, it ran a publisher's
+// message under a victim's ID and kept its outcome there: the victim's
+// queued job was answered with it and acked without running
+// (TestForgedDelayedIDIsRefused failed that way; on a namespace with
+// delays, TestDelaysNamespaceKeepsItsDoorShut, with a forged
+// Nats-Scheduler that the first delays scheme's jobs stream stored).
+// Keylane-Run-At is read only on a delayed job's submission (its
+// partition's delay subject); on a key's subject it is dead-lettered
+// ("carries Keylane-Run-At on a key's subject").
 //
 // A dead letter names only what passed its rule: the job ID (in
 // Keylane-Job-Id, whatever header it came in), the key only when it
@@ -982,28 +1033,19 @@
 // the dead letter for ever, and the key stopped (for a malformed batch,
 // which is dead-lettered on the fetch loop, the whole partition).
 //
-// What the stream's configuration cannot refuse: a jobs stream with Delays
-// must allow roll-ups (nats-server turns AllowRollup on with
-// AllowMsgSchedules; a schedule rolls up its own subject). There a raw
-// publisher with job-publishing permission can still purge a key's queued
-// jobs (Nats-Rollup: sub, or a schedule carrying Nats-Schedule-Rollup);
-// the worker dead-letters the message that carried the roll-up, which
-// makes it visible, but the purged jobs are gone. Grant publishing on
-// ns.jobs.> and ns.delay.> only to keylane clients: subject permissions
-// cannot filter headers. Without Delays roll-ups are off and the server
-// refuses Nats-Rollup at publish, as it refuses Nats-TTL and Nats-Incr
-// (features off on every jobs stream). The same holds for the schedules
-// themselves: the server lets any publisher send Nats-Scheduler with
-// Nats-Schedule-Next: purge, which deletes the named schedule (a pending
-// delayed job is gone) and, naming a schedule that does not exist, is
-// stored as it is; on a jobs subject with a Keylane-Job-Id such a message
-// passes for a delayed job's copy and runs under that ID. What closes all
-// three is a redesign: schedules in a stream only workers publish to
-// (clients submit a delayed job to the jobs stream, its owner moves it
-// into the schedule stream, and moves it back to a subject only workers
-// may publish to when due), so the jobs stream needs neither roll-ups nor
-// schedules. Until then, on a namespace with Delays a raw publisher can
-// delete queued and delayed jobs and forge a delayed job's outcome.
+// What the server refuses at publish, on every jobs stream, with delays
+// too: roll-ups (Nats-Rollup, error 10111), message schedules and
+// schedule purges (Nats-Schedule*, Nats-Scheduler: 10188, 10212),
+// per-message TTLs and counters (Nats-TTL, Nats-Incr), and
+// Nats-Stream-Source (10227). The first delays scheme kept schedules in
+// the jobs stream, which made the server allow roll-ups and schedule
+// purges there: a raw publisher deleted a key's queued jobs, deleted a
+// waiting delayed job, and ran a message under a victim's ID by dressing
+// it as a due copy (TestDelaysNamespaceKeepsItsDoorShut failed that way).
+// Schedules now live in the delays stream, which only workers publish to
+// (see "Delayed jobs"); TestRawServerFeaturesAreRefusedAtPublish and the
+// hostile-wire nemesis (every control header, Nats-Rollup among them, on
+// a namespace with delays) hold it.
 //
 // A raw message with an empty payload and a Status header (a keylane
 // client refuses one) is taken by nats.go's pull iterator for a status
@@ -1037,7 +1079,7 @@
 // TestFailingDelayedJobIsDeadLettered,
 // TestFailingAtomicBatchJobIsDeadLettered,
 // TestRawAtomicBatchOfMalformedJobs,
-// TestReservedHeadersRefusedAtTheClient, TestRawRollupIsDeadLettered and
+// TestReservedHeadersRefusedAtTheClient, TestRawServerFeaturesAreRefusedAtPublish and
 // TestKeyWithWhiteSpace (each failed on main), package wire's tests, and
 // the fuzz tests of every decoder (wire's FuzzParse and FuzzValidate*, the
 // client's FuzzDecode*), whose seeds run with go test.

@@ -124,19 +124,43 @@ func Subject(namespace string, p int, key string) string {
 }
 
 // DelayFilter returns the subject filter of partition p's delayed jobs
-// waiting for their time, e.g. "keylane.delay.3.*". It is no consumer's:
-// at its time the server stores the job on its key's Subject.
+// as clients submit them, e.g. "keylane.delay.3.*": a plain message in
+// the jobs stream, which the partition's owner moves into the delays
+// stream (ScheduleSubject).
 func DelayFilter(namespace string, p int) string {
 	return namespace + ".delay." + strconv.Itoa(p) + ".*"
 }
 
-// DelaySubject returns the subject of the schedule that stores job ID id
-// on its key's subject in partition p when it is due, e.g.
-// "keylane.delay.3.order~17" (the server keeps one schedule per subject,
-// so the ID names it; its dots become '~', which IDs never hold).
+// DelaySubject returns the subject a client submits delayed job ID id of
+// partition p to, e.g. "keylane.delay.3.order~17" (its dots become '~',
+// which IDs never hold).
 func DelaySubject(namespace string, p int, id string) string {
-	return namespace + ".delay." + strconv.Itoa(p) + "." + strings.ReplaceAll(id, ".", "~")
+	return namespace + ".delay." + strconv.Itoa(p) + "." + idToken(id)
 }
+
+// ScheduleSubject returns the subject, in the delays stream, of the
+// schedule that stores delayed job ID id of partition p when it is due,
+// e.g. "keylane.sched.3.order~17". The server keeps one schedule per
+// subject, so the ID names it. Only workers publish there.
+func ScheduleSubject(namespace string, p int, id string) string {
+	return namespace + ".sched." + strconv.Itoa(p) + "." + idToken(id)
+}
+
+// DueFilter returns the subject filter, in the delays stream, of
+// partition p's delayed jobs stored when due, e.g. "keylane.due.3.*"; the
+// jobs stream sources them onto their keys' subjects (Filter).
+func DueFilter(namespace string, p int) string {
+	return namespace + ".due." + strconv.Itoa(p) + ".*"
+}
+
+// DueSubject returns the subject a delayed job of key in partition p is
+// stored on when due, in the delays stream, e.g.
+// "keylane.due.3.9f1c6a08d2b7e415".
+func DueSubject(namespace string, p int, key string) string {
+	return namespace + ".due." + strconv.Itoa(p) + "." + KeyToken(key)
+}
+
+func idToken(id string) string { return strings.ReplaceAll(id, ".", "~") }
 
 // SubjectWildcard returns the subject filter that matches every job.
 func SubjectWildcard(namespace string) string { return namespace + ".jobs.*.*" }

@@ -80,15 +80,7 @@ func isDeadID(s string) bool {
 // stores.
 func DeadHeader(j Job, received map[string][]string, d Dead) map[string][]string {
 	h := make(map[string][]string, 8+len(received))
-	for k, vs := range received {
-		ok := len(vs) > 0
-		for _, v := range vs {
-			ok = ok && ValidateUserHeader(k, v) == nil
-		}
-		if ok {
-			h[k] = append([]string(nil), vs...)
-		}
-	}
+	copyUserHeaders(h, received)
 	if d.ID != "" {
 		h[HeaderJobID] = []string{d.ID}
 	}
@@ -138,4 +130,19 @@ func DeadErrorText(s string) string {
 		s += "…"
 	}
 	return s
+}
+
+// copyUserHeaders copies into h the received headers ValidateUserHeader
+// allows, every value of each; a name with one value it refuses is left
+// out whole.
+func copyUserHeaders(h, received map[string][]string) {
+	for k, vs := range received {
+		ok := len(vs) > 0
+		for _, v := range vs {
+			ok = ok && ValidateUserHeader(k, v) == nil
+		}
+		if ok {
+			h[k] = append([]string(nil), vs...)
+		}
+	}
 }

@@ -122,7 +122,8 @@ func FuzzParse(f *testing.F) {
 	key := keyIn(1, 4)
 	f.Add("", key, "order.1", "", "paid", "_INBOX.a.-1", "4", "X-Order", "42")
 	f.Add("", key+" ", "order 1", "", "", "", "", "Nats-Rollup", "sub")
-	f.Add("", key, "", "hold.7", "", "", "4", "Nats-Scheduler", "ns.delay.1.hold~7")
+	f.Add("", key, "", "hold.7", "", "", "4", "Nats-Scheduler", "ns.sched.1.hold~7")
+	f.Add("", key, "", "hold.7", "", "", "4", "Nats-Stream-Source", "NS_DELAYS 3 ns.due.1.* x y z")
 	f.Add("", key, "order..1", "", "", "$JS.API.STREAM.PURGE.x", "8", "Keylane-Redrive-Of", "victim")
 	f.Add("ns.jobs.1.0000000000000000", "k", "a", "b", "\t", "_INBOX.>", "x", "Nats-Batch-Id", "b1")
 	f.Fuzz(func(t *testing.T, subject, key, id, delayedID, typ, reply, n, extraName, extraValue string) {

@@ -19,8 +19,10 @@ type Rules struct {
 	// ReplyPrefix is the topology's: a worker replies nowhere else.
 	ReplyPrefix string
 	// Delays says the namespace takes delayed jobs: only then may a job
-	// carry Keylane-Job-Id (see Parse).
-	Delays bool
+	// carry Keylane-Job-Id (see Parse), and DelaysStream names its delays
+	// stream, the only stream a due copy may have been sourced from.
+	Delays       bool
+	DelaysStream string
 }
 
 // Job is what Rules.Parse read from a job message. A field is set only
@@ -41,6 +43,10 @@ type Job struct {
 	// Keylane-Keep-Outcome flags.
 	Idempotent  bool
 	KeepOutcome bool
+	// DueSeq is, for a delayed job's due copy, its sequence in the delays
+	// stream (from Nats-Stream-Source): the copy left there once the jobs
+	// stream has sourced it, which the worker deletes.
+	DueSeq uint64
 }
 
 // Parse reads and checks a received job message of subject and header h.
@@ -53,6 +59,13 @@ type Job struct {
 // of those given more than once is refused too: the server and the
 // worker might read different ones.
 func (r Rules) Parse(subject string, h map[string][]string) (Job, error) {
+	return r.parse(subject, h, false)
+}
+
+// parse is Parse, or for a delayed job's submission (submission: on
+// partition's DelaySubject, see ParseDelayed) the same rules with the
+// subject the job ID's instead of the key's.
+func (r Rules) parse(subject string, h map[string][]string, submission bool) (Job, error) {
 	var j Job
 	var first error
 	refuse := func(err error) {
@@ -82,7 +95,7 @@ func (r Rules) Parse(subject string, h map[string][]string) (Job, error) {
 		switch err := ValidateKey(key); {
 		case err != nil:
 			refuse(fmt.Errorf("bad %s header: %w", HeaderKey, err))
-		case !strings.HasSuffix(subject, "."+token):
+		case !submission && !strings.HasSuffix(subject, "."+token):
 			// Not the key's own subject: it would bypass the key's backlog
 			// cap. A key sent with white space at either end arrives
 			// trimmed by nats.go and lands here, never as another key.
@@ -107,6 +120,10 @@ func (r Rules) Parse(subject string, h map[string][]string) (Job, error) {
 	delayed, okDelayed := get(HeaderDelayedID)
 	switch {
 	case !okID || !okDelayed:
+	case submission && delayed != "":
+		refuse(fmt.Errorf("carries %s on a delayed job's submission (its ID goes in %s)", HeaderDelayedID, HeaderJobID))
+	case submission && id == "":
+		refuse(fmt.Errorf("a delayed job's submission carries no %s (a delayed job needs its ID)", HeaderJobID))
 	case id != "":
 		if err := ValidateJobID(id); err != nil {
 			refuse(fmt.Errorf("bad %s header: %w", HeaderJobID, err))
@@ -114,22 +131,32 @@ func (r Rules) Parse(subject string, h map[string][]string) (Job, error) {
 			j.ID = id
 		}
 	case delayed != "":
-		// Only the server's copy of a delayed job's schedule carries its ID
-		// this way (the server strips Nats-Msg-Id), naming the schedule in
-		// Nats-Scheduler. Taken from anyone else it would let a publisher
-		// run a job under another job's ID and have its outcome kept
-		// there, answering that job's retries and redeliveries.
+		// Only a delayed job's due copy carries its ID this way (the
+		// server strips Nats-Msg-Id when a schedule fires): made by a
+		// worker's schedule in the delays stream, named in Nats-Scheduler,
+		// and sourced from there by the jobs stream, which the server
+		// marks with Nats-Stream-Source and refuses from any publisher.
+		// Taken from anyone else it would let a publisher run a job under
+		// another job's ID and have its outcome kept there, answering that
+		// job's retries and redeliveries.
 		scheduler, _ := get(headerScheduler)
+		source, _ := get(headerStreamSource)
+		from, seq := sourcedFrom(source)
 		switch err := ValidateJobID(delayed); {
 		case err != nil:
 			refuse(fmt.Errorf("bad %s header: %w", HeaderDelayedID, err))
 		case !r.Delays:
-			refuse(fmt.Errorf("carries %s on a namespace without delays (only a delayed job's schedule sets it)", HeaderDelayedID))
-		case scheduler != partition.DelaySubject(r.Namespace, r.Partition, delayed):
+			refuse(fmt.Errorf("carries %s on a namespace without delays (only a delayed job's due copy carries it)", HeaderDelayedID))
+		case scheduler != partition.ScheduleSubject(r.Namespace, r.Partition, delayed):
 			refuse(fmt.Errorf("carries %s %q but was not made by that job's schedule (%s %q)", HeaderDelayedID, delayed, headerScheduler, clip(scheduler)))
+		case from == "" || from != r.DelaysStream:
+			refuse(fmt.Errorf("carries %s %q but was not sourced from the delays stream %s (%s %q)", HeaderDelayedID, delayed, r.DelaysStream, headerStreamSource, clip(source)))
 		default:
-			j.ID = delayed
+			j.ID, j.DueSeq = delayed, seq
 		}
+	}
+	if _, ok := h[HeaderRunAt]; ok && !submission {
+		refuse(fmt.Errorf("carries %s on a key's subject (a delayed job is submitted on its partition's delay subject)", HeaderRunAt))
 	}
 	if typ, ok := get(HeaderType); ok {
 		if err := ValidateType(typ); err != nil {
@@ -141,6 +168,22 @@ func (r Rules) Parse(subject string, h map[string][]string) (Job, error) {
 	j.Idempotent = flag(h, HeaderIdempotent)
 	j.KeepOutcome = flag(h, HeaderKeepOutcome)
 	return j, first
+}
+
+// sourcedFrom reads Nats-Stream-Source, which the server sets on a
+// message a stream sourced ("<stream> <seq> <filter> <transform> <subject>
+// …"): the source stream and the message's sequence there; "" when there
+// is none or it is unreadable.
+func sourcedFrom(v string) (string, uint64) {
+	f := strings.Fields(v)
+	if len(f) < 2 {
+		return "", 0
+	}
+	seq, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil || seq == 0 {
+		return "", 0
+	}
+	return f[0], seq
 }
 
 func flag(h map[string][]string, name string) bool {

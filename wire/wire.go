@@ -82,6 +82,11 @@ const (
 	// headerScheduler names the schedule a message stored by the server
 	// when a schedule fired was made from.
 	headerScheduler = "Nats-Scheduler"
+	// headerScheduleTarget is the subject a schedule stores its message on.
+	headerScheduleTarget = "Nats-Schedule-Target"
+	// headerStreamSource is set by the server on a message a stream
+	// sourced from another; it refuses it from publishers (error 10227).
+	headerStreamSource = "Nats-Stream-Source"
 )
 
 // Limits of the fields.

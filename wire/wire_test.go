@@ -163,17 +163,43 @@ func TestParse(t *testing.T) {
 	delayed := good()
 	delete(delayed, HeaderJobID)
 	delayed[HeaderDelayedID] = []string{"hold.7"}
-	delayed["Nats-Scheduler"] = []string{"ns.delay.1.hold~7"}
+	delayed["Nats-Scheduler"] = []string{"ns.sched.1.hold~7"}
+	delayed["Nats-Stream-Source"] = []string{"NS_DELAYS 42 ns.due.1.* ns.jobs.1.{{wildcard(1)}} ns.due.1.x abc"}
 	withDelays := rules4
-	withDelays.Delays = true
-	if j, err := withDelays.Parse(subj, delayed); err != nil || j.ID != "hold.7" {
+	withDelays.Delays, withDelays.DelaysStream = true, "NS_DELAYS"
+	if j, err := withDelays.Parse(subj, delayed); err != nil || j.ID != "hold.7" || j.DueSeq != 42 {
 		t.Fatalf("Parse(delayed) = %+v, %v", j, err)
+	}
+	// Not sourced from the delays stream: the server refuses
+	// Nats-Stream-Source from publishers, so only a due copy has it.
+	for _, src := range [][]string{nil, {"NS_OTHER 42 x"}, {"NS_DELAYS"}, {"NS_DELAYS x"}} {
+		h := good()
+		delete(h, HeaderJobID)
+		h[HeaderDelayedID] = []string{"hold.7"}
+		h["Nats-Scheduler"] = []string{"ns.sched.1.hold~7"}
+		if src != nil {
+			h["Nats-Stream-Source"] = src
+		}
+		if j, err := withDelays.Parse(subj, h); err == nil || !strings.Contains(err.Error(), "not sourced from the delays stream") || j.ID != "" {
+			t.Fatalf("Parse(delayed, source %q) = %+v, %v; want a refusal", src, j, err)
+		}
+	}
+	// The submission's subject was the delay subject, never the due copy's.
+	delayed["Nats-Scheduler"] = []string{"ns.delay.1.hold~7"}
+	if j, err := withDelays.Parse(subj, delayed); err == nil || j.ID != "" {
+		t.Fatalf("Parse(delayed, the submission's subject as scheduler) = %+v, %v; want a refusal", j, err)
+	}
+	delayed["Nats-Scheduler"] = []string{"ns.sched.1.hold~7"}
+	runAt := good()
+	runAt[HeaderRunAt] = []string{"2026-11-26T12:00:00Z"}
+	if _, err := rules4.Parse(subj, runAt); err == nil || !strings.Contains(err.Error(), HeaderRunAt) {
+		t.Fatalf("Parse(Keylane-Run-At on a key's subject) = %v; want a refusal", err)
 	}
 	// Keylane-Job-Id from anyone but that job's schedule is a forged ID.
 	if j, err := rules4.Parse(subj, delayed); err == nil || !strings.Contains(err.Error(), "without delays") || j.ID != "" {
 		t.Fatalf("Parse(delayed, no delays) = %+v, %v; want a refusal", j, err)
 	}
-	delayed["Nats-Scheduler"] = []string{"ns.delay.1.victim~1"}
+	delayed["Nats-Scheduler"] = []string{"ns.sched.1.victim~1"}
 	if j, err := withDelays.Parse(subj, delayed); err == nil || !strings.Contains(err.Error(), "not made by that job's schedule") || j.ID != "" {
 		t.Fatalf("Parse(delayed, another schedule) = %+v, %v; want a refusal", j, err)
 	}

@@ -1,0 +1,161 @@
+// Package keylanepg applies keylane jobs to a PostgreSQL database (pgx v5):
+// a partition's ready jobs, of one key or several, in one transaction that
+// keylanepg opens and commits, each job exactly once across crashes and
+// redeliveries, and refused at the database when a newer owner of the
+// partition has committed. It is its own module, so keylane's go.mod has
+// no pgx.
+//
+// keylane already serializes a key's jobs, so the database need not: a hot
+// key's queued jobs, and the ready jobs of the partition's other keys, go
+// in one transaction with one commit (one WAL flush) instead of one
+// transaction each, every one waiting on the hot row's lock.
+//
+// # Tables
+//
+// keylanepg keeps two tables of its own beside the user's (Schema; Ensure
+// creates them or checks them, and their rights, at start):
+//
+//	keylane_fences(namespace, partition, fence)   the newest fence committed per partition
+//	keylane_outcomes(namespace, job_id, key, fence, result, at)
+//	                                              each applied job's result
+//
+// # The transaction
+//
+// Apply runs, on one connection, in this order:
+//
+//  1. In one round trip: BEGIN ISOLATION LEVEL READ COMMITTED; the
+//     fence — an INSERT … ON CONFLICT DO UPDATE
+//     SET fence = $fence WHERE fence <= $fence on the partition's row,
+//     which takes the row's lock and keeps it to the end; the recorded
+//     outcomes of the group's job IDs, read after the lock; the first
+//     job's SAVEPOINT. No row back from the fence statement means a newer
+//     fence has committed: Apply reads it, rolls back and returns a
+//     *StaleFenceError (errors.Is keylane.ErrStaleFence). Nothing ran.
+//  2. For each job, in order: a job with a recorded outcome is answered
+//     from it and not run (Recorded). A job whose key had a retriable
+//     failure earlier in the group is not run (Held: running it would
+//     reorder the key). Any other job runs the Handler inside the open
+//     savepoint. Success: the savepoint is released and a new one opened,
+//     sent with the next job's first statement (no round trip of its own).
+//     Failure (an error, a failed statement, a panic): ROLLBACK TO
+//     SAVEPOINT undoes that job's writes alone, and the job is reported
+//     Failed, not recorded.
+//  3. One INSERT records every applied job's outcome (job ID → result,
+//     key, fence, transaction time).
+//  4. COMMIT.
+//
+// Then, outside this package, the worker replies to each Applied or
+// Recorded job and acks it; a Failed job is retried (its key's later jobs
+// with it, as Held ones) or, when errors.Is(err, keylane.ErrPermanent),
+// dead-lettered, and the key's later jobs go on.
+//
+// # What a crash leaves
+//
+// Before COMMIT (the worker killed or cut off, the connection broken, the
+// database restarted): the server rolls the transaction back when the
+// session ends. Nothing of the group is written, no outcome recorded, and
+// the redelivered jobs run again from the start: once.
+//
+// During COMMIT (the reply lost): the group committed or not, and Apply
+// cannot tell; it returns an error, and the worker must neither reply nor
+// ack. The redelivery (or Apply of the same group) finds the outcomes if
+// it committed and applies the jobs if not: once either way.
+//
+// After COMMIT, before the ack: the redelivered jobs are answered from
+// keylane_outcomes and not applied again; a client retrying a job by ID
+// finds its result with Lookup. Outcomes and the writes they stand for
+// commit together, so neither exists without the other.
+//
+// A database crash keeps every transaction whose COMMIT returned, with the
+// server's default synchronous_commit=on. With synchronous_commit=off a
+// crash can lose the last commits after the worker acked and replied: the
+// buyer was told "sold" and the database has no order. Keep it on where a
+// reply must be true.
+//
+// # The fence
+//
+// Fences grow across a partition's owners (keylane's lease fencing
+// tokens); one owner's groups carry one fence. The fence row of
+// (namespace, partition) is locked by the first statement of every
+// transaction and held to its end, so a partition's transactions run one
+// at a time, and in READ COMMITTED a transaction that waited for the lock
+// re-checks the condition against the row as committed by the one before.
+// Hence the committed transactions of a partition form a sequence in
+// which the fence never decreases: a deposed owner's transaction commits
+// only before its successor's first one (and the successor, reading
+// outcomes after the lock, then sees what it applied and does not apply it
+// again), or it fails with a StaleFenceError without writing anything. No
+// clock, lease time or pause length enters into it.
+//
+// The lock is held while the group runs: an owner paused mid-group (a
+// stopped process, a long GC pause) keeps its successor waiting until it
+// resumes and fails. With IdleTimeout the database ends a session idle in
+// its transaction for longer than the timeout, so the successor goes on
+// and the paused owner's transaction is rolled back; set it below the
+// lease's TTL.
+//
+// # What a Handler may and may not do
+//
+// It may read and write anything through the tx it is given, any number
+// of statements, and nest its own savepoints (tx.Begin); it returns the
+// job's result, recorded as given (nil is recorded as empty). A refusal
+// that is an answer (sold out) is a result, not an error.
+//
+// It must not:
+//   - commit or roll back the transaction (the tx refuses: ErrTxOwned), nor
+//     send COMMIT or ROLLBACK through it, nor touch the savepoint
+//     keylane_job, nor escape it through tx.Conn();
+//   - write through another connection or pool: such writes are not in the
+//     transaction, so not undone with it, not fenced, not exactly once;
+//   - have side effects outside the database that must happen once (mail,
+//     HTTP calls, another system's writes): a job may run and be rolled
+//     back (its own failure, a crash, a stale fence) and then run again.
+//     Write the intent to an outbox table through tx instead;
+//   - swallow a database error: the transaction is then aborted, and the
+//     whole group fails instead of the one job;
+//   - change the transaction's isolation or leave session settings behind
+//     (SET without LOCAL): the connection goes back to the pool;
+//   - run long: the partition's fence row is locked meanwhile, and every
+//     job of the group waits for the slowest.
+//
+// Rows that something other than keylane also writes need the usual care
+// (a conditional UPDATE, a row lock): keylane serializes only its own jobs
+// of a key.
+//
+// Savepoints cost no round trip (the roll rides on a job's first
+// statement), but PostgreSQL keeps the IDs of at most 64 subtransactions
+// that wrote per transaction in shared memory: a group of more writing
+// jobs overflows that cache, which slows the snapshots of the server's
+// other sessions while it runs. The group itself goes faster the larger it
+// is (BenchmarkApplyHotSKU); on a busy shared server, keep groups near 64
+// jobs.
+//
+// # Keeping outcomes
+//
+// An outcome must be kept as long as its job can come back: redeliveries
+// (MaxDeliver), the jobs stream's retention and duplicate window for a
+// resubmission with the same ID. Prune deletes the older ones; a pruned job
+// that comes back is applied again.
+//
+// # Another SQL database
+//
+// The protocol needs transactions, savepoints, a unique key and a row lock
+// taken by a conditional write; MySQL and MariaDB (InnoDB) through
+// database/sql have them all, and a package keylanemysql would offer the
+// same Group, Outcome, Status and Apply, with a Handler taking a *sql.Tx:
+//
+//   - BeginTx with sql.LevelReadCommitted;
+//   - the fence: INSERT IGNORE the (namespace, partition) row, then SELECT
+//     fence … FOR UPDATE (a locking read sees the newest committed row, not
+//     the snapshot), compare in Go, and UPDATE it, or roll back with the
+//     stale-fence error;
+//   - outcomes: SELECT … WHERE namespace = ? AND job_id IN (…), after the
+//     lock; one multi-row INSERT before COMMIT; result a LONGBLOB;
+//   - savepoints: SAVEPOINT, ROLLBACK TO SAVEPOINT, RELEASE SAVEPOINT, each
+//     its own round trip (no multi-statement by default). One difference
+//     to handle: an InnoDB deadlock rolls back the whole transaction, not
+//     the statement, so a job failing that way fails its group.
+//
+// The shared types would then move to a driver-free package; with one
+// driver they live here.
+package keylanepg

@@ -1,0 +1,55 @@
+package keylanepg_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keylane/keylane"
+	keylanepg "github.com/keylane/keylane/pg"
+)
+
+// A Handler that sells one unit of the SKU job.Key, answering "sold out"
+// as a result, and the Apply of a group of two SKUs' jobs, as a worker
+// owning partition 3 under fence 7 would run it. (Compiled, not run: it
+// needs a database; the package's tests run the same against a real one.)
+func ExampleApply() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://shop@127.0.0.1:5432/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if err := keylanepg.Ensure(ctx, pool); err != nil {
+		log.Fatal(err) // e.g. a SchemaError naming the GRANT to run
+	}
+	sell := keylanepg.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job keylane.Job) ([]byte, error) {
+		tag, err := tx.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE sku = $1 AND n > 0`, job.Key)
+		if err != nil {
+			return nil, err // rolled back alone, retried
+		}
+		if tag.RowsAffected() == 0 {
+			return []byte("sold out"), nil // an answer, recorded like a sale
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (sku, job_id) VALUES ($1, $2)`, job.Key, job.ID); err != nil {
+			return nil, err
+		}
+		return []byte("sold"), nil
+	})
+	out, err := keylanepg.Apply(ctx, pool, keylanepg.Group{
+		Namespace: "shop", Partition: 3, Fence: 7,
+		Jobs: []keylane.Job{
+			{ID: "order-1", Key: "sku-a"},
+			{ID: "order-2", Key: "sku-b"},
+			{ID: "order-3", Key: "sku-a"},
+		},
+	}, sell, keylanepg.IdleTimeout(keylane.DefaultLeaseTTL/2))
+	if err != nil {
+		log.Fatal(err) // a StaleFenceError, or a failed or unknown commit: no reply, no ack
+	}
+	for _, o := range out {
+		fmt.Println(o.JobID, o.Status, string(o.Result)) // reply and ack the Done ones
+	}
+}
