@@ -61,6 +61,16 @@ type ClientConfig struct {
 	// syncs once per batch instead of once per job. On a server with the
 	// default sync interval it costs more than it saves; leave it off there.
 	AtomicBatches bool
+	// Batches sends Submits of jobs without a caller's ID as batch
+	// messages, many jobs of one partition in one stream message (see
+	// "Batches on the wire" in package jetstream's doc): a job goes at once,
+	// alone, when nothing of its partition is in flight; the jobs that
+	// queued meanwhile go together when it returns. Every worker of the
+	// namespace must run with WorkerConfig.Batches: one without it
+	// dead-letters a batch whole. Jobs with WithID, delayed jobs, redrives
+	// and every job of a namespace with a MaxKeyBacklog go alone, as
+	// without it. Defaults to false.
+	Batches bool
 	// Observer receives the client's measurements (latency and outcome of
 	// every Submit, Call and SubmitMany) for metrics; see package metrics.
 	// Defaults to nil: nothing is measured.
@@ -96,7 +106,8 @@ type Client struct {
 	closed  bool
 	done    chan struct{} // closed by Close: every waiting call ends
 	token   atomic.Uint64
-	batch   []*batcher // by shard (an atomic batch stays in one stream); nil unless AtomicBatches
+	batch   []*batcher   // by shard (an atomic batch stays in one stream); nil unless AtomicBatches
+	wire    *wireBatcher // nil unless Batches
 	results jetstream.KeyValue
 	obs     *ClientObserver
 	tracing *clientTracing // nil: tracing off
@@ -138,6 +149,11 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 		c.expect = append(c.expect, []string{names.JobsShard(i)})
 		if cfg.AtomicBatches {
 			c.batch = append(c.batch, newBatcher(c))
+		}
+	}
+	if cfg.Batches {
+		if c.wire, err = newWireBatcher(c); err != nil {
+			return nil, err
 		}
 	}
 	c.tracing = newClientTracing(cfg, nc)
@@ -339,8 +355,8 @@ func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 // the connection.
 func (c *Client) Close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.closed {
+		c.mu.Unlock()
 		return
 	}
 	c.closed = true
@@ -350,5 +366,11 @@ func (c *Client) Close() {
 	}
 	for _, b := range c.batch {
 		b.close()
+	}
+	c.mu.Unlock()
+	if c.wire != nil {
+		// Queued jobs end with ErrClosed; a batch in flight ends at once
+		// too (its publish sees c.done).
+		_ = c.wire.Close(context.Background())
 	}
 }

@@ -149,7 +149,7 @@ const deadLetterTimeout = 5 * time.Second
 // neither payload nor the submitter's headers.
 func (o *owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
 	f, _ := o.rules().Parse(msg.Subject(), msg.Headers())
-	d := wire.Dead{ID: wire.DeadID(o.w.topo.EpochOf(o.p), job.Seq), Error: why.Error(), Attempts: attempts, Worker: o.w.cfg.ID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
+	d := wire.Dead{ID: wire.BatchDeadID(o.w.topo.EpochOf(o.p), job.Seq, job.index), Error: why.Error(), Attempts: attempts, Worker: o.w.cfg.ID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
 	user := msg.Headers()
 	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
 	dm.Data = msg.Data()

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -211,6 +212,10 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		return
 	}
 	h := msg.Headers()
+	if _, isBatch := h[wire.HeaderBatch]; isBatch && o.w.cfg.Batches {
+		o.dispatchBatch(ln, msg, meta)
+		return
+	}
 	f, err := o.rules().Parse(msg.Subject(), h)
 	if err != nil {
 		o.malformed(msg, meta.Sequence.Stream, f, err)
@@ -238,6 +243,42 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	}
 }
 
+// dispatchBatch splits a batch message into its jobs, each a task of its
+// own in its key's lane (see batchpart.go). A message that is no valid
+// batch is dead-lettered whole; a job of it that breaks a rule is
+// dead-lettered alone, the others run.
+func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+	seq := meta.Sequence.Stream
+	es, err := o.rules().ParseBatch(msg.Subject(), msg.Headers(), msg.Data())
+	if err != nil {
+		o.malformed(msg, seq, wire.Job{}, err)
+		return
+	}
+	b := &batchMsg{msg: msg, left: len(es)}
+	maybeDup := meta.NumDelivered > 1 || seq <= o.prevDelivered
+	for i, e := range es {
+		p := &batchPart{Msg: msg, b: b, subject: msg.Subject(), header: batchPartHeader(e), data: e.Payload}
+		if e.Job.Key != "" {
+			p.subject = partition.Subject(o.w.topo.Names.Namespace, o.p, e.Job.Key)
+		}
+		if e.Err != nil {
+			o.malformedAt(p, seq, i, e.Job, e.Err)
+			continue
+		}
+		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome}
+		t.stored = meta.Timestamp
+		t.job = Job{
+			ID: e.Job.ID, Key: e.Job.Key, Type: e.Job.Type, Payload: e.Payload, Partition: o.p,
+			Seq: seq, Fence: o.l.Fence(), Headers: p.header, index: i,
+		}
+		o.logReceived(t, meta.NumDelivered)
+		// Never handed back: lanes.addTo keeps a batch's jobs. One it
+		// refuses is in flight here already (a redelivery racing the
+		// original, whose ack covers it), or the tenure is ending.
+		ln.addTo(t)
+	}
+}
+
 // rules are what this partition's jobs are checked against on receipt.
 func (o *owner) rules() wire.Rules {
 	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix,
@@ -247,16 +288,28 @@ func (o *owner) rules() wire.Rules {
 // malformed dead-letters msg, which is no valid job (why), acks it, and
 // tells a caller waiting on a valid reply subject (f.Reply).
 func (o *owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+	o.malformedAt(msg, seq, 0, f, why)
+}
+
+// malformedAt is malformed for job index of a batch message (0: a
+// one-job message).
+func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
 	o.w.stats.malformed.Add(1)
-	o.log.Warn("malformed message dead-lettered", "seq", seq, "err", why)
-	o.refuse(msg, seq, f, fmt.Errorf("malformed: %w", why))
+	o.log.Warn("malformed message dead-lettered", "seq", seq, "index", index, "err", why)
+	o.refuseAt(msg, seq, index, f, fmt.Errorf("malformed: %w", why))
 }
 
 // refuse dead-letters msg, which will never run (why), acks it, and tells
 // a caller waiting on a valid reply subject (f.Reply).
 func (o *owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+	o.refuseAt(msg, seq, 0, f, why)
+}
+
+// refuseAt is refuse for job index of a batch message (0: a one-job
+// message), whose dead letter's ID names the index (wire.BatchDeadID).
+func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
 	err := Permanent(why)
-	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
+	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence(), index: index}, err, 0) || !o.l.Trusted() {
 		return
 	}
 	if f.Reply != "" {

@@ -34,6 +34,9 @@ type Job struct {
 	Headers nats.Header
 
 	trace *jobTrace // the job's spans on this worker; nil when tracing is off
+	// index is the job's place in its batch message (wire.ParseBatch), 0
+	// for a one-job message: jobs of one batch share Seq.
+	index int
 }
 
 // Handler runs one job. The context is cancelled when the worker loses the

@@ -12,8 +12,13 @@ import (
 
 // task is one fetched job waiting in, or running from, its key's lane.
 type task struct {
-	msg      jetstream.Msg
-	job      Job
+	msg jetstream.Msg
+	job Job
+	// batch is the batch message the job came in, nil for a one-job
+	// message. A job of a batch is never handed back (the message cannot
+	// be half-acked or half-NAKed: batchpart.go), so a lane's gap holds
+	// one-job messages only, by sequence.
+	batch    *batchMsg
 	maybeDup bool // may have run before under an earlier owner
 	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
 	keep     bool // keep its outcome by ID (a Call)
@@ -35,6 +40,21 @@ type task struct {
 	// was taken to run once.
 	stored  time.Time
 	started bool
+}
+
+// position names a fetched job in its partition: its stream sequence and
+// its index in a batch message (0 for a one-job message); jobs of one
+// batch share the sequence.
+type position struct {
+	seq   uint64
+	index int
+}
+
+func (t *task) pos() position { return position{t.job.Seq, t.job.index} }
+
+// before orders jobs as they were stored: by sequence, then in the batch.
+func (t *task) before(u *task) bool {
+	return t.job.Seq < u.job.Seq || t.job.Seq == u.job.Seq && t.job.index < u.job.index
 }
 
 // keptOutcome is a job's outcome as stored by ID.
@@ -134,7 +154,7 @@ func (ln *lane) runnable() int {
 // handed-back job that came back after later ones arrived.
 func (ln *lane) insert(t *task) {
 	q := ln.queue[ln.head:]
-	i := sort.Search(len(q), func(i int) bool { return q[i].job.Seq > t.job.Seq })
+	i := sort.Search(len(q), func(i int) bool { return t.before(q[i]) })
 	ln.queue = slices.Insert(ln.queue, ln.head+i, t)
 }
 
@@ -162,23 +182,24 @@ type lanes struct {
 	cond     *sync.Cond
 	byKey    map[string]*lane
 	ready    []*lane
-	inflight map[uint64]*task // by stream sequence: every fetched, unfinished job
-	closed   bool             // no more tasks will be added
-	dropping bool             // drop queued tasks instead of running them
-	group    int              // most tasks handed to run at once
-	window   int              // most fetched jobs held, stalled heads aside
-	keep     int              // most queued jobs a stalled key keeps
-	stalled  int              // lanes whose head job is retrying
-	busy     int              // runners running tasks
-	runners  int              // runners wanted, not counting those pausing
-	live     int              // runner goroutines
-	pausing  int              // runners waiting out a retry's backoff
-	resuming int              // runners back from a backoff, waiting for a place
-	run      func([]*task)    // runs a lane's tasks
-	woken    bool             // waitRoom returns at once
-	dropped  chan struct{}    // closed when close drops the queued jobs
-	room     *sync.Cond       // signalled when in-flight jobs finish
-	place    *sync.Cond       // signalled when a runner gives its place up
+	inflight map[position]*task // every fetched, unfinished job
+	parts    int                // of inflight, jobs of batch messages: outside the window
+	closed   bool               // no more tasks will be added
+	dropping bool               // drop queued tasks instead of running them
+	group    int                // most tasks handed to run at once
+	window   int                // most fetched jobs held, stalled heads aside
+	keep     int                // most queued jobs a stalled key keeps
+	stalled  int                // lanes whose head job is retrying
+	busy     int                // runners running tasks
+	runners  int                // runners wanted, not counting those pausing
+	live     int                // runner goroutines
+	pausing  int                // runners waiting out a retry's backoff
+	resuming int                // runners back from a backoff, waiting for a place
+	run      func([]*task)      // runs a lane's tasks
+	woken    bool               // waitRoom returns at once
+	dropped  chan struct{}      // closed when close drops the queued jobs
+	room     *sync.Cond         // signalled when in-flight jobs finish
+	place    *sync.Cond         // signalled when a runner gives its place up
 	wg       sync.WaitGroup
 }
 
@@ -189,7 +210,7 @@ const laneBurst = 32
 
 func newLanes(runners, group, window int, run func([]*task)) *lanes {
 	window = max(window, 1)
-	l := &lanes{byKey: map[string]*lane{}, inflight: map[uint64]*task{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2),
+	l := &lanes{byKey: map[string]*lane{}, inflight: map[position]*task{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2),
 		runners: runners, live: runners, run: run, dropped: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	l.room = sync.NewCond(&l.mu)
@@ -276,13 +297,13 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 	if l.closed {
 		return false, false, false
 	}
-	if _, dup := l.inflight[t.job.Seq]; dup {
+	if _, dup := l.inflight[t.pos()]; dup {
 		return false, false, false
 	}
 	ln := l.byKey[t.job.Key]
 	if ln != nil {
 		wasDup, back := ln.handedBack.has(t.job.Seq)
-		if ln.stalled {
+		if ln.stalled && t.batch == nil {
 			// Keep only a job that goes right after the kept ones, and
 			// only up to keep; the rest wait on the server.
 			if ln.squeezed || ln.queued() >= l.keep || ln.handedBack.lowest() != 0 && t.job.Seq != ln.handedBack.lowest() {
@@ -300,7 +321,10 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 		}
 	}
 	t.progress = time.Now()
-	l.inflight[t.job.Seq] = t
+	l.inflight[t.pos()] = t
+	if t.batch != nil {
+		l.parts++
+	}
 	if ln == nil {
 		ln = &lane{key: t.job.Key}
 		l.byKey[t.job.Key] = ln
@@ -337,11 +361,19 @@ func (l *lanes) stall(key string, stalled bool) []*task {
 	if cut == len(ln.queue) {
 		return nil
 	}
-	back := append([]*task(nil), ln.queue[cut:]...)
-	clear(ln.queue[cut:])
-	ln.queue = ln.queue[:cut]
+	var back []*task
+	kept := ln.queue[:cut]
+	for _, t := range ln.queue[cut:] {
+		if t.batch != nil {
+			kept = append(kept, t) // never handed back: it waits behind the gap
+			continue
+		}
+		back = append(back, t)
+	}
+	clear(ln.queue[len(kept):])
+	ln.queue = kept
 	for _, t := range back {
-		delete(l.inflight, t.job.Seq)
+		l.forget(t)
 		ln.handedBack.add(t.job.Seq, t.maybeDup)
 	}
 	return back
@@ -358,7 +390,7 @@ func (l *lanes) stall(key string, stalled bool) []*task {
 func (l *lanes) waitRoom() (back, stalledBack []*task) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for len(l.inflight)-l.stalled >= l.window && !l.closed && !l.woken {
+	for len(l.inflight)-l.parts-l.stalled >= l.window && !l.closed && !l.woken {
 		if len(l.ready) == 0 && l.busy <= l.stalled {
 			if t := l.evict(); t != nil {
 				back = append(back, t)
@@ -381,7 +413,9 @@ func (l *lanes) evict() *task {
 		if ln.stalled || len(ln.handedBack) == 0 || ln.runnable() == ln.queued() {
 			continue
 		}
-		return l.popLast(ln)
+		if t := l.popLast(ln); t != nil {
+			return t
+		}
 	}
 	return nil
 }
@@ -406,15 +440,37 @@ func (l *lanes) evictKept() *task {
 	return l.popLast(most)
 }
 
-// popLast takes ln's last queued job out of the lanes, as handed back.
+// popLast takes ln's last queued job that is not a batch's out of the
+// lanes, as handed back; nil when every queued job is a batch's.
 func (l *lanes) popLast(ln *lane) *task {
 	last := len(ln.queue) - 1
+	for last >= ln.head && ln.queue[last].batch != nil {
+		last--
+	}
+	if last < ln.head {
+		return nil
+	}
 	t := ln.queue[last]
-	ln.queue[last] = nil
-	ln.queue = ln.queue[:last]
-	delete(l.inflight, t.job.Seq)
+	if last == len(ln.queue)-1 {
+		ln.queue[last] = nil
+		ln.queue = ln.queue[:last]
+	} else {
+		ln.queue = slices.Delete(ln.queue, last, last+1)
+	}
+	l.forget(t)
 	ln.handedBack.add(t.job.Seq, t.maybeDup)
 	return t
+}
+
+// forget takes t out of the in-flight jobs.
+func (l *lanes) forget(t *task) {
+	if _, ok := l.inflight[t.pos()]; !ok {
+		return
+	}
+	delete(l.inflight, t.pos())
+	if t.batch != nil {
+		l.parts--
+	}
 }
 
 // wake ends every waitRoom, now and later.
@@ -471,7 +527,7 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 	defer l.mu.Unlock()
 	if l.dropping {
 		for _, t := range ln.queue[ln.head:] {
-			delete(l.inflight, t.job.Seq)
+			l.forget(t)
 		}
 		ln.queue, ln.head = nil, 0
 	}
@@ -513,7 +569,7 @@ func (l *lanes) done(ts []*task) {
 			t.requeued = false
 			continue
 		}
-		delete(l.inflight, t.job.Seq)
+		l.forget(t)
 	}
 	l.room.Broadcast()
 	l.mu.Unlock()
@@ -594,7 +650,7 @@ func (l *lanes) close(drop bool) {
 		l.dropping = true
 		for _, ln := range l.byKey { // ready, held, or waiting behind a gap
 			for _, t := range ln.queue[ln.head:] {
-				delete(l.inflight, t.job.Seq)
+				l.forget(t)
 			}
 			ln.queue, ln.head = nil, 0
 		}

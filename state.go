@@ -214,7 +214,10 @@ func (s *State) check(cur StateEntry, rev uint64, job Job) (res []byte, applied 
 	}
 	switch s.epochOf(cur, job.Partition) {
 	case epochSame:
-		if job.Seq <= cur.Seq {
+		// Jobs of one batch message share Seq and apply in the order of
+		// their index, which the entry does not keep: a later job of the
+		// batch that applied last is no gap for the ones after it.
+		if job.Seq < cur.Seq || job.Seq == cur.Seq && job.index == 0 {
 			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d, applied up to seq %d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, cur.Seq)
 		}
 	case epochForeign:

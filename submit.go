@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natserr"
+	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -20,11 +21,15 @@ import (
 func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
 	defer c.observeSubmit(c.now(), &err)
 	r := build(key, payload, opts)
+	explicit := r.ID != ""
 	m, err := c.message(&r, "")
 	if err != nil {
 		return "", err
 	}
 	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
+	if !explicit && c.batchable(m) {
+		return c.submitBatched(ctx, m, r.ID, partition.Of(r.Key, c.n))
+	}
 	if c.batch == nil || m.Header[HeaderRunAt] != nil {
 		dup, err := c.publishWatched(ctx, m)
 		if err != nil {
@@ -111,7 +116,12 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 	span := c.tracing.sendMany(ctx, len(reqs))
 	defer span.end(out)
 	rs := &refusals{before: c.nc.LastError()} // a refusal after it is one of these publishes'
+	var batches *manyBatches
+	if c.wire != nil {
+		batches = c.newManyBatches()
+	}
 	for i := range reqs {
+		explicit := reqs[i].ID != ""
 		m, err := c.message(&reqs[i], "")
 		out[i].ID = reqs[i].ID
 		if err != nil {
@@ -119,6 +129,14 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			continue
 		}
 		span.inject(m)
+		if batches != nil {
+			p := partition.Of(reqs[i].Key, c.n)
+			if !explicit && c.batchable(m) {
+				batches.add(p, i, m)
+				continue
+			}
+			batches.flush(p) // a key's earlier jobs are stored first
+		}
 		f, err := c.async.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
 		if err != nil {
 			out[i].Err = err
@@ -129,6 +147,9 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			// The rest are not sent: say so, none may look stored.
 			for j := i + 1; j < len(reqs); j++ {
 				out[j] = Submitted{ID: reqs[j].ID, Err: fmt.Errorf("keylane: not submitted: %w", ctx.Err())}
+			}
+			if batches != nil {
+				batches.drop(out, ctx.Err())
 			}
 			break
 		}
@@ -146,6 +167,9 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 					out[j].Err = fmt.Errorf("keylane: submit %s: no stream ack, stored or not: %w", out[j].ID, done)
 				}
 			}
+			if batches != nil {
+				batches.abandon(out, done)
+			}
 			return out, done
 		case err == nil:
 		case !retryablePublish(err):
@@ -156,6 +180,11 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			if _, err := c.publishWatched(ctx, f.Msg()); err != nil {
 				_, out[i].Err = c.submitError(ctx, f.Msg(), out[i].ID, err)
 			}
+		}
+	}
+	if batches != nil {
+		if done := batches.wait(ctx, out, rs); done != nil {
+			return out, done
 		}
 	}
 	return out, ctx.Err()

@@ -1547,4 +1547,206 @@
 // sync, so it saves ack messages but no fsync, and an AckAll floor held
 // back by one slow key would redeliver every later job of its partition
 // to a new owner.
+//
+// # Batches on the wire
+//
+// Built, off by default: the format (wire/batch.go), the send discipline
+// (internal/batcher), the worker's reading (WorkerConfig.Batches,
+// batchpart.go, fetch.go's dispatchBatch) and the client's sending of
+// Submit and SubmitMany (ClientConfig.Batches, wirebatch.go). Not built
+// yet: Calls in batches, outcomes kept per batch, Index in the state
+// entry, the namespace metadata that turns clients' batches on (each is
+// marked below).
+//
+// Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
+// run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
+// --placement separate --only 'hot,skewed,keylane,raw JS'): hot Call
+// 18,532/s, CPU µs/job server+worker+client 40+26+18 = 84; skewed Call
+// 9,753/s, 101+62+26 = 189; skewed Submit 25,507/s, 40+25+6 = 71; raw
+// JetStream request-reply 44,195/s, 20+4+12 = 36 (hot and skewed alike).
+// CPU profiles of the same rows (KEYLANE_BENCH_CPUPROFILE, the server's
+// through its prof_port, go tool pprof -top -cum) say where it goes. In
+// the server, per message, not per header: reading and routing
+// (client.processInboundClientMsg) about 24 % of its CPU, storing
+// (processJetStreamMsg) 15 %, the ack and its tombstone
+// (consumer.processAck, fileStore.removeMsg) 11 %, delivering
+// (client.deliverMsg) 12 %, socket writes 9-16 %; parsing keylane's
+// seven headers (sliceHeader, getHeaderKeyIndex) is 3-4 %. In the worker
+// (skewed Call): the state write's compare-and-set 16 %, the kept-outcome
+// read and its JSON 12 %, stream acks' JSON 11 %, socket writes 12 %. In
+// the client: building and checking the message with its headers
+// (Client.message) 8 %, the stream ack's JSON 8 %, the flusher's writes
+// 15 %. So the lever is fewer messages per job, not smaller headers:
+// bytes per job in a body cost little; messages, acks and tombstones cost
+// the CPU.
+//
+// The batch message. One stream message carries many jobs of one
+// partition, of any keys, from one client:
+//
+//	subject   <ns>.jobs.<p>.batch   (not 16 hex digits: never a key's token;
+//	                                 inside the partition consumer's filter)
+//	headers   Nats-Msg-Id           the batch's own ID (a nuid): the server
+//	                                de-duplicates a resent batch whole
+//	          Nats-Expected-Stream  as for one job (shards)
+//	          Keylane-Batch         the body's format version ("1")
+//	          Keylane-Partitions    N the client routed every job with
+//	body      wire.EncodeBatch: version byte, job count, then per job the
+//	          key, job ID, type, reply subject, flags (keep-outcome,
+//	          idempotent), the submitter's allowed headers and the payload,
+//	          each length-prefixed (uvarint)
+//
+// The worker reads the body with wire.DecodeBatch, which checks every
+// field with the rule the one-job path uses (ValidateKey and the key's
+// partition, ValidateJobID, ValidateType, ValidateReply under the
+// topology's prefix, ValidateUserHeader) and returns, per job, the job or
+// why it is refused. A job that breaks a rule is dead-lettered alone
+// (malformed, as a one-job message is) and the others run; a body whose
+// framing is broken (version, counts, a length past the end, bytes after
+// the last job, over the limits) is one malformed message, dead-lettered
+// whole. Limits: at most wire.MaxBatchJobs (1024) jobs and
+// wire.MaxBatchBytes (8 MiB, and the server's max_payload) per batch.
+//
+// When a client batches. Per partition, one batch in flight at a time
+// (internal/batcher). A job for a partition with nothing in flight is
+// sent at once, alone (a one-job batch is a one-job message, today's
+// format: never delay a lone job, never change what a quiet client
+// sends). Jobs that arrive while a send is in flight queue; when it
+// returns they go as the next batch, cut at 256 jobs or at max_payload
+// less DeadLetterReserve and 1 KiB of headers, whichever first. A linger
+// (default 0) may hold a batch that long for more jobs; kept only if the
+// bench shows it pays. Under load a batch grows by itself to about the
+// number of callers waiting on the partition during one round trip.
+// SubmitMany, which holds its jobs at once, cuts each partition's run of
+// batchable jobs the same way and publishes the batches asynchronously
+// with its one-job messages; a job that goes alone first publishes its
+// partition's open batch, so a key's jobs are stored in the order given.
+//
+// What is never batched (goes alone, as today): a job with a caller's ID
+// (WithID): its exactly-once by ID within the duplicate window rests on
+// its own Nats-Msg-Id, and Submit's ErrDuplicate answer with it; a
+// delayed job (its schedule is its own message); a redrive (it carries
+// Keylane-Redrive-Of); any job on a namespace with a key backlog cap (the
+// server counts messages per subject, and a batch's subject is no key's:
+// batching per key would count a batch of 50 as one; the cap counts jobs
+// only if they go alone). Generated IDs (nuid) are unique, so a batch's
+// jobs need no per-job de-duplication; the resend of a whole batch is
+// de-duplicated by the batch's ID. So a batch whose stream ack does not
+// come is published again whole, as it was (its batch ID); a job of it is
+// never published again alone (Call's republish after callAckWait), which
+// the server could not de-duplicate against the batch: the stream would
+// hold the job twice.
+//
+// The worker splits a batch into its keys' lanes. Each job becomes a task
+// of its own whose position is (stream sequence, index in the batch): the
+// index orders one key's jobs within a batch and keys the lanes' in-flight
+// map. The task's message is a view of its job (batchPart: the job's
+// subject, headers and payload as a one-job message would carry them), so
+// finish, replies, traces and dead letters read it as a job; its Ack
+// settles the job, and the batch message is acked once every job in it
+// is settled (applied and its outcome kept, answered, or dead-lettered
+// alone). Until then InProgress keeps it (once per half second for all
+// its jobs). A job of a batch is never handed back (NAKed: the message
+// cannot be half-NAKed): a stalled key keeps it queued behind its gap, and
+// batch jobs do not count in MaxInFlight's window, so they cannot fill it
+// and stop the fetch that would close a gap; they are bounded by the
+// server's MaxAckPending messages of at most 1024 jobs. Job.Seq stays the
+// stream sequence (jobs of one batch share it). The state entry keeps the
+// last job's Seq, not its index (Index in the entry is designed, not
+// built): the gap check lets a job of index > 0 run at the entry's own
+// Seq (a later job of its batch applied last), so a dead-lettered job of
+// a batch redelivered after a later job of its key and batch applied runs
+// again instead of failing with ErrGap (TestStateAppliesJobsOfOneBatchInOrder).
+// Tested by TestBatchMixingKeysWithDifferentFates (a poisoned job and a
+// malformed one dead-lettered alone, the others applied once, the message
+// acked) and TestBatchWithoutWorkerBatchesIsDeadLetteredWhole.
+//
+// A redelivered batch (its tenure ended before the ack) is settled job by
+// job from the held outcomes: every job of it is maybeDup; a job whose
+// key's state entry holds its ID, or whose outcome is kept, is answered
+// without running; the others run, in order. Nothing applied twice,
+// nothing skipped. A plain Handler (no State) has no held outcome unless
+// kept: its finished jobs of an unacked batch run again on redelivery
+// (at-least-once, as for one job between its end and its ack today, but
+// the window is the batch's). Tested by
+// TestBatchRedeliveredAfterCrashBetweenApplyAndAck (the worker's connection
+// cut after one job's state write, before the batch's ack: the next owner
+// answers every job from the held outcomes and acks the message).
+//
+// Outcomes. A job with a caller's ID never travels in a batch, so
+// retries by ID (above) are as today. Designed, not built (Calls do not
+// travel in batches yet): a batched Call's outcome is kept
+// as one results entry per batch, keyed by the batch ID, holding every
+// job's outcome by index, written once the batch is settled and before
+// its ack; the client recovers a lost reply there (it knows its batch's
+// ID and its index). Per-ID entries only with StoreResults (Result by ID
+// is promised for every job there).
+//
+// Dead letters of a batched job are one-job dead letters (its key, type,
+// ID in Keylane-Job-Id, allowed headers and payload), so redrive, the
+// status page and the dead-letter tools read them as today. Their own ID
+// is wire.BatchDeadID (the batch's sequence and the job's index): with
+// wire.DeadID alone the second dead letter of one batch would be dropped
+// as a duplicate of the first, and its job acked with none stored.
+//
+// Counting. Client.Backlog, the status page and the consumer's pending
+// count (the worker's backlog metric) count stored messages, so a batch
+// counts as one job there (not built: the job count, which a
+// Keylane-Batch-Jobs header would give them without decoding the body).
+// Tracing works per job (traceparent travels in each job's headers);
+// delays, redrives and admission caps are as today because their jobs go
+// alone; repartition refuses a batch routed with another N whole.
+//
+// Versions. A worker of a previous release reads a batch as a message
+// without Keylane-Key and dead-letters it whole. So a client sends
+// batches only when the jobs stream's metadata says its workers read
+// them (keylane.batches, set by an operator after every worker runs this
+// release), and never by default (ClientConfig.Batches). Not built yet:
+// the metadata; today ClientConfig.Batches is the operator's promise that
+// every worker runs with WorkerConfig.Batches. A client of a previous
+// release sends one-job messages, which every worker reads. Tested by
+// TestSubmitBatchesAPartitionsConcurrentJobs (64 concurrent Submits of one
+// partition: batch messages on the wire, every job run once with its own
+// key, payload and header) and TestSubmitManyInBatches (cut at 256 jobs,
+// a job with a caller's ID alone in its place, every key's order kept).
+//
+// Cost per job, for a Call without a caller's ID, b jobs per batch and a
+// key's group of n (messages through the server, each hop in or out
+// counted once; fsyncs with sync_interval: always):
+//
+//	                                today (one replica)   batches
+//	publish, stream ack             2                     2/b
+//	delivery                        1                     1/b
+//	kept-outcome look-up            2/n                   0 (first delivery)
+//	state write                     2/n                   2/n
+//	kept outcome put and its ack    2                     2/b
+//	reply                           2/n                   2/n (grouped per inbox)
+//	ack (and its tombstone)         1                     1/b
+//	total                           6 + 6/n               6/b + 4/n
+//	fsyncs                          about 1.5             3/b + 1/n
+//
+// On skewed (n = 1) that is 12 messages today against 4 + 6/b (5.5 at b =
+// 4); on hot (n and b large) almost nothing per job beyond the grouped
+// state write and reply. Raw request-reply is 6. The server's CPU per job
+// follows its messages (profiled above): about 8 µs per message of
+// keylane's today. What is per group is still per job on a catalog (n =
+// 1): the next lever is coalescing a partition's concurrent keys' state
+// writes into one atomic batch of compare-and-sets, measured before
+// built.
+//
+// Measured after the build (bench command above, --only 'hot,skewed,keylane
+// Submit', one run each, the same loaded machine minutes apart; the
+// bench's Submit rows give every purchase a caller's ID, which never
+// travels in a batch, so KEYLANE_BENCH_SUBMIT_IDS=0 submits without IDs
+// and KEYLANE_BENCH_BATCHES=1 turns ClientConfig.Batches and
+// WorkerConfig.Batches on):
+//
+//	Submit, no IDs        batches off                  batches on
+//	hot                   29,312/s  16+8+6 µs/job      123,956/s  2+6+3 µs/job
+//	skewed                22,312/s  24+14+6            58,448/s   4+9+4
+//	hot, fsync always     938/s     237+25+47          85,823/s   4+5+3
+//
+// (µs/job: server+worker+client CPU.) With IDs, as the default bench,
+// nothing is batched and the figures are today's (skewed 8,370 and
+// 9,237/s on and off, same CPU per job). Calls do not travel in batches
+// yet, so the Call rows are unchanged.
 package jetstream

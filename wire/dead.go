@@ -62,9 +62,11 @@ func isDeadID(s string) bool {
 	if !ok || !ok2 {
 		return false
 	}
+	seq, index, inBatch := strings.Cut(seq, "-") // BatchDeadID's
 	_, err1 := strconv.ParseUint(epoch, 16, 64)
 	_, err2 := strconv.ParseUint(seq, 10, 64)
-	return err1 == nil && err2 == nil
+	_, err3 := strconv.ParseUint(index, 10, 32)
+	return err1 == nil && err2 == nil && (!inBatch || err3 == nil)
 }
 
 // DeadHeader returns the headers of a dead letter: its own ID (d.ID, in

@@ -38,6 +38,9 @@ type LocalConfig struct {
 	// SyncAlways is keylane.SyncAlwaysOutcomeBatch, as cmd/worker
 	// --sync-always.
 	OutcomeBatch int
+	// Batches makes the workers read batch messages and clients from
+	// Client send them (WorkerConfig.Batches, ClientConfig.Batches).
+	Batches bool
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
@@ -76,6 +79,7 @@ type Local struct {
 	tmp     string
 	ns      string
 	group   bool
+	batches bool // clients send batch messages (LocalConfig.Batches)
 	obs     *keylane.ClientObserver
 }
 
@@ -88,7 +92,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Tracker == nil {
 		cfg.Tracker = NewTracker(nil, "")
 	}
-	l := &Local{URL: cfg.URL, Tracker: cfg.Tracker, ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, obs: cfg.ClientObserver}
+	l := &Local{URL: cfg.URL, Tracker: cfg.Tracker, ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, batches: cfg.Batches, obs: cfg.ClientObserver}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -140,6 +144,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			ID:           fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency:  cfg.Concurrency,
 			OutcomeBatch: outcomeBatch(cfg),
+			Batches:      cfg.Batches,
 			Logger:       cfg.Logger,
 			Observer:     cfg.WorkerObserver,
 		})
@@ -178,7 +183,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Observer: l.obs})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, Observer: l.obs})
 }
 
 // Stop stops the workers gracefully, then the server.

@@ -52,7 +52,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	var err error
 	if env.Placement == Embedded {
 		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers,
-			OutcomeBatch: outcomeBatch(env.Durable)})
+			OutcomeBatch: outcomeBatch(env.Durable), Batches: batches()})
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", k.srv.URL, "--hold", env.Hold.String(),
-		"--outcome-batch", strconv.Itoa(outcomeBatch(env.Durable)))
+		"--outcome-batch", strconv.Itoa(outcomeBatch(env.Durable)), "--batches="+strconv.FormatBool(batches()))
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -75,7 +75,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	// As sale.Local's clients: group commit when every write is synced.
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0, Batches: batches()})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
 }
@@ -186,6 +186,9 @@ func (q keylaneQueue) call(ctx context.Context, key string, payload []byte, id s
 
 func (q keylaneQueue) submit(ctx context.Context, keys []string, payload []byte, ids []string) error {
 	reqs := make([]keylane.Request, len(keys))
+	if envInt("KEYLANE_BENCH_SUBMIT_IDS", 1) == 0 {
+		ids = nil // generated IDs: batchable (ClientConfig.Batches), no outcome kept by ID
+	}
 	for i, k := range keys {
 		reqs[i] = keylane.Request{Key: k, Payload: payload}
 		if ids != nil {
@@ -217,6 +220,8 @@ type WorkerOptions struct {
 	Replicas, StreamShards int
 	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch.
 	OutcomeBatch int
+	// Batches is the workers' WorkerConfig.Batches.
+	Batches bool
 }
 
 // ServeWorker runs keylane's inventory workers against the NATS server at
@@ -231,8 +236,8 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	start, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	l, err := sale.StartLocal(start, sale.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
-		OutcomeBatch: o.OutcomeBatch,
-		Topology:     keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
+		OutcomeBatch: o.OutcomeBatch, Batches: o.Batches,
+		Topology: keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
 	if err != nil {
 		return err
 	}
@@ -257,7 +262,12 @@ func outcomeBatch(durable bool) int {
 
 // knobs are the environment variables of the bench's experiments; the
 // header names any that is set, and Run refuses one that is not a number.
-var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES"}
+var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS"}
+
+// batches reports whether keylane's workers read and its clients send
+// batch messages (ClientConfig.Batches, WorkerConfig.Batches):
+// KEYLANE_BENCH_BATCHES=1. Off by default.
+func batches() bool { return envInt("KEYLANE_BENCH_BATCHES", 0) > 0 }
 
 // checkKnobs refuses a knob that is set but not an integer.
 func checkKnobs() error {

@@ -1,0 +1,121 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Batch messages on the worker (WorkerConfig.Batches; see "Batches on the
+// wire" in package jetstream's doc). Each job of a batch runs as a task of
+// its own whose msg is a batchPart: the job's own subject, headers and
+// payload, as a one-job message of it would carry them, so finish, the
+// dead letters, the replies and the traces read it as they read a job.
+// Its Ack settles the job; the batch message itself is acked once every
+// job of it is settled. A batch's job is never handed back (NAKed): the
+// lanes keep it (lanes.go).
+
+// errBatchPartNak is what a NAK of one job of a batch returns: the
+// message carries the other jobs too.
+var errBatchPartNak = errors.New("a job of a batch message cannot be handed back alone")
+
+// batchMsg is one received batch message and how many of its jobs are
+// not settled yet.
+type batchMsg struct {
+	msg jetstream.Msg
+	mu  sync.Mutex
+	// left is how many jobs of it are not settled; the message is acked
+	// when it reaches 0.
+	left int
+	// touched is when InProgress was last sent for it: the lanes touch
+	// each job, one is enough per period.
+	touched time.Time
+}
+
+// batchPart is one job of a batch message.
+type batchPart struct {
+	jetstream.Msg // the batch message: Metadata, Reply
+	b             *batchMsg
+	subject       string
+	header        nats.Header
+	data          []byte
+	settled       bool // under b.mu
+}
+
+func (p *batchPart) Subject() string      { return p.subject }
+func (p *batchPart) Headers() nats.Header { return p.header }
+func (p *batchPart) Data() []byte         { return p.data }
+
+// Ack settles the job; the last job settled acks the batch message, and
+// its error is the ack's. A job settled twice counts once.
+func (p *batchPart) Ack() error {
+	p.b.mu.Lock()
+	if p.settled {
+		p.b.mu.Unlock()
+		return nil
+	}
+	p.settled = true
+	p.b.left--
+	last := p.b.left == 0
+	p.b.mu.Unlock()
+	if !last {
+		return nil
+	}
+	return p.b.msg.Ack()
+}
+
+// DoubleAck is Ack; the batch message's own ack is a plain one.
+func (p *batchPart) DoubleAck(context.Context) error { return p.Ack() }
+
+func (p *batchPart) Nak() error                       { return errBatchPartNak }
+func (p *batchPart) NakWithDelay(time.Duration) error { return errBatchPartNak }
+func (p *batchPart) Term() error                      { return errBatchPartNak }
+func (p *batchPart) TermWithReason(string) error      { return errBatchPartNak }
+
+// InProgress keeps the batch message from being redelivered, once per
+// half second however many of its jobs ask.
+func (p *batchPart) InProgress() error {
+	p.b.mu.Lock()
+	now := time.Now()
+	if now.Sub(p.b.touched) < 500*time.Millisecond {
+		p.b.mu.Unlock()
+		return nil
+	}
+	p.b.touched = now
+	p.b.mu.Unlock()
+	return p.b.msg.InProgress()
+}
+
+// batchPartHeader is the header a one-job message of e would carry: the
+// job ID, key, type, reply and flags in keylane's headers, and the
+// submitter's own.
+func batchPartHeader(e wire.BatchEntry) nats.Header {
+	h := make(nats.Header, 6+len(e.Header))
+	for k, vs := range e.Header {
+		h[k] = vs
+	}
+	if e.Job.ID != "" {
+		h[HeaderJobID] = []string{e.Job.ID}
+	}
+	if e.Job.Key != "" {
+		h[HeaderKey] = []string{e.Job.Key}
+	}
+	if e.Job.Type != "" {
+		h[HeaderType] = []string{e.Job.Type}
+	}
+	if e.Job.Reply != "" {
+		h[HeaderReply] = []string{e.Job.Reply}
+	}
+	if e.Job.KeepOutcome {
+		h[HeaderKeepOutcome] = oneHeader
+	}
+	if e.Job.Idempotent {
+		h[HeaderIdempotent] = oneHeader
+	}
+	return h
+}

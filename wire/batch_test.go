@@ -1,0 +1,335 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/keylane/keylane/partition"
+)
+
+// sampleBatch is a batch of partition 1 of 4 whose every job is valid.
+func sampleBatch() []BatchJob {
+	k1, k2 := keyIn(1, 4), keyIn(1, 4)+"x"
+	for partition.Of(k2, 4) != 1 {
+		k2 += "x"
+	}
+	return []BatchJob{
+		{Key: k1, ID: "a1", Reply: "_INBOX.c.-1", KeepOutcome: true, Payload: []byte("buy 1")},
+		{Key: k2, ID: "a2", Type: "paid", Header: map[string][]string{"X-Order": {"42", "43"}, "traceparent": {"00-aa-bb-01"}}, Payload: []byte{}},
+		{Key: k1, ID: "a3", Idempotent: true, Header: map[string][]string{"X-Empty": {}}, Payload: bytes.Repeat([]byte{0, 0xff}, 300)},
+	}
+}
+
+// batchHeader is a batch message's valid header of partition 1 of 4.
+func batchHeader() map[string][]string {
+	return map[string][]string{HeaderJobID: {"batch1"}, HeaderBatch: {"1"}, HeaderPartitions: {"4"}, "Nats-Expected-Stream": {"NS_JOBS"}}
+}
+
+func encode(t *testing.T, jobs []BatchJob) []byte {
+	t.Helper()
+	b, err := EncodeBatch(jobs)
+	if err != nil {
+		t.Fatalf("EncodeBatch: %v", err)
+	}
+	return b
+}
+
+func sameJobs(a, b []BatchJob) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if !bytes.Equal(x.Payload, y.Payload) || len(x.Header) != len(y.Header) {
+			return false
+		}
+		for k, vs := range x.Header {
+			if ws, ok := y.Header[k]; !ok || len(vs) != len(ws) || len(vs) > 0 && !reflect.DeepEqual(vs, ws) {
+				return false
+			}
+		}
+		if x.Key != y.Key || x.ID != y.ID || x.Type != y.Type || x.Reply != y.Reply || x.KeepOutcome != y.KeepOutcome || x.Idempotent != y.Idempotent {
+			return false
+		}
+	}
+	return true
+}
+
+func TestBatchRoundTrip(t *testing.T) {
+	jobs := sampleBatch()
+	body := encode(t, jobs)
+	size := len(batchMagic) + 1 + uvarintSize(len(jobs))
+	for _, j := range jobs {
+		size += BatchJobSize(j)
+	}
+	if len(body) != size {
+		t.Fatalf("body of %d bytes, BatchJobSize adds up to %d", len(body), size)
+	}
+	got, err := DecodeBatch(body)
+	if err != nil {
+		t.Fatalf("DecodeBatch: %v", err)
+	}
+	if !sameJobs(got, jobs) {
+		t.Fatalf("decoded %+v, sent %+v", got, jobs)
+	}
+	if again := encode(t, got); !bytes.Equal(again, body) {
+		t.Fatalf("re-encoded body differs:\n%x\n%x", again, body)
+	}
+	// Fields are cut with no spare capacity: appending to one payload
+	// leaves the next job's bytes alone.
+	_ = append(got[0].Payload, 'X')
+	if again := encode(t, got); !bytes.Equal(again, body) {
+		t.Fatal("appending to a decoded payload changed the body")
+	}
+}
+
+func TestEncodeBatchLimits(t *testing.T) {
+	if _, err := EncodeBatch(nil); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatalf("no jobs: %v", err)
+	}
+	if _, err := EncodeBatch(make([]BatchJob, MaxBatchJobs+1)); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatalf("%d jobs: %v", MaxBatchJobs+1, err)
+	}
+	if _, err := EncodeBatch(make([]BatchJob, MaxBatchJobs)); err != nil {
+		t.Fatalf("%d jobs: %v", MaxBatchJobs, err)
+	}
+	big := []BatchJob{{Payload: make([]byte, MaxBatchBytes/2)}, {Payload: make([]byte, MaxBatchBytes/2)}}
+	if _, err := EncodeBatch(big); !errors.Is(err, ErrBatchTooLarge) {
+		t.Fatalf("over %d bytes: %v", MaxBatchBytes, err)
+	}
+}
+
+func TestDecodeBatchRefusesBrokenFraming(t *testing.T) {
+	good := encode(t, []BatchJob{{Key: "k", ID: "a", Header: map[string][]string{"A": {"1"}, "B": {"2"}}, Payload: []byte("p")}})
+	// Offsets in good: "KLB" 1 | count | key 1 k | id 1 a | type 0 | reply 0 |
+	// flags | 2 headers | 1 A 1 1 1 | 1 B 1 1 2 | 1 p
+	set := func(i int, c byte) []byte {
+		b := bytes.Clone(good)
+		b[i] = c
+		return b
+	}
+	cases := map[string]struct {
+		body []byte
+		why  string
+	}{
+		"empty":              {[]byte{}, "magic"},
+		"no magic":           {[]byte("KLA\x01\x01"), "magic"},
+		"version 2":          {set(3, 2), "version 2"},
+		"no jobs":            {[]byte("KLB\x01\x00"), "no jobs"},
+		"count over limit":   {binary.AppendUvarint([]byte("KLB\x01"), MaxBatchJobs+1), "bad job count"},
+		"count past the end": {set(4, 9), "job count past the end"},
+		"truncated":          {good[:len(good)-1], "length of the payload"},
+		"bytes after":        {append(bytes.Clone(good), 0), "bytes after the last job"},
+		"long varint":        {append([]byte("KLB\x01\x81\x00"), good[5:]...), "bad job count"},
+		"length past end":    {set(5, 100), "length of the key"},
+		"unknown flag":       {set(11, 4), "unknown flags"},
+		"headers unsorted":   {bytes.Replace(bytes.Replace(good, []byte("\x01A"), []byte("\x01C"), 1), []byte("\x01B"), []byte("\x01A"), 1), "not strictly ascending"},
+		"header twice":       {bytes.Replace(good, []byte("\x01B"), []byte("\x01A"), 1), "not strictly ascending"},
+		"too large":          {make([]byte, MaxBatchBytes+1), "limit"},
+	}
+	if _, err := DecodeBatch(good); err != nil {
+		t.Fatalf("good body refused: %v", err)
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			if jobs, err := DecodeBatch(c.body); !errors.Is(err, ErrBadBatch) || !strings.Contains(err.Error(), c.why) {
+				t.Fatalf("DecodeBatch(%x) = %+v, %v; want ErrBadBatch, %s", c.body, jobs, err, c.why)
+			}
+		})
+	}
+}
+
+// TestParseBatchRefusesEachBadJobAlone: each job is checked by the rule
+// the one-job path uses (the same error values), a refused job keeps what
+// may be trusted, and the other jobs of the batch are untouched.
+func TestParseBatchRefusesEachBadJobAlone(t *testing.T) {
+	jobs := sampleBatch()
+	k := jobs[0].Key
+	other := keyIn(2, 4)
+	bad := []struct {
+		job  BatchJob
+		want error // errors.Is target, or nil to match text
+		text string
+	}{
+		{BatchJob{Key: k + " ", ID: "b1", Reply: "_INBOX.c.-9"}, partition.ErrKeySpace, ""},
+		{BatchJob{Key: other, ID: "b2"}, nil, "belongs to partition 2, arrived on 1"},
+		{BatchJob{Key: k, ID: "b3", Reply: "$JS.API.STREAM.PURGE.x"}, ErrBadReply, ""},
+		{BatchJob{Key: k, ID: "order..1"}, ErrBadJobID, ""},
+		{BatchJob{Key: k, ID: ""}, ErrBadJobID, ""},
+		{BatchJob{Key: k, ID: "a1"}, nil, `job ID "a1" given twice in the batch`},
+		{BatchJob{Key: k, ID: "b5", Type: " paid"}, ErrBadType, ""},
+		{BatchJob{Key: k, ID: "b6", Header: map[string][]string{"Nats-Rollup": {"sub"}}}, ErrReservedHeader, ""},
+		{BatchJob{Key: k, ID: "b7", Header: map[string][]string{"X": {"1 "}}}, ErrBadHeader, ""},
+		{BatchJob{Key: k, ID: "b8", Header: map[string][]string{"Keylane-Redrive-Of": {"victim"}}}, ErrReservedHeader, ""},
+	}
+	all := append([]BatchJob(nil), jobs...)
+	for _, b := range bad {
+		all = append(all, b.job)
+	}
+	entries, err := rules4.ParseBatch(BatchSubject("ns", 1), batchHeader(), encode(t, all))
+	if err != nil {
+		t.Fatalf("ParseBatch: %v", err)
+	}
+	if len(entries) != len(all) {
+		t.Fatalf("%d entries for %d jobs", len(entries), len(all))
+	}
+	for i, j := range jobs {
+		e := entries[i]
+		want := Job{ID: j.ID, Key: j.Key, Type: j.Type, Reply: j.Reply, KeepOutcome: j.KeepOutcome, Idempotent: j.Idempotent}
+		if e.Err != nil || e.Job != want || !bytes.Equal(e.Payload, j.Payload) {
+			t.Fatalf("job %d: %+v, want %+v", i, e, want)
+		}
+	}
+	for i, b := range bad {
+		e := entries[len(jobs)+i]
+		switch {
+		case e.Err == nil:
+			t.Fatalf("bad job %+v accepted", b.job)
+		case b.want != nil && !errors.Is(e.Err, b.want):
+			t.Fatalf("bad job %+v: %v, want %v", b.job, e.Err, b.want)
+		case b.want == nil && !strings.Contains(e.Err.Error(), b.text):
+			t.Fatalf("bad job %+v: %v, want %q", b.job, e.Err, b.text)
+		}
+	}
+	// What may be trusted of a refused job stays: the reply of a job with
+	// a bad key (its caller is told), the ID of one with a bad reply.
+	if e := entries[len(jobs)]; e.Job.Reply != "_INBOX.c.-9" || e.Job.ID != "b1" || e.Job.Key != "" {
+		t.Fatalf("bad key's entry: %+v", e.Job)
+	}
+	if e := entries[len(jobs)+2]; e.Job.Reply != "" || e.Job.ID != "b3" || e.Job.Key != k {
+		t.Fatalf("bad reply's entry: %+v", e.Job)
+	}
+}
+
+// TestParseBatchRefusesTheMessage: what is wrong with the message itself
+// makes it one malformed message.
+func TestParseBatchRefusesTheMessage(t *testing.T) {
+	body := encode(t, sampleBatch())
+	subj := BatchSubject("ns", 1)
+	if subj != "ns.jobs.1.batch" {
+		t.Fatalf("BatchSubject = %q", subj)
+	}
+	with := func(name string, vs ...string) map[string][]string {
+		h := batchHeader()
+		if vs == nil {
+			delete(h, name)
+		} else {
+			h[name] = vs
+		}
+		return h
+	}
+	cases := []struct {
+		name    string
+		subject string
+		h       map[string][]string
+		body    []byte
+		text    string
+	}{
+		{"another partition's subject", BatchSubject("ns", 2), batchHeader(), body, "not this partition's"},
+		{"a key's subject", partition.Subject("ns", 1, keyIn(1, 4)), batchHeader(), body, "not this partition's"},
+		{"no version", subj, with(HeaderBatch), body, "this build reads batches of version 1"},
+		{"version 2", subj, with(HeaderBatch, "2"), body, "this build reads batches of version 1"},
+		{"version twice", subj, with(HeaderBatch, "1", "1"), body, "given 2 times"},
+		{"roll-up", subj, with("Nats-Rollup", "sub"), body, "Nats-Rollup"},
+		{"schedule", subj, with("Nats-Schedule", "@at 2030-01-01T00:00:00Z"), body, "Nats-Schedule"},
+		{"other N", subj, with(HeaderPartitions, "8"), body, "counts 8 partitions"},
+		{"no N", subj, with(HeaderPartitions), body, "counts  partitions"},
+		{"no batch ID", subj, with(HeaderJobID), body, "bad batch Nats-Msg-Id"},
+		{"bad batch ID", subj, with(HeaderJobID, "a..b"), body, "bad batch Nats-Msg-Id"},
+		{"a key header", subj, with(HeaderKey, "sku:1"), body, "carries Keylane-Key"},
+		{"a delayed ID", subj, with(HeaderDelayedID, "hold.1"), body, "carries Keylane-Job-Id"},
+		{"broken body", subj, batchHeader(), body[:len(body)-1], "malformed batch"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			es, err := rules4.ParseBatch(c.subject, c.h, c.body)
+			if err == nil || !strings.Contains(err.Error(), c.text) || es != nil {
+				t.Fatalf("ParseBatch = %v, %v; want a refusal with %q", es, err, c.text)
+			}
+		})
+	}
+}
+
+func TestBatchDeadIDs(t *testing.T) {
+	ids := map[string]bool{}
+	for _, id := range []string{BatchDeadID(0xab, 9, 0), BatchDeadID(0xab, 9, 1), BatchDeadID(0xab, 9, 2), BatchDeadID(0xab, 10, 0), DeadID(0xab, 9)} {
+		ids[id] = true
+		if err := ValidateJobID(id); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		// A dead letter without Keylane-Job-Id (its job's ID was refused)
+		// names no job, whatever its own ID.
+		if got := JobIDOfDead(map[string][]string{HeaderJobID: {id}}); got != "" {
+			t.Fatalf("JobIDOfDead(%s) = %q", id, got)
+		}
+	}
+	if len(ids) != 4 || BatchDeadID(0xab, 9, 0) != DeadID(0xab, 9) || BatchDeadID(0xab, 9, 2) != "dl-ab-9-2" {
+		t.Fatalf("dead IDs %v", ids)
+	}
+	if got := JobIDOfDead(map[string][]string{HeaderJobID: {"dl-ab-9-x"}}); got != "dl-ab-9-x" {
+		t.Fatalf("JobIDOfDead(dl-ab-9-x) = %q: not a dead letter's ID", got)
+	}
+}
+
+// FuzzDecodeBatch reads fuzzed bodies: one that decodes is exactly the
+// body EncodeBatch writes for what it decoded to (one body, one reading),
+// and ParseBatch accepts a job only with every field within its rule and
+// no ID twice.
+func FuzzDecodeBatch(f *testing.F) {
+	for _, jobs := range [][]BatchJob{sampleBatch(), {{Key: "k", ID: "a"}}, {{Key: keyIn(1, 4), ID: "x", Header: map[string][]string{"": {""}}}}} {
+		b, err := EncodeBatch(jobs)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("KLB\x01\x01"))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		jobs, err := DecodeBatch(body)
+		es, perr := rules4.ParseBatch(BatchSubject("ns", 1), batchHeader(), body)
+		if err != nil {
+			if !errors.Is(err, ErrBadBatch) || perr == nil {
+				t.Fatalf("DecodeBatch: %v; ParseBatch: %v", err, perr)
+			}
+			return
+		}
+		again, err := EncodeBatch(jobs)
+		if err != nil {
+			t.Fatalf("EncodeBatch of a decoded batch: %v", err)
+		}
+		if !bytes.Equal(again, body) {
+			t.Fatalf("decoded %x, re-encoded %x", body, again)
+		}
+		if perr != nil || len(es) != len(jobs) {
+			t.Fatalf("ParseBatch of a decodable body: %d entries, %v", len(es), perr)
+		}
+		ids := map[string]bool{}
+		for i, e := range es {
+			if e.Err != nil {
+				continue
+			}
+			j := e.Job
+			if ValidateKey(j.Key) != nil || partition.Of(j.Key, 4) != 1 || ValidateJobID(j.ID) != nil || ids[j.ID] ||
+				ValidateType(j.Type) != nil || j.Reply != "" && ValidateReply(j.Reply, "_INBOX.") != nil || ValidateUserHeaders(e.Header) != nil {
+				t.Fatalf("accepted job %d: %+v", i, e)
+			}
+			ids[j.ID] = true
+			if want := jobs[i]; j.Key != want.Key || j.ID != want.ID || !bytes.Equal(e.Payload, want.Payload) {
+				t.Fatalf("job %d read as %+v, sent %+v", i, e, want)
+			}
+		}
+	})
+}
+
+// ExampleEncodeBatch shows a batch of two jobs read back.
+func ExampleEncodeBatch() {
+	body, _ := EncodeBatch([]BatchJob{{Key: "sku:1", ID: "j1", Payload: []byte("1")}, {Key: "sku:2", ID: "j2", KeepOutcome: true}})
+	jobs, err := DecodeBatch(body)
+	fmt.Println(len(body), len(jobs), jobs[1].Key, jobs[1].KeepOutcome, err)
+	// Output: 34 2 sku:2 true <nil>
+}

@@ -1,0 +1,256 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	jobbatcher "github.com/keylane/keylane/internal/batcher"
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Batch messages on the client (ClientConfig.Batches; see "Batches on the
+// wire" in package jetstream's doc, and batchpart.go for the worker). Not
+// to be confused with AtomicBatches (batch.go), which sends each job as a
+// message of its own inside a JetStream atomic batch.
+//
+// Submit hands a job without a caller's ID to the partition's batcher
+// (internal/batcher): alone when nothing of its partition is in flight,
+// sent as today's one-job message; otherwise with the jobs that queued
+// meanwhile, as one batch message. A batch whose publish fails in a way a
+// reconnect or an election cures is published again whole, as it was:
+// its batch ID (Nats-Msg-Id) makes the server drop a copy it has.
+
+const (
+	wireBatchMaxJobs = 256
+	// wireBatchTimeout bounds one batch's publish and its retries.
+	wireBatchTimeout = 30 * time.Second
+)
+
+type wireBatcher = jobbatcher.Batcher[*nats.Msg, bool]
+
+func newWireBatcher(c *Client) (*wireBatcher, error) {
+	room := int(c.nc.MaxPayload()) - DeadLetterReserve - 1024 - wire.BatchHeaderSize
+	return jobbatcher.New(jobbatcher.Config[*nats.Msg, bool]{
+		Send:     c.sendWireBatch,
+		Size:     func(m *nats.Msg) int { return wire.BatchJobSize(batchJobOf(m)) },
+		MaxCount: wireBatchMaxJobs,
+		MaxBytes: max(room, 1),
+	})
+}
+
+// batchable reports whether Submit may send m, built by message for a
+// job whose ID was not the caller's, in a batch: not a delayed job, not a
+// redrive, not on a namespace with a key backlog cap (the server counts
+// messages per key subject, and a batch's is no key's).
+func (c *Client) batchable(m *nats.Msg) bool {
+	return c.wire != nil && c.maxKeyBacklog == 0 && m.Header[HeaderRunAt] == nil && m.Header[HeaderRedriveOf] == nil
+}
+
+// sendWireBatch publishes ms, jobs of partition p, as one message: a
+// lone job as itself, more as a batch message. Every job's outcome is the
+// publish's (the value: whether the stream had it already).
+func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []jobbatcher.Outcome[bool] {
+	ctx, cancel := context.WithTimeout(ctx, wireBatchTimeout)
+	defer cancel()
+	out := make([]jobbatcher.Outcome[bool], len(ms))
+	m, err := c.batchMessage(p, ms)
+	var dup bool
+	if err == nil {
+		dup, err = c.publishWatched(ctx, m) // a refused publish (permissions) ends it at once
+	}
+	if len(ms) > 1 {
+		// A duplicate answer to a batch is its own earlier copy: every
+		// job of it has a fresh ID.
+		dup = false
+	}
+	for i := range out {
+		out[i] = jobbatcher.Outcome[bool]{Value: dup, Err: err}
+	}
+	return out
+}
+
+// batchMessage returns the message carrying ms, jobs of partition p built
+// by Client.message: the job itself when alone, else a batch message with
+// an ID of its own.
+func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
+	if len(ms) == 1 {
+		return ms[0], nil
+	}
+	jobs := make([]wire.BatchJob, len(ms))
+	for i, m := range ms {
+		jobs[i] = batchJobOf(m)
+	}
+	body, err := wire.EncodeBatch(jobs)
+	if err != nil {
+		return nil, err
+	}
+	return &nats.Msg{Subject: wire.BatchSubject(c.names.Namespace, p), Data: body, Header: nats.Header{
+		HeaderJobID:        {nuid.Next()},
+		expectStreamHeader: c.expect[ShardOf(p, c.shards)],
+		wire.HeaderBatch:   {"1"},
+		HeaderPartitions:   c.nHeader,
+	}}, nil
+}
+
+// manyBatches is SubmitMany's batching (ClientConfig.Batches): per
+// partition, the batchable jobs given in a row are cut into batch
+// messages of at most wireBatchMaxJobs and the batcher's byte limit, each
+// published as soon as it is full or a job of its partition that goes
+// alone comes next (so a key's jobs are stored in the order given).
+type manyBatches struct {
+	c      *Client
+	room   int
+	open   map[int]*manyBatch
+	sent   []*manyBatch
+	failed []*manyBatch // not published: their jobs' Err is set by wait
+}
+
+type manyBatch struct {
+	p     int
+	idx   []int // the jobs' indexes in SubmitMany's slice
+	ms    []*nats.Msg
+	bytes int
+	m     *nats.Msg
+	f     jetstream.PubAckFuture
+	err   error
+}
+
+func (c *Client) newManyBatches() *manyBatches {
+	return &manyBatches{c: c, room: max(int(c.nc.MaxPayload())-DeadLetterReserve-1024-wire.BatchHeaderSize, 1), open: map[int]*manyBatch{}}
+}
+
+// add queues job i (m) of partition p, publishing its partition's batch
+// first if m would not fit in it.
+func (mb *manyBatches) add(p, i int, m *nats.Msg) {
+	size := wire.BatchJobSize(batchJobOf(m))
+	if b := mb.open[p]; b != nil && (len(b.ms) >= wireBatchMaxJobs || b.bytes+size > mb.room) {
+		mb.flush(p)
+	}
+	b := mb.open[p]
+	if b == nil {
+		b = &manyBatch{p: p}
+		mb.open[p] = b
+	}
+	b.idx, b.ms, b.bytes = append(b.idx, i), append(b.ms, m), b.bytes+size
+}
+
+// flush publishes partition p's open batch, if any.
+func (mb *manyBatches) flush(p int) {
+	b := mb.open[p]
+	if b == nil {
+		return
+	}
+	delete(mb.open, p)
+	if b.m, b.err = mb.c.batchMessage(p, b.ms); b.err == nil {
+		b.f, b.err = mb.c.async.PublishMsgAsync(b.m, jetstream.WithStallWait(30*time.Second))
+	}
+	if b.err != nil {
+		mb.failed = append(mb.failed, b)
+		return
+	}
+	mb.sent = append(mb.sent, b)
+}
+
+// drop fails the jobs of every batch not published yet (ctx ended): none
+// may look stored.
+func (mb *manyBatches) drop(out []Submitted, why error) {
+	for p, b := range mb.open {
+		for _, i := range b.idx {
+			out[i].Err = fmt.Errorf("keylane: not submitted: %w", why)
+		}
+		delete(mb.open, p)
+	}
+}
+
+// abandon is drop, and for every published batch "stored or not".
+func (mb *manyBatches) abandon(out []Submitted, done error) {
+	mb.drop(out, done)
+	for _, b := range mb.sent {
+		for _, i := range b.idx {
+			out[i].Err = fmt.Errorf("keylane: submit %s: no stream ack, stored or not: %w", out[i].ID, done)
+		}
+	}
+}
+
+// wait flushes every open batch and sets each batched job's outcome in
+// out: its batch's ack, publishing a batch again whole (its ID) while
+// the failure is one a reconnect or an election cures. It returns ctx's
+// error (or ErrClosed) when it ended before every ack was seen.
+func (mb *manyBatches) wait(ctx context.Context, out []Submitted, rs *refusals) error {
+	for p := range mb.open {
+		mb.flush(p)
+	}
+	for _, b := range mb.failed {
+		for _, i := range b.idx {
+			out[i].Err = fmt.Errorf("keylane: submit %s: %w", out[i].ID, b.err)
+		}
+	}
+	for n, b := range mb.sent {
+		err, done := mb.c.awaitAck(ctx, b.f, rs)
+		switch {
+		case done != nil:
+			for _, b := range mb.sent[n:] {
+				for _, i := range b.idx {
+					out[i].Err = fmt.Errorf("keylane: submit %s: no stream ack, stored or not: %w", out[i].ID, done)
+				}
+			}
+			return done
+		case err != nil && retryablePublish(err):
+			_, err = mb.c.publishWatched(ctx, b.m)
+		}
+		if err != nil {
+			for _, i := range b.idx {
+				out[i].Err = fmt.Errorf("keylane: submit %s: %w", out[i].ID, natsError(err))
+			}
+		}
+	}
+	return nil
+}
+
+// batchJobOf reads a job message built by Client.message back into its
+// batch form: keylane's headers become fields, the submitter's own stay
+// headers, the server's (Nats-Expected-Stream) go.
+func batchJobOf(m *nats.Msg) wire.BatchJob {
+	get := func(name string) string {
+		if vs := m.Header[name]; len(vs) > 0 {
+			return vs[0]
+		}
+		return ""
+	}
+	j := wire.BatchJob{Key: get(HeaderKey), ID: get(HeaderJobID), Type: get(HeaderType), Reply: get(HeaderReply),
+		KeepOutcome: get(HeaderKeepOutcome) != "", Idempotent: get(HeaderIdempotent) != "", Payload: m.Data}
+	for k, vs := range m.Header {
+		if hasPrefixFold(k, "Nats-") || hasPrefixFold(k, "Keylane-") {
+			continue
+		}
+		if j.Header == nil {
+			j.Header = make(map[string][]string, len(m.Header))
+		}
+		j.Header[k] = vs
+	}
+	return j
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
+}
+
+// submitBatched is Submit's path for a batchable job m of ID id.
+func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p int) (string, error) {
+	dup, err := c.wire.Do(ctx, p, m)
+	switch {
+	case errors.Is(err, jobbatcher.ErrClosed):
+		return "", fmt.Errorf("keylane: submit %s: %w", id, ErrClosed)
+	case err != nil:
+		return "", fmt.Errorf("keylane: submit %s: %w", id, natsError(err))
+	case dup:
+		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
+	}
+	return id, nil
+}
