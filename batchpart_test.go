@@ -203,7 +203,9 @@ func itoa(n uint64) string {
 // TestStateAppliesJobsOfOneBatchInOrder: jobs of one batch message share
 // Seq; each applies after the one before it (no false ErrGap), a job of
 // the batch already applied answers from its held outcome, and a first
-// job of an applied batch whose outcome is not held is still a gap.
+// job of an applied batch whose outcome is not held is still a gap, and
+// so is any job of the batch before the one applied last (the entry keeps
+// the batch index).
 func TestStateAppliesJobsOfOneBatchInOrder(t *testing.T) {
 	e := newEnv(t, TopologyConfig{})
 	s := NewState(e.topo.State)
@@ -224,6 +226,18 @@ func TestStateAppliesJobsOfOneBatchInOrder(t *testing.T) {
 	}
 	if _, err := s.Apply(ctx(t), job("other", 0), inc); !errors.Is(err, ErrGap) {
 		t.Fatalf("an unheld first job of an applied batch: %v, want ErrGap", err)
+	}
+	// A job of the batch that did not apply (dead-lettered) while a later
+	// one of its key did: redelivered, it is a gap, not run after the later
+	// one. It ran before the entry kept the batch index.
+	if res, err := s.Apply(ctx(t), job("j5", 5), inc); err != nil || string(res) != "4" {
+		t.Fatalf("job j5 of the batch: %q, %v", res, err)
+	}
+	if _, err := s.Apply(ctx(t), job("j4", 4), func([]byte) ([]byte, []byte, error) { panic("must not run") }); !errors.Is(err, ErrGap) {
+		t.Fatalf("an unheld job before the batch's last applied one: %v, want ErrGap", err)
+	}
+	if _, err := s.Apply(ctx(t), job("j6", 6), inc); err != nil {
+		t.Fatalf("a job after the batch's last applied one: %v", err)
 	}
 }
 

@@ -229,10 +229,7 @@ func encodeEntry(e StateEntry) []byte {
 	}
 	n := 1 + 8 + 6*binary.MaxVarintLen64 + len(first.ID) + len(first.Result) + len(v.rel) + len(e.Value)
 	b := make([]byte, 0, n)
-	b = append(b, stateV4)
-	b = binary.AppendUvarint(b, e.Fence)
-	b = binary.BigEndian.AppendUint64(b, e.Epoch)
-	b = binary.AppendUvarint(b, uint64(len(e.Recent)+1))
+	b = appendStateHeader(b, e)
 	b = appendHeldOutcome(b, nil, first)
 	b = append(b, v.rel...)
 	return append(b, e.Value...)

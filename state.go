@@ -105,6 +105,10 @@ type StateEntry struct {
 	Value []byte
 	// Seq and Fence are those of the last job applied to the key.
 	Seq, Fence uint64
+	// Index is the last applied job's place in its batch message (jobs of
+	// one batch share Seq; see "Batches on the wire"), 0 for a one-job
+	// message: (Seq, Index) is how far the key's jobs applied.
+	Index int
 	// Epoch identifies the jobs stream Seq belongs to (see Topology.Epoch);
 	// zero in entries written before keylane recorded it.
 	Epoch uint64
@@ -215,10 +219,12 @@ func (s *State) check(cur StateEntry, rev uint64, job Job) (res []byte, applied 
 	switch s.epochOf(cur, job.Partition) {
 	case epochSame:
 		// Jobs of one batch message share Seq and apply in the order of
-		// their index, which the entry does not keep: a later job of the
-		// batch that applied last is no gap for the ones after it.
-		if job.Seq < cur.Seq || job.Seq == cur.Seq && job.index == 0 {
-			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d, applied up to seq %d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, cur.Seq)
+		// their index: (Seq, Index) orders them. A job at or before the
+		// position applied last whose outcome is not held is a gap,
+		// whatever its batch: it was applied and forgotten, or
+		// dead-lettered before a later job of its key applied.
+		if job.Seq < cur.Seq || job.Seq == cur.Seq && job.index <= cur.Index {
+			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d/%d, applied up to seq %d/%d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, job.index, cur.Seq, cur.Index)
 		}
 	case epochForeign:
 		return nil, false, fmt.Errorf("%w (key %q written under epoch %x, the jobs stream is epoch %x)", ErrEpoch, job.Key, cur.Epoch, s.epochFor(job.Partition))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"github.com/keylane/keylane/wire"
 	"strings"
 )
 
@@ -62,22 +63,41 @@ func keyOf(k string) string {
 // to 3 refuses a version 4 entry with ErrBadState and dead-letters the
 // key's jobs (jetstream/doc.go, "Outcomes are held"): upgrade every worker
 // of a namespace before the new ones take partitions.
+//
+// Version 5 is version 4 with the last applied job's batch index
+// (uvarint) after the epoch: written only when that index is not 0 (a job
+// of a batch message, which only a worker of this release reads), so an
+// entry of one-job messages stays version 4, byte for byte.
 const (
 	stateV1 = 1
 	stateV2 = 2
 	stateV3 = 3
 	stateV4 = 4
+	stateV5 = 5
 )
+
+// appendStateHeader appends an entry's version, fence, epoch, batch index
+// (version 5 only) and count of held outcomes.
+func appendStateHeader(b []byte, e StateEntry) []byte {
+	if e.Index > 0 {
+		b = append(b, stateV5)
+	} else {
+		b = append(b, stateV4)
+	}
+	b = binary.AppendUvarint(b, e.Fence)
+	b = binary.BigEndian.AppendUint64(b, e.Epoch)
+	if e.Index > 0 {
+		b = binary.AppendUvarint(b, uint64(e.Index))
+	}
+	return binary.AppendUvarint(b, uint64(len(e.Recent)+1))
+}
 
 func encodeState(e StateEntry) []byte {
 	// A guess for a window of IDs that share prefixes and of repeated
 	// results (12 bytes an outcome); append grows it for others.
 	n := 1 + 3*binary.MaxVarintLen64 + 8 + 12*len(e.Recent) + len(e.JobID) + len(e.Result) + len(e.Value)
 	b := make([]byte, 0, n)
-	b = append(b, stateV4)
-	b = binary.AppendUvarint(b, e.Fence)
-	b = binary.BigEndian.AppendUint64(b, e.Epoch)
-	b = binary.AppendUvarint(b, uint64(len(e.Recent)+1))
+	b = appendStateHeader(b, e)
 	var prevSeq uint64
 	var prevID string
 	var prevRes []byte
@@ -120,7 +140,7 @@ func sharedPrefix(a, b string, guess int) int {
 func decodeState(b []byte) (StateEntry, error) {
 	if len(b) > 0 {
 		switch b[0] {
-		case stateV4:
+		case stateV4, stateV5:
 			return decodeStateV4(b)
 		case stateV3:
 			return decodeStateV3(b)
@@ -219,6 +239,7 @@ func decodeStateV3(b []byte) (StateEntry, error) {
 
 func decodeStateV4(b []byte) (StateEntry, error) {
 	var e StateEntry
+	v5 := b[0] == stateV5
 	b = b[1:]
 	uvarint := func() (uint64, bool) {
 		v, n := binary.Uvarint(b)
@@ -235,6 +256,13 @@ func decodeStateV4(b []byte) (StateEntry, error) {
 	e.Fence = fence
 	e.Epoch = binary.BigEndian.Uint64(b)
 	b = b[8:]
+	if v5 {
+		index, ok := uvarint()
+		if !ok || index == 0 || index > wire.MaxBatchJobs {
+			return e, ErrBadState
+		}
+		e.Index = int(index)
+	}
 	k, ok := uvarint()
 	// Every outcome takes at least 4 bytes: a count beyond that is corrupt
 	// (and must not size an allocation).

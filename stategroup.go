@@ -20,7 +20,7 @@ import (
 // extends cur's held log when it may (heldlog.go), else copies.
 func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
 	last := len(jobs) - 1
-	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
+	e := StateEntry{Value: value, Seq: jobs[last].Seq, Index: jobs[last].index, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
 	// Outcomes from an adopted stream keep their IDs; those named after a
 	// sequence of that stream are meaningless now.
 	adopted := s.epochOf(cur, jobs[last].Partition) == epochAdopted

@@ -1553,10 +1553,10 @@
 // Built, off by default: the format (wire/batch.go), the send discipline
 // (internal/batcher), the worker's reading (WorkerConfig.Batches,
 // batchpart.go, fetch.go's dispatchBatch) and the client's sending of
-// Submit and SubmitMany (ClientConfig.Batches, wirebatch.go). Not built
-// yet: Calls in batches, outcomes kept per batch, Index in the state
-// entry, the namespace metadata that turns clients' batches on (each is
-// marked below).
+// Submit and SubmitMany (ClientConfig.Batches, wirebatch.go), and the
+// batch index in the state entry. Not built yet: Calls in batches,
+// outcomes kept per batch, the namespace metadata that turns clients'
+// batches on (each is marked below).
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
 // run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
@@ -1651,11 +1651,14 @@
 // and stop the fetch that would close a gap; they are bounded by the
 // server's MaxAckPending messages of at most 1024 jobs. Job.Seq stays the
 // stream sequence (jobs of one batch share it). The state entry keeps the
-// last job's Seq, not its index (Index in the entry is designed, not
-// built): the gap check lets a job of index > 0 run at the entry's own
-// Seq (a later job of its batch applied last), so a dead-lettered job of
-// a batch redelivered after a later job of its key and batch applied runs
-// again instead of failing with ErrGap (TestStateAppliesJobsOfOneBatchInOrder).
+// last applied job's Seq and its index in the batch (StateEntry.Index;
+// entry version 5, written only when the index is not 0, so entries of
+// one-job messages stay version 4 byte for byte), and the gap check
+// compares (Seq, Index): a job of the batch after the one applied last
+// runs, one at or before it whose outcome is not held is ErrGap. Before
+// the entry kept the index, a dead-lettered job of a batch redelivered
+// after a later job of its key and batch applied ran again, after that
+// later job (TestStateAppliesJobsOfOneBatchInOrder failed that way).
 // Tested by TestBatchMixingKeysWithDifferentFates (a poisoned job and a
 // malformed one dead-lettered alone, the others applied once, the message
 // acked) and TestBatchWithoutWorkerBatchesIsDeadLetteredWhole.
