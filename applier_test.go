@@ -2,8 +2,14 @@ package keylane
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 type nopApplier struct{}
@@ -30,5 +36,57 @@ func TestWorkerConfigOneRunner(t *testing.T) {
 	cfg := WorkerConfig{Applier: nopApplier{}}
 	if err := cfg.setDefaults(); err != nil {
 		t.Errorf("applier alone: %v", err)
+	}
+}
+
+// refusingApplier refuses every call for good (a revoked privilege) until
+// fixed, then applies each job, answering "ok".
+type refusingApplier struct {
+	fixed atomic.Bool
+	calls atomic.Int64
+}
+
+func (a *refusingApplier) ApplyGroup(_ context.Context, g JobGroup) ([]JobOutcome, error) {
+	if a.calls.Add(1); !a.fixed.Load() {
+		return nil, Permanent(errors.New("ERROR: permission denied for table keylane_outcomes (SQLSTATE 42501)"))
+	}
+	out := make([]JobOutcome, len(g.Jobs))
+	for i := range out {
+		out[i] = JobOutcome{Result: []byte("ok"), Done: true}
+	}
+	return out, nil
+}
+
+// TestApplierRefusingForGoodHoldsTheJob: an Applier whose whole call is
+// refused for good (errors.Is ErrPermanent: keylane's own table dropped,
+// a privilege revoked) is an operator's to fix, not the job's fault: the
+// job is held and tried again with backoff, never dead-lettered for it,
+// and every refused attempt is counted (Stats.ApplierRefusals) and said at
+// ERROR. Once fixed, the job applies and its caller is answered.
+func TestApplierRefusingForGoodHoldsTheJob(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	a := &refusingApplier{}
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Applier = nil, a })
+	e.waitOwned(w)
+	done := make(chan error, 1)
+	go func() {
+		res, err := e.client.Call(ctx(t), "sku:1", []byte("buy"))
+		if err == nil && string(res) != "ok" {
+			err = fmt.Errorf("answered %q", res)
+		}
+		done <- err
+	}()
+	testwait.Eventually(t, 20*time.Second, "the refusals counted", func() bool { return w.Stats().ApplierRefusals >= 2 })
+	a.fixed.Store(true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the held job's call: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held job never applied once the applier was fixed")
+	}
+	if dls, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters %+v, %v; want none (the refusal is not the job's)", dls, err)
 	}
 }

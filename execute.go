@@ -203,7 +203,15 @@ func (o *owner) process(t *task) {
 			if errors.Is(err, errApplyUnknown) {
 				what = "database transaction failed"
 			}
-			o.log.Warn(what+"; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
+			if errors.Is(err, errApplyUnknown) && errors.Is(err, ErrPermanent) {
+				// The applier says no retry cures it until an operator acts
+				// (a table dropped, a privilege revoked): not the job's
+				// fault either, so the job is held, and said at ERROR.
+				o.w.stats.applierRefusals.Add(1)
+				o.log.Error("the database refuses the group's transaction for good (an operator's to fix); the job is held and tried again", "job_id", t.job.ID, "attempt", attempt, "err", err)
+			} else {
+				o.log.Warn(what+"; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
+			}
 			attempt--
 			waits++
 		} else {

@@ -271,7 +271,7 @@ func (w *Worker) Stats() Stats {
 		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
 		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
 		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(), HandedBack: s.handedBack.Load(),
-		Stuck: s.stuck.Load(),
+		Stuck: s.stuck.Load(), ApplierRefusals: s.applierRefusals.Load(),
 	}
 }
 

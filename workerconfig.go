@@ -205,6 +205,11 @@ type Stats struct {
 	// applied and their own outcome was not held (ErrGap); each was
 	// dead-lettered, never answered as a success.
 	Gaps int64
+	// ApplierRefusals counts attempts an Applier refused for good (its
+	// error errors.Is ErrPermanent: a table dropped, a privilege revoked):
+	// the job is held, never dead-lettered for it, and said at ERROR. Not
+	// zero means an operator must act.
+	ApplierRefusals int64
 	// DeadLetterErrors counts failed attempts to write a dead letter; the
 	// job stays in its lane, unacked, until one succeeds.
 	DeadLetterErrors int64
@@ -222,5 +227,5 @@ type stats struct {
 	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
 	acquired, lost, released, owned                                       atomic.Int64
 	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
-	stuck                                                                 atomic.Int64
+	stuck, applierRefusals                                                atomic.Int64
 }

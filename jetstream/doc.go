@@ -1389,6 +1389,14 @@
 //     did commit (TestPostgresRestartMidSale: postgres SIGKILLed twice
 //     mid-sale; TestWorkerConnectionCutAtCommit: the connection cut right
 //     after COMMIT reached the server, then mid-group).
+//   - ApplyGroup fails for good (its error errors.Is ErrPermanent:
+//     keylanepg says so for SQLSTATE classes 42, 3F, 28 and 0A, e.g.
+//     keylane's own table dropped or a privilege revoked): no retry cures
+//     it until an operator acts, and it is not the job's fault either, so
+//     the job is held as above, never dead-lettered for it; every attempt
+//     is counted (Stats.ApplierRefusals) and said at ERROR, so it is a
+//     page, not a WARN line repeating (TestApplierRefusingForGoodHoldsTheJob,
+//     keylanepg's TestApplierSaysARevokedPrivilegeIsForGood).
 //   - A job fails (the applier rolled back its writes alone, a savepoint
 //     in keylanepg): the Done jobs before it are replied and acked, then
 //     it is retried alone with backoff, or dead-lettered when permanent or

@@ -3,6 +3,7 @@ package keylanepg
 import (
 	"context"
 	"errors"
+	"github.com/jackc/pgx/v5/pgconn"
 	"time"
 
 	"github.com/keylane/keylane"
@@ -39,6 +40,12 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 	}
 	out, err := Apply(ctx, a.DB, Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: g.Jobs}, a.Handler, opts...)
 	if err != nil {
+		if operatorsToFix(err) {
+			// keylane's own statements refused for what they are: the
+			// worker holds the jobs and says so at ERROR, never
+			// dead-letters them for it (see "With a keylane worker").
+			return nil, keylane.Permanent(err)
+		}
 		return nil, err
 	}
 	res := make([]keylane.JobOutcome, len(out))
@@ -54,3 +61,20 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 }
 
 var _ keylane.GroupApplier = (*Applier)(nil)
+
+// operatorsToFix reports whether err, a whole group's failure, is a
+// refusal that no retry cures until an operator acts: SQLSTATE class 42
+// (an undefined table, a privilege revoked), 3F (a schema gone), 28 (the
+// role may not log in) or 0A (a feature the server lacks). Connection
+// failures, shutdowns, serialization failures and deadlocks are not.
+func operatorsToFix(err error) bool {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	switch pe.Code[:2] {
+	case "42", "3F", "28", "0A":
+		return true
+	}
+	return false
+}

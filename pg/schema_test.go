@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keylane/keylane"
 	keylanepg "github.com/keylane/keylane/pg"
 	"github.com/keylane/keylane/pg/internal/pgtest"
 )
@@ -90,5 +91,35 @@ func TestEnsureChecksTheColumns(t *testing.T) {
 		if err := keylanepg.Ensure(ctx, db); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestApplierSaysARevokedPrivilegeIsForGood: keylane's own statements
+// refused for what they are (the role lost its rights on keylane_fences)
+// come back from Applier.ApplyGroup errors.Is keylane.ErrPermanent, which
+// the worker holds its jobs for and says at ERROR (an operator's to fix);
+// a failure a retry may cure (the group's context ended) does not.
+func TestApplierSaysARevokedPrivilegeIsForGood(t *testing.T) {
+	s := pgtest.Start(t)
+	ctx := context.Background()
+	admin := connect(t, s, "postgres")
+	if err := keylanepg.Ensure(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `CREATE ROLE app LOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	app := connect(t, s, "app")
+	a := &keylanepg.Applier{DB: app, Handler: keylanepg.HandlerFunc(func(context.Context, pgx.Tx, keylane.Job) ([]byte, error) { return []byte("ok"), nil })}
+	g := keylane.JobGroup{Namespace: "ns", Partition: 0, Fence: 1, Jobs: []keylane.Job{{ID: "j1", Key: "sku:1"}}}
+	_, err := a.ApplyGroup(ctx, g)
+	if err == nil || !errors.Is(err, keylane.ErrPermanent) {
+		t.Fatalf("ApplyGroup without rights: %v; want a permanent refusal", err)
+	}
+	t.Logf("without rights: %v", err)
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := a.ApplyGroup(done, g); err == nil || errors.Is(err, keylane.ErrPermanent) {
+		t.Fatalf("ApplyGroup with its context ended: %v; want a failure that is not permanent", err)
 	}
 }
