@@ -232,39 +232,18 @@ func (o *owner) runApplied(ts []*task) {
 	jobs := make([]Job, len(ts))
 	res := make([][]byte, len(ts))
 	for len(ts) > 0 {
-		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(int64(len(ts)))
+		// A redelivered head goes through process, which counts its
+		// starts (a job that crashes every worker is dead-lettered);
+		// ApplyGroup answers it from the record if it committed. A
+		// caller's ID may name a job dead-lettered long ago, whose outcome
+		// only the results bucket keeps: takeGroup answers it from there.
+		var k int
+		var ok bool
+		if ts, k, ok = o.takeGroup(ts); !ok {
 			return
-		}
-		if ts[0].maybeDup {
-			// process counts its starts, so a job that crashes every
-			// worker is dead-lettered; ApplyGroup answers it from the
-			// record if it committed.
-			o.ln.requeue(ts[0].job.Key, ts[1:])
-			o.process(ts[0])
-			return
-		}
-		k := 1
-		for k < len(ts) && !ts[k].maybeDup {
-			k++
-		}
-		// A caller's ID may name a job dead-lettered long ago, whose
-		// outcome only the results bucket keeps.
-		i := o.firstKept(ts[:k])
-		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(int64(len(ts)))
-			return
-		}
-		if i == 0 {
-			o.replay(ts[0], ts[0].kept.res, ts[0].kept.err)
-			ts = ts[1:]
-			continue
-		} else if i > 0 {
-			k = i
 		}
 		g := ts[:k]
 		for i, t := range g {
-			t.job.Attempt = 1
 			jobs[i] = t.job
 		}
 		out, err := o.applyGroupDB(jobs[:k])

@@ -21,36 +21,13 @@ func (o *owner) runGroup(ts []*task) {
 	jobs := make([]Job, len(ts))
 	out := make([][]byte, len(ts))
 	for len(ts) > 0 {
-		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(int64(len(ts)))
+		var k int
+		var ok bool
+		if ts, k, ok = o.takeGroup(ts); !ok {
 			return
-		}
-		if ts[0].maybeDup {
-			o.ln.requeue(ts[0].job.Key, ts[1:]) // process may retry: let a stall see the rest
-			o.process(ts[0])
-			return
-		}
-		k := 1
-		for k < len(ts) && !ts[k].maybeDup {
-			k++
-		}
-		// Jobs with a caller's ID may be retries of jobs that finished
-		// long ago: one concurrent look-up of their kept outcomes.
-		i := o.firstKept(ts[:k])
-		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(int64(len(ts)))
-			return
-		}
-		if i == 0 {
-			o.replay(ts[0], ts[0].kept.res, ts[0].kept.err)
-			ts = ts[1:]
-			continue
-		} else if i > 0 {
-			k = i
 		}
 		g := ts[:k]
 		for i, t := range g {
-			t.job.Attempt = 1
 			jobs[i] = t.job
 		}
 		n, rerr, werr := o.applyGroup(jobs[:k], out[:k])
@@ -91,6 +68,50 @@ func (o *owner) runGroup(ts []*task) {
 			return
 		}
 	}
+}
+
+// takeGroup readies the next group of a group runner's queued jobs ts
+// (one key, stream order): it answers from their kept outcomes the head
+// jobs that have one (a caller's ID may name a job that finished long
+// ago: one concurrent look-up), and returns the rest of ts, whose first k
+// jobs (none that may have run before) form the group, their Attempt set
+// to 1. It returns false when the runner must stop: the tenure ended, or
+// the head may have run before under an earlier owner and went through
+// process (which counts its starts and retries), the rest back to its
+// lane.
+func (o *owner) takeGroup(ts []*task) ([]*task, int, bool) {
+	for len(ts) > 0 {
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(int64(len(ts)))
+			return nil, 0, false
+		}
+		if ts[0].maybeDup {
+			o.ln.requeue(ts[0].job.Key, ts[1:]) // process may retry: let a stall see the rest
+			o.process(ts[0])
+			return nil, 0, false
+		}
+		k := 1
+		for k < len(ts) && !ts[k].maybeDup {
+			k++
+		}
+		i := o.firstKept(ts[:k])
+		if o.ctx.Err() != nil {
+			o.w.stats.unacked.Add(int64(len(ts)))
+			return nil, 0, false
+		}
+		if i == 0 {
+			o.replay(ts[0], ts[0].kept.res, ts[0].kept.err)
+			ts = ts[1:]
+			continue
+		} else if i > 0 {
+			k = i
+		}
+		for _, t := range ts[:k] {
+			t.job.Attempt = 1
+		}
+		return ts, k, true
+	}
+	return nil, 0, false
 }
 
 // process runs one job to completion: handler, in-place retries with
