@@ -111,6 +111,10 @@ type Client struct {
 	results jetstream.KeyValue
 	obs     *ClientObserver
 	tracing *clientTracing // nil: tracing off
+
+	// beforeBatch, if set (tests only), sees every batch message of two
+	// jobs or more just before its first publish.
+	beforeBatch func(*nats.Msg)
 }
 
 // NewClient opens the namespace's jobs stream, checks its partition
