@@ -200,9 +200,9 @@ func TestBatchedCallOfADeadLetteredJob(t *testing.T) {
 // client publishes the batch again whole, under its batch ID (seen twice
 // on the wire), the server drops the copy, every job is applied once, and
 // each Call gets its own result from the outcome kept by its job's ID.
-// (Were the copy stored, with a new ID, the worker's look-up of each
-// Call's kept outcome would still keep it from being applied twice: the
-// stream's count is what shows the copy dropped.)
+// (Were the copy stored, under a new ID, the Reducer's held outcomes, the
+// state entry's recent job IDs, would still keep its jobs from being
+// applied again: the stream's count is what shows the copy dropped.)
 func TestBatchedCallWhoseBatchAckIsLost(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	r := newCounter()
