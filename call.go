@@ -33,6 +33,10 @@ import (
 // by ID (jobs with a caller's ID have their outcome stored in the results
 // bucket, for ResultsTTL); after it, the worker answers the new message
 // from the kept outcome.
+//
+// With ClientConfig.Batches, a Call without WithID travels in its
+// partition's batch message (see callBatched); one with WithID goes alone,
+// as above: its retry rests on its own Nats-Msg-Id.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
 	defer c.observeCall(c.now(), &err)
 	r := build(key, payload, opts)

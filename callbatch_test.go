@@ -333,3 +333,49 @@ func TestBatchedCallRecoversALostReply(t *testing.T) {
 		t.Fatalf("results %v, want %v", results, want)
 	}
 }
+
+// TestBatchedCallWhoseContextEndsWhileQueued: a Call queued behind its
+// partition's send in flight whose context ends returns a *NoReplyError
+// (ErrNoReply and the context's error, as Call promises), and its job is
+// never sent: only the lead is applied.
+func TestBatchedCallWhoseContextEndsWhileQueued(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	r := newCounter()
+	e.waitOwned(batchWorker(e, "w", r))
+	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", nil)
+	cctx, cancel := context.WithCancel(context.Background())
+	quit := make(chan error, 1)
+	go func() {
+		_, err := c.Call(cctx, "seat:a", []byte("quitter"))
+		quit <- err
+	}()
+	testwait.Eventually(t, 5*time.Second, "the Call queued", func() bool { return c.wire.Queued(0) == 1 })
+	cancel()
+	select {
+	case err := <-quit:
+		var noReply *NoReplyError
+		if !errors.As(err, &noReply) || !errors.Is(err, ErrNoReply) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("call = %v; want a *NoReplyError with context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Call outlived its context")
+	}
+	swallow.Remove()
+	select {
+	case o := <-done:
+		if o.err != nil || o.res != "n=1" {
+			t.Fatalf("lead = %q, %v; want n=1", o.res, o.err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lead never returned")
+	}
+	testwait.Eventually(t, 10*time.Second, "every stored message acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.applied) != 1 {
+		t.Fatalf("%d jobs applied, want only the lead's", len(r.applied))
+	}
+}

@@ -20,12 +20,13 @@ import (
 // to be confused with AtomicBatches (batch.go), which sends each job as a
 // message of its own inside a JetStream atomic batch.
 //
-// Submit hands a job without a caller's ID to the partition's batcher
+// Submit and Call hand a job without a caller's ID to the partition's batcher
 // (internal/batcher): alone when nothing of its partition is in flight,
 // sent as today's one-job message; otherwise with the jobs that queued
 // meanwhile, as one batch message. A batch whose publish fails in a way a
 // reconnect or an election cures is published again whole, as it was:
-// its batch ID (Nats-Msg-Id) makes the server drop a copy it has.
+// its batch ID (Nats-Msg-Id) makes the server drop a copy it has. A
+// Call then waits for its reply (callBatched).
 
 const (
 	wireBatchMaxJobs = 256
@@ -276,8 +277,10 @@ func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int,
 	switch {
 	case errors.Is(err, jobbatcher.ErrClosed):
 		return nil, fmt.Errorf("keylane: call %s: %w", id, ErrClosed)
-	case errors.Is(err, jobbatcher.ErrUnknown):
-		return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+	case errors.Is(err, jobbatcher.ErrUnknown), errors.Is(err, jobbatcher.ErrNotSent):
+		// ctx ended, the job sent (stored or not) or not: no reply, as
+		// Call promises (err says which, and is ctx's error too).
+		return nil, &NoReplyError{JobID: id, Err: err}
 	case err != nil:
 		return nil, fmt.Errorf("keylane: submit %s: %w", id, natsError(err))
 	case dup:

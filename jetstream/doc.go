@@ -1789,6 +1789,38 @@
 //
 // (µs/job: server+worker+client CPU.) With IDs, as the default bench,
 // nothing is batched and the figures are today's (skewed 8,370 and
-// 9,237/s on and off, same CPU per job). Calls do not travel in batches
-// yet, so the Call rows are unchanged.
+// 9,237/s on and off, same CPU per job).
+//
+// Calls in batches, measured after their build (main f189289 plus the
+// calls branch; bench --runs 1 --duration 2s --purchases 20000 --buyers
+// 64 --placement separate --only 'hot,skewed,keylane,raw JS' --markdown,
+// run twice a minute apart, both with KEYLANE_BENCH_CALL_IDS=0, which
+// makes the Call rows call without a caller's ID (the bench's default
+// gives each purchase one, and such a Call never travels in a batch), the
+// second with KEYLANE_BENCH_BATCHES=1; raw JetStream request-reply from
+// the same runs):
+//
+//	Call, no IDs        batches off                  batches on                  raw request-reply
+//	hot                 20,237/s p99 7.2 ms          23,767/s p99 7.0 ms         41,485 and 40,448/s p99 3.4 ms
+//	                    38+23+18 = 79 µs/job         26+21+17 = 64               22+5+14 = 41, 24+4+12 = 40
+//	skewed              12,712/s p99 12.7 ms         12,282/s p99 13.1 ms        39,524 and 43,782/s p99 3.9, 3.7 ms
+//	                    74+46+24 = 144               72+46+32 = 150              24+5+14 = 43, 20+5+13 = 38
+//	hot, fsync always   4,572/s p99 20.8 ms          7,990/s p99 12.4 ms         2,112 and 2,061/s
+//	                    180+34+28                    84+25+24                    253+66+113, 255+60+111
+//
+// So on hot the batch pays (+17 %, the server's CPU per job down a
+// third; with fsync 1.75×, 3.9× raw request-reply), on skewed it does not
+// (about 4 callers per partition at a time: batches are small, and what
+// stays per job dominates). What stays per job is, first, each Call's
+// kept outcome (a results put and its ack): the same run with the
+// keep-outcome flag taken off batched Calls (an experiment, not a
+// build: it breaks the lost-reply promise) gave hot 34,815/s p99 5.8 ms,
+// 16+14+15 = 45 µs/job (80 % of raw request-reply's 43,677/s in that
+// run), skewed 15,655/s, 52+36+28 = 116, hot with fsync 19,477/s. That is
+// the room outcomes kept per batch (above, designed, not built) could
+// win, less the cost of one entry per batch; a worker's OutcomeBatch of
+// 16 (atomic batches of kept outcomes) made batched hot Calls slower
+// (8,946/s), not faster. Neither target of issue 18 for Calls is met by
+// Calls in batches alone: hot Call is 59 % of raw request-reply (target
+// 100 %), skewed Call 28 %.
 package jetstream
