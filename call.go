@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natserr"
+	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -32,9 +33,14 @@ import (
 // by ID (jobs with a caller's ID have their outcome stored in the results
 // bucket, for ResultsTTL); after it, the worker answers the new message
 // from the kept outcome.
+//
+// With ClientConfig.Batches, a Call without WithID travels in its
+// partition's batch message (see callBatched); one with WithID goes alone,
+// as above: its retry rests on its own Nats-Msg-Id.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
 	defer c.observeCall(c.now(), &err)
 	r := build(key, payload, opts)
+	explicit := r.ID != ""
 	if r.optErr != nil && !errors.Is(r.optErr, ErrBadDelay) {
 		return nil, r.optErr // a refused header
 	}
@@ -54,6 +60,9 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// The worker keeps a Call's outcome by ID, so a reply lost with a
 	// connection is recovered from it.
 	m.Header[HeaderKeepOutcome] = oneHeader
+	if !explicit && c.batchable(m) {
+		return c.callBatched(ctx, m, r.ID, partition.Of(r.Key, c.n), w)
+	}
 	// Publish without waiting for the stream's ack: it comes to our inbox
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip

@@ -61,8 +61,8 @@ type ClientConfig struct {
 	// syncs once per batch instead of once per job. On a server with the
 	// default sync interval it costs more than it saves; leave it off there.
 	AtomicBatches bool
-	// Batches sends Submits of jobs without a caller's ID as batch
-	// messages, many jobs of one partition in one stream message (see
+	// Batches sends Submits and Calls of jobs without a caller's ID as
+	// batch messages, many jobs of one partition in one stream message (see
 	// "Batches on the wire" in package jetstream's doc): a job goes at once,
 	// alone, when nothing of its partition is in flight; the jobs that
 	// queued meanwhile go together when it returns. Every worker of the
@@ -111,6 +111,10 @@ type Client struct {
 	results jetstream.KeyValue
 	obs     *ClientObserver
 	tracing *clientTracing // nil: tracing off
+
+	// beforeBatch, if set (tests only), sees every batch message of two
+	// jobs or more just before its first publish.
+	beforeBatch func(*nats.Msg)
 }
 
 // NewClient opens the namespace's jobs stream, checks its partition

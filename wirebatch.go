@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	jobbatcher "github.com/keylane/keylane/internal/batcher"
@@ -19,12 +20,13 @@ import (
 // to be confused with AtomicBatches (batch.go), which sends each job as a
 // message of its own inside a JetStream atomic batch.
 //
-// Submit hands a job without a caller's ID to the partition's batcher
+// Submit and Call hand a job without a caller's ID to the partition's batcher
 // (internal/batcher): alone when nothing of its partition is in flight,
 // sent as today's one-job message; otherwise with the jobs that queued
 // meanwhile, as one batch message. A batch whose publish fails in a way a
 // reconnect or an election cures is published again whole, as it was:
-// its batch ID (Nats-Msg-Id) makes the server drop a copy it has.
+// its batch ID (Nats-Msg-Id) makes the server drop a copy it has. A
+// Call then waits for its reply (callBatched).
 
 const (
 	wireBatchMaxJobs = 256
@@ -61,6 +63,9 @@ func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []job
 	out := make([]jobbatcher.Outcome[bool], len(ms))
 	m, err := c.batchMessage(p, ms)
 	var dup bool
+	if err == nil && len(ms) > 1 && c.beforeBatch != nil {
+		c.beforeBatch(m)
+	}
 	if err == nil {
 		dup, err = c.publishWatched(ctx, m) // a refused publish (permissions) ends it at once
 	}
@@ -253,4 +258,69 @@ func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p in
 		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
 	}
 	return id, nil
+}
+
+// callBatched is Call's path for a batchable job m of ID id (generated,
+// never the caller's), bound for partition p, whose reply comes to w. The
+// job goes through the partition's batcher like a batched Submit: its
+// reply subject and keep-outcome flag travel in the batch body, and its
+// stream ack is its batch's, resent whole under the batch's own ID while
+// the failure is one a reconnect or an election cures (publish's bounded
+// retries), so the server drops a copy it has. The job is never published
+// again alone: a copy under its own ID would not be de-duplicated against
+// the batch, and the stream would hold it twice. Once stored, the reply is
+// awaited as Call does, and a reply lost on the worker's side is recovered
+// from the outcome the worker keeps by the job's ID (Keylane-Keep-Outcome,
+// kept per job as for a lone Call).
+func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int, w *waiter) ([]byte, error) {
+	dup, err := c.wire.Do(ctx, p, m)
+	switch {
+	case errors.Is(err, jobbatcher.ErrClosed):
+		return nil, fmt.Errorf("keylane: call %s: %w", id, ErrClosed)
+	case errors.Is(err, jobbatcher.ErrUnknown), errors.Is(err, jobbatcher.ErrNotSent):
+		// ctx ended, the job sent (stored or not) or not: no reply, as
+		// Call promises (err says which, and is ctx's error too).
+		return nil, &NoReplyError{JobID: id, Err: err}
+	case err != nil:
+		return nil, fmt.Errorf("keylane: submit %s: %w", id, natsError(err))
+	case dup:
+		// (A lone job whose first copy the stream had: its outcome is
+		// kept by ID. Generated IDs make it all but impossible.)
+		return c.awaitOutcome(ctx, id)
+	}
+	status := *c.reconnected.Load()
+	var recovered chan outcome
+	rctx, stopRecovery := context.WithCancel(ctx)
+	var recovery sync.WaitGroup
+	defer func() { stopRecovery(); recovery.Wait() }() // no watcher outlives Call
+	recover := func() {
+		if recovered == nil {
+			recovered = make(chan outcome, 1)
+			recovery.Go(func() {
+				res, err := c.awaitOutcome(rctx, id)
+				recovered <- outcome{res, err}
+			})
+		}
+	}
+	replyTimer := time.NewTimer(replyWait)
+	defer replyTimer.Stop()
+	for {
+		select {
+		case <-replyTimer.C:
+			recover()
+		case <-status:
+			status = *c.reconnected.Load()
+			recover() // the reply may have been lost while we were away
+		case o := <-recovered:
+			return o.res, o.err
+		case reply := <-w.result:
+			return decodeReply(reply)
+		case notice := <-w.held:
+			return nil, heldError(id, notice)
+		case <-ctx.Done():
+			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+		case <-c.done:
+			return nil, fmt.Errorf("keylane: call %s: %w", id, ErrClosed)
+		}
+	}
 }

@@ -1561,10 +1561,10 @@
 // Built, off by default: the format (wire/batch.go), the send discipline
 // (internal/batcher), the worker's reading (WorkerConfig.Batches,
 // batchpart.go, fetch.go's dispatchBatch) and the client's sending of
-// Submit and SubmitMany (ClientConfig.Batches, wirebatch.go), and the
-// batch index in the state entry. Not built yet: Calls in batches,
-// outcomes kept per batch, the namespace metadata that turns clients'
-// batches on (each is marked below).
+// Submit, SubmitMany and Call (ClientConfig.Batches, wirebatch.go), and
+// the batch index in the state entry. Not built yet: outcomes kept per
+// batch, the namespace metadata that turns clients' batches on (each is
+// marked below).
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
 // run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
@@ -1630,8 +1630,10 @@
 // partition's open batch, so a key's jobs are stored in the order given.
 //
 // What is never batched (goes alone, as today): a job with a caller's ID
-// (WithID): its exactly-once by ID within the duplicate window rests on
-// its own Nats-Msg-Id, and Submit's ErrDuplicate answer with it; a
+// (WithID), Submit's or Call's: its exactly-once by ID within the
+// duplicate window rests on its own Nats-Msg-Id (a batch's is the
+// batch's), and so do Submit's ErrDuplicate answer and a retried Call's
+// "stored before: wait for the kept outcome"; a
 // delayed job (its schedule is its own message); a redrive (it carries
 // Keylane-Redrive-Of); any job on a namespace with a key backlog cap (the
 // server counts messages per subject, and a batch's subject is no key's:
@@ -1639,10 +1641,20 @@
 // only if they go alone). Generated IDs (nuid) are unique, so a batch's
 // jobs need no per-job de-duplication; the resend of a whole batch is
 // de-duplicated by the batch's ID. So a batch whose stream ack does not
-// come is published again whole, as it was (its batch ID); a job of it is
-// never published again alone (Call's republish after callAckWait), which
-// the server could not de-duplicate against the batch: the stream would
-// hold the job twice.
+// come is published again whole, as it was (its batch ID), by publish's
+// bounded retries inside the batcher's send; a job of it is never
+// published again alone, which the server could not de-duplicate against
+// the batch: the stream would hold the job twice. A batched Call
+// therefore does not use Call's own republish (after callAckWait, under
+// the job's ID): its stream ack is its batch's, and it waits for its
+// reply only once the batch is stored (Client.callBatched). Tested by
+// TestBatchedCallWhoseBatchAckIsLost (a batch of Calls stored, its ack and
+// the replies swallowed: the batch is published again with the same ID
+// and body, the stream stores it once, every job is applied once, every
+// Call gets its own result from its kept outcome; a resend under a new ID
+// failed it, the stream holding the batch twice, though a Reducer's held
+// outcomes, the state entry's recent job IDs, kept the copy's jobs from
+// being applied again there: a plain Handler has no such guard).
 //
 // The worker splits a batch into its keys' lanes. Each job becomes a task
 // of its own whose position is (stream sequence, index in the batch): the
@@ -1683,14 +1695,33 @@
 // cut after one job's state write, before the batch's ack: the next owner
 // answers every job from the held outcomes and acks the message).
 //
+// Calls. A Call without a caller's ID, batchable as a Submit is (above),
+// goes through its partition's batcher: its reply subject (the client's
+// inbox and the Call's token) and its keep-outcome flag travel in the
+// batch body, the worker answers it like a one-job Call (grouped replies
+// per inbox), and a job of it dead-lettered alone answers its own Call
+// with a *RemoteError while the others get their results. Tested by
+// TestCallsTravelInBatches (64 concurrent Calls on one key, then on 64
+// keys: batch messages on the wire, every job applied once, every Call
+// its own result; without the batched path it saw no batch message) and
+// TestBatchedCallOfADeadLetteredJob.
+//
 // Outcomes. A job with a caller's ID never travels in a batch, so
-// retries by ID (above) are as today. Designed, not built (Calls do not
-// travel in batches yet): a batched Call's outcome is kept
-// as one results entry per batch, keyed by the batch ID, holding every
-// job's outcome by index, written once the batch is settled and before
-// its ack; the client recovers a lost reply there (it knows its batch's
-// ID and its index). Per-ID entries only with StoreResults (Result by ID
-// is promised for every job there).
+// retries by ID (above) are as today. A batched Call's outcome is kept
+// by its job's ID, as a lone Call's (the body's keep-outcome flag: one
+// results entry per job, before its reply), and a reply lost on the
+// worker's side is recovered from it after replyWait or a reconnect, as
+// for a lone Call. Tested by TestBatchedCallRecoversALostReply (the
+// callers' connection cut while the batch runs: every Call gets its own
+// result once back; without the flag in the body it never did).
+// Designed, not built: a batched
+// Call's outcome kept as one results entry per batch, keyed by the batch
+// ID, holding every job's outcome by index, written once the batch is
+// settled and before its ack; the client would recover a lost reply there
+// (it knows its batch's ID and its index). Per-ID entries only with
+// StoreResults (Result by ID is promised for every job there). Measured
+// below: per-job kept outcomes are now the larger part of a batched
+// Call's cost.
 //
 // Dead letters of a batched job are one-job dead letters (its key, type,
 // ID in Keylane-Job-Id, allowed headers and payload), so redrive, the
@@ -1758,6 +1789,38 @@
 //
 // (µs/job: server+worker+client CPU.) With IDs, as the default bench,
 // nothing is batched and the figures are today's (skewed 8,370 and
-// 9,237/s on and off, same CPU per job). Calls do not travel in batches
-// yet, so the Call rows are unchanged.
+// 9,237/s on and off, same CPU per job).
+//
+// Calls in batches, measured after their build (main f189289 plus the
+// calls branch; bench --runs 1 --duration 2s --purchases 20000 --buyers
+// 64 --placement separate --only 'hot,skewed,keylane,raw JS' --markdown,
+// run twice a minute apart, both with KEYLANE_BENCH_CALL_IDS=0, which
+// makes the Call rows call without a caller's ID (the bench's default
+// gives each purchase one, and such a Call never travels in a batch), the
+// second with KEYLANE_BENCH_BATCHES=1; raw JetStream request-reply from
+// the same runs):
+//
+//	Call, no IDs        batches off                  batches on                  raw request-reply
+//	hot                 20,237/s p99 7.2 ms          23,767/s p99 7.0 ms         41,485 and 40,448/s p99 3.4 ms
+//	                    38+23+18 = 79 µs/job         26+21+17 = 64               22+5+14 = 41, 24+4+12 = 40
+//	skewed              12,712/s p99 12.7 ms         12,282/s p99 13.1 ms        39,524 and 43,782/s p99 3.9, 3.7 ms
+//	                    74+46+24 = 144               72+46+32 = 150              24+5+14 = 43, 20+5+13 = 38
+//	hot, fsync always   4,572/s p99 20.8 ms          7,990/s p99 12.4 ms         2,112 and 2,061/s
+//	                    180+34+28                    84+25+24                    253+66+113, 255+60+111
+//
+// So on hot the batch pays (+17 %, the server's CPU per job down a
+// third; with fsync 1.75×, 3.9× raw request-reply), on skewed it does not
+// (about 4 callers per partition at a time: batches are small, and what
+// stays per job dominates). What stays per job is, first, each Call's
+// kept outcome (a results put and its ack): the same run with the
+// keep-outcome flag taken off batched Calls (an experiment, not a
+// build: it breaks the lost-reply promise) gave hot 34,815/s p99 5.8 ms,
+// 16+14+15 = 45 µs/job (80 % of raw request-reply's 43,677/s in that
+// run), skewed 15,655/s, 52+36+28 = 116, hot with fsync 19,477/s. That is
+// the room outcomes kept per batch (above, designed, not built) could
+// win, less the cost of one entry per batch; a worker's OutcomeBatch of
+// 16 (atomic batches of kept outcomes) made batched hot Calls slower
+// (8,946/s), not faster. Neither target of issue 18 for Calls is met by
+// Calls in batches alone: hot Call is 59 % of raw request-reply (target
+// 100 %), skewed Call 28 %.
 package jetstream

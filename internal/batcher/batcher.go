@@ -296,3 +296,13 @@ func (b *Batcher[T, R]) Close(ctx context.Context) error {
 		return fmt.Errorf("batcher: close: sends cancelled: %w", ctx.Err())
 	}
 }
+
+// Queued returns how many jobs of partition wait for a send (for tests).
+func (b *Batcher[T, R]) Queued(partition int) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p := b.parts[partition]; p != nil {
+		return len(p.queue)
+	}
+	return 0
+}

@@ -178,7 +178,8 @@ func (k *keylaneSale) Teardown(ctx context.Context) {
 type keylaneQueue struct{ c *keylane.Client }
 
 func (q keylaneQueue) call(ctx context.Context, key string, payload []byte, id string) ([]byte, error) {
-	if id == "" {
+	if id == "" || envInt("KEYLANE_BENCH_CALL_IDS", 1) == 0 {
+		// (Without a caller's ID a Call is batchable: ClientConfig.Batches.)
 		return q.c.Call(ctx, key, payload)
 	}
 	return q.c.Call(ctx, key, payload, keylane.WithID(id))
@@ -262,7 +263,7 @@ func outcomeBatch(durable bool) int {
 
 // knobs are the environment variables of the bench's experiments; the
 // header names any that is set, and Run refuses one that is not a number.
-var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS"}
+var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS"}
 
 // batches reports whether keylane's workers read and its clients send
 // batch messages (ClientConfig.Batches, WorkerConfig.Batches):
