@@ -180,7 +180,10 @@ func (o *owner) applyBatch(reqs []*applyReq) {
 	}
 	out, err := o.applyCall(JobGroup{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
 	if err == nil && len(out) != len(jobs) {
-		err = fmt.Errorf("keylane: the applier returned %d outcomes for %d jobs", len(out), len(jobs))
+		// The applier broke its contract: no retry cures that, so it is
+		// said at ERROR and counted like a refusal for good (the jobs
+		// are held: the transaction may have committed).
+		err = Permanent(fmt.Errorf("keylane: the applier returned %d outcomes for %d jobs", len(out), len(jobs)))
 	}
 	if err != nil && !errors.Is(err, ErrStaleFence) {
 		err = fmt.Errorf("%w: %w", errApplyUnknown, err)
@@ -219,7 +222,7 @@ func (o *owner) applyOne(job Job) ([]byte, error) {
 		return nil, out[0].Err
 	}
 	// Held with no earlier job to blame: the applier broke its contract.
-	return nil, fmt.Errorf("%w: the applier held a group's only job", errApplyUnknown)
+	return nil, Permanent(fmt.Errorf("%w: the applier held a group's only job", errApplyUnknown))
 }
 
 // runApplied runs queued jobs of one key, in order, through the Applier,
@@ -287,7 +290,7 @@ func (o *owner) runApplied(ts []*task) {
 			// the transaction applied are answered from the record.
 			ts[0].firstErr = out[n].Err
 			if ts[0].firstErr == nil {
-				ts[0].firstErr = fmt.Errorf("%w: the applier held a job no earlier job of its key failed before", errApplyUnknown)
+				ts[0].firstErr = Permanent(fmt.Errorf("%w: the applier held a job no earlier job of its key failed before", errApplyUnknown))
 			}
 			o.ln.requeue(ts[0].job.Key, ts[1:])
 			o.process(ts[0])

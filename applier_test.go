@@ -90,3 +90,26 @@ func TestApplierRefusingForGoodHoldsTheJob(t *testing.T) {
 		t.Fatalf("dead letters %+v, %v; want none (the refusal is not the job's)", dls, err)
 	}
 }
+
+// shortApplier answers fewer outcomes than jobs: a broken contract.
+type shortApplier struct{}
+
+func (shortApplier) ApplyGroup(context.Context, JobGroup) ([]JobOutcome, error) { return nil, nil }
+
+// TestApplierBreakingItsContractIsSaidForGood: an Applier that returns
+// fewer outcomes than jobs is not retried as a transient outage with a
+// WARN line for ever: each attempt is counted as a refusal for good (an
+// operator's to fix) and the job is held, never dead-lettered or acked.
+// Before, it was filed as a failed transaction and ApplierRefusals stayed 0.
+func TestApplierBreakingItsContractIsSaidForGood(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Applier = nil, shortApplier{} })
+	e.waitOwned(w)
+	if _, err := e.client.Submit(ctx(t), "sku:1", []byte("buy")); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 20*time.Second, "the broken contract counted", func() bool { return w.Stats().ApplierRefusals >= 2 })
+	if dls, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters %+v, %v; want none", dls, err)
+	}
+}
