@@ -90,6 +90,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	w.topo = topo
 	w.state.bind(topo)
+	w.state.batchWrites(w.stateBatchOn(topo), w.nc, topo.Names.State())
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {
 		return err
@@ -178,6 +179,7 @@ func (w *Worker) reloadTopology(meta Meta) {
 			}
 			w.topo = topo
 			w.state.bind(topo)
+			w.state.batchWrites(w.stateBatchOn(topo), w.nc, topo.Names.State())
 			bctx, bcancel := context.WithTimeout(context.Background(), 3*w.cfg.Topology.LeaseTTL)
 			w.bal, err = startBalancer(bctx, w)
 			bcancel()
@@ -221,6 +223,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	bal := w.bal
 	w.mu.Unlock()
 	err := bal.stop(ctx)
+	w.state.closeBatches(ctx)
 	w.log.Info("worker stopped", "released", w.stats.released.Load())
 	w.doneOnce.Do(func() { close(w.done) })
 	return err

@@ -948,6 +948,61 @@
 // without the flag gets it and keeps its entries) and, under
 // docs/security/accounts.conf's least privilege, TestAccounts.
 //
+// # State writes of several keys in one batch
+//
+// On a catalog a key's group is one job, so the group commit's one
+// compare-and-set per group (a put and its ack through the server, and in
+// R3 one replicated proposal) is one per job. WorkerConfig.StateBatch
+// coalesces the compare-and-sets of one partition's keys whose groups
+// finish while another write of that partition is in flight, with the
+// discipline of the client's batches (internal/batcher): a lone write goes
+// at once, alone, as before; the writes that queued meanwhile go, when it
+// returns, as one JetStream atomic batch (at most 64 writes and 4 MiB),
+// each message carrying its own Nats-Expected-Last-Subject-Sequence (0
+// for a new key), the last the commit. One request and one ack for all,
+// one replicated proposal in R3. The batch is stored as consecutive
+// messages, so each write's new revision is the commit ack's sequence
+// less its distance from the last (the worker caches it for the key's
+// next group; a wrong one would make that write conflict:
+// TestStateWritesOfSeveralKeysGoAsOneBatch compares every cached revision
+// with the stored one, and failed when every write was given the last).
+// The code is statebatch.go.
+//
+// When: by default on a replicated namespace only. On one replica
+// nats-server stages an atomic batch in a file store of its own (see
+// "Kept outcomes in one batch" above), which costs more than the acks a
+// batch saves; in R3 the batch is staged in memory. StateBatch positive
+// turns it on anyway, negative off; the worker command's --state-batch
+// (KEYLANE_STATE_BATCH), the bench's KEYLANE_BENCH_STATE_BATCH. Setup sets
+// AllowAtomicPublish on KV_NS_STATE as it does on the results bucket.
+//
+// Failure cases. Atomic means all or nothing, so:
+//
+//   - A refused batch stored none of its writes. A conflict (another
+//     writer changed one key first: a new owner, a stale cache) refuses
+//     the whole batch, so its writes go again alone at once, each with its
+//     own ack: the conflicting one gets its conflict (the group re-reads
+//     its key, as before) and its neighbours are stored. Tested by
+//     TestStateBatchConflictIsOneKeys (a batch of three whose middle write
+//     is stale: the other two stored with their reported revisions, only
+//     the stale one conflicts, its key unchanged). A refusal of the batch
+//     form itself (the flag off, too large, a server before 2.12) also
+//     sends them alone, and the worker writes alone for keptBatchPause.
+//   - No answer (timeout, a cut connection, no leader): every write of
+//     the batch is an unknown outcome, exactly as one write's would be:
+//     its group settles nothing, forgets the cached entry, and its next
+//     attempt re-reads the key (a job whose outcome the stored entry
+//     holds is answered from it, not applied again).
+//   - The fence: a write is queued only while the lease is trusted and a
+//     queued write whose context ends (the lease lost) is taken out
+//     unsent; one already in a batch in flight is as a single write in
+//     flight: its compare-and-set on the revision the owner read refuses
+//     it if a newer owner wrote the key first.
+//
+// Tested on a cluster by TestStateWritesBatchedOnACluster (three nodes,
+// R3: on by default, batches stored, every job applied once) and by the
+// cluster e2e, which runs with the default.
+//
 // # The door
 //
 // Anyone allowed to publish jobs can send any message, so each field has

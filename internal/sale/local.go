@@ -38,6 +38,8 @@ type LocalConfig struct {
 	// SyncAlways is keylane.SyncAlwaysOutcomeBatch, as cmd/worker
 	// --sync-always.
 	OutcomeBatch int
+	// StateBatch is the workers' WorkerConfig.StateBatch.
+	StateBatch int
 	// Batches makes the workers read batch messages and clients from
 	// Client send them (WorkerConfig.Batches, ClientConfig.Batches).
 	Batches bool
@@ -144,6 +146,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			ID:           fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency:  cfg.Concurrency,
 			OutcomeBatch: outcomeBatch(cfg),
+			StateBatch:   cfg.StateBatch,
 			Batches:      cfg.Batches,
 			Logger:       cfg.Logger,
 			Observer:     cfg.WorkerObserver,
