@@ -88,7 +88,9 @@ func (s *State) batchWrites(on bool, nc *nats.Conn, bucket string) {
 	defer s.mu.Unlock()
 	sb := &stateBatches{nc: nc, bucket: bucket}
 	sb.b, _ = jobbatcher.New(jobbatcher.Config[stateWrite, uint64]{
-		Send:     func(ctx context.Context, _ int, ws []stateWrite) []jobbatcher.Outcome[uint64] { return s.sendWrites(ctx, sb, ws) },
+		Send: func(ctx context.Context, _ int, ws []stateWrite) []jobbatcher.Outcome[uint64] {
+			return s.sendWrites(ctx, sb, ws)
+		},
 		Size:     func(w stateWrite) int { return len(w.k) + len(w.value) },
 		MaxCount: stateBatchMaxWrites,
 		MaxBytes: stateBatchMaxBytes,
