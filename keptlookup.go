@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/wire"
 	"slices"
 	"strconv"
 	"strings"
@@ -160,6 +161,9 @@ func (o *owner) currentMark() *keptMark {
 // a valid job ID whose dot-separated tokens are all non-empty. Others are
 // left to the per-ID look-up, as before.
 func batchableID(id string) bool {
+	if _, _, ok := wire.ParseBatchedJobID(id); ok {
+		return false // looked for in its batch too (storedResult)
+	}
 	return ValidateJobID(id) == nil && !strings.Contains(id, "..")
 }
 
