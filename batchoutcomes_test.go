@@ -280,8 +280,11 @@ func TestRetriedBatchedCallIsAnsweredFromItsBatchEntry(t *testing.T) {
 	}
 	want := strconv.Itoa(len(payloads) + 1 + len(reqs))
 	testwait.Eventually(t, 30*time.Second, "the later jobs applied", func() bool { return e.stateOf("seat:a") == want })
-	res, err := c.Call(ctx(t), "seat:a", []byte("again"), WithID(first.ID))
 	kept, _, _ := decodeResult(first.Value)
+	if res, err := c.Result(ctx(t), first.ID); err != nil || string(res) != string(kept) {
+		t.Fatalf("Result(%s) = %q, %v; want %q", first.ID, res, err, kept)
+	}
+	res, err := c.Call(ctx(t), "seat:a", []byte("again"), WithID(first.ID))
 	if err != nil || string(res) != string(kept) {
 		t.Fatalf("retried call %s = %q, %v; want its first outcome %q", first.ID, res, err, kept)
 	}
