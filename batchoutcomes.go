@@ -34,7 +34,7 @@ func (w *Worker) keptPerBatch() bool {
 // kept in b's entry: a Call (kept, answered), not a retry by ID, whose ID
 // is the one its batch and index name.
 func (o *owner) keptInBatch(b *batchMsg, j wire.Job, index int) bool {
-	return o.w.keptPerBatch() && b.id != "" && j.KeepOutcome && !j.Idempotent && j.Reply != "" &&
+	return o.w.keptPerBatch() && wire.ValidBatchID(b.id) && j.KeepOutcome && !j.Idempotent && j.Reply != "" &&
 		j.ID == wire.BatchedJobID(b.id, index)
 }
 

@@ -224,15 +224,15 @@ func TestBatchEntryNeverAnswersAnotherJob(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other, err := wire.EncodeBatchOutcomes("B2", []wire.BatchOutcome{{Index: 1, ID: "B2.1", Value: encodeResult([]byte("not yours"), nil, false)}})
+	other, err := wire.EncodeBatchOutcomes("B2aaaaaaaaaaaaaaaaaaaa", []wire.BatchOutcome{{Index: 1, ID: "B2aaaaaaaaaaaaaaaaaaaa.1", Value: encodeResult([]byte("not yours"), nil, false)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	put("B1", other) // another batch's entry under B1's key
-	put("B3", other[:len(other)-2])
-	mine, _ := wire.EncodeBatchOutcomes("B4", []wire.BatchOutcome{{Index: 1, ID: "B4.1", Value: encodeResult([]byte("b4.1's"), nil, false)}})
-	put("B4", mine)
-	for _, id := range []string{"B1.1", "B3.1", "B4.2"} {
+	put("B1aaaaaaaaaaaaaaaaaaaa", other) // another batch's entry under B1aaaaaaaaaaaaaaaaaaaa's key
+	put("B3aaaaaaaaaaaaaaaaaaaa", other[:len(other)-2])
+	mine, _ := wire.EncodeBatchOutcomes("B4aaaaaaaaaaaaaaaaaaaa", []wire.BatchOutcome{{Index: 1, ID: "B4aaaaaaaaaaaaaaaaaaaa.1", Value: encodeResult([]byte("b4.1's"), nil, false)}})
+	put("B4aaaaaaaaaaaaaaaaaaaa", mine)
+	for _, id := range []string{"B1aaaaaaaaaaaaaaaaaaaa.1", "B3aaaaaaaaaaaaaaaaaaaa.1", "B4aaaaaaaaaaaaaaaaaaaa.2"} {
 		cctx, cancel := context.WithTimeout(ctx(t), 10*time.Second)
 		res, err := c.awaitOutcome(cctx, id)
 		cancel()
@@ -240,9 +240,9 @@ func TestBatchEntryNeverAnswersAnotherJob(t *testing.T) {
 			t.Fatalf("outcome of %s = %q, %v; want wire.ErrBadOutcomes", id, res, err)
 		}
 	}
-	res, err := c.awaitOutcome(ctx(t), "B4.1")
+	res, err := c.awaitOutcome(ctx(t), "B4aaaaaaaaaaaaaaaaaaaa.1")
 	if err != nil || string(res) != "b4.1's" {
-		t.Fatalf("outcome of B4.1 = %q, %v", res, err)
+		t.Fatalf("outcome of B4aaaaaaaaaaaaaaaaaaaa.1 = %q, %v", res, err)
 	}
 }
 

@@ -1733,7 +1733,8 @@
 //     (Worker.keptPerBatch), to be measured first.
 //
 // The entry. Key batch/<batch ID> in the results bucket ('/' is in no
-// job ID, so it is no job's key), TTL'd as every kept outcome
+// job ID, so it is no job's key; only a batch whose ID has a nuid's shape,
+// wire.ValidBatchID, has one), TTL'd as every kept outcome
 // (ResultsTTL); value wire.EncodeBatchOutcomes, binary and versioned:
 // "KLO", version 1, the batch ID, then per Call of the batch, indexes
 // strictly ascending, its index, its job ID and its outcome (the kept

@@ -20,7 +20,7 @@ import (
 // outcome:
 //
 //	"KLO" and the version byte (OutcomesVersion)
-//	uvarint   length and bytes of the batch ID
+//	uvarint   length and bytes of the batch ID (ValidBatchID)
 //	uvarint   outcome count, 1 to MaxBatchJobs
 //	per outcome, indexes strictly ascending:
 //	  uvarint index in the batch, below MaxBatchJobs
@@ -56,6 +56,27 @@ type BatchOutcome struct {
 // BatchOutcomesKey is the results-bucket key of batch batchID's entry.
 func BatchOutcomesKey(batchID string) string { return BatchOutcomesPrefix + batchID }
 
+// BatchIDLen is the length of a batch ID whose Calls have their outcomes
+// kept per batch: a nuid's, 22 letters and digits. Job IDs of that form
+// with a '.' and an index after it are rare among callers' own, so a
+// caller's ID is seldom looked for in a batch entry as well.
+const BatchIDLen = 22
+
+// ValidBatchID reports whether id can name a batch entry: BatchIDLen
+// ASCII letters and digits.
+func ValidBatchID(id string) bool {
+	if len(id) != BatchIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
 // BatchedJobID is the job ID of a Call at index in batch batchID: the
 // batch ID, a '.', and the index in decimal.
 func BatchedJobID(batchID string, index int) string {
@@ -64,7 +85,7 @@ func BatchedJobID(batchID string, index int) string {
 
 // ParseBatchedJobID splits a job ID made by BatchedJobID. ok is false
 // for any other ID (no dot, an index that is not the shortest decimal
-// below MaxBatchJobs, or a batch ID that breaks ValidateJobID).
+// below MaxBatchJobs, or a batch ID that is not ValidBatchID).
 func ParseBatchedJobID(id string) (batchID string, index int, ok bool) {
 	dot := strings.LastIndexByte(id, '.')
 	if dot <= 0 {
@@ -72,7 +93,7 @@ func ParseBatchedJobID(id string) (batchID string, index int, ok bool) {
 	}
 	batchID, digits := id[:dot], id[dot+1:]
 	n, err := strconv.Atoi(digits)
-	if err != nil || n < 0 || n >= MaxBatchJobs || strconv.Itoa(n) != digits || ValidateJobID(batchID) != nil {
+	if err != nil || n < 0 || n >= MaxBatchJobs || strconv.Itoa(n) != digits || !ValidBatchID(batchID) {
 		return "", 0, false
 	}
 	return batchID, n, true
@@ -148,8 +169,8 @@ func DecodeBatchOutcomes(b []byte) (batchID string, outs []BatchOutcome, err err
 
 // checkOutcomes is the rules an entry's fields keep.
 func checkOutcomes(batchID string, outs []BatchOutcome) error {
-	if err := ValidateJobID(batchID); err != nil {
-		return fmt.Errorf("%w: batch ID: %w", ErrBadOutcomes, err)
+	if !ValidBatchID(batchID) {
+		return fmt.Errorf("%w: batch ID %q is not %d letters and digits", ErrBadOutcomes, clip(batchID), BatchIDLen)
 	}
 	if len(outs) == 0 || len(outs) > MaxBatchJobs {
 		return fmt.Errorf("%w: %d outcomes, 1 to %d", ErrBadOutcomes, len(outs), MaxBatchJobs)
