@@ -58,11 +58,13 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	if err != nil {
 		return nil, err
 	}
-	defer c.tracing.send(ctx, "call", m).end(&err) // starts the span now, ends it on return
+	span := c.tracing.send(ctx, "call", m) // starts the span now
+	defer span.end(&err)
 	// The worker keeps a Call's outcome by ID, so a reply lost with a
 	// connection is recovered from it.
 	m.Header[HeaderKeepOutcome] = oneHeader
 	if !explicit && c.batchable(m) {
+		defer span.messageID(m) // sealed into a batch, it went under another ID
 		return c.callBatched(ctx, m, r.ID, partition.Of(r.Key, c.n), w)
 	}
 	// Publish without waiting for the stream's ack: it comes to our inbox
