@@ -72,13 +72,17 @@ type openBatches struct {
 	m  map[string]*batchMsg
 }
 
+// add holds b open, unless a copy of it is open already (a redelivery
+// racing the original here: the original's jobs settle both).
 func (ob *openBatches) add(b *batchMsg) {
 	ob.mu.Lock()
 	defer ob.mu.Unlock()
 	if ob.m == nil {
 		ob.m = map[string]*batchMsg{}
 	}
-	ob.m[b.id] = b
+	if ob.m[b.id] == nil {
+		ob.m[b.id] = b
+	}
 }
 
 func (ob *openBatches) remove(b *batchMsg) {

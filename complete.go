@@ -201,26 +201,24 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
 		sm, err := leaderGet(ctx, o.w.nc, stream, subject)
 		cancel()
-		var inBatch []byte
-		found := false
-		switch {
-		case err == nil:
+		if err == nil {
 			if k := keptValue(sm.Header, sm.Data); k != nil {
 				return k.res, k.err, true
 			}
 			err = errNoEntry
 		}
 		if errors.Is(err, errNoEntry) {
-			// A batched Call's is kept in its batch's entry.
+			// None by ID: a batched Call's is kept in its batch's entry.
 			ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-			inBatch, found, err = o.batchStoredResult(ctx, id)
+			v, found, berr := o.batchStoredResult(ctx, id)
 			cancel()
-			if err == nil {
-				if res, rerr, ok := decodeResult(inBatch); found && ok {
+			if berr == nil {
+				if res, rerr, ok := decodeResult(v); found && ok {
 					return res, rerr, true
 				}
 				return nil, nil, false
 			}
+			err = berr
 		}
 		o.log.Warn("kept outcome look-up failed; trying again", "job_id", id, "try", try, "err", err)
 		t := time.NewTimer(o.w.cfg.Backoff(try))

@@ -1887,7 +1887,7 @@
 // outcomes) made batched hot Calls slower (8,946/s), not faster.
 //
 // Outcomes kept per batch, measured after their build (main 1f0c9f6
-// against the outcomes branch; cd bench && KEYLANE_BENCH_BATCHES=1
+// against outcomes a0df8d4; cd bench && KEYLANE_BENCH_BATCHES=1
 // KEYLANE_BENCH_CALL_IDS=0 go run . --runs 1 --duration 2s --purchases
 // 20000 --buyers 64 --placement separate --only 'hot,skewed,keylane
 // Call,raw JS' --markdown, one run each, back to back, on a machine
