@@ -54,6 +54,10 @@ type owner struct {
 	// applies joins the concurrent groups of different keys for an
 	// Applier into one transaction (applier.go).
 	applies applyBatcher
+
+	// open holds the batches whose outcomes are kept per batch and not
+	// written yet (batchoutcomes.go).
+	open openBatches
 }
 
 // How long a handed-back job stays with the server before it is delivered

@@ -1616,10 +1616,10 @@
 // Built, off by default: the format (wire/batch.go), the send discipline
 // (internal/batcher), the worker's reading (WorkerConfig.Batches,
 // batchpart.go, fetch.go's dispatchBatch) and the client's sending of
-// Submit, SubmitMany and Call (ClientConfig.Batches, wirebatch.go), and
-// the batch index in the state entry. Not built yet: outcomes kept per
-// batch, the namespace metadata that turns clients' batches on (each is
-// marked below).
+// Submit, SubmitMany and Call (ClientConfig.Batches, wirebatch.go), the
+// batch index in the state entry, and Calls' outcomes kept per batch
+// (wire/outcomes.go, batchoutcomes.go). Not built yet: the namespace
+// metadata that turns clients' batches on (marked below).
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
 // run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
@@ -1755,7 +1755,12 @@
 // inbox and the Call's token) and its keep-outcome flag travel in the
 // batch body, the worker answers it like a one-job Call (grouped replies
 // per inbox), and a job of it dead-lettered alone answers its own Call
-// with a *RemoteError while the others get their results. Tested by
+// with a *RemoteError while the others get their results. When the
+// batcher cuts a batch of two jobs or more it seals it (batcher.Config.Seal,
+// before any caller can see its job sent): the batch's ID (a nuid, its
+// Nats-Msg-Id) is chosen then, and each Call of it gets the job ID
+// <batch ID>.<index> (wire.BatchedJobID), which names where its outcome
+// is kept (below). A lone job keeps its nuid. Tested by
 // TestCallsTravelInBatches (64 concurrent Calls on one key, then on 64
 // keys: batch messages on the wire, every job applied once, every Call
 // its own result; without the batched path it saw no batch message) and
@@ -1763,20 +1768,80 @@
 //
 // Outcomes. A job with a caller's ID never travels in a batch, so
 // retries by ID (above) are as today. A batched Call's outcome is kept
-// by its job's ID, as a lone Call's (the body's keep-outcome flag: one
-// results entry per job, before its reply), and a reply lost on the
-// worker's side is recovered from it after replyWait or a reconnect, as
-// for a lone Call. Tested by TestBatchedCallRecoversALostReply (the
-// callers' connection cut while the batch runs: every Call gets its own
-// result once back; without the flag in the body it never did).
-// Designed, not built: a batched
-// Call's outcome kept as one results entry per batch, keyed by the batch
-// ID, holding every job's outcome by index, written once the batch is
-// settled and before its ack; the client would recover a lost reply there
-// (it knows its batch's ID and its index). Per-ID entries only with
-// StoreResults (Result by ID is promised for every job there). Measured
-// below: per-job kept outcomes are now the larger part of a batched
-// Call's cost.
+// in one results entry per batch, on a namespace whose jobs have held
+// outcomes (a Reducer's state entries; an Applier's database) and
+// without StoreResults; elsewhere by its job's ID, as a lone Call's (the
+// body's keep-outcome flag: one entry per job, before its reply). Where
+// per-ID entries stay, and why:
+//
+//   - StoreResults: Result by ID is promised for every job;
+//   - a job with a caller's ID (never batched) and a redrive (never
+//     batched): their look-up by ID decides whether they run;
+//   - a lone job (a one-job message, its own nuid): as today;
+//   - a plain Handler's batched Calls. Not because a per-job entry
+//     stops a redelivered job from running again: it never did (a job
+//     without a caller's ID is looked up by ID on redelivery only with
+//     StoreResults, execute.go's process), so a Handler's finished jobs
+//     of an unacked batch run again after a crash with either form, as
+//     said below. They stay because the batch entry was measured on a
+//     Reducer only (the bench's); moving a Handler over is one line
+//     (Worker.keptPerBatch), to be measured first.
+//
+// The entry. Key batch/<batch ID> in the results bucket ('/' is in no
+// job ID, so it is no job's key; only a batch whose ID has a nuid's shape,
+// wire.ValidBatchID, has one), TTL'd as every kept outcome
+// (ResultsTTL); value wire.EncodeBatchOutcomes, binary and versioned:
+// "KLO", version 1, the batch ID, then per Call of the batch, indexes
+// strictly ascending, its index, its job ID and its outcome (the kept
+// result's encoding), every length a shortest-form uvarint, at most
+// wire.MaxBatchJobs outcomes and wire.MaxBatchBytes. The decoder refuses
+// anything else with wire.ErrBadOutcomes (fuzzed:
+// FuzzDecodeBatchOutcomes), including a job ID that is not the batch
+// ID's and the index's. A reader looks a job up by (batch ID, index) and
+// checks the job ID found there against its own (wire.FindBatchOutcome):
+// an entry of another batch under the key, another job at the index, no
+// outcome at it, or a garbled entry is a clear error for a Call
+// recovering its reply, and no outcome for a worker deciding whether a
+// job runs (said at ERROR): never another job's outcome. The results
+// bucket stays writable by workers only (docs/security/accounts.conf);
+// clients read the entry with the direct gets they already may.
+//
+// The order. Each job of the batch is answered as soon as it is settled
+// (its state written, or dead-lettered alone), its outcome recorded in
+// the batch held in memory; once every job of the batch is settled, the
+// last one's runner writes the entry (retried with backoff while the
+// lease is trusted) and then acks the batch message. A worker that dies
+// before the entry is written never acks: the batch is redelivered, its
+// jobs are answered from their held outcomes (nothing applied twice),
+// and the next owner writes the entry and acks. A Call whose reply is
+// lost (replyWait, or a reconnect) waits for the entry: it reads and
+// watches both its ID's key and its batch's, so a worker that keeps it
+// by ID (above) answers it too. Client.Result reads either.
+//
+// Retry by ID (promise 7). A Call's *NoReplyError names the job by the
+// ID it was sent with; called again WithID that ID, the job goes alone,
+// and the worker's look-up by ID reads, for an ID of the batched form,
+// the batch this owner still holds open, then the batch's entry (from
+// the results stream's leader, as every deciding read): within
+// ResultsTTL the job is answered with its outcome, never applied again,
+// as a per-ID entry did. A batch that is neither open here nor written
+// was redelivered after a crash: its jobs come before the retry in their
+// key's lane and are answered from their held outcomes first.
+//
+// Tested by TestBatchedCallRecoversALostReplyFromItsBatchEntry (the
+// callers' connection cut while a batch of Calls runs: every Call gets
+// its own result once back, from the one batch entry, and no outcome is
+// kept by ID but the lone lead's; before, five per-ID entries and no
+// batch entry), TestBatchRedeliveredBeforeItsOutcomesWereKept (every
+// state of the batch written, then the worker's connection cut before
+// the entry, the replies and the ack, the callers' connection cut too:
+// the next owner answers every job from its held outcome, nothing applied
+// twice, writes the entry, and every Call gets its own result from it),
+// TestRetriedBatchedCallIsAnsweredFromItsBatchEntry (retried WithID past
+// the key's held window: answered from the entry; without the worker's
+// look-up there it was applied twice), TestBatchEntryNeverAnswersAnotherJob
+// (a foreign, garbled or incomplete entry is wire.ErrBadOutcomes) and, as
+// before, TestBatchedCallRecoversALostReply.
 //
 // Dead letters of a batched job are one-job dead letters (its key, type,
 // ID in Keylane-Job-Id, allowed headers and payload), so redrive, the
@@ -1872,10 +1937,30 @@
 // build: it breaks the lost-reply promise) gave hot 34,815/s p99 5.8 ms,
 // 16+14+15 = 45 µs/job (80 % of raw request-reply's 43,677/s in that
 // run), skewed 15,655/s, 52+36+28 = 116, hot with fsync 19,477/s. That is
-// the room outcomes kept per batch (above, designed, not built) could
-// win, less the cost of one entry per batch; a worker's OutcomeBatch of
-// 16 (atomic batches of kept outcomes) made batched hot Calls slower
-// (8,946/s), not faster. Neither target of issue 18 for Calls is met by
-// Calls in batches alone: hot Call is 59 % of raw request-reply (target
-// 100 %), skewed Call 28 %.
+// the room outcomes kept per batch could win, less the cost of one entry
+// per batch; a worker's OutcomeBatch of 16 (atomic batches of kept
+// outcomes) made batched hot Calls slower (8,946/s), not faster.
+//
+// Outcomes kept per batch, measured after their build (main 1f0c9f6
+// against outcomes a0df8d4; cd bench && KEYLANE_BENCH_BATCHES=1
+// KEYLANE_BENCH_CALL_IDS=0 go run . --runs 1 --duration 2s --purchases
+// 20000 --buyers 64 --placement separate --only 'hot,skewed,keylane
+// Call,raw JS' --markdown, one run each, back to back, on a machine
+// shared with other work at a load average of 12, so every figure is
+// lower than above; raw JetStream request-reply from the same runs):
+//
+//	batched Call        per job ID (before)          per batch (after)           raw request-reply (before, after)
+//	hot                 12,873/s p99 23.4 ms         18,122/s p99 12.1 ms        20,061 and 22,967/s
+//	                    25+22+18 = 65 µs/job         18+20+16 = 54               22+4+14 = 40, 22+4+12 = 38
+//	skewed              6,845/s p99 29.1 ms          7,851/s p99 23.9 ms         21,931 and 24,847/s
+//	                    79+54+38 = 171               64+46+37 = 147              23+4+14, 21+4+12
+//	hot, fsync always   2,590/s p99 184 ms           9,995/s p99 26.2 ms         1,077 and 996/s
+//	                    88+31+33                     36+20+23                    218+41+82, 207+25+69
+//
+// So the entry per batch pays: hot +41 % (64 % of raw request-reply
+// before, 79 % after), its p99 halved, the server's CPU per job down
+// 28 %; hot with fsync 3.9× (10× raw request-reply with fsync); skewed
+// +15 %, where batches are small. Neither target of issue 18 for Calls
+// is met yet: hot Call is 79 % of raw request-reply (target 100 %),
+// skewed Call 32 %.
 package jetstream
