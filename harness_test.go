@@ -100,6 +100,13 @@ func (e *env) worker(id string, h Handler, mod func(*WorkerConfig)) *Worker {
 	if mod != nil {
 		mod(&cfg)
 	}
+	if cfg.Batches {
+		// The operator's step once its workers read batches: clients
+		// then send them (ClientConfig.Batches needs it).
+		if err := SetBatches(ctx(e.t), e.js, e.ns, true); err != nil {
+			e.t.Fatal(err)
+		}
+	}
 	w, err := NewWorker(nc, cfg)
 	if err != nil {
 		e.t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -84,6 +85,11 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	topo, err := setup(ctx, w.js, w.cfg.Topology, w.log)
 	if err != nil {
 		return err
+	}
+	if topo.Meta.Batches && !w.cfg.Batches {
+		// Its clients send batch messages, which this worker would
+		// dead-letter whole, every one.
+		return fmt.Errorf("%w: namespace %s says %s on (its clients send batch messages) and this worker runs without WorkerConfig.Batches (worker --batches), so it would dead-letter every batch; start it with Batches, or turn them off first (keylane batches off) and restart the clients", ErrBatchesMismatch, topo.Names.Namespace, MetaBatches)
 	}
 	if w.cfg.MaxDeliver == 0 {
 		w.cfg.MaxDeliver = cmp.Or(topo.Meta.MaxDeliver, DefaultMaxDeliver) // the namespace's (Setup fixed it if none was)
