@@ -355,8 +355,10 @@ func build(key string, payload []byte, opts []SubmitOpt) Request {
 
 // Backlog returns how many jobs the namespace's streams hold: stored and
 // not yet finished (a job leaves the stream when its handler finished and
-// it was acked, or it was dead-lettered). It asks the server for the info
-// of every shard's stream and runs no job.
+// it was acked, or it was dead-lettered; a batch message's jobs leave
+// with it). It asks the server for the info of every shard's stream and
+// reads each stored batch message (its Keylane-Batch-Jobs: a batch of 50
+// counts 50), and runs no job.
 func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
@@ -366,7 +368,16 @@ func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		n += s.CachedInfo().State.Msgs
+		st := s.CachedInfo().State
+		n += st.Msgs
+		if st.Msgs == 0 {
+			continue
+		}
+		extra, err := batchJobsBeyond(ctx, s, allBatchesSubject(c.names.Namespace), st.FirstSeq-1, st.LastSeq)
+		if err != nil {
+			return 0, err
+		}
+		n += extra
 	}
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -96,10 +97,11 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 		return nil, err
 	}
 	return &nats.Msg{Subject: wire.BatchSubject(c.names.Namespace, p), Data: body, Header: nats.Header{
-		HeaderJobID:        {nuid.Next()},
-		expectStreamHeader: c.expect[ShardOf(p, c.shards)],
-		wire.HeaderBatch:   {"1"},
-		HeaderPartitions:   c.nHeader,
+		HeaderJobID:          {nuid.Next()},
+		expectStreamHeader:   c.expect[ShardOf(p, c.shards)],
+		wire.HeaderBatch:     {"1"},
+		wire.HeaderBatchJobs: {strconv.Itoa(len(ms))},
+		HeaderPartitions:     c.nHeader,
 	}}, nil
 }
 
