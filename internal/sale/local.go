@@ -1,6 +1,7 @@
 package sale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -113,6 +114,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		l.Server, l.URL = s, s.ClientURL()
 	}
+	if err := l.setBatches(ctx, cfg, false); err != nil {
+		l.Stop(ctx)
+		return nil, err
+	}
 	for i := 0; i < cfg.Workers; i++ {
 		nc, err := nats.Connect(l.URL, nats.Name(fmt.Sprintf("keylane-worker-%d", i)))
 		if err != nil {
@@ -158,6 +163,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		l.Workers = append(l.Workers, w)
 	}
+	if err := l.setBatches(ctx, cfg, true); err != nil {
+		l.Stop(ctx)
+		return nil, err
+	}
 	n := l.Workers[0].Topology().Partitions
 	for {
 		owned := 0
@@ -176,6 +185,30 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	}
 }
 
+// setBatches is the operator's step for the namespace's keylane.batches
+// (keylane.SetBatches): without Batches, turned off before the workers
+// start (a namespace left on by an earlier run would refuse them); with,
+// turned on once every worker runs with them.
+func (l *Local) setBatches(ctx context.Context, cfg LocalConfig, started bool) error {
+	if cfg.Batches != started {
+		return nil
+	}
+	nc, err := nats.Connect(l.URL, nats.Name("keylane-operator"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ns := cmp.Or(cfg.Topology.Namespace, keylane.DefaultNamespace)
+	if err := keylane.SetBatches(ctx, js, ns, cfg.Batches); err != nil && !errors.Is(err, keylane.ErrNoTopology) {
+		return err
+	}
+	return nil
+}
+
 // Client connects a new client to the deployment; it is closed by Stop.
 func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 	nc, err := nats.Connect(l.URL, nats.Name("keylane-client"))
@@ -183,7 +216,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, Observer: l.obs})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, NoBatches: !l.batches, Observer: l.obs})
 }
 
 // Stop stops the workers gracefully, then the server.
