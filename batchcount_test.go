@@ -1,8 +1,10 @@
 package keylane
 
 import (
+	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,4 +108,50 @@ func TestBatchWithAWrongJobCountIsDeadLetteredWhole(t *testing.T) {
 	if len(r.applied) != 0 {
 		t.Fatalf("jobs of a miscounted batch applied: %v", r.applied)
 	}
+}
+
+// TestWorkerBacklogCountsJobsOfBatches: the worker's backlog
+// (Tenure.Backlog, the keylane_partition_backlog metric) counts a batch
+// message not yet delivered as its 50 jobs. Two jobs that do not finish
+// fill the partition's window ahead of a batch of 50 and a job: the
+// backlog is 51, and 0 once everything ran.
+func TestWorkerBacklogCountsJobsOfBatches(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	for _, key := range []string{"held:a", "held:b"} {
+		if _, err := e.client.Submit(ctx(t), key, []byte("held")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var jobs []wire.BatchJob
+	for i := range 50 {
+		jobs = append(jobs, wire.BatchJob{Key: "seat:" + strconv.Itoa(i%7), ID: "b-" + strconv.Itoa(i), Payload: []byte("x")})
+	}
+	e.publishBatch(0, "batch-50", jobs)
+	if _, err := e.client.Submit(ctx(t), "seat:9", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var ran atomic.Int64
+	w := e.worker("w", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
+		if string(j.Payload) == "held" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		ran.Add(1)
+		return nil, nil
+	}), func(c *WorkerConfig) { c.Batches, c.MaxInFlight, c.MaxPending = true, 2, 3 })
+	backlog := func() uint64 {
+		ts := w.Tenures()
+		if len(ts) != 1 {
+			return 1 << 62
+		}
+		return ts[0].Backlog
+	}
+	testwait.Eventually(t, 10*time.Second, "the backlog counts the batch's 50 jobs", func() bool { return backlog() == 51 })
+	close(release)
+	testwait.Eventually(t, 20*time.Second, "every job run", func() bool { return ran.Load() == 53 })
+	testwait.Eventually(t, 10*time.Second, "the backlog empty", func() bool { return backlog() == 0 })
 }
