@@ -93,7 +93,18 @@ func TestBatchesMetadataRefusedWhenBad(t *testing.T) {
 	if _, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}); !errors.Is(err, ErrBatchesMismatch) || !strings.Contains(err.Error(), `"yes"`) {
 		t.Fatalf("keylane.batches yes: %v, want ErrBatchesMismatch naming it", err)
 	}
-	setMeta(e.topo.Names.Jobs(), "on") // shard 1 still says nothing
+	if _, err := Setup(ctx(t), e.js, e.topo.Config); !errors.Is(err, ErrBatchesMismatch) {
+		t.Fatalf("Setup on keylane.batches yes: %v, want ErrBatchesMismatch", err)
+	}
+	if err := SetBatches(ctx(t), e.js, e.ns, false); err != nil {
+		t.Fatalf("SetBatches over a bad value: %v", err)
+	}
+	if c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}); err != nil || c.wire != nil {
+		t.Fatalf("after SetBatches off mended the value: %v", err)
+	} else {
+		c.Close()
+	}
+	setMeta(e.topo.Names.Jobs(), "on") // shard 1 still says off
 	if _, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}); !errors.Is(err, ErrBatchesMismatch) {
 		t.Fatalf("shards that disagree: %v, want ErrBatchesMismatch", err)
 	}

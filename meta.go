@@ -330,30 +330,34 @@ func SetBatches(ctx context.Context, js jetstream.JetStream, namespace string, o
 }
 
 // batchShards opens every jobs stream shard for SetBatches, which must
-// also mend shards that disagree about MetaBatches (a SetBatches that
-// stopped half way), which openShards refuses.
+// also mend what clients and workers refuse about MetaBatches: a bad
+// value, or shards that disagree (a SetBatches that stopped half way).
 func batchShards(ctx context.Context, js jetstream.JetStream, namespace string) ([]jetstream.Stream, error) {
-	s0, m0, err := openJobs(ctx, js, namespace)
-	if err != nil {
-		return nil, err
-	}
-	streams := []jetstream.Stream{s0}
 	names := Names{Namespace: namespace}
-	for i := 1; i < m0.Shards; i++ {
+	var streams []jetstream.Stream
+	var m0 Meta
+	for i := 0; i == 0 || i < m0.Shards; i++ {
 		s, err := js.Stream(ctx, names.JobsShard(i))
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound) && i == 0:
+			return nil, &noTopologyError{namespace}
+		case errors.Is(err, jetstream.ErrStreamNotFound):
 			return nil, fmt.Errorf("%w: shard %d of %d (%s) is missing", ErrNoTopology, i, m0.Shards, names.JobsShard(i))
+		case err != nil:
+			return nil, err
+		}
+		info := *s.CachedInfo()
+		info.Config.Metadata = maps.Clone(info.Config.Metadata)
+		delete(info.Config.Metadata, MetaBatches)
+		m, err := readMeta(&info, m0.Partitions)
+		if err == nil && i > 0 {
+			err = sameShards(m0, m, i, info.Config.Name)
 		}
 		if err != nil {
 			return nil, err
 		}
-		m, err := readMeta(s.CachedInfo(), m0.Partitions)
-		if err == nil {
-			m.Batches = m0.Batches
-			err = sameShards(m0, m, i, s.CachedInfo().Config.Name)
-		}
-		if err != nil && !errors.Is(err, ErrBatchesMismatch) {
-			return nil, err
+		if i == 0 {
+			m0 = m
 		}
 		streams = append(streams, s)
 	}
