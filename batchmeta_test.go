@@ -2,9 +2,13 @@ package keylane
 
 import (
 	"errors"
+	"log/slog"
 	"maps"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
 )
 
 // TestBatchesFollowTheNamespace: the namespace's metadata keylane.batches
@@ -35,7 +39,7 @@ func TestBatchesFollowTheNamespace(t *testing.T) {
 		t.Fatal("Batches and NoBatches both accepted")
 	}
 	// A worker without Batches starts while the namespace says nothing.
-	plain := e.worker("plain", echo(), nil)
+	e.waitConsumers(e.worker("plain", echo(), nil))
 
 	if err := SetBatches(ctx(t), e.js, e.ns, true); err != nil {
 		t.Fatal(err)
@@ -52,8 +56,8 @@ func TestBatchesFollowTheNamespace(t *testing.T) {
 	if err := w.Start(ctx(t)); !errors.Is(err, ErrBatchesMismatch) || !strings.Contains(err.Error(), "dead-letter every batch") {
 		t.Fatalf("a worker without Batches on a namespace that says on: %v, want ErrBatchesMismatch", err)
 	}
-	_ = plain // it started before: turning batches on is the operator's promise that it was replaced
-	e.worker("reader", echo(), func(c *WorkerConfig) { c.Batches = true })
+	// (plain started before: turning batches on was the operator's
+	// promise that it is gone; TestRunningWorkerWithoutBatchesSaysSo.)
 	for _, cfg := range []ClientConfig{{}, {Batches: true}} {
 		if c, err := client(cfg); err != nil || c.wire == nil {
 			t.Fatalf("client %+v of a namespace that says on: %v; want it to send batches", cfg, err)
@@ -122,4 +126,38 @@ func TestBatchesMetadataRefusedWhenBad(t *testing.T) {
 	if err := SetBatches(ctx(t), e.js, "nowhere", true); !errors.Is(err, ErrNoTopology) {
 		t.Fatalf("SetBatches on a namespace that does not exist: %v, want ErrNoTopology", err)
 	}
+}
+
+// TestRunningWorkerWithoutBatchesSaysSo: batches turned on while a worker
+// without WorkerConfig.Batches runs (the operator's promise broken): the
+// worker says so at ERROR at its next look at the jobs stream.
+func TestRunningWorkerWithoutBatchesSaysSo(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	var buf syncBuffer
+	e.waitConsumers(e.worker("plain", echo(), func(c *WorkerConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}))
+	}))
+	if err := SetBatches(ctx(t), e.js, e.ns, true); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "the worker's ERROR", func() bool {
+		return strings.Contains(buf.String(), "dead-letters every batch message")
+	})
+}
+
+// waitConsumers waits until ws own every partition and each partition's
+// consumer exists: a stream update (SetBatches) racing a consumer's
+// creation trips a data race inside nats-server 2.15.2 under -race
+// (fileStore.UpdateConfig against ConsumerStore).
+func (e *env) waitConsumers(ws ...*Worker) {
+	e.t.Helper()
+	e.waitOwned(ws...)
+	testwait.Eventually(e.t, 10*time.Second, "every partition's consumer", func() bool {
+		for p := range e.topo.Partitions {
+			if _, err := e.topo.StreamOf(p).Consumer(ctx(e.t), e.topo.Names.Consumer(p)); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 }

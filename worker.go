@@ -119,10 +119,17 @@ func (w *Worker) requestReload() {
 // owner asks) and reloads the topology when the stream was replaced by
 // another epoch: a repartition. Owners never consume a stream of another
 // epoch than the worker's topology (resetConsumer checks).
+//
+// It also says, once, at ERROR, when the namespace's batches were turned
+// on (keylane.batches) while this worker runs without
+// WorkerConfig.Batches: it dead-letters every batch the clients started
+// since send. Start refuses such a worker; one already running is the
+// operator's to replace.
 func (w *Worker) watchTopology() {
 	defer close(w.watchDone)
 	t := time.NewTicker(w.cfg.Topology.LeaseTTL)
 	defer t.Stop()
+	warned := false
 	for {
 		select {
 		case <-w.watchStop:
@@ -130,7 +137,12 @@ func (w *Worker) watchTopology() {
 		case <-t.C:
 		case <-w.reload:
 		}
-		if meta, ok := w.replacedBy(); ok {
+		meta, ok := w.replacedBy()
+		if meta.Batches && !w.cfg.Batches && !warned {
+			warned = true
+			w.log.Error("the namespace's batches are on (keylane.batches) and this worker runs without WorkerConfig.Batches (worker --batches): it dead-letters every batch message; restart it with Batches, or turn batches off (keylane batches off)", "namespace", w.cfg.Topology.Namespace)
+		}
+		if ok {
 			w.reloadTopology(meta)
 		}
 	}

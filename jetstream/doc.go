@@ -1786,8 +1786,10 @@
 //   - A worker started without Batches on a namespace that says on is
 //     refused at Start (ErrBatchesMismatch, permanent in Setup): it would
 //     dead-letter every batch. One already running when it is turned on
-//     is not checked again: turning it on is the operator's promise that
-//     none is left.
+//     says so once at ERROR at its next look at the jobs stream (every
+//     lease TTL; TestRunningWorkerWithoutBatchesSaysSo), and goes on
+//     dead-lettering batches: turning it on is the operator's promise
+//     that none is left.
 //   - A value other than on or off, or shards that disagree (a
 //     SetBatches that stopped half way), is refused by clients and
 //     workers (ErrBatchesMismatch), never read as off; SetBatches again

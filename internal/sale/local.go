@@ -114,7 +114,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		l.Server, l.URL = s, s.ClientURL()
 	}
-	if err := l.setBatches(ctx, cfg, false); err != nil {
+	if err := l.setBatches(ctx, cfg); err != nil {
 		l.Stop(ctx)
 		return nil, err
 	}
@@ -163,10 +163,6 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		l.Workers = append(l.Workers, w)
 	}
-	if err := l.setBatches(ctx, cfg, true); err != nil {
-		l.Stop(ctx)
-		return nil, err
-	}
 	n := l.Workers[0].Topology().Partitions
 	for {
 		owned := 0
@@ -186,13 +182,12 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 }
 
 // setBatches is the operator's step for the namespace's keylane.batches
-// (keylane.SetBatches): without Batches, turned off before the workers
-// start (a namespace left on by an earlier run would refuse them); with,
-// turned on once every worker runs with them.
-func (l *Local) setBatches(ctx context.Context, cfg LocalConfig, started bool) error {
-	if cfg.Batches != started {
-		return nil
-	}
+// (keylane.SetBatches), before the workers start: with Batches, every
+// worker will read batches, so on (the namespace set up first); without,
+// off (a namespace left on by an earlier run would refuse the workers).
+// Before, not after: a stream update racing the workers' consumer
+// creations trips a data race inside nats-server 2.15.2 under -race.
+func (l *Local) setBatches(ctx context.Context, cfg LocalConfig) error {
 	nc, err := nats.Connect(l.URL, nats.Name("keylane-operator"))
 	if err != nil {
 		return err
@@ -201,6 +196,11 @@ func (l *Local) setBatches(ctx context.Context, cfg LocalConfig, started bool) e
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
+	}
+	if cfg.Batches {
+		if _, err := keylane.Setup(ctx, js, cfg.Topology); err != nil {
+			return err
+		}
 	}
 	ns := cmp.Or(cfg.Topology.Namespace, keylane.DefaultNamespace)
 	if err := keylane.SetBatches(ctx, js, ns, cfg.Batches); err != nil && !errors.Is(err, keylane.ErrNoTopology) {
