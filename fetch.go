@@ -170,7 +170,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 			}
 			delivered = meta.Sequence.Consumer
 			newest = max(newest, meta.Sequence.Stream)
-			o.backlog.Store(meta.NumPending)
+			o.noteDelivery(newest, meta.NumPending)
 		}
 		o.dispatch(ln, msg)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -144,10 +145,11 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 		id = nuid.Next() // SubmitMany's
 	}
 	return &nats.Msg{Subject: wire.BatchSubject(c.names.Namespace, p), Data: body, Header: nats.Header{
-		HeaderJobID:        {id},
-		expectStreamHeader: c.expect[ShardOf(p, c.shards)],
-		wire.HeaderBatch:   {"1"},
-		HeaderPartitions:   c.nHeader,
+		HeaderJobID:          {id},
+		expectStreamHeader:   c.expect[ShardOf(p, c.shards)],
+		wire.HeaderBatch:     {"1"},
+		wire.HeaderBatchJobs: {strconv.Itoa(len(ms))},
+		HeaderPartitions:     c.nHeader,
 	}}, nil
 }
 

@@ -35,8 +35,10 @@
 //	            due copies (# Delayed jobs), never roll-ups or schedules;
 //	            metadata keylane.partitions=N,
 //	            keylane.hash, keylane.version=3, keylane.epoch,
-//	            keylane.adopted, keylane.reply-prefix, and
-//	            keylane.max-deliver (written by the first worker)
+//	            keylane.adopted, keylane.reply-prefix,
+//	            keylane.max-deliver (written by the first worker), and
+//	            keylane.batches (on|off, written by keylane batches;
+//	            # Batches on the wire, Versions)
 //	NS_DELAYS   stream (with Delays), subjects ns.sched.<p>.* (schedules)
 //	            and ns.due.<p>.* (jobs stored when due); message
 //	            schedules; only workers publish to it
@@ -67,7 +69,9 @@
 // keylane.max-deliver, since a job's attempts are counted across owners).
 // Zero (empty) follows the namespace's. Tested by
 // TestWorkerRefusesAnotherReplyPrefixOrMaxDeliver and, naming the flags,
-// TestRunRefusalNamesTheFlag. Two first workers with different values
+// TestRunRefusalNamesTheFlag. Likewise ErrBatchesMismatch: a worker
+// without WorkerConfig.Batches on a namespace whose keylane.batches says
+// on (see "Batches on the wire", Versions). Two first workers with different values
 // starting at the same moment on a namespace without keylane.max-deliver
 // may both write it (a stream update is no compare-and-set); the later
 // value stands and the other worker is refused at its next start.
@@ -1617,9 +1621,9 @@
 // (internal/batcher), the worker's reading (WorkerConfig.Batches,
 // batchpart.go, fetch.go's dispatchBatch) and the client's sending of
 // Submit, SubmitMany and Call (ClientConfig.Batches, wirebatch.go), the
-// batch index in the state entry, and Calls' outcomes kept per batch
-// (wire/outcomes.go, batchoutcomes.go). Not built yet: the namespace
-// metadata that turns clients' batches on (marked below).
+// batch index in the state entry, Calls' outcomes kept per batch
+// (wire/outcomes.go, batchoutcomes.go) and the namespace metadata that
+// turns clients' batches on (keylane.batches, Versions below).
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
 // run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
@@ -1652,6 +1656,8 @@
 //	                                de-duplicates a resent batch whole
 //	          Nats-Expected-Stream  as for one job (shards)
 //	          Keylane-Batch         the body's format version ("1")
+//	          Keylane-Batch-Jobs    the body's job count, which counting
+//	                                reads without the body (Counting)
 //	          Keylane-Partitions    N the client routed every job with
 //	body      wire.EncodeBatch: version byte, job count, then per job the
 //	          key, job ID, type, reply subject, flags (keep-outcome,
@@ -1665,8 +1671,9 @@
 // why it is refused. A job that breaks a rule is dead-lettered alone
 // (malformed, as a one-job message is) and the others run; a body whose
 // framing is broken (version, counts, a length past the end, bytes after
-// the last job, over the limits) is one malformed message, dead-lettered
-// whole. Limits: at most wire.MaxBatchJobs (1024) jobs and
+// the last job, over the limits), or whose Keylane-Batch-Jobs is missing
+// or other than the body's count, is one malformed message,
+// dead-lettered whole (TestBatchWithAWrongJobCountIsDeadLetteredWhole). Limits: at most wire.MaxBatchJobs (1024) jobs and
 // wire.MaxBatchBytes (8 MiB, and the server's max_payload) per batch.
 //
 // When a client batches. Per partition, one batch in flight at a time
@@ -1679,6 +1686,13 @@
 // (default 0) may hold a batch that long for more jobs; kept only if the
 // bench shows it pays. Under load a batch grows by itself to about the
 // number of callers waiting on the partition during one round trip.
+// Tested by TestBatchesCutByMaxPayload (max_payload 64 KiB, jobs of 1000
+// bytes: SubmitMany's and concurrent Submits' batches cut by bytes, every
+// one stored, none over max_payload, every job run once in its key's
+// order; a job over a batch's room goes alone and is stored; one over
+// max_payload gets ErrPayloadTooLarge at once; with the room taken as
+// wire.MaxBatchBytes the server refused the batch: "maximum payload
+// exceeded").
 // SubmitMany, which holds its jobs at once, cuts each partition's run of
 // batchable jobs the same way and publishes the batches asynchronously
 // with its one-job messages; a job that goes alone first publishes its
@@ -1850,22 +1864,69 @@
 // wire.DeadID alone the second dead letter of one batch would be dropped
 // as a duplicate of the first, and its job acked with none stored.
 //
-// Counting. Client.Backlog, the status page and the consumer's pending
-// count (the worker's backlog metric) count stored messages, so a batch
-// counts as one job there (not built: the job count, which a
-// Keylane-Batch-Jobs header would give them without decoding the body).
+// Counting. A batch counts as its jobs: Client.Backlog, Inspect's
+// per-partition Pending (keylane status, the status page's backlog) and
+// the worker's backlog (Tenure.Backlog, keylane_partition_backlog) add
+// to the server's message counts each stored batch message's
+// Keylane-Batch-Jobs less one. The server has no headers-only read of a
+// stored message, so each batch message is read whole, by a
+// next-by-subject get of the batch subjects: Client.Backlog reads every
+// stored one, Inspect each partition's undelivered ones (after the
+// consumer's last delivery), both within one requestTimeout (5 s), so a
+// backlog of very many batch messages makes them slower (with none
+// stored, one request a stream or partition more than before). An owner
+// with WorkerConfig.Batches reads its partition's undelivered batch
+// messages beside the fetch loop, each once a tenure, at most once a
+// second and 1024 a read, only while the pending count is above zero
+// (backlog.go): a batch stored since its last read counts one until the
+// next. A message without a valid count (malformed, dead-lettered whole)
+// counts one. Tested by TestBacklogCountsJobsOfBatches (a batch of 50
+// and three jobs: Backlog 53, Pending 53, 52, 51, 1, 0 as the consumer
+// delivers them; before, Backlog said 4) and
+// TestWorkerBacklogCountsJobsOfBatches (two held jobs ahead of a batch of
+// 50 and a job: the worker's backlog is 51, then 0).
 // Tracing works per job (traceparent travels in each job's headers);
 // delays, redrives and admission caps are as today because their jobs go
 // alone; repartition refuses a batch routed with another N whole.
 //
-// Versions. A worker of a previous release reads a batch as a message
-// without Keylane-Key and dead-letters it whole. So a client sends
-// batches only when the jobs stream's metadata says its workers read
-// them (keylane.batches, set by an operator after every worker runs this
-// release), and never by default (ClientConfig.Batches). Not built yet:
-// the metadata; today ClientConfig.Batches is the operator's promise that
-// every worker runs with WorkerConfig.Batches. A client of a previous
-// release sends one-job messages, which every worker reads. Tested by
+// Versions. A worker of a previous release, or of this one without
+// WorkerConfig.Batches, reads a batch as a message without Keylane-Key
+// and dead-letters it whole. So a client sends batches only when the jobs
+// streams' metadata says every worker reads them: keylane.batches "on"
+// (MetaBatches), written on every shard (shard 0 last) by SetBatches
+// (keylane batches on|off), which an operator runs once every worker runs
+// this release with Batches (worker --batches). Then:
+//
+//   - NewClient reads it once: a client with ClientConfig.Batches unset
+//     sends batches when it says on, one-job messages otherwise;
+//     ClientConfig.Batches on a namespace that does not say on is refused
+//     (ErrBatchesMismatch: neither one-job messages where batches were
+//     asked for, nor batches its workers may dead-letter);
+//     ClientConfig.NoBatches keeps one-job messages whatever it says.
+//   - A worker started without Batches on a namespace that says on is
+//     refused at Start (ErrBatchesMismatch, permanent in Setup): it would
+//     dead-letter every batch. One already running when it is turned on
+//     says so once at ERROR at its next look at the jobs stream (every
+//     lease TTL; TestRunningWorkerWithoutBatchesSaysSo), and goes on
+//     dead-lettering batches: turning it on is the operator's promise
+//     that none is left.
+//   - A value other than on or off, or shards that disagree (a
+//     SetBatches that stopped half way), is refused by clients and
+//     workers (ErrBatchesMismatch), never read as off; SetBatches again
+//     mends it.
+//   - Turning it off: clients started later send one-job messages;
+//     clients that read on keep sending batches until restarted, so
+//     workers keep Batches until then.
+//
+// A client of a previous release sends one-job messages, which every
+// worker reads, batching or not: TestMixedVersionClients (a NoBatches
+// client and a batching one, Submits, SubmitMany and Calls on the same
+// keys at once against a batching worker: every job once, each client's
+// order per key, no dead letter; with a batch's jobs encoded in reverse
+// the newer client's order broke, with NoBatches ignored the older one
+// sent batches). The metadata: TestBatchesFollowTheNamespace,
+// TestBatchesMetadataRefusedWhenBad, cmd/keylane's TestBatchesCommand.
+// Also tested by
 // TestSubmitBatchesAPartitionsConcurrentJobs (64 concurrent Submits of one
 // partition: batch messages on the wire, every job run once with its own
 // key, payload and header) and TestSubmitManyInBatches (cut at 256 jobs,
