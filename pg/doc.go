@@ -37,8 +37,15 @@
 // The worker joins the groups of a partition's keys that are ready while
 // a transaction is in flight into its next Apply: one transaction, one
 // commit, for several keys (their transactions would wait on the fence
-// row's lock one after another anyway). Up to the worker's Concurrency
-// keys of 256 jobs each may share one: mind the 64 subtransactions below.
+// row's lock one after another anyway). Applier caps a transaction at
+// MaxJobs jobs (DefaultMaxJobs, 64: the subtransactions below): a larger
+// call (a hot key's queue, the groups of up to the worker's Concurrency
+// keys of 256 jobs each) is applied in several transactions, one after
+// another in its order, each fenced and recorded as above. A key whose
+// job failed retriably in one holds its later jobs in the next ones too.
+// If one of them fails, the call fails, whatever those before it
+// committed: the worker applies the group again and the record answers
+// those.
 //
 // # Tables
 //
@@ -154,11 +161,11 @@
 //
 // Savepoints cost no round trip (the roll rides on a job's first
 // statement), but PostgreSQL keeps the IDs of at most 64 subtransactions
-// that wrote per transaction in shared memory: a group of more writing
-// jobs overflows that cache, which slows the snapshots of the server's
-// other sessions while it runs. The group itself goes faster the larger it
-// is (BenchmarkApplyHotSKU); on a busy shared server, keep groups near 64
-// jobs.
+// that wrote per transaction in shared memory: a transaction of more
+// writing jobs overflows that cache, which slows the snapshots of the
+// server's other sessions while it runs. Applier never lets it
+// (MaxJobs, TestApplierCapsJobsPerTransaction); a caller of Apply keeps
+// its groups at 64 jobs or fewer itself.
 //
 // # Keeping outcomes
 //
