@@ -1,4 +1,5 @@
-// Package pgtest starts real PostgreSQL servers for tests: initdb into a
+// Package pgtest starts real PostgreSQL servers for tests and benchmarks
+// (pg's, cmd/sale --postgres local, the bench module's rows): initdb into a
 // fresh directory, postgres on a free port of 127.0.0.1, a readiness check
 // with a deadline, and a stop on cleanup. Kill and Restart let a fault test
 // SIGKILL the whole server (postmaster and backends) and bring it back on
