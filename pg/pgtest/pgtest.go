@@ -158,9 +158,15 @@ func (s *Server) dropRoot() error {
 	gid, _ := strconv.Atoi(u.Gid)
 	s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	// t.TempDir is base's parent's child; both are made 0700 for this test
-	// alone. Opening them to traverse (not to list) lets nobody reach data/.
+	// alone. Opening them to traverse (not to list) lets nobody reach
+	// data/. The bits are added, never set: base's parent may be /tmp
+	// itself (cmd/sale's os.MkdirTemp), whose 1777 setting 0711 broke.
 	for _, d := range []string{s.base, filepath.Dir(s.base)} {
-		if err := os.Chmod(d, 0o711); err != nil {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(d, fi.Mode()|0o011); err != nil {
 			return err
 		}
 	}
