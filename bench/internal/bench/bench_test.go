@@ -52,16 +52,17 @@ func TestQuick(t *testing.T) {
 		for _, w := range []string{"hot b=8", "skewed b=64", "slow b=64", "hot b=8 fsync"} {
 			for _, name := range names {
 				place := "-"
-				if strings.HasPrefix(name, "keylane") || strings.HasPrefix(name, "raw JS") {
+				if (strings.HasPrefix(name, "keylane") && !strings.Contains(name, "Postgres")) || strings.HasPrefix(name, "raw JS") {
 					place = string(Embedded)
 				}
-				limit := name == rawRR || name == rawPC || name == luaRow
+				// Limits and the Postgres rows have no hold: no slow row.
+				limit := name == rawRR || name == rawPC || name == luaRow || strings.Contains(name, "Postgres")
 				row := w + "/" + name + "/" + place
 				inv, ok := got[row]
 				switch {
 				case limit && w == "slow b=64":
 					if ok {
-						t.Errorf("row %s: limits have no slow row", row)
+						t.Errorf("row %s: limits and Postgres rows have no slow row", row)
 					}
 				case !ok:
 					t.Errorf("row %s missing", row)
@@ -73,6 +74,17 @@ func TestQuick(t *testing.T) {
 	}
 	t.Run("nats", func(t *testing.T) {
 		check(t, "keylane Call", "keylane Submit", rawRR, rawPC)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		if _, err := pgAvailable(); err != nil {
+			t.Skip(err)
+		}
+		check(t, pgKeylaneRow, pgUpdateRow, pgForUpdateRow)
+		for _, name := range []string{pgKeylaneRow, pgUpdateRow, pgForUpdateRow} {
+			if inv := got["skewed b=64 fsync/"+name+"/-"]; inv != "ok" {
+				t.Errorf("row skewed b=64 fsync/%s: invariant %q", name, inv)
+			}
+		}
 	})
 	t.Run("redis", func(t *testing.T) {
 		if !redis {
