@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"io"
 	"context"
 	"os/exec"
 	"strings"
@@ -195,5 +196,37 @@ func TestSellChecksInvariant(t *testing.T) {
 				t.Fatalf("%d purchases ran, want %d", res.Jobs, w.Purchases)
 			}
 		})
+	}
+}
+
+// TestPostgresRowsSkippedWithoutPostgres: with no postgres binaries, the
+// plan loses its Postgres rows and says so in one line; the rest stays.
+func TestPostgresRowsSkippedWithoutPostgres(t *testing.T) {
+	t.Setenv("PGTEST_BINDIR", t.TempDir())
+	cfg := Config{Only: []string{"hot b=64", "Postgres", "Lua"}}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cfg.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	kept, err := withoutPostgres(plan, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 2 || kept[0].s.c.Name() != luaRow {
+		t.Errorf("kept %v, want the two Lua rows", kept)
+	}
+	if !strings.HasPrefix(out.String(), "Postgres rows skipped: no initdb in ") {
+		t.Errorf("said %q", out.String())
+	}
+	cfg.Only = []string{"Postgres"}
+	if plan, err = cfg.plan(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withoutPostgres(plan, io.Discard); err == nil {
+		t.Error("a plan of Postgres rows alone ran without postgres")
 	}
 }

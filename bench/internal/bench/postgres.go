@@ -182,4 +182,15 @@ func (s pgShop) levels(ctx context.Context, skus []string) ([]int64, error) {
 
 // pgAvailable reports whether postgres's binaries are installed, and
 // where it looked when not.
-func pgAvailable() (string, error) { return pgtest.BinDir() }
+func pgAvailable() (string, error) {
+	dir, err := pgtest.BinDir()
+	if err != nil {
+		return "", err
+	}
+	for _, bin := range []string{"initdb", "postgres"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", fmt.Errorf("no %s in %s: install Debian's postgresql package, or leave the Postgres rows out with --only", bin, dir)
+		}
+	}
+	return dir, nil
+}
