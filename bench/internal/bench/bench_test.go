@@ -2,8 +2,8 @@ package bench
 
 import (
 	"bytes"
-	"io"
 	"context"
+	"io"
 	"os/exec"
 	"strings"
 	"sync"
