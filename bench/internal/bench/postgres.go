@@ -90,8 +90,9 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 	if p.name != pgKeylaneRow {
 		return nil
 	}
+	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
 	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
-		SyncAlways: env.Durable, Workers: workers, OutcomeBatch: outcomeBatch(env.Durable), Batches: batches(),
+		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: batches(),
 		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
 		Applier: &keylanepg.Applier{DB: p.db, Handler: pgshop.Sell, IdleTimeout: keylane.DefaultLeaseTTL / 2,
