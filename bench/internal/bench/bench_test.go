@@ -80,8 +80,8 @@ func TestQuick(t *testing.T) {
 		if _, err := pgAvailable(); err != nil {
 			t.Skip(err)
 		}
-		check(t, pgKeylaneRow, pgUpdateRow, pgForUpdateRow)
-		for _, name := range []string{pgKeylaneRow, pgUpdateRow, pgForUpdateRow} {
+		check(t, pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow)
+		for _, name := range []string{pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow} {
 			if inv := got["skewed b=64 fsync/"+name+"/-"]; inv != "ok" {
 				t.Errorf("row skewed b=64 fsync/%s: invariant %q", name, inv)
 			}

@@ -21,6 +21,7 @@ import (
 // pgshop.BuyForUpdate). Every run starts its own throwaway server.
 const (
 	pgKeylaneRow   = "keylane → Postgres"
+	pgSubmitRow    = "keylane → Postgres Submit"
 	pgUpdateRow    = "Postgres UPDATE"
 	pgForUpdateRow = "Postgres FOR UPDATE tx"
 )
@@ -39,11 +40,14 @@ type pgSale struct {
 func (p *pgSale) Name() string { return p.name }
 
 func (p *pgSale) Kind() Kind {
-	if p.name == pgKeylaneRow {
+	if p.keylane() {
 		return Keylane
 	}
 	return Peer
 }
+
+// keylane tells whether the row sells through keylane's workers.
+func (p *pgSale) keylane() bool { return p.name == pgKeylaneRow || p.name == pgSubmitRow }
 
 // pgSettings are the server's settings beside pgtest's (max_connections
 // 300), as the pgbench figures had them; fsync stays on.
@@ -87,7 +91,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 	if _, err := p.db.Exec(ctx, pgshop.Schema); err != nil {
 		return err
 	}
-	if p.name != pgKeylaneRow {
+	if !p.keylane() {
 		return nil
 	}
 	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
@@ -107,9 +111,10 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 
 func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 	s := pgShop{db: p.db}
+	q := queueShop{keylaneQueue{p.client}}
 	switch p.name {
-	case pgKeylaneRow:
-		s.purchase = queueShop{keylaneQueue{p.client}}.buy
+	case pgKeylaneRow, pgSubmitRow:
+		s.purchase = q.buy
 	case pgUpdateRow:
 		s.purchase = func(ctx context.Context, sku, _ string) (bool, int, error) {
 			sold, err := pgshop.BuyConditional(ctx, p.db, sku)
@@ -128,7 +133,11 @@ func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 	// The server's CPU is not measured: postgres is a process per
 	// connection, and /proc counts a child's time to its parent only
 	// once it has exited.
-	res, err := sell(ctx, w, s, false, 0, worker)
+	var sh shop = s
+	if p.name == pgSubmitRow {
+		sh = pgBulkShop{s, q}
+	}
+	res, err := sell(ctx, w, sh, p.name == pgSubmitRow, 0, worker)
 	if err != nil || p.name == pgUpdateRow {
 		return res, err
 	}
@@ -180,6 +189,19 @@ func (s pgShop) buy(ctx context.Context, sku, id string) (bool, int, error) {
 func (s pgShop) levels(ctx context.Context, skus []string) ([]int64, error) {
 	return pgshop.Levels(ctx, s.db, skus)
 }
+
+// pgBulkShop submits purchases through keylane and waits until its
+// jobs stream is empty; the stock is read from the database.
+type pgBulkShop struct {
+	pgShop
+	q queueShop
+}
+
+func (s pgBulkShop) submit(ctx context.Context, skus, ids []string) error {
+	return s.q.submit(ctx, skus, ids)
+}
+
+func (s pgBulkShop) settle(ctx context.Context) error { return s.q.settle(ctx) }
 
 // pgAvailable reports whether postgres's binaries are installed, and
 // where it looked when not.
