@@ -431,7 +431,10 @@ func prepare(ctx context.Context, cfg *Config, plan []*entry) (*header, error) {
 		if e.placement == Embedded {
 			h.embedded = true
 		}
-		if !e.s.nats {
+		switch {
+		case e.s.pg:
+			h.postgres = true
+		case !e.s.nats:
 			h.redis = true
 		}
 	}
@@ -451,6 +454,10 @@ func prepare(ctx context.Context, cfg *Config, plan []*entry) (*header, error) {
 	}
 	if h.separate {
 		h.natsVersion = binaryVersion(cfg.NATSServer) + " (" + cfg.NATSServer + ")"
+	}
+	if h.postgres {
+		dir, _ := pgAvailable() // withoutPostgres kept the rows: it is there
+		h.postgresVersion = binaryVersion(filepath.Join(dir, "postgres")) + " (" + dir + ")"
 	}
 	return h, nil
 }
