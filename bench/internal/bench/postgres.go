@@ -96,7 +96,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 	}
 	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
 	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
-		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: batches(),
+		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(),
 		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
 		Applier: &keylanepg.Applier{DB: p.db, Handler: pgshop.Sell, IdleTimeout: keylane.DefaultLeaseTTL / 2,
@@ -111,7 +111,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 
 func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 	s := pgShop{db: p.db}
-	q := queueShop{keylaneQueue{p.client}}
+	q := queueShop{pgQueue{keylaneQueue{p.client}}}
 	switch p.name {
 	case pgKeylaneRow, pgSubmitRow:
 		s.purchase = q.buy
@@ -188,6 +188,32 @@ func (s pgShop) buy(ctx context.Context, sku, id string) (bool, int, error) {
 
 func (s pgShop) levels(ctx context.Context, skus []string) ([]int64, error) {
 	return pgshop.Levels(ctx, s.db, skus)
+}
+
+// The keylane → Postgres rows send batch messages and let keylane name
+// the jobs (no caller's ID), unlike keylane's own rows: the bench showed
+// both pay there (docs/bench-pg-2026-11-26.md). Without a caller's ID a
+// Call or Submit travels in a batch, and the worker keeps no outcome in
+// NATS for it; exactly once still holds, by the job's own ID, in
+// keylane_outcomes. KEYLANE_BENCH_BATCHES, KEYLANE_BENCH_CALL_IDS and
+// KEYLANE_BENCH_SUBMIT_IDS set to 0 or 1 override these defaults.
+func pgBatches() bool { return envInt("KEYLANE_BENCH_BATCHES", 1) > 0 }
+
+// pgQueue is keylaneQueue with the Postgres rows' defaults for IDs.
+type pgQueue struct{ keylaneQueue }
+
+func (q pgQueue) call(ctx context.Context, key string, payload []byte, id string) ([]byte, error) {
+	if envInt("KEYLANE_BENCH_CALL_IDS", 0) == 0 {
+		id = ""
+	}
+	return q.keylaneQueue.call(ctx, key, payload, id)
+}
+
+func (q pgQueue) submit(ctx context.Context, keys []string, payload []byte, ids []string) error {
+	if envInt("KEYLANE_BENCH_SUBMIT_IDS", 0) == 0 {
+		ids = nil
+	}
+	return q.keylaneQueue.submit(ctx, keys, payload, ids)
 }
 
 // pgBulkShop submits purchases through keylane and waits until its
