@@ -178,38 +178,38 @@
 //
 // The bench module's Postgres rows set keylane in front of PostgreSQL
 // beside PostgreSQL alone (a conditional UPDATE; a FOR UPDATE transaction
-// that also inserts the order), 64 buyers, a throwaway postgres per run,
-// in one interleaved run of 3:
+// that also inserts the order), a throwaway postgres per run, in one
+// interleaved run of 3:
 //
 //	cd bench && go run . --only postgres --markdown
 //
-// On a 2-core VM shared with other jobs (2026-11-26; load 9 to 15, so
-// compare rows of one run only), durable (fsync: synchronous_commit=on,
-// and keylane's NATS server syncing every write), jobs/s:
+// keylane's rows send batch messages and no caller's ID (so the worker
+// keeps no outcome in NATS: the database has it); the bench showed both
+// pay (README, "keylane → Postgres"). On a 2-core VM shared with other
+// jobs (2026-11-26, load 7 to 15: compare rows of one run only), 64
+// buyers, durable (synchronous_commit=on, and keylane's NATS server
+// syncing every write), jobs/s:
 //
-//	                 keylane → Postgres   UPDATE   FOR UPDATE tx   targets
-//	hot SKU           568                  823      625             ≥ 5× UPDATE: 0.69×; ≥ 10× FOR UPDATE: 0.91×
-//	10k SKUs zipf     509                  5808     1145            ≥ 1.5× UPDATE: 0.09×
+//	                 keylane Call   keylane Submit   UPDATE   FOR UPDATE tx
+//	hot SKU           2749           6932             1772     803
+//	10k SKUs zipf      718           5900             8974     3279
 //
-// None of the three targets is met. With synchronous_commit=on but
-// keylane's NATS server not syncing each write (KEYLANE_BENCH_PG_NATS_SYNC=0,
-// --only fsync,postgres): hot SKU 3002 = 3.1× UPDATE (959) and 11× FOR
-// UPDATE (265); skewed 622 = 0.12× UPDATE (5387). A reply stays true
-// that way (it follows the database's commit), but a job accepted and not
-// yet applied can be lost with the NATS server. Zero oversell and one
-// order row per unit sold held in every run of every row.
+// The targets, with 64 buyers' Calls, are not met: hot SKU 3.4× the FOR
+// UPDATE transaction (target 10×) and 1.55× the UPDATE (target 5×);
+// skewed 0.08× the UPDATE (target 1.5×). Submit, which no buyer waits
+// on, reaches 8.6× and 3.9× on the hot SKU and 0.66× skewed. Zero
+// oversell and one order row per unit sold held in every run of every
+// row.
 //
 // What bounds keylane → Postgres here is keylane's own path per purchase
-// (publish, fetch, apply, keep the outcome, reply, ack: with a syncing
-// server each write waits for its fsync), not the database: on the
-// skewed sale keylane's Call with no database at all (README, Speed) is
-// below PostgreSQL's own UPDATE, which waits on no lock there. Joining a
-// partition's ready keys into one transaction pays only where PostgreSQL
-// waits on a row lock (the hot SKU). Tried, and not kept because the
-// bench showed no gain beyond its noise: 4 or 1 partitions instead of 16
-// (more keys per transaction), 64 or 256 jobs a transaction, and batch
-// messages (ClientConfig.Batches, WorkerConfig.Batches), which carry only
-// Calls without a caller's ID.
+// (publish, fetch, apply, reply, ack: with a syncing server each write
+// waits for its fsync), not the database: on the skewed sale keylane's
+// Call with no database at all (README, Speed) is below PostgreSQL's own
+// UPDATE, which waits on no lock there. Joining a partition's ready keys
+// into one transaction pays only where PostgreSQL waits on a row lock
+// (the hot SKU). Tried, and not kept because the bench showed no gain
+// beyond its noise: 4 or 1 partitions instead of 16 (more keys per
+// transaction), 256 jobs a transaction instead of 64.
 //
 // # Another SQL database
 //
