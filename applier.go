@@ -8,10 +8,12 @@ import (
 )
 
 // GroupApplier applies a key's queued jobs to a database of the user's,
-// in one transaction that it opens and commits, recording each job's
-// outcome in the same transaction (job ID → result) and refusing to commit
-// under a fence older than one that has committed. Package keylanepg
-// (module github.com/keylane/keylane/pg) is one, for PostgreSQL.
+// in one transaction that it opens and commits (or several, one after
+// another in the group's order, when the group is larger than one should
+// be), recording each job's outcome in the same transaction as its writes
+// (job ID → result) and refusing to commit under a fence older than one
+// that has committed. Package keylanepg (module
+// github.com/keylane/keylane/pg) is one, for PostgreSQL.
 //
 // A worker with an Applier groups a key's queued jobs as it does for a
 // Reducer, joins the groups of the partition's keys that are ready at the
@@ -26,10 +28,11 @@ import (
 //   - an error that errors.Is ErrStaleFence: a newer owner of the
 //     partition has committed; nothing was written, and the worker steps
 //     down at once;
-//   - any other error: the transaction failed or its commit's fate is
-//     unknown. The worker neither replies nor acks, and applies the group
-//     again with backoff for as long as its lease lasts (the record tells
-//     what did commit). Such errors never dead-letter a job.
+//   - any other error: a transaction failed or its commit's fate is
+//     unknown (earlier transactions of the group may have committed).
+//     The worker neither replies nor acks, and applies the group again
+//     with backoff for as long as its lease lasts (the record tells what
+//     did commit). Such errors never dead-letter a job.
 type GroupApplier interface {
 	ApplyGroup(ctx context.Context, g JobGroup) ([]JobOutcome, error)
 }

@@ -9,8 +9,17 @@
 //	bench --only hot,keylane      # the hot-key workloads, keylane's rows
 //	bench --markdown --chart hot.png
 //
+// The Postgres rows set keylane in front of PostgreSQL (keylanepg) beside
+// PostgreSQL alone on the hot and skewed sales, durable and not:
+//
+//	bench --only postgres         # those rows alone
+//
 // It needs redis-server on PATH (or REDIS_SERVER) and the go command, to
 // build the nats-server of the separate placement once (or --nats-server).
+// The Postgres rows start a throwaway postgres per run (initdb into a
+// temporary directory, a free loopback port); without its binaries (PATH,
+// /usr/lib/postgresql/*/bin or PGTEST_BINDIR) they are skipped with a line
+// saying so.
 package main
 
 import (

@@ -27,34 +27,60 @@ type Applier struct {
 	// TTL, so a paused owner's transaction does not hold its successor
 	// for longer than that.
 	IdleTimeout time.Duration
+	// MaxJobs caps the jobs of one transaction: a larger group (a hot
+	// key's queue, the joined groups of several keys) is applied in
+	// several transactions of at most MaxJobs jobs, one after another in
+	// the group's order. Every job runs in a savepoint, and PostgreSQL
+	// keeps the IDs of only 64 subtransactions that wrote per transaction
+	// in shared memory; past that, every other session's snapshot gets
+	// slower while the transaction runs. Negative: no cap.
+	// Defaults to DefaultMaxJobs.
+	MaxJobs int
 }
+
+// DefaultMaxJobs is Applier's default cap on the jobs of one transaction:
+// PostgreSQL's cache of subtransaction IDs per transaction
+// (PGPROC_MAX_CACHED_SUBXIDS), so that a group never overflows it.
+const DefaultMaxJobs = 64
 
 // ApplyGroup applies g through Apply and maps its outcomes.
 func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error) {
 	if a.DB == nil || a.Handler == nil {
 		return nil, errors.New("keylanepg: Applier needs a DB and a Handler")
 	}
-	var opts []ApplyOpt
-	if a.IdleTimeout > 0 {
-		opts = append(opts, IdleTimeout(a.IdleTimeout))
+	cfg := applyOpts{idle: a.IdleTimeout}
+	limit := a.MaxJobs
+	switch {
+	case limit == 0:
+		limit = DefaultMaxJobs
+	case limit < 0:
+		limit = len(g.Jobs)
 	}
-	out, err := Apply(ctx, a.DB, Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: g.Jobs}, a.Handler, opts...)
-	if err != nil {
-		if operatorsToFix(err) {
-			// keylane's own statements refused for what they are: the
-			// worker holds the jobs and says so at ERROR, never
-			// dead-letters them for it (see "With a keylane worker").
-			return nil, keylane.Permanent(err)
+	res := make([]keylane.JobOutcome, len(g.Jobs))
+	// A key that failed retriably in one transaction holds its later jobs
+	// in the next ones too: they keep their order. A transaction that
+	// fails fails the call, whatever the ones before it committed: the
+	// worker applies the group again, and the record answers those.
+	held := make(map[string]bool)
+	for lo := 0; lo < len(g.Jobs); lo += limit {
+		jobs := g.Jobs[lo:min(lo+limit, len(g.Jobs))]
+		out, err := apply(ctx, a.DB, Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: jobs}, a.Handler, cfg, held)
+		if err != nil {
+			if operatorsToFix(err) {
+				// keylane's own statements refused for what they are:
+				// the worker holds the jobs and says so at ERROR, never
+				// dead-letters them for it (see "With a keylane worker").
+				return nil, keylane.Permanent(err)
+			}
+			return nil, err
 		}
-		return nil, err
-	}
-	res := make([]keylane.JobOutcome, len(out))
-	for i, o := range out {
-		switch o.Status {
-		case Applied, Recorded:
-			res[i] = keylane.JobOutcome{Result: o.Result, Done: true}
-		case Failed:
-			res[i] = keylane.JobOutcome{Err: o.Err}
+		for i, o := range out {
+			switch o.Status {
+			case Applied, Recorded:
+				res[lo+i] = keylane.JobOutcome{Result: o.Result, Done: true}
+			case Failed:
+				res[lo+i] = keylane.JobOutcome{Err: o.Err}
+			}
 		}
 	}
 	return res, nil

@@ -144,6 +144,13 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 	for _, opt := range opts {
 		opt(&cfg)
 	}
+	return apply(ctx, db, g, h, cfg, make(map[string]bool))
+}
+
+// apply is Apply, with held the keys whose jobs are not to run (a job of
+// theirs failed retriably before): Applier carries it from one
+// transaction of a split group to the next, and adds to it.
+func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
 	if g.Namespace == "" {
 		return nil, errors.New("keylanepg: group without a namespace")
 	}
@@ -205,8 +212,7 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 	}
 
 	var (
-		held    = make(map[string]bool) // keys with a retriable failure
-		dirty   = false                 // a job's writes sit in the open savepoint
+		dirty   = false // a job's writes sit in the open savepoint
 		appIDs  []string
 		appKeys []string
 		appRes  [][]byte

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/keylane/keylane"
 	keylanepg "github.com/keylane/keylane/pg"
 	"github.com/keylane/keylane/pg/shop"
@@ -99,19 +98,9 @@ func BenchmarkPostgresAloneHotSKU(b *testing.B) {
 				for pb.Next() {
 					var err error
 					if mode == "conditional-update" {
-						_, err = db.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE sku = $1 AND n > 0`, "hot")
+						_, err = shop.BuyConditional(ctx, db, "hot")
 					} else {
-						err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-							var n int64
-							if err := tx.QueryRow(ctx, `SELECT n FROM stock WHERE sku = $1 FOR UPDATE`, "hot").Scan(&n); err != nil {
-								return err
-							}
-							if _, err := tx.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE sku = $1`, "hot"); err != nil {
-								return err
-							}
-							_, err := tx.Exec(ctx, `INSERT INTO orders (sku, job_id) VALUES ($1, $2)`, "hot", fmt.Sprint("p", seq.Add(1)))
-							return err
-						})
+						_, err = shop.BuyForUpdate(ctx, db, "hot", fmt.Sprint("p", seq.Add(1)))
 					}
 					if err != nil {
 						b.Error(err)

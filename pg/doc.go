@@ -37,8 +37,15 @@
 // The worker joins the groups of a partition's keys that are ready while
 // a transaction is in flight into its next Apply: one transaction, one
 // commit, for several keys (their transactions would wait on the fence
-// row's lock one after another anyway). Up to the worker's Concurrency
-// keys of 256 jobs each may share one: mind the 64 subtransactions below.
+// row's lock one after another anyway). Applier caps a transaction at
+// MaxJobs jobs (DefaultMaxJobs, 64: the subtransactions below): a larger
+// call (a hot key's queue, the groups of up to the worker's Concurrency
+// keys of 256 jobs each) is applied in several transactions, one after
+// another in its order, each fenced and recorded as above. A key whose
+// job failed retriably in one holds its later jobs in the next ones too.
+// If one of them fails, the call fails, whatever those before it
+// committed: the worker applies the group again and the record answers
+// those.
 //
 // # Tables
 //
@@ -154,11 +161,11 @@
 //
 // Savepoints cost no round trip (the roll rides on a job's first
 // statement), but PostgreSQL keeps the IDs of at most 64 subtransactions
-// that wrote per transaction in shared memory: a group of more writing
-// jobs overflows that cache, which slows the snapshots of the server's
-// other sessions while it runs. The group itself goes faster the larger it
-// is (BenchmarkApplyHotSKU); on a busy shared server, keep groups near 64
-// jobs.
+// that wrote per transaction in shared memory: a transaction of more
+// writing jobs overflows that cache, which slows the snapshots of the
+// server's other sessions while it runs. Applier never lets it
+// (MaxJobs, TestApplierCapsJobsPerTransaction); a caller of Apply keeps
+// its groups at 64 jobs or fewer itself.
 //
 // # Keeping outcomes
 //
@@ -166,6 +173,43 @@
 // (MaxDeliver), the jobs stream's retention and duplicate window for a
 // resubmission with the same ID. Prune deletes the older ones; a pruned job
 // that comes back is applied again.
+//
+// # Speed
+//
+// The bench module's Postgres rows set keylane in front of PostgreSQL
+// beside PostgreSQL alone (a conditional UPDATE; a FOR UPDATE transaction
+// that also inserts the order), a throwaway postgres per run, in one
+// interleaved run of 3:
+//
+//	cd bench && go run . --only postgres --markdown
+//
+// keylane's rows send batch messages and no caller's ID (so the worker
+// keeps no outcome in NATS: the database has it); the bench showed both
+// pay (README, "keylane → Postgres"). On a 2-core VM shared with other
+// jobs (2026-11-26, load 7 to 15: compare rows of one run only), 64
+// buyers, durable (synchronous_commit=on, and keylane's NATS server
+// syncing every write), jobs/s:
+//
+//	                 keylane Call   keylane Submit   UPDATE   FOR UPDATE tx
+//	hot SKU           2749           6932             1772     803
+//	10k SKUs zipf      718           5900             8974     3279
+//
+// The targets, with 64 buyers' Calls, are not met: hot SKU 3.4× the FOR
+// UPDATE transaction (target 10×) and 1.55× the UPDATE (target 5×);
+// skewed 0.08× the UPDATE (target 1.5×). Submit, which no buyer waits
+// on, reaches 8.6× and 3.9× on the hot SKU and 0.66× skewed. Zero
+// oversell and one order row per unit sold held in every run of every
+// row.
+//
+// What bounds keylane → Postgres here is keylane's own path per purchase
+// (publish, fetch, apply, reply, ack: with a syncing server each write
+// waits for its fsync), not the database: on the skewed sale keylane's
+// Call with no database at all (README, Speed) is below PostgreSQL's own
+// UPDATE, which waits on no lock there. Joining a partition's ready keys
+// into one transaction pays only where PostgreSQL waits on a row lock
+// (the hot SKU). Tried, and not kept because the bench showed no gain
+// beyond its noise: 4 or 1 partitions instead of 16 (more keys per
+// transaction), 256 jobs a transaction instead of 64.
 //
 // # Another SQL database
 //

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/keylane/keylane/pg/internal/pgtest"
+	"github.com/keylane/keylane/pg/pgtest"
 )
 
 // TestOutcomeLookupProbesTheIndex plans a group's outcome look-up the

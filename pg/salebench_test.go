@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
@@ -47,22 +46,13 @@ func BenchmarkSale(b *testing.B) {
 					buy = keylaneBuyer(b, db)
 				case "conditional-update":
 					buy = func(ctx context.Context, sku, _ string) error {
-						_, err := db.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE sku = $1 AND n > 0`, sku)
+						_, err := shop.BuyConditional(ctx, db, sku)
 						return err
 					}
 				default:
 					buy = func(ctx context.Context, sku, id string) error {
-						return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-							var n int64
-							if err := tx.QueryRow(ctx, `SELECT n FROM stock WHERE sku = $1 FOR UPDATE`, sku).Scan(&n); err != nil {
-								return err
-							}
-							if _, err := tx.Exec(ctx, `UPDATE stock SET n = n - 1 WHERE sku = $1`, sku); err != nil {
-								return err
-							}
-							_, err := tx.Exec(ctx, `INSERT INTO orders (sku, job_id) VALUES ($1, $2)`, sku, id)
-							return err
-						})
+						_, err := shop.BuyForUpdate(ctx, db, sku, id)
+						return err
 					}
 				}
 				var seq, seed atomic.Int64

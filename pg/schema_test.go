@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/keylane/keylane"
 	keylanepg "github.com/keylane/keylane/pg"
-	"github.com/keylane/keylane/pg/internal/pgtest"
+	"github.com/keylane/keylane/pg/pgtest"
 )
 
 func connect(t *testing.T, s *pgtest.Server, user string) *pgx.Conn {

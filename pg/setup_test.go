@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keylane/keylane"
 	keylanepg "github.com/keylane/keylane/pg"
-	"github.com/keylane/keylane/pg/internal/pgtest"
+	"github.com/keylane/keylane/pg/pgtest"
 	"github.com/keylane/keylane/pg/shop"
 )
 

@@ -151,8 +151,14 @@ func (c *Config) workloads() []Workload {
 			durable.Buyers = 64
 		}
 	}
-	return append(ws, skewed, slow, durable)
+	skewedDurable := skewed
+	skewedDurable.Durable = true
+	return append(ws, skewed, slow, durable, skewedDurable)
 }
+
+// onlyPostgres reports whether w is run by the Postgres rows alone: the
+// skewed sale with durable servers, the target of keylane → Postgres.
+func onlyPostgres(w Workload) bool { return w.Durable && w.SKUs > 1 }
 
 // spec is a contender and how the table places it.
 type spec struct {
@@ -161,6 +167,9 @@ type spec struct {
 	nats bool
 	// limit names the row this one is compared with in "% of limit".
 	limit string
+	// pg contenders sell out of PostgreSQL: they need its binaries, and
+	// skip the slow workload (no hold in shop.Sell).
+	pg bool
 }
 
 func contenders() []spec {
@@ -175,6 +184,10 @@ func contenders() []spec {
 		{c: &redisSale{name: "redislock", kind: Peer, open: openRedislock(nil)}, limit: luaRow},
 		{c: &redisSale{name: "redislock tuned", kind: Peer, open: openRedislock(redislockTuned)}, limit: luaRow},
 		{c: &redisSale{name: luaRow, kind: Limit, open: luaLimit}},
+		{c: &pgSale{name: pgKeylaneRow}, pg: true},
+		{c: &pgSale{name: pgSubmitRow}, pg: true},
+		{c: &pgSale{name: pgUpdateRow}, pg: true},
+		{c: &pgSale{name: pgForUpdateRow}, pg: true},
 	}
 }
 
@@ -190,7 +203,14 @@ locks: GET stock, (hold), SET stock-1 if > 0, under the SKU's lock; go-redis poo
 limits (not ranked): Lua EVALSHA = one atomic check-and-decrement script per purchase, no lock;
   raw JS = one stream, one pull consumer, an in-memory counter, no keylane (request-reply: reply header, reply then ack;
   publish+consume: async publish, ack, wait until the stream is empty); limits skip the slow workload (no hold)
-fsync: nats sync_interval always, redis appendonly yes + appendfsync always; otherwise nats default sync, redis appendonly no`
+fsync: nats sync_interval always, redis appendonly yes + appendfsync always; otherwise nats default sync, redis appendonly no
+Postgres rows: a throwaway postgres per run (pgtest: initdb, 127.0.0.1, max_connections=300, shared_buffers=256MB, fsync on),
+  synchronous_commit=on with fsync, off otherwise; tables stock(sku, n) and orders(sku, job_id), one order row per unit sold (checked);
+  keylane → Postgres: embedded NATS (fsync: sync always), 3 workers in this process, keylanepg.Applier with shop.Sell
+  (conditional UPDATE + order INSERT per purchase, a partition's ready keys in one transaction of at most 64 jobs), Calls without
+  a caller's ID, in batch messages (Submit: SubmitMany without IDs, in batch messages, then wait until the stream is empty);
+  Postgres UPDATE: UPDATE stock SET n = n-1 WHERE sku = $1 AND n > 0, no order row; Postgres FOR UPDATE tx: BEGIN; SELECT n … FOR UPDATE;
+  UPDATE; INSERT order; COMMIT; both a pool connection per buyer; the skewed fsync sale runs the Postgres rows only; server CPU not measured`
 
 // entry is one row of the table: a contender in a placement ("" for Redis)
 // under a workload.
@@ -249,7 +269,7 @@ func (c *Config) plan() ([]*entry, error) {
 			continue
 		}
 		for j, s := range ss {
-			if (anyS && !wantS[j]) || (s.c.Kind() == Limit && w.Hold > 0) {
+			if (anyS && !wantS[j]) || (s.c.Kind() == Limit && w.Hold > 0) || (s.pg && w.Hold > 0) || (!s.pg && onlyPostgres(w)) {
 				continue
 			}
 			if !s.nats {
@@ -312,6 +332,9 @@ func Run(ctx context.Context, cfg Config, out io.Writer) error {
 	}
 	plan, err := cfg.plan()
 	if err != nil {
+		return err
+	}
+	if plan, err = withoutPostgres(plan, out); err != nil {
 		return err
 	}
 	h, err := prepare(ctx, &cfg, plan)
@@ -408,7 +431,10 @@ func prepare(ctx context.Context, cfg *Config, plan []*entry) (*header, error) {
 		if e.placement == Embedded {
 			h.embedded = true
 		}
-		if !e.s.nats {
+		switch {
+		case e.s.pg:
+			h.postgres = true
+		case !e.s.nats:
 			h.redis = true
 		}
 	}
@@ -429,5 +455,31 @@ func prepare(ctx context.Context, cfg *Config, plan []*entry) (*header, error) {
 	if h.separate {
 		h.natsVersion = binaryVersion(cfg.NATSServer) + " (" + cfg.NATSServer + ")"
 	}
+	if h.postgres {
+		dir, _ := pgAvailable() // withoutPostgres kept the rows: it is there
+		h.postgresVersion = binaryVersion(filepath.Join(dir, "postgres")) + " (" + dir + ")"
+	}
 	return h, nil
+}
+
+// withoutPostgres drops the Postgres rows, saying so on out, when
+// postgres's binaries are not installed.
+func withoutPostgres(plan []*entry, out io.Writer) ([]*entry, error) {
+	_, err := pgAvailable()
+	if err == nil {
+		return plan, nil
+	}
+	kept := plan[:0:0]
+	for _, e := range plan {
+		if !e.s.pg {
+			kept = append(kept, e)
+		}
+	}
+	if len(kept) < len(plan) {
+		fmt.Fprintf(out, "Postgres rows skipped: %v\n", err)
+	}
+	if len(kept) == 0 {
+		return nil, errors.New("bench: nothing to run")
+	}
+	return kept, nil
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"io"
 	"os/exec"
 	"strings"
 	"sync"
@@ -52,16 +53,17 @@ func TestQuick(t *testing.T) {
 		for _, w := range []string{"hot b=8", "skewed b=64", "slow b=64", "hot b=8 fsync"} {
 			for _, name := range names {
 				place := "-"
-				if strings.HasPrefix(name, "keylane") || strings.HasPrefix(name, "raw JS") {
+				if (strings.HasPrefix(name, "keylane") && !strings.Contains(name, "Postgres")) || strings.HasPrefix(name, "raw JS") {
 					place = string(Embedded)
 				}
-				limit := name == rawRR || name == rawPC || name == luaRow
+				// Limits and the Postgres rows have no hold: no slow row.
+				limit := name == rawRR || name == rawPC || name == luaRow || strings.Contains(name, "Postgres")
 				row := w + "/" + name + "/" + place
 				inv, ok := got[row]
 				switch {
 				case limit && w == "slow b=64":
 					if ok {
-						t.Errorf("row %s: limits have no slow row", row)
+						t.Errorf("row %s: limits and Postgres rows have no slow row", row)
 					}
 				case !ok:
 					t.Errorf("row %s missing", row)
@@ -73,6 +75,17 @@ func TestQuick(t *testing.T) {
 	}
 	t.Run("nats", func(t *testing.T) {
 		check(t, "keylane Call", "keylane Submit", rawRR, rawPC)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		if _, err := pgAvailable(); err != nil {
+			t.Skip(err)
+		}
+		check(t, pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow)
+		for _, name := range []string{pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow} {
+			if inv := got["skewed b=64 fsync/"+name+"/-"]; inv != "ok" {
+				t.Errorf("row skewed b=64 fsync/%s: invariant %q", name, inv)
+			}
+		}
 	})
 	t.Run("redis", func(t *testing.T) {
 		if !redis {
@@ -183,5 +196,37 @@ func TestSellChecksInvariant(t *testing.T) {
 				t.Fatalf("%d purchases ran, want %d", res.Jobs, w.Purchases)
 			}
 		})
+	}
+}
+
+// TestPostgresRowsSkippedWithoutPostgres: with no postgres binaries, the
+// plan loses its Postgres rows and says so in one line; the rest stays.
+func TestPostgresRowsSkippedWithoutPostgres(t *testing.T) {
+	t.Setenv("PGTEST_BINDIR", t.TempDir())
+	cfg := Config{Only: []string{"hot b=64", "Postgres", "Lua"}}
+	if err := cfg.setDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := cfg.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	kept, err := withoutPostgres(plan, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 2 || kept[0].s.c.Name() != luaRow {
+		t.Errorf("kept %v, want the two Lua rows", kept)
+	}
+	if !strings.HasPrefix(out.String(), "Postgres rows skipped: no initdb in ") {
+		t.Errorf("said %q", out.String())
+	}
+	cfg.Only = []string{"Postgres"}
+	if plan, err = cfg.plan(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withoutPostgres(plan, io.Discard); err == nil {
+		t.Error("a plan of Postgres rows alone ran without postgres")
 	}
 }

@@ -1,5 +1,7 @@
 // Package bench compares keylane with its peers in one process run: Redis
-// locks (fallback.Do, redsync, redislock), and the limits nothing built on
+// locks (fallback.Do, redsync, redislock), PostgreSQL alone (a conditional
+// UPDATE, a FOR UPDATE transaction) beside keylane in front of it
+// (keylanepg), and the limits nothing built on
 // them can pass (one atomic Lua script per purchase; a bare JetStream
 // stream and consumer). Every contender sells the same flash sale, drawn
 // from the same seeded generator, through the same buyer loop; runs are

@@ -14,9 +14,10 @@ import (
 // header describes the machine, the servers and the settings of a bench.
 type header struct {
 	separate, embedded, redis bool
-	cluster                   bool
+	cluster, postgres         bool
 	natsVersion               string
 	redisVersion              string
+	postgresVersion           string
 }
 
 func (h *header) print(out io.Writer, cfg *Config) {
@@ -38,6 +39,9 @@ func (h *header) print(out io.Writer, cfg *Config) {
 	}
 	if h.redis {
 		fmt.Fprintf(out, "redis-server: %s\n", h.redisVersion)
+	}
+	if h.postgres {
+		fmt.Fprintf(out, "postgres: %s\n", h.postgresVersion)
 	}
 	fmt.Fprintf(out, "runs: %d, interleaved (every row's run r before any run r+1, order rotated each round); each run at most %d purchases or %s of starting them, whichever first\n",
 		cfg.Runs, cfg.Purchases, cfg.Duration)

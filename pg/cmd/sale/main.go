@@ -31,7 +31,7 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/sale"
 	keylanepg "github.com/keylane/keylane/pg"
-	"github.com/keylane/keylane/pg/internal/pgtest"
+	"github.com/keylane/keylane/pg/pgtest"
 	"github.com/keylane/keylane/pg/shop"
 )
 

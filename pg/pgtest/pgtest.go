@@ -1,4 +1,5 @@
-// Package pgtest starts real PostgreSQL servers for tests: initdb into a
+// Package pgtest starts real PostgreSQL servers for tests and benchmarks
+// (pg's, cmd/sale --postgres local, the bench module's rows): initdb into a
 // fresh directory, postgres on a free port of 127.0.0.1, a readiness check
 // with a deadline, and a stop on cleanup. Kill and Restart let a fault test
 // SIGKILL the whole server (postmaster and backends) and bring it back on
@@ -157,9 +158,15 @@ func (s *Server) dropRoot() error {
 	gid, _ := strconv.Atoi(u.Gid)
 	s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 	// t.TempDir is base's parent's child; both are made 0700 for this test
-	// alone. Opening them to traverse (not to list) lets nobody reach data/.
+	// alone. Opening them to traverse (not to list) lets nobody reach
+	// data/. The bits are added, never set: base's parent may be /tmp
+	// itself (cmd/sale's os.MkdirTemp), whose 1777 setting 0711 broke.
 	for _, d := range []string{s.base, filepath.Dir(s.base)} {
-		if err := os.Chmod(d, 0o711); err != nil {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return err
+		}
+		if err := os.Chmod(d, fi.Mode()|0o011); err != nil {
 			return err
 		}
 	}

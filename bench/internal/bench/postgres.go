@@ -1,0 +1,245 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/sale"
+	keylanepg "github.com/keylane/keylane/pg"
+	"github.com/keylane/keylane/pg/pgtest"
+	pgshop "github.com/keylane/keylane/pg/shop"
+)
+
+// The rows of a sale whose stock and orders live in PostgreSQL: keylane
+// in front of it (keylanepg.Applier, pgshop.Sell) beside PostgreSQL alone,
+// each purchase its own transaction (pgshop.BuyConditional,
+// pgshop.BuyForUpdate). Every run starts its own throwaway server.
+const (
+	pgKeylaneRow   = "keylane → Postgres"
+	pgSubmitRow    = "keylane → Postgres Submit"
+	pgUpdateRow    = "Postgres UPDATE"
+	pgForUpdateRow = "Postgres FOR UPDATE tx"
+)
+
+// pgSale sells from a postgres of its own, started by Setup.
+type pgSale struct {
+	name string
+
+	dir    string
+	srv    *pgtest.Server
+	db     *pgxpool.Pool
+	local  *sale.Local     // keylane → Postgres
+	client *keylane.Client // keylane → Postgres
+}
+
+func (p *pgSale) Name() string { return p.name }
+
+func (p *pgSale) Kind() Kind {
+	if p.keylane() {
+		return Keylane
+	}
+	return Peer
+}
+
+// keylane tells whether the row sells through keylane's workers.
+func (p *pgSale) keylane() bool { return p.name == pgKeylaneRow || p.name == pgSubmitRow }
+
+// pgSettings are the server's settings beside pgtest's (max_connections
+// 300), as the issue's pgbench figures had them; fsync stays on.
+func pgSettings(durable bool) []string {
+	sc := "off"
+	if durable {
+		sc = "on"
+	}
+	return []string{"shared_buffers=256MB", "synchronous_commit=" + sc}
+}
+
+// Setup starts a postgres (synchronous_commit on when env.Durable, off
+// otherwise), creates keylane's tables and the shop's, and for keylane's
+// row the workers: an embedded NATS server syncing every write when
+// env.Durable, and 3 workers applying through keylanepg.Applier.
+func (p *pgSale) Setup(ctx context.Context, env Env) error {
+	var err error
+	if p.dir, err = os.MkdirTemp("", "keylane-bench-pg-"); err != nil {
+		return err
+	}
+	// A directory of its own under dir: pgtest opens base's parent to
+	// traverse when it runs postgres as nobody.
+	base := filepath.Join(p.dir, "pg")
+	if err := os.Mkdir(base, 0o700); err != nil {
+		return err
+	}
+	if p.srv, err = pgtest.New(base, pgSettings(env.Durable)...); err != nil {
+		return err
+	}
+	cfg, err := pgxpool.ParseConfig(p.srv.URL("postgres", "postgres"))
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 280 // a connection per buyer, below max_connections
+	if p.db, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
+		return err
+	}
+	if err := keylanepg.Ensure(ctx, p.db); err != nil {
+		return err
+	}
+	if _, err := p.db.Exec(ctx, pgshop.Schema); err != nil {
+		return err
+	}
+	if !p.keylane() {
+		return nil
+	}
+	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
+	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
+		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(),
+		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", 0)},
+		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
+		Applier: &keylanepg.Applier{DB: p.db, Handler: pgshop.Sell, IdleTimeout: keylane.DefaultLeaseTTL / 2,
+			MaxJobs: envInt("KEYLANE_BENCH_PG_MAX_JOBS", 0)},
+	})
+	if err != nil {
+		return err
+	}
+	p.client, err = p.local.Client(ctx)
+	return err
+}
+
+func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
+	s := pgShop{db: p.db}
+	q := queueShop{pgQueue{keylaneQueue{p.client}}}
+	switch p.name {
+	case pgKeylaneRow, pgSubmitRow:
+		s.purchase = q.buy
+	case pgUpdateRow:
+		s.purchase = func(ctx context.Context, sku, _ string) (bool, int, error) {
+			sold, err := pgshop.BuyConditional(ctx, p.db, sku)
+			return sold, 0, err
+		}
+	default:
+		s.purchase = func(ctx context.Context, sku, id string) (bool, int, error) {
+			sold, err := pgshop.BuyForUpdate(ctx, p.db, sku, id)
+			return sold, 0, err
+		}
+	}
+	worker := 0
+	if p.local != nil {
+		worker = os.Getpid()
+	}
+	// The server's CPU is not measured: postgres is a process per
+	// connection, and /proc counts a child's time to its parent only
+	// once it has exited.
+	var sh shop = s
+	if p.name == pgSubmitRow {
+		sh = pgBulkShop{s, q}
+	}
+	res, err := sell(ctx, w, sh, p.name == pgSubmitRow, 0, worker)
+	if err != nil || p.name == pgUpdateRow {
+		return res, err
+	}
+	// The orders are the database's own record of the sale: one row per
+	// unit sold, none extra.
+	var orders int64
+	if err := p.db.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
+		return res, fmt.Errorf("count the orders: %w", err)
+	}
+	res.Lost += max(0, res.Sold-orders)
+	res.Mismatch += max(0, orders-res.Sold)
+	return res, nil
+}
+
+func (p *pgSale) Teardown(ctx context.Context) {
+	if p.client != nil {
+		p.client.Close()
+	}
+	if p.local != nil {
+		p.local.Stop(ctx)
+	}
+	if p.db != nil {
+		p.db.Close()
+	}
+	if p.srv != nil {
+		_ = p.srv.Stop()
+	}
+	if p.dir != "" {
+		_ = os.RemoveAll(p.dir)
+	}
+	*p = pgSale{name: p.name}
+}
+
+// pgShop keeps the stock in PostgreSQL's stock table and sells through
+// purchase.
+type pgShop struct {
+	db       *pgxpool.Pool
+	purchase func(ctx context.Context, sku, id string) (bool, int, error)
+}
+
+func (s pgShop) stock(ctx context.Context, skus []string, n int64) error {
+	return pgshop.SetStock(ctx, s.db, skus, n)
+}
+
+func (s pgShop) buy(ctx context.Context, sku, id string) (bool, int, error) {
+	return s.purchase(ctx, sku, id)
+}
+
+func (s pgShop) levels(ctx context.Context, skus []string) ([]int64, error) {
+	return pgshop.Levels(ctx, s.db, skus)
+}
+
+// The keylane → Postgres rows send batch messages and let keylane name
+// the jobs (no caller's ID), unlike keylane's own rows: the bench showed
+// both pay there (docs/bench-pg-2026-11-26.md). Without a caller's ID a
+// Call or Submit travels in a batch, and the worker keeps no outcome in
+// NATS for it; exactly once still holds, by the job's own ID, in
+// keylane_outcomes. KEYLANE_BENCH_BATCHES, KEYLANE_BENCH_CALL_IDS and
+// KEYLANE_BENCH_SUBMIT_IDS set to 0 or 1 override these defaults.
+func pgBatches() bool { return envInt("KEYLANE_BENCH_BATCHES", 1) > 0 }
+
+// pgQueue is keylaneQueue with the Postgres rows' defaults for IDs.
+type pgQueue struct{ keylaneQueue }
+
+func (q pgQueue) call(ctx context.Context, key string, payload []byte, id string) ([]byte, error) {
+	if envInt("KEYLANE_BENCH_CALL_IDS", 0) == 0 {
+		id = ""
+	}
+	return q.keylaneQueue.call(ctx, key, payload, id)
+}
+
+func (q pgQueue) submit(ctx context.Context, keys []string, payload []byte, ids []string) error {
+	if envInt("KEYLANE_BENCH_SUBMIT_IDS", 0) == 0 {
+		ids = nil
+	}
+	return q.keylaneQueue.submit(ctx, keys, payload, ids)
+}
+
+// pgBulkShop submits purchases through keylane and waits until its
+// jobs stream is empty; the stock is read from the database.
+type pgBulkShop struct {
+	pgShop
+	q queueShop
+}
+
+func (s pgBulkShop) submit(ctx context.Context, skus, ids []string) error {
+	return s.q.submit(ctx, skus, ids)
+}
+
+func (s pgBulkShop) settle(ctx context.Context) error { return s.q.settle(ctx) }
+
+// pgAvailable reports whether postgres's binaries are installed, and
+// where it looked when not.
+func pgAvailable() (string, error) {
+	dir, err := pgtest.BinDir()
+	if err != nil {
+		return "", err
+	}
+	for _, bin := range []string{"initdb", "postgres"} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return "", fmt.Errorf("no %s in %s: install Debian's postgresql package, or leave the Postgres rows out with --only", bin, dir)
+		}
+	}
+	return dir, nil
+}
