@@ -74,7 +74,7 @@ func TestQuick(t *testing.T) {
 		}
 	}
 	t.Run("nats", func(t *testing.T) {
-		check(t, "keylane Call", "keylane Submit", rawRR, rawPC)
+		check(t, "keylane Call", "keylane Submit", "keylane Call, batched", "keylane Submit, batched", rawRR, rawPC)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		if _, err := pgAvailable(); err != nil {

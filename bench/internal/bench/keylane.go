@@ -26,6 +26,11 @@ const workers = 3
 // jobs stream is empty, as sale.Run does.
 type keylaneSale struct {
 	submit bool
+	// batched rows send batch messages (ClientConfig.Batches and
+	// WorkerConfig.Batches, the namespace's keylane.batches on) and give
+	// no caller's ID (a job with one never travels in a batch); the
+	// other rows follow KEYLANE_BENCH_BATCHES and the ID knobs.
+	batched bool
 
 	local   *sale.Local          // embedded
 	srv     *natsServer          // separate
@@ -40,10 +45,26 @@ type keylaneSale struct {
 }
 
 func (k *keylaneSale) Name() string {
+	name := "keylane Call"
 	if k.submit {
-		return "keylane Submit"
+		name = "keylane Submit"
 	}
-	return "keylane Call"
+	if k.batched {
+		name += ", batched"
+	}
+	return name
+}
+
+// batches reports whether this row's workers read and its client sends
+// batch messages.
+func (k *keylaneSale) batches() bool { return k.batched || batches() }
+
+// queue is the row's keylaneQueue: caller IDs unless batched or turned
+// off by the ID knobs.
+func (k *keylaneSale) queue() queueShop {
+	return queueShop{keylaneQueue{c: k.client,
+		callIDs:   !k.batched && envInt("KEYLANE_BENCH_CALL_IDS", 1) != 0,
+		submitIDs: !k.batched && envInt("KEYLANE_BENCH_SUBMIT_IDS", 1) != 0}}
 }
 
 func (k *keylaneSale) Kind() Kind { return Keylane }
@@ -52,7 +73,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	var err error
 	if env.Placement == Embedded {
 		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers,
-			OutcomeBatch: outcomeBatch(env.Durable), StateBatch: envInt("KEYLANE_BENCH_STATE_BATCH", 0), Batches: batches()})
+			OutcomeBatch: outcomeBatch(env.Durable), StateBatch: envInt("KEYLANE_BENCH_STATE_BATCH", 0), Batches: k.batches()})
 		if err != nil {
 			return err
 		}
@@ -67,7 +88,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", k.srv.URL, "--hold", env.Hold.String(),
-		"--outcome-batch", strconv.Itoa(outcomeBatch(env.Durable)), "--batches="+strconv.FormatBool(batches()))
+		"--outcome-batch", strconv.Itoa(outcomeBatch(env.Durable)), "--batches="+strconv.FormatBool(k.batches()))
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -75,7 +96,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	// As sale.Local's clients: group commit when every write is synced.
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0, Batches: batches()})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0, Batches: k.batches()})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
 }
@@ -96,7 +117,7 @@ func (k *keylaneSale) setupCluster(ctx context.Context, env Env) error {
 	}
 	urls := k.cluster.URLs()
 	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", urls, "--hold", env.Hold.String(),
-		"--replicas", "3", "--stream-shards", strconv.Itoa(env.StreamShards))
+		"--replicas", "3", "--stream-shards", strconv.Itoa(env.StreamShards), "--batches="+strconv.FormatBool(k.batches()))
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -124,20 +145,20 @@ func (k *keylaneSale) setupCluster(ctx context.Context, env Env) error {
 		}
 		fmt.Fprintf(k.log, "  cluster, stream shards %d, leaders:%s\n", env.StreamShards, b.String())
 	}
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{StreamShards: env.StreamShards})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{StreamShards: env.StreamShards, Batches: k.batches()})
 	k.pids = [2]int{k.nodes[0], k.worker.pid()}
 	return err
 }
 
 func (k *keylaneSale) Run(ctx context.Context, w Workload) (Result, error) {
 	if k.cluster == nil {
-		return sell(ctx, w, queueShop{keylaneQueue{k.client}}, k.submit, k.pids[0], k.pids[1])
+		return sell(ctx, w, k.queue(), k.submit, k.pids[0], k.pids[1])
 	}
 	before := make([]time.Duration, len(k.nodes))
 	for i, p := range k.nodes {
 		before[i], _ = procCPU(p)
 	}
-	res, err := sell(ctx, w, queueShop{keylaneQueue{k.client}}, k.submit, k.pids[0], k.pids[1], k.nodes[1:]...)
+	res, err := sell(ctx, w, k.queue(), k.submit, k.pids[0], k.pids[1], k.nodes[1:]...)
 	if k.log != nil {
 		var b strings.Builder
 		for i, p := range k.nodes {
@@ -171,14 +192,17 @@ func (k *keylaneSale) Teardown(ctx context.Context) {
 	if k.local != nil {
 		k.local.Stop(ctx)
 	}
-	*k = keylaneSale{submit: k.submit}
+	*k = keylaneSale{submit: k.submit, batched: k.batched}
 }
 
 // keylaneQueue is a queue through a keylane Client.
-type keylaneQueue struct{ c *keylane.Client }
+type keylaneQueue struct {
+	c                  *keylane.Client
+	callIDs, submitIDs bool // give each purchase its caller's ID
+}
 
 func (q keylaneQueue) call(ctx context.Context, key string, payload []byte, id string) ([]byte, error) {
-	if id == "" || envInt("KEYLANE_BENCH_CALL_IDS", 1) == 0 {
+	if id == "" || !q.callIDs {
 		// (Without a caller's ID a Call is batchable: ClientConfig.Batches.)
 		return q.c.Call(ctx, key, payload)
 	}
@@ -187,7 +211,7 @@ func (q keylaneQueue) call(ctx context.Context, key string, payload []byte, id s
 
 func (q keylaneQueue) submit(ctx context.Context, keys []string, payload []byte, ids []string) error {
 	reqs := make([]keylane.Request, len(keys))
-	if envInt("KEYLANE_BENCH_SUBMIT_IDS", 1) == 0 {
+	if !q.submitIDs {
 		ids = nil // generated IDs: batchable (ClientConfig.Batches), no outcome kept by ID
 	}
 	for i, k := range keys {

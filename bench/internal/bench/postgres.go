@@ -111,7 +111,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 
 func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 	s := pgShop{db: p.db}
-	q := queueShop{pgQueue{keylaneQueue{p.client}}}
+	q := queueShop{keylaneQueue{c: p.client, callIDs: envInt("KEYLANE_BENCH_CALL_IDS", 0) != 0, submitIDs: envInt("KEYLANE_BENCH_SUBMIT_IDS", 0) != 0}}
 	switch p.name {
 	case pgKeylaneRow, pgSubmitRow:
 		s.purchase = q.buy
@@ -198,23 +198,6 @@ func (s pgShop) levels(ctx context.Context, skus []string) ([]int64, error) {
 // keylane_outcomes. KEYLANE_BENCH_BATCHES, KEYLANE_BENCH_CALL_IDS and
 // KEYLANE_BENCH_SUBMIT_IDS set to 0 or 1 override these defaults.
 func pgBatches() bool { return envInt("KEYLANE_BENCH_BATCHES", 1) > 0 }
-
-// pgQueue is keylaneQueue with the Postgres rows' defaults for IDs.
-type pgQueue struct{ keylaneQueue }
-
-func (q pgQueue) call(ctx context.Context, key string, payload []byte, id string) ([]byte, error) {
-	if envInt("KEYLANE_BENCH_CALL_IDS", 0) == 0 {
-		id = ""
-	}
-	return q.keylaneQueue.call(ctx, key, payload, id)
-}
-
-func (q pgQueue) submit(ctx context.Context, keys []string, payload []byte, ids []string) error {
-	if envInt("KEYLANE_BENCH_SUBMIT_IDS", 0) == 0 {
-		ids = nil
-	}
-	return q.keylaneQueue.submit(ctx, keys, payload, ids)
-}
 
 // pgBulkShop submits purchases through keylane and waits until its
 // jobs stream is empty; the stock is read from the database.
