@@ -41,6 +41,9 @@ type cluster struct {
 	names keylane.Names
 	dir   string
 	args  []string // extra worker flags
+	// batched: args hold batchesFlag (read once: startWorkerWith changes
+	// args while the load runs).
+	batched bool
 
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -263,6 +266,15 @@ func (c *cluster) traceFiles() []string {
 	return fs
 }
 
+// batchesFlag, among a cluster's worker flags, runs its workers with
+// WorkerConfig.Batches and its client with ClientConfig.Batches: jobs
+// without a caller's ID travel in batch messages ("Batches on the wire" in
+// package jetstream's doc). This is the one place that turns batches on.
+const batchesFlag = "--batches"
+
+// batches reports whether the cluster runs with batch messages.
+func (c *cluster) batches() bool { return c.batched }
+
 // openClient polls until the first worker has created the namespace.
 func (c *cluster) openClient() *keylane.Client {
 	c.t.Helper()
@@ -271,7 +283,7 @@ func (c *cluster) openClient() *keylane.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
-		cl, err = keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns})
+		cl, err = keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns, Batches: c.batches()})
 		if err != nil && !errors.Is(err, keylane.ErrNoTopology) {
 			return testwait.Stop(err)
 		}
