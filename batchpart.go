@@ -35,6 +35,14 @@ type batchMsg struct {
 	// touched is when InProgress was last sent for it: the lanes touch
 	// each job, one is enough per period.
 	touched time.Time
+
+	// id is the batch's ID (its Nats-Msg-Id), "" when it is no valid job
+	// ID. outs are the outcomes of its jobs kept per batch (under mu), and
+	// keep writes them before the message is acked (batchoutcomes.go);
+	// nil when none of its jobs is.
+	id   string
+	outs []wire.BatchOutcome
+	keep func() error
 }
 
 // batchPart is one job of a batch message.
@@ -65,6 +73,11 @@ func (p *batchPart) Ack() error {
 	p.b.mu.Unlock()
 	if !last {
 		return nil
+	}
+	if p.b.keep != nil {
+		if err := p.b.keep(); err != nil {
+			return err
+		}
 	}
 	return p.b.msg.Ack()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +25,7 @@ func (e *env) publishBatch(p int, id string, jobs []wire.BatchJob) uint64 {
 		e.t.Fatal(err)
 	}
 	m := &nats.Msg{Subject: wire.BatchSubject(e.ns, p), Data: body, Header: nats.Header{
-		HeaderJobID: {id}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"1"},
+		HeaderJobID: {id}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"1"}, wire.HeaderBatchJobs: {strconv.Itoa(len(jobs))},
 	}}
 	ack, err := e.js.PublishMsg(ctx(e.t), m)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -56,11 +58,13 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	if err != nil {
 		return nil, err
 	}
-	defer c.tracing.send(ctx, "call", m).end(&err) // starts the span now, ends it on return
+	span := c.tracing.send(ctx, "call", m) // starts the span now
+	defer span.end(&err)
 	// The worker keeps a Call's outcome by ID, so a reply lost with a
 	// connection is recovered from it.
 	m.Header[HeaderKeepOutcome] = oneHeader
 	if !explicit && c.batchable(m) {
+		defer span.messageID(m) // sealed into a batch, it went under another ID
 		return c.callBatched(ctx, m, r.ID, partition.Of(r.Key, c.n), w)
 	}
 	// Publish without waiting for the stream's ack: it comes to our inbox
@@ -240,7 +244,29 @@ const (
 // election, or refused to a client that may read the bucket but not
 // consume it (docs/security/accounts.conf), must not hold up the reads
 // until the caller's deadline.
+//
+// A job ID that names a batch and an index (wire.BatchedJobID: a batched
+// Call's) is looked for in that batch's entry too.
 func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
+	batchID, index, ok := wire.ParseBatchedJobID(id)
+	if !ok {
+		batchID = ""
+	}
+	return c.awaitKept(ctx, id, batchID, index)
+}
+
+// awaitKept is awaitOutcome for job id, which is also, when batchID is
+// not "", job index of batch batchID: its outcome is then looked for in
+// the batch's entry (wire.BatchOutcomesKey) as well as under its ID (a
+// worker keeps a batched Call's outcome by ID where nothing cheaper keeps
+// its promises: "Batches on the wire" in package jetstream's doc). A
+// batch entry that does not hold this job's outcome at its index, bound
+// to its ID, is an error, never another job's outcome.
+func (c *Client) awaitKept(ctx context.Context, id, batchID string, index int) ([]byte, error) {
+	keys := []string{id}
+	if batchID != "" {
+		keys = append(keys, wire.BatchOutcomesKey(batchID))
+	}
 	wctx, stopWatch := context.WithCancel(ctx)
 	var watching sync.WaitGroup
 	defer watching.Wait()
@@ -250,9 +276,10 @@ func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	for {
-		var e jetstream.KeyValueEntry
+		var found []jetstream.KeyValueEntry
 		select {
-		case e = <-watched:
+		case e := <-watched:
+			found = append(found, e)
 		case <-poll.C:
 			poll.Reset(outcomePoll)
 			if kv == nil {
@@ -261,35 +288,46 @@ func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 				if kv, err = c.resultsBucket(ctx); err != nil {
 					continue
 				}
-				watching.Go(func() { watchOutcome(wctx, kv, id, watched) })
+				watching.Go(func() { watchOutcome(wctx, kv, keys, watched) })
 			}
-			gctx, cancel := context.WithTimeout(ctx, requestTimeout)
-			got, err := kv.Get(gctx, id)
-			cancel()
-			if err == nil {
-				e = got
+			for _, k := range keys {
+				gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+				got, err := kv.Get(gctx, k)
+				cancel()
+				if err == nil {
+					found = append(found, got)
+				}
 			}
 		case <-ctx.Done():
 			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
 		case <-c.done:
 			return nil, fmt.Errorf("keylane: outcome of %s: %w", id, ErrClosed)
 		}
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
-			continue
+		for _, e := range found {
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			v := e.Value()
+			if e.Key() != id {
+				var err error
+				if v, err = wire.FindBatchOutcome(v, batchID, index, id); err != nil {
+					return nil, fmt.Errorf("keylane: stored outcome of %s in its batch's entry: %w", id, err)
+				}
+			}
+			res, rerr, ok := decodeResult(v)
+			if !ok {
+				return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
+			}
+			return res, rerr
 		}
-		res, rerr, ok := decodeResult(e.Value())
-		if !ok {
-			return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
-		}
-		return res, rerr
 	}
 }
 
-// watchOutcome sends the first value put under id to out, until ctx ends.
-// A watch that cannot be set up (refused, or no leader) leaves the polling
-// to awaitOutcome.
-func watchOutcome(ctx context.Context, kv jetstream.KeyValue, id string, out chan<- jetstream.KeyValueEntry) {
-	w, err := kv.Watch(ctx, id)
+// watchOutcome sends the first value put under one of keys to out, until
+// ctx ends. A watch that cannot be set up (refused, or no leader) leaves
+// the polling to awaitKept.
+func watchOutcome(ctx context.Context, kv jetstream.KeyValue, keys []string, out chan<- jetstream.KeyValueEntry) {
+	w, err := kv.WatchFiltered(ctx, slices.Clone(keys)) // it rewrites the slice
 	if err != nil {
 		return
 	}

@@ -2,6 +2,7 @@ package keylane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -65,12 +66,22 @@ type ClientConfig struct {
 	// batch messages, many jobs of one partition in one stream message (see
 	// "Batches on the wire" in package jetstream's doc): a job goes at once,
 	// alone, when nothing of its partition is in flight; the jobs that
-	// queued meanwhile go together when it returns. Every worker of the
-	// namespace must run with WorkerConfig.Batches: one without it
-	// dead-letters a batch whole. Jobs with WithID, delayed jobs, redrives
-	// and every job of a namespace with a MaxKeyBacklog go alone, as
-	// without it. Defaults to false.
+	// queued meanwhile go together when it returns. Jobs with WithID,
+	// delayed jobs, redrives and every job of a namespace with a
+	// MaxKeyBacklog go alone, as without it.
+	//
+	// A worker without WorkerConfig.Batches dead-letters a batch whole, so
+	// the namespace's metadata decides (SetBatches, keylane batches on|off,
+	// read once by NewClient): when it says "on" a client sends batches
+	// unless NoBatches is set; when it does not, NewClient refuses Batches
+	// with ErrBatchesMismatch rather than send batches its workers may
+	// dead-letter, or send one-job messages when batches were asked for.
+	// Defaults to false: follow the namespace.
 	Batches bool
+	// NoBatches keeps the client's jobs in one-job messages, as a client of
+	// the previous release sends them, whatever the namespace says; not
+	// with Batches. Defaults to false.
+	NoBatches bool
 	// Observer receives the client's measurements (latency and outcome of
 	// every Submit, Call and SubmitMany) for metrics; see package metrics.
 	// Defaults to nil: nothing is measured.
@@ -137,6 +148,12 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	if cfg.StreamShards != 0 && cfg.StreamShards != meta.Shards {
 		return nil, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards)
 	}
+	if cfg.Batches && cfg.NoBatches {
+		return nil, errors.New("keylane: ClientConfig.Batches and NoBatches both set")
+	}
+	if cfg.Batches && !meta.Batches {
+		return nil, fmt.Errorf("%w: ClientConfig.Batches set, and namespace %s does not say %s on: its workers may dead-letter batches; turn it on (keylane batches on) once every worker runs with WorkerConfig.Batches", ErrBatchesMismatch, cfg.Namespace, MetaBatches)
+	}
 	if v := nc.ConnectedServerVersion(); cfg.AtomicBatches && !serverAtLeast(v, 2, 12) {
 		// An older server ignores the batch headers: it would store the
 		// jobs one by one and ack only the last.
@@ -155,7 +172,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 			c.batch = append(c.batch, newBatcher(c))
 		}
 	}
-	if cfg.Batches {
+	if meta.Batches && !cfg.NoBatches {
 		if c.wire, err = newWireBatcher(c); err != nil {
 			return nil, err
 		}
@@ -338,8 +355,10 @@ func build(key string, payload []byte, opts []SubmitOpt) Request {
 
 // Backlog returns how many jobs the namespace's streams hold: stored and
 // not yet finished (a job leaves the stream when its handler finished and
-// it was acked, or it was dead-lettered). It asks the server for the info
-// of every shard's stream and runs no job.
+// it was acked, or it was dead-lettered; a batch message's jobs leave
+// with it). It asks the server for the info of every shard's stream and
+// reads each stored batch message (its Keylane-Batch-Jobs: a batch of 50
+// counts 50), and runs no job.
 func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
@@ -349,7 +368,16 @@ func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		n += s.CachedInfo().State.Msgs
+		st := s.CachedInfo().State
+		n += st.Msgs
+		if st.Msgs == 0 {
+			continue
+		}
+		extra, err := batchJobsBeyond(ctx, s, allBatchesSubject(c.names.Namespace), st.FirstSeq-1, st.LastSeq)
+		if err != nil {
+			return 0, err
+		}
+		n += extra
 	}
 	return n, nil
 }

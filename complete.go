@@ -29,6 +29,10 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 			return false
 		}
 	}
+	if t.keptInBatch {
+		// Kept with its batch's, before the batch's ack.
+		t.batch.record(t.job.index, t.job.ID, encodeResult(res, herr, dead))
+	}
 	if reply := t.msg.Headers().Get(HeaderReply); reply != "" && !t.replied {
 		m := replyMsg(reply, res, herr, dead)
 		if !o.l.Trusted() {
@@ -197,14 +201,24 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
 		sm, err := leaderGet(ctx, o.w.nc, stream, subject)
 		cancel()
-		switch {
-		case err == nil:
+		if err == nil {
 			if k := keptValue(sm.Header, sm.Data); k != nil {
 				return k.res, k.err, true
 			}
-			return nil, nil, false
-		case errors.Is(err, errNoEntry):
-			return nil, nil, false
+			err = errNoEntry
+		}
+		if errors.Is(err, errNoEntry) {
+			// None by ID: a batched Call's is kept in its batch's entry.
+			ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+			v, found, berr := o.batchStoredResult(ctx, id)
+			cancel()
+			if berr == nil {
+				if res, rerr, ok := decodeResult(v); found && ok {
+					return res, rerr, true
+				}
+				return nil, nil, false
+			}
+			err = berr
 		}
 		o.log.Warn("kept outcome look-up failed; trying again", "job_id", id, "try", try, "err", err)
 		t := time.NewTimer(o.w.cfg.Backoff(try))
@@ -271,7 +285,7 @@ func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
 func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 	var idx []int
 	for i, t := range ts {
-		if o.w.cfg.StoreResults || t.explicit || t.keep || t.redriveOf != "" {
+		if o.w.cfg.StoreResults || t.explicit || t.keep && !t.keptInBatch || t.redriveOf != "" {
 			idx = append(idx, i)
 		}
 	}

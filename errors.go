@@ -163,6 +163,14 @@ var ErrReplyPrefixMismatch = errors.New("keylane: reply prefix differs from the 
 // which one owns its partition.
 var ErrMaxDeliverMismatch = errors.New("keylane: MaxDeliver differs from the namespace's")
 
+// ErrBatchesMismatch is returned when a worker or client is configured
+// against what the namespace's metadata says of batch messages
+// (MetaBatches, SetBatches): a worker without WorkerConfig.Batches on a
+// namespace whose clients send batches would dead-letter every batch, and
+// a client with ClientConfig.Batches on one whose workers may not read
+// them would send batches an older worker dead-letters whole.
+var ErrBatchesMismatch = errors.New("keylane: batch messages configured against the namespace's metadata (keylane.batches)")
+
 // ErrNotStarted is returned by a worker's State before the worker started
 // (Worker.State).
 var ErrNotStarted = errors.New("keylane: the worker has not started: its State works once Start has set the namespace up")

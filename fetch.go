@@ -170,7 +170,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 			}
 			delivered = meta.Sequence.Consumer
 			newest = max(newest, meta.Sequence.Stream)
-			o.backlog.Store(meta.NumPending)
+			o.noteDelivery(newest, meta.NumPending)
 		}
 		o.dispatch(ln, msg)
 	}
@@ -255,6 +255,16 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		return
 	}
 	b := &batchMsg{msg: msg, left: len(es)}
+	if id := msg.Headers().Get(HeaderJobID); ValidateJobID(id) == nil {
+		b.id = id
+	}
+	for i, e := range es {
+		if e.Err == nil && o.keptInBatch(b, e.Job, i) {
+			b.keep = o.keepBatch(b)
+			o.open.add(b)
+			break
+		}
+	}
 	maybeDup := meta.NumDelivered > 1 || seq <= o.prevDelivered
 	for i, e := range es {
 		p := &batchPart{Msg: msg, b: b, subject: msg.Subject(), header: batchPartHeader(e), data: e.Payload}
@@ -265,7 +275,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			o.malformedAt(p, seq, i, e.Job, e.Err)
 			continue
 		}
-		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome}
+		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome, keptInBatch: o.keptInBatch(b, e.Job, i)}
 		t.stored = meta.Timestamp
 		t.job = Job{
 			ID: e.Job.ID, Key: e.Job.Key, Type: e.Job.Type, Payload: e.Payload, Partition: o.p,
@@ -311,6 +321,9 @@ func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, w
 	err := Permanent(why)
 	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence(), index: index}, err, 0) || !o.l.Trusted() {
 		return
+	}
+	if bp, ok := msg.(*batchPart); ok && bp.b.keep != nil && o.keptInBatch(bp.b, f, index) {
+		bp.b.record(index, f.ID, encodeResult(nil, err, true))
 	}
 	if f.Reply != "" {
 		if perr := o.w.nc.PublishMsg(replyMsg(f.Reply, nil, err, true)); perr != nil {

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/keylane/keylane/lease"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -23,6 +25,9 @@ type Status struct {
 	MaxKeyBacklog int64
 	// Delays reports whether the namespace takes delayed jobs.
 	Delays bool
+	// Batches reports whether the namespace's clients send batch
+	// messages (MetaBatches, SetBatches).
+	Batches bool
 	// Epochs holds each jobs stream shard's epoch.
 	Epochs []uint64
 	// Members are the workers with a live member entry, sorted.
@@ -43,7 +48,8 @@ type PartitionStatus struct {
 	Fence uint64
 	// Since is when the owner took the lease, by its own clock.
 	Since time.Time
-	// Pending counts the partition's stored jobs not yet delivered.
+	// Pending counts the partition's stored jobs not yet delivered: a
+	// batch message counts as the jobs it carries (Keylane-Batch-Jobs).
 	Pending uint64
 	// InFlight counts jobs delivered and not yet acked.
 	InFlight int
@@ -68,7 +74,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 	}
 	names := Names{Namespace: namespace}
 	info := streams[0].CachedInfo()
-	st := Status{Namespace: namespace, Partitions: metas[0].Partitions, Shards: len(streams), Hash: info.Config.Metadata[MetaHash], Replicas: info.Config.Replicas, MaxKeyBacklog: metas[0].MaxKeyBacklog, Delays: metas[0].Delays}
+	st := Status{Namespace: namespace, Partitions: metas[0].Partitions, Shards: len(streams), Hash: info.Config.Metadata[MetaHash], Replicas: info.Config.Replicas, MaxKeyBacklog: metas[0].MaxKeyBacklog, Delays: metas[0].Delays, Batches: metas[0].Batches}
 	for _, m := range metas {
 		st.Epochs = append(st.Epochs, m.Epoch)
 	}
@@ -104,6 +110,15 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 		case err == nil:
 			ci := cons.CachedInfo()
 			ps.Pending, ps.InFlight, ps.Redelivered = ci.NumPending, ci.NumAckPending, ci.NumRedelivered
+			if ci.NumPending > 0 {
+				// The undelivered messages are those after the last delivered.
+				s := streams[ShardOf(p, len(streams))]
+				extra, err := batchJobsBeyond(ctx, s, wire.BatchSubject(namespace, p), ci.Delivered.Stream, s.CachedInfo().State.LastSeq)
+				if err != nil {
+					return Status{}, fmt.Errorf("keylane: batches of partition %d: %w", p, err)
+				}
+				ps.Pending += extra
+			}
 			if ci.Delivered.Last != nil {
 				ps.LastActive = *ci.Delivered.Last
 			}
@@ -113,4 +128,39 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 		st.Partition = append(st.Partition, ps)
 	}
 	return st, nil
+}
+
+// batchJobsBeyond returns how many jobs more than messages the batch
+// messages of s on subject (one partition's wire.BatchSubject, or every
+// partition's with a wildcard) hold whose sequences are above after and
+// at most last: the sum of each one's Keylane-Batch-Jobs less one. A
+// message without a valid count is malformed (the worker dead-letters it
+// whole) and counts as one. It reads each such message with a request of
+// its own, and the server sends the body along (there is no headers-only
+// read of a stored message), so its cost grows with the batch messages
+// stored; none costs one request.
+func batchJobsBeyond(ctx context.Context, s jetstream.Stream, subject string, after, last uint64) (uint64, error) {
+	var extra uint64
+	for seq := after + 1; seq <= last; {
+		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		if m.Sequence > last || m.Sequence < seq {
+			break
+		}
+		if n, err := strconv.Atoi(m.Header.Get(wire.HeaderBatchJobs)); err == nil && n > 1 && n <= wire.MaxBatchJobs {
+			extra += uint64(n - 1)
+		}
+		seq = m.Sequence + 1
+	}
+	return extra, nil
+}
+
+// allBatchesSubject is the subject of every partition's batch messages.
+func allBatchesSubject(namespace string) string {
+	return namespace + ".jobs.*." + wire.BatchToken
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -160,6 +161,9 @@ func (o *owner) currentMark() *keptMark {
 // a valid job ID whose dot-separated tokens are all non-empty. Others are
 // left to the per-ID look-up, as before.
 func batchableID(id string) bool {
+	if _, _, ok := wire.ParseBatchedJobID(id); ok {
+		return false // looked for in its batch too (storedResult)
+	}
 	return ValidateJobID(id) == nil && !strings.Contains(id, "..")
 }
 

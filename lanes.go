@@ -22,6 +22,9 @@ type task struct {
 	maybeDup bool // may have run before under an earlier owner
 	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
 	keep     bool // keep its outcome by ID (a Call)
+	// keptInBatch: its outcome is kept in its batch's entry instead of by
+	// ID (batchoutcomes.go).
+	keptInBatch bool
 	// redriveOf is the ID of the dead-lettered job this one redrives: its
 	// outcome is kept under that ID too (Client.Redrive) once its redrive
 	// ticket was found (redriveChecked; checkRedrive).

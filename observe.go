@@ -139,9 +139,12 @@ type Tenure struct {
 	Since time.Time
 	// Backlog counts the partition's stored jobs not yet delivered to this
 	// worker, as the server reported with the last delivery (the
-	// consumer's pending count). It is 0 before the first delivery, and
-	// stays as it was while no job is delivered (a worker whose in-flight
-	// window is full of jobs that do not finish).
+	// consumer's pending count), a batch message counted as the jobs it
+	// carries (with WorkerConfig.Batches: read beside the fetch loop,
+	// so a batch stored since the last read counts one until the next).
+	// It is 0 before the first delivery, and stays as it was while no job
+	// is delivered (a worker whose in-flight window is full of jobs that
+	// do not finish).
 	Backlog uint64
 	// InFlight counts the jobs fetched and not yet finished, held in this
 	// worker's memory: at most MaxInFlight, plus the head job of each key
@@ -173,7 +176,7 @@ func (w *Worker) Tenures() []Tenure {
 		if isClosed(o.l.Done()) {
 			continue // lost: not ours, even while its handlers wind down
 		}
-		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: o.since, Backlog: o.backlog.Load(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
+		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: o.since, Backlog: o.pendingJobs(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
 		if ln := o.lanes.Load(); ln != nil {
 			t.InFlight, t.HandedBack = ln.pending(), ln.handedBackNow()
 		}

@@ -40,10 +40,11 @@ type owner struct {
 	mark          atomic.Pointer[keptMark] // newest outcome kept this tenure
 	ln            *lanes                   // the lanes of the current consumer generation
 
-	// For Worker.Tenures: ln, and the consumer's pending count at the
-	// last delivery.
+	// For Worker.Tenures: ln, the consumer's pending count at the last
+	// delivery, and the jobs of the batch messages among them (backlog.go).
 	lanes   atomic.Pointer[lanes]
 	backlog atomic.Uint64
+	ahead   batchesAhead
 
 	// moves bounds, and moving counts, the work beside the fetch loop:
 	// delayed jobs' submissions being moved into the delays stream, due
@@ -54,6 +55,10 @@ type owner struct {
 	// applies joins the concurrent groups of different keys for an
 	// Applier into one transaction (applier.go).
 	applies applyBatcher
+
+	// open holds the batches whose outcomes are kept per batch and not
+	// written yet (batchoutcomes.go).
+	open openBatches
 }
 
 // How long a handed-back job stays with the server before it is delivered

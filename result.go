@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -13,7 +14,11 @@ import (
 // Workers store the result of every job only with StoreResults on, which
 // costs one more KV write per job before its reply (batched with the
 // group's other results, asynchronous, acked before the job is); jobs
-// submitted WithID and every Call's job are kept by ID in any case.
+// submitted WithID and every Call's job are kept in any case: by ID, or,
+// for a Call that travelled in a batch (ClientConfig.Batches) to a
+// worker with held outcomes, in its batch's entry, which its ID names
+// (see "Batches on the wire" in package jetstream's doc); Result reads
+// either.
 func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	if err := ValidateJobID(jobID); err != nil {
 		return nil, err
@@ -25,13 +30,24 @@ func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	gctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	e, err := kv.Get(gctx, jobID)
+	v := []byte(nil)
+	if err == nil {
+		v = e.Value()
+	}
+	if batchID, index, batched := wire.ParseBatchedJobID(jobID); batched && errors.Is(err, jetstream.ErrKeyNotFound) {
+		if e, err = kv.Get(gctx, wire.BatchOutcomesKey(batchID)); err == nil {
+			if v, err = wire.FindBatchOutcome(e.Value(), batchID, index, jobID); err != nil {
+				return nil, fmt.Errorf("keylane: stored outcome of %s in its batch's entry: %w", jobID, err)
+			}
+		}
+	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil, ErrNoResult
 	}
 	if err != nil {
 		return nil, err
 	}
-	res, rerr, ok := decodeResult(e.Value())
+	res, rerr, ok := decodeResult(v)
 	if !ok {
 		return nil, fmt.Errorf("keylane: malformed stored result for %s", jobID)
 	}

@@ -54,6 +54,9 @@ type State struct {
 	// max_payload bounds an entry; nil: not known, not checked. Guarded
 	// by mu.
 	conn *nats.Conn
+	// batched coalesces the writes of each partition's concurrent
+	// groups (statebatch.go); nil: each write alone. Guarded by mu.
+	batched *stateBatches
 }
 
 // Bounds of the outcomes a state entry holds: the last HeldJobs jobs of the
@@ -185,7 +188,7 @@ func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, erro
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if err := s.write(ctx, k, rev, e, 0); err != nil {
+		if err := s.write(ctx, -1, k, rev, e, 0); err != nil {
 			if casConflict(err) {
 				return err
 			}

@@ -58,11 +58,12 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 }
 
 // write stores e over revision rev (0: the key is new) with compare-and-set
-// and caches it for this tenure. A failed write drops the cache: its
+// and caches it for this tenure; p is the partition whose group it is, for
+// the writes coalesced per partition (statebatch.go), or -1. A failed write drops the cache: its
 // outcome may be unknown, so the next attempt re-reads. An entry too large
 // for one message has its held window shrunk to fit (fit), keeping the
 // own outcomes at the end of e.Recent: those of the group being written.
-func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry, own int) error {
+func (s *State) write(ctx context.Context, p int, k string, rev uint64, e StateEntry, own int) error {
 	kv, err := s.bucket()
 	if err != nil {
 		return err
@@ -74,7 +75,7 @@ func (s *State) write(ctx context.Context, k string, rev uint64, e StateEntry, o
 			return err
 		}
 	}
-	newRev, err := casPut(ctx, kv, k, rev, b)
+	newRev, err := s.put(ctx, kv, p, k, rev, b)
 	if err != nil {
 		s.forget(k)
 		return err
@@ -201,7 +202,7 @@ func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
 	}
-	if err := s.write(ctx, k, rev, s.next(cur, value, job0.Fence, ran, results), len(ran)-1); err != nil {
+	if err := s.write(ctx, job0.Partition, k, rev, s.next(cur, value, job0.Fence, ran, results), len(ran)-1); err != nil {
 		if casConflict(err) {
 			return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
 		}

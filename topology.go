@@ -275,7 +275,7 @@ func permanentSetupError(err error) bool {
 	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
 		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig) ||
 		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff) ||
-		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch) ||
+		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch) || errors.Is(err, ErrBatchesMismatch) ||
 		natserr.IsPermanent(err) && !errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
@@ -330,6 +330,9 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) 
 		Bucket: names.State(), Description: "keylane per-key state, written with CAS, sequence and fence",
 		History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 	}); err != nil {
+		return nil, err
+	}
+	if err := allowAtomicPublish(ctx, js, "KV_"+names.State()); err != nil {
 		return nil, err
 	}
 	for _, b := range []string{names.Leases(), names.Members(), names.Results(), names.State()} {

@@ -184,6 +184,13 @@ func (ct *clientTracing) inject(ctx context.Context, span trace.Span, m *nats.Ms
 	}
 }
 
+// messageID sets the span's message ID to m's job ID as it was sent.
+func (s sendSpan) messageID(m *nats.Msg) {
+	if s.span != nil {
+		s.span.SetAttributes(attrMessageID.String(m.Header.Get(HeaderJobID)))
+	}
+}
+
 // end ends the span with the outcome *errp: an error status for any
 // error but ErrDuplicate (the job was stored before, by this ID).
 func (s sendSpan) end(errp *error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,11 +41,55 @@ func newWireBatcher(c *Client) (*wireBatcher, error) {
 	room := int(c.nc.MaxPayload()) - DeadLetterReserve - 1024 - wire.BatchHeaderSize
 	return jobbatcher.New(jobbatcher.Config[*nats.Msg, bool]{
 		Send:     c.sendWireBatch,
-		Size:     func(m *nats.Msg) int { return wire.BatchJobSize(batchJobOf(m)) },
+		Size:     func(m *nats.Msg) int { return wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m) },
 		MaxCount: wireBatchMaxJobs,
 		MaxBytes: max(room, 1),
+		Seal:     func(_ int, ms []*nats.Msg) { sealBatch(ms) },
 	})
 }
+
+// headerSealedBatch names, on a job message the batcher cut into a batch,
+// the batch's ID (sealBatch); it never travels (batchJobOf drops
+// Keylane-* headers).
+const headerSealedBatch = "Keylane-Sealed-Batch"
+
+// sealBatch gives ms, a batch of two jobs or more as the batcher cut it,
+// its batch ID, and each Call of it the job ID that names its batch and
+// index (wire.BatchedJobID): a batched Call's outcome is kept in its
+// batch's entry (wire.BatchOutcomesKey), which its client, and a worker
+// asked for the job by ID, find from the ID alone. It runs before any
+// caller sees its job sent, so a Call whose context ends then names the
+// job by the ID it was sent with.
+func sealBatch(ms []*nats.Msg) {
+	if len(ms) < 2 {
+		return
+	}
+	batchID := nuid.Next()
+	for i, m := range ms {
+		m.Header[headerSealedBatch] = []string{batchID}
+		if sealable(m) {
+			m.Header[HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
+		}
+	}
+}
+
+// sealable reports whether m is a Call whose ID sealBatch sets: its
+// outcome is kept, it is answered, and its ID was generated.
+func sealable(m *nats.Msg) bool {
+	return m.Header[HeaderKeepOutcome] != nil && m.Header[HeaderReply] != nil && m.Header[HeaderIdempotent] == nil
+}
+
+// sealGrowth is how many bytes sealBatch may add to m's job in a batch
+// body: a Call's ID grows from a nuid to the batch's nuid, a dot and an
+// index below wireBatchMaxJobs.
+func sealGrowth(m *nats.Msg) int {
+	if !sealable(m) {
+		return 0
+	}
+	return max(0, sealedIDLen-len(m.Header.Get(HeaderJobID)))
+}
+
+var sealedIDLen = len(wire.BatchedJobID(nuid.Next(), wireBatchMaxJobs-1))
 
 // batchable reports whether Submit may send m, built by message for a
 // job whose ID was not the caller's, in a batch: not a delayed job, not a
@@ -95,11 +140,16 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	id := ms[0].Header.Get(headerSealedBatch) // the batcher's (sealBatch)
+	if id == "" {
+		id = nuid.Next() // SubmitMany's
+	}
 	return &nats.Msg{Subject: wire.BatchSubject(c.names.Namespace, p), Data: body, Header: nats.Header{
-		HeaderJobID:        {nuid.Next()},
-		expectStreamHeader: c.expect[ShardOf(p, c.shards)],
-		wire.HeaderBatch:   {"1"},
-		HeaderPartitions:   c.nHeader,
+		HeaderJobID:          {id},
+		expectStreamHeader:   c.expect[ShardOf(p, c.shards)],
+		wire.HeaderBatch:     {"1"},
+		wire.HeaderBatchJobs: {strconv.Itoa(len(ms))},
+		HeaderPartitions:     c.nHeader,
 	}}, nil
 }
 
@@ -268,12 +318,16 @@ func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p in
 // the failure is one a reconnect or an election cures (publish's bounded
 // retries), so the server drops a copy it has. The job is never published
 // again alone: a copy under its own ID would not be de-duplicated against
-// the batch, and the stream would hold it twice. Once stored, the reply is
-// awaited as Call does, and a reply lost on the worker's side is recovered
-// from the outcome the worker keeps by the job's ID (Keylane-Keep-Outcome,
-// kept per job as for a lone Call).
+// the batch, and the stream would hold it twice. Cut into a batch, the
+// job's ID names the batch and its index (sealBatch). Once stored, the
+// reply is awaited as Call does, and a reply lost on the worker's side is
+// recovered from the outcome the worker keeps: in its batch's entry, or
+// by its ID where the worker keeps it so (a lone job; a namespace without
+// held outcomes; StoreResults).
 func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int, w *waiter) ([]byte, error) {
 	dup, err := c.wire.Do(ctx, p, m)
+	// (Read after Do: the batcher's seal happened before it returned.)
+	id = m.Header.Get(HeaderJobID)
 	switch {
 	case errors.Is(err, jobbatcher.ErrClosed):
 		return nil, fmt.Errorf("keylane: call %s: %w", id, ErrClosed)

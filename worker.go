@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -85,11 +86,17 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if topo.Meta.Batches && !w.cfg.Batches {
+		// Its clients send batch messages, which this worker would
+		// dead-letter whole, every one.
+		return fmt.Errorf("%w: namespace %s says %s on (its clients send batch messages) and this worker runs without WorkerConfig.Batches (worker --batches), so it would dead-letter every batch; start it with Batches, or turn them off first (keylane batches off) and restart the clients", ErrBatchesMismatch, topo.Names.Namespace, MetaBatches)
+	}
 	if w.cfg.MaxDeliver == 0 {
 		w.cfg.MaxDeliver = cmp.Or(topo.Meta.MaxDeliver, DefaultMaxDeliver) // the namespace's (Setup fixed it if none was)
 	}
 	w.topo = topo
 	w.state.bind(topo)
+	w.state.batchWrites(w.stateBatchOn(topo), w.nc, topo.Names.State())
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {
 		return err
@@ -113,10 +120,17 @@ func (w *Worker) requestReload() {
 // owner asks) and reloads the topology when the stream was replaced by
 // another epoch: a repartition. Owners never consume a stream of another
 // epoch than the worker's topology (resetConsumer checks).
+//
+// It also says, once, at ERROR, when the namespace's batches were turned
+// on (keylane.batches) while this worker runs without
+// WorkerConfig.Batches: it dead-letters every batch the clients started
+// since send. Start refuses such a worker; one already running is the
+// operator's to replace.
 func (w *Worker) watchTopology() {
 	defer close(w.watchDone)
 	t := time.NewTicker(w.cfg.Topology.LeaseTTL)
 	defer t.Stop()
+	warned := false
 	for {
 		select {
 		case <-w.watchStop:
@@ -124,7 +138,12 @@ func (w *Worker) watchTopology() {
 		case <-t.C:
 		case <-w.reload:
 		}
-		if meta, ok := w.replacedBy(); ok {
+		meta, ok := w.replacedBy()
+		if meta.Batches && !w.cfg.Batches && !warned {
+			warned = true
+			w.log.Error("the namespace's batches are on (keylane.batches) and this worker runs without WorkerConfig.Batches (worker --batches): it dead-letters every batch message; restart it with Batches, or turn batches off (keylane batches off)", "namespace", w.cfg.Topology.Namespace)
+		}
+		if ok {
 			w.reloadTopology(meta)
 		}
 	}
@@ -178,6 +197,7 @@ func (w *Worker) reloadTopology(meta Meta) {
 			}
 			w.topo = topo
 			w.state.bind(topo)
+			w.state.batchWrites(w.stateBatchOn(topo), w.nc, topo.Names.State())
 			bctx, bcancel := context.WithTimeout(context.Background(), 3*w.cfg.Topology.LeaseTTL)
 			w.bal, err = startBalancer(bctx, w)
 			bcancel()
@@ -221,6 +241,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	bal := w.bal
 	w.mu.Unlock()
 	err := bal.stop(ctx)
+	w.state.closeBatches(ctx)
 	w.log.Info("worker stopped", "released", w.stats.released.Load())
 	w.doneOnce.Do(func() { close(w.done) })
 	return err

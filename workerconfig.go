@@ -98,6 +98,17 @@ type WorkerConfig struct {
 	// 16 or more (depending on the disk): set SyncAlwaysOutcomeBatch there. See
 	// jetstream/doc.go, "Kept outcomes in one batch". Defaults to 0.
 	OutcomeBatch int
+	// StateBatch coalesces the state writes (compare-and-sets) of a
+	// partition's keys whose groups finish while another of its writes is
+	// in flight into one JetStream atomic batch: one request, one ack,
+	// one replicated proposal; a lone write still goes at once, alone.
+	// Positive turns it on, negative off; zero picks by the namespace's
+	// replicas: on when replicated (the server stages a batch in memory),
+	// off on one replica, where nats-server stages each atomic batch in a
+	// file store of its own and a batch costs more than the acks it saves.
+	// See jetstream/doc.go, "State writes of several keys in one batch".
+	// Defaults to 0.
+	StateBatch int
 	// TracerProvider turns tracing on: each job gets a consumer span,
 	// child of the span its Submit or Call sent in the job's headers, with
 	// child spans for its queue wait, each run (the context passed to the

@@ -35,8 +35,10 @@
 //	            due copies (# Delayed jobs), never roll-ups or schedules;
 //	            metadata keylane.partitions=N,
 //	            keylane.hash, keylane.version=3, keylane.epoch,
-//	            keylane.adopted, keylane.reply-prefix, and
-//	            keylane.max-deliver (written by the first worker)
+//	            keylane.adopted, keylane.reply-prefix,
+//	            keylane.max-deliver (written by the first worker), and
+//	            keylane.batches (on|off, written by keylane batches;
+//	            # Batches on the wire, Versions)
 //	NS_DELAYS   stream (with Delays), subjects ns.sched.<p>.* (schedules)
 //	            and ns.due.<p>.* (jobs stored when due); message
 //	            schedules; only workers publish to it
@@ -67,7 +69,9 @@
 // keylane.max-deliver, since a job's attempts are counted across owners).
 // Zero (empty) follows the namespace's. Tested by
 // TestWorkerRefusesAnotherReplyPrefixOrMaxDeliver and, naming the flags,
-// TestRunRefusalNamesTheFlag. Two first workers with different values
+// TestRunRefusalNamesTheFlag. Likewise ErrBatchesMismatch: a worker
+// without WorkerConfig.Batches on a namespace whose keylane.batches says
+// on (see "Batches on the wire", Versions). Two first workers with different values
 // starting at the same moment on a namespace without keylane.max-deliver
 // may both write it (a stream update is no compare-and-set); the later
 // value stands and the other worker is refused at its next start.
@@ -948,6 +952,61 @@
 // without the flag gets it and keeps its entries) and, under
 // docs/security/accounts.conf's least privilege, TestAccounts.
 //
+// # State writes of several keys in one batch
+//
+// On a catalog a key's group is one job, so the group commit's one
+// compare-and-set per group (a put and its ack through the server, and in
+// R3 one replicated proposal) is one per job. WorkerConfig.StateBatch
+// coalesces the compare-and-sets of one partition's keys whose groups
+// finish while another write of that partition is in flight, with the
+// discipline of the client's batches (internal/batcher): a lone write goes
+// at once, alone, as before; the writes that queued meanwhile go, when it
+// returns, as one JetStream atomic batch (at most 64 writes and 4 MiB),
+// each message carrying its own Nats-Expected-Last-Subject-Sequence (0
+// for a new key), the last the commit. One request and one ack for all,
+// one replicated proposal in R3. The batch is stored as consecutive
+// messages, so each write's new revision is the commit ack's sequence
+// less its distance from the last (the worker caches it for the key's
+// next group; a wrong one would make that write conflict:
+// TestStateWritesOfSeveralKeysGoAsOneBatch compares every cached revision
+// with the stored one, and failed when every write was given the last).
+// The code is statebatch.go.
+//
+// When: by default on a replicated namespace only. On one replica
+// nats-server stages an atomic batch in a file store of its own (see
+// "Kept outcomes in one batch" above), which costs more than the acks a
+// batch saves; in R3 the batch is staged in memory. StateBatch positive
+// turns it on anyway, negative off; the worker command's --state-batch
+// (KEYLANE_STATE_BATCH), the bench's KEYLANE_BENCH_STATE_BATCH. Setup sets
+// AllowAtomicPublish on KV_NS_STATE as it does on the results bucket.
+//
+// Failure cases. Atomic means all or nothing, so:
+//
+//   - A refused batch stored none of its writes. A conflict (another
+//     writer changed one key first: a new owner, a stale cache) refuses
+//     the whole batch, so its writes go again alone at once, each with its
+//     own ack: the conflicting one gets its conflict (the group re-reads
+//     its key, as before) and its neighbours are stored. Tested by
+//     TestStateBatchConflictIsOneKeys (a batch of three whose middle write
+//     is stale: the other two stored with their reported revisions, only
+//     the stale one conflicts, its key unchanged). A refusal of the batch
+//     form itself (the flag off, too large, a server before 2.12) also
+//     sends them alone, and the worker writes alone for keptBatchPause.
+//   - No answer (timeout, a cut connection, no leader): every write of
+//     the batch is an unknown outcome, exactly as one write's would be:
+//     its group settles nothing, forgets the cached entry, and its next
+//     attempt re-reads the key (a job whose outcome the stored entry
+//     holds is answered from it, not applied again).
+//   - The fence: a write is queued only while the lease is trusted and a
+//     queued write whose context ends (the lease lost) is taken out
+//     unsent; one already in a batch in flight is as a single write in
+//     flight: its compare-and-set on the revision the owner read refuses
+//     it if a newer owner wrote the key first.
+//
+// Tested on a cluster by TestStateWritesBatchedOnACluster (three nodes,
+// R3: on by default, batches stored, every job applied once) and by the
+// cluster e2e, which runs with the default.
+//
 // # The door
 //
 // Anyone allowed to publish jobs can send any message, so each field has
@@ -1561,10 +1620,10 @@
 // Built, off by default: the format (wire/batch.go), the send discipline
 // (internal/batcher), the worker's reading (WorkerConfig.Batches,
 // batchpart.go, fetch.go's dispatchBatch) and the client's sending of
-// Submit, SubmitMany and Call (ClientConfig.Batches, wirebatch.go), and
-// the batch index in the state entry. Not built yet: outcomes kept per
-// batch, the namespace metadata that turns clients' batches on (each is
-// marked below).
+// Submit, SubmitMany and Call (ClientConfig.Batches, wirebatch.go), the
+// batch index in the state entry, Calls' outcomes kept per batch
+// (wire/outcomes.go, batchoutcomes.go) and the namespace metadata that
+// turns clients' batches on (keylane.batches, Versions below).
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
 // run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
@@ -1597,6 +1656,8 @@
 //	                                de-duplicates a resent batch whole
 //	          Nats-Expected-Stream  as for one job (shards)
 //	          Keylane-Batch         the body's format version ("1")
+//	          Keylane-Batch-Jobs    the body's job count, which counting
+//	                                reads without the body (Counting)
 //	          Keylane-Partitions    N the client routed every job with
 //	body      wire.EncodeBatch: version byte, job count, then per job the
 //	          key, job ID, type, reply subject, flags (keep-outcome,
@@ -1610,8 +1671,9 @@
 // why it is refused. A job that breaks a rule is dead-lettered alone
 // (malformed, as a one-job message is) and the others run; a body whose
 // framing is broken (version, counts, a length past the end, bytes after
-// the last job, over the limits) is one malformed message, dead-lettered
-// whole. Limits: at most wire.MaxBatchJobs (1024) jobs and
+// the last job, over the limits), or whose Keylane-Batch-Jobs is missing
+// or other than the body's count, is one malformed message,
+// dead-lettered whole (TestBatchWithAWrongJobCountIsDeadLetteredWhole). Limits: at most wire.MaxBatchJobs (1024) jobs and
 // wire.MaxBatchBytes (8 MiB, and the server's max_payload) per batch.
 //
 // When a client batches. Per partition, one batch in flight at a time
@@ -1624,6 +1686,13 @@
 // (default 0) may hold a batch that long for more jobs; kept only if the
 // bench shows it pays. Under load a batch grows by itself to about the
 // number of callers waiting on the partition during one round trip.
+// Tested by TestBatchesCutByMaxPayload (max_payload 64 KiB, jobs of 1000
+// bytes: SubmitMany's and concurrent Submits' batches cut by bytes, every
+// one stored, none over max_payload, every job run once in its key's
+// order; a job over a batch's room goes alone and is stored; one over
+// max_payload gets ErrPayloadTooLarge at once; with the room taken as
+// wire.MaxBatchBytes the server refused the batch: "maximum payload
+// exceeded").
 // SubmitMany, which holds its jobs at once, cuts each partition's run of
 // batchable jobs the same way and publishes the batches asynchronously
 // with its one-job messages; a job that goes alone first publishes its
@@ -1700,7 +1769,12 @@
 // inbox and the Call's token) and its keep-outcome flag travel in the
 // batch body, the worker answers it like a one-job Call (grouped replies
 // per inbox), and a job of it dead-lettered alone answers its own Call
-// with a *RemoteError while the others get their results. Tested by
+// with a *RemoteError while the others get their results. When the
+// batcher cuts a batch of two jobs or more it seals it (batcher.Config.Seal,
+// before any caller can see its job sent): the batch's ID (a nuid, its
+// Nats-Msg-Id) is chosen then, and each Call of it gets the job ID
+// <batch ID>.<index> (wire.BatchedJobID), which names where its outcome
+// is kept (below). A lone job keeps its nuid. Tested by
 // TestCallsTravelInBatches (64 concurrent Calls on one key, then on 64
 // keys: batch messages on the wire, every job applied once, every Call
 // its own result; without the batched path it saw no batch message) and
@@ -1708,20 +1782,80 @@
 //
 // Outcomes. A job with a caller's ID never travels in a batch, so
 // retries by ID (above) are as today. A batched Call's outcome is kept
-// by its job's ID, as a lone Call's (the body's keep-outcome flag: one
-// results entry per job, before its reply), and a reply lost on the
-// worker's side is recovered from it after replyWait or a reconnect, as
-// for a lone Call. Tested by TestBatchedCallRecoversALostReply (the
-// callers' connection cut while the batch runs: every Call gets its own
-// result once back; without the flag in the body it never did).
-// Designed, not built: a batched
-// Call's outcome kept as one results entry per batch, keyed by the batch
-// ID, holding every job's outcome by index, written once the batch is
-// settled and before its ack; the client would recover a lost reply there
-// (it knows its batch's ID and its index). Per-ID entries only with
-// StoreResults (Result by ID is promised for every job there). Measured
-// below: per-job kept outcomes are now the larger part of a batched
-// Call's cost.
+// in one results entry per batch, on a namespace whose jobs have held
+// outcomes (a Reducer's state entries; an Applier's database) and
+// without StoreResults; elsewhere by its job's ID, as a lone Call's (the
+// body's keep-outcome flag: one entry per job, before its reply). Where
+// per-ID entries stay, and why:
+//
+//   - StoreResults: Result by ID is promised for every job;
+//   - a job with a caller's ID (never batched) and a redrive (never
+//     batched): their look-up by ID decides whether they run;
+//   - a lone job (a one-job message, its own nuid): as today;
+//   - a plain Handler's batched Calls. Not because a per-job entry
+//     stops a redelivered job from running again: it never did (a job
+//     without a caller's ID is looked up by ID on redelivery only with
+//     StoreResults, execute.go's process), so a Handler's finished jobs
+//     of an unacked batch run again after a crash with either form, as
+//     said below. They stay because the batch entry was measured on a
+//     Reducer only (the bench's); moving a Handler over is one line
+//     (Worker.keptPerBatch), to be measured first.
+//
+// The entry. Key batch/<batch ID> in the results bucket ('/' is in no
+// job ID, so it is no job's key; only a batch whose ID has a nuid's shape,
+// wire.ValidBatchID, has one), TTL'd as every kept outcome
+// (ResultsTTL); value wire.EncodeBatchOutcomes, binary and versioned:
+// "KLO", version 1, the batch ID, then per Call of the batch, indexes
+// strictly ascending, its index, its job ID and its outcome (the kept
+// result's encoding), every length a shortest-form uvarint, at most
+// wire.MaxBatchJobs outcomes and wire.MaxBatchBytes. The decoder refuses
+// anything else with wire.ErrBadOutcomes (fuzzed:
+// FuzzDecodeBatchOutcomes), including a job ID that is not the batch
+// ID's and the index's. A reader looks a job up by (batch ID, index) and
+// checks the job ID found there against its own (wire.FindBatchOutcome):
+// an entry of another batch under the key, another job at the index, no
+// outcome at it, or a garbled entry is a clear error for a Call
+// recovering its reply, and no outcome for a worker deciding whether a
+// job runs (said at ERROR): never another job's outcome. The results
+// bucket stays writable by workers only (docs/security/accounts.conf);
+// clients read the entry with the direct gets they already may.
+//
+// The order. Each job of the batch is answered as soon as it is settled
+// (its state written, or dead-lettered alone), its outcome recorded in
+// the batch held in memory; once every job of the batch is settled, the
+// last one's runner writes the entry (retried with backoff while the
+// lease is trusted) and then acks the batch message. A worker that dies
+// before the entry is written never acks: the batch is redelivered, its
+// jobs are answered from their held outcomes (nothing applied twice),
+// and the next owner writes the entry and acks. A Call whose reply is
+// lost (replyWait, or a reconnect) waits for the entry: it reads and
+// watches both its ID's key and its batch's, so a worker that keeps it
+// by ID (above) answers it too. Client.Result reads either.
+//
+// Retry by ID (promise 7). A Call's *NoReplyError names the job by the
+// ID it was sent with; called again WithID that ID, the job goes alone,
+// and the worker's look-up by ID reads, for an ID of the batched form,
+// the batch this owner still holds open, then the batch's entry (from
+// the results stream's leader, as every deciding read): within
+// ResultsTTL the job is answered with its outcome, never applied again,
+// as a per-ID entry did. A batch that is neither open here nor written
+// was redelivered after a crash: its jobs come before the retry in their
+// key's lane and are answered from their held outcomes first.
+//
+// Tested by TestBatchedCallRecoversALostReplyFromItsBatchEntry (the
+// callers' connection cut while a batch of Calls runs: every Call gets
+// its own result once back, from the one batch entry, and no outcome is
+// kept by ID but the lone lead's; before, five per-ID entries and no
+// batch entry), TestBatchRedeliveredBeforeItsOutcomesWereKept (every
+// state of the batch written, then the worker's connection cut before
+// the entry, the replies and the ack, the callers' connection cut too:
+// the next owner answers every job from its held outcome, nothing applied
+// twice, writes the entry, and every Call gets its own result from it),
+// TestRetriedBatchedCallIsAnsweredFromItsBatchEntry (retried WithID past
+// the key's held window: answered from the entry; without the worker's
+// look-up there it was applied twice), TestBatchEntryNeverAnswersAnotherJob
+// (a foreign, garbled or incomplete entry is wire.ErrBadOutcomes) and, as
+// before, TestBatchedCallRecoversALostReply.
 //
 // Dead letters of a batched job are one-job dead letters (its key, type,
 // ID in Keylane-Job-Id, allowed headers and payload), so redrive, the
@@ -1730,22 +1864,69 @@
 // wire.DeadID alone the second dead letter of one batch would be dropped
 // as a duplicate of the first, and its job acked with none stored.
 //
-// Counting. Client.Backlog, the status page and the consumer's pending
-// count (the worker's backlog metric) count stored messages, so a batch
-// counts as one job there (not built: the job count, which a
-// Keylane-Batch-Jobs header would give them without decoding the body).
+// Counting. A batch counts as its jobs: Client.Backlog, Inspect's
+// per-partition Pending (keylane status, the status page's backlog) and
+// the worker's backlog (Tenure.Backlog, keylane_partition_backlog) add
+// to the server's message counts each stored batch message's
+// Keylane-Batch-Jobs less one. The server has no headers-only read of a
+// stored message, so each batch message is read whole, by a
+// next-by-subject get of the batch subjects: Client.Backlog reads every
+// stored one, Inspect each partition's undelivered ones (after the
+// consumer's last delivery), both within one requestTimeout (5 s), so a
+// backlog of very many batch messages makes them slower (with none
+// stored, one request a stream or partition more than before). An owner
+// with WorkerConfig.Batches reads its partition's undelivered batch
+// messages beside the fetch loop, each once a tenure, at most once a
+// second and 1024 a read, only while the pending count is above zero
+// (backlog.go): a batch stored since its last read counts one until the
+// next. A message without a valid count (malformed, dead-lettered whole)
+// counts one. Tested by TestBacklogCountsJobsOfBatches (a batch of 50
+// and three jobs: Backlog 53, Pending 53, 52, 51, 1, 0 as the consumer
+// delivers them; before, Backlog said 4) and
+// TestWorkerBacklogCountsJobsOfBatches (two held jobs ahead of a batch of
+// 50 and a job: the worker's backlog is 51, then 0).
 // Tracing works per job (traceparent travels in each job's headers);
 // delays, redrives and admission caps are as today because their jobs go
 // alone; repartition refuses a batch routed with another N whole.
 //
-// Versions. A worker of a previous release reads a batch as a message
-// without Keylane-Key and dead-letters it whole. So a client sends
-// batches only when the jobs stream's metadata says its workers read
-// them (keylane.batches, set by an operator after every worker runs this
-// release), and never by default (ClientConfig.Batches). Not built yet:
-// the metadata; today ClientConfig.Batches is the operator's promise that
-// every worker runs with WorkerConfig.Batches. A client of a previous
-// release sends one-job messages, which every worker reads. Tested by
+// Versions. A worker of a previous release, or of this one without
+// WorkerConfig.Batches, reads a batch as a message without Keylane-Key
+// and dead-letters it whole. So a client sends batches only when the jobs
+// streams' metadata says every worker reads them: keylane.batches "on"
+// (MetaBatches), written on every shard (shard 0 last) by SetBatches
+// (keylane batches on|off), which an operator runs once every worker runs
+// this release with Batches (worker --batches). Then:
+//
+//   - NewClient reads it once: a client with ClientConfig.Batches unset
+//     sends batches when it says on, one-job messages otherwise;
+//     ClientConfig.Batches on a namespace that does not say on is refused
+//     (ErrBatchesMismatch: neither one-job messages where batches were
+//     asked for, nor batches its workers may dead-letter);
+//     ClientConfig.NoBatches keeps one-job messages whatever it says.
+//   - A worker started without Batches on a namespace that says on is
+//     refused at Start (ErrBatchesMismatch, permanent in Setup): it would
+//     dead-letter every batch. One already running when it is turned on
+//     says so once at ERROR at its next look at the jobs stream (every
+//     lease TTL; TestRunningWorkerWithoutBatchesSaysSo), and goes on
+//     dead-lettering batches: turning it on is the operator's promise
+//     that none is left.
+//   - A value other than on or off, or shards that disagree (a
+//     SetBatches that stopped half way), is refused by clients and
+//     workers (ErrBatchesMismatch), never read as off; SetBatches again
+//     mends it.
+//   - Turning it off: clients started later send one-job messages;
+//     clients that read on keep sending batches until restarted, so
+//     workers keep Batches until then.
+//
+// A client of a previous release sends one-job messages, which every
+// worker reads, batching or not: TestMixedVersionClients (a NoBatches
+// client and a batching one, Submits, SubmitMany and Calls on the same
+// keys at once against a batching worker: every job once, each client's
+// order per key, no dead letter; with a batch's jobs encoded in reverse
+// the newer client's order broke, with NoBatches ignored the older one
+// sent batches). The metadata: TestBatchesFollowTheNamespace,
+// TestBatchesMetadataRefusedWhenBad, cmd/keylane's TestBatchesCommand.
+// Also tested by
 // TestSubmitBatchesAPartitionsConcurrentJobs (64 concurrent Submits of one
 // partition: batch messages on the wire, every job run once with its own
 // key, payload and header) and TestSubmitManyInBatches (cut at 256 jobs,
@@ -1851,10 +2032,30 @@
 // build: it breaks the lost-reply promise) gave hot 34,815/s p99 5.8 ms,
 // 16+14+15 = 45 µs/job (80 % of raw request-reply's 43,677/s in that
 // run), skewed 15,655/s, 52+36+28 = 116, hot with fsync 19,477/s. That is
-// the room outcomes kept per batch (above, designed, not built) could
-// win, less the cost of one entry per batch; a worker's OutcomeBatch of
-// 16 (atomic batches of kept outcomes) made batched hot Calls slower
-// (8,946/s), not faster. Neither target of issue 18 for Calls is met by
-// Calls in batches alone: hot Call is 59 % of raw request-reply (target
-// 100 %), skewed Call 28 %.
+// the room outcomes kept per batch could win, less the cost of one entry
+// per batch; a worker's OutcomeBatch of 16 (atomic batches of kept
+// outcomes) made batched hot Calls slower (8,946/s), not faster.
+//
+// Outcomes kept per batch, measured after their build (main 1f0c9f6
+// against outcomes a0df8d4; cd bench && KEYLANE_BENCH_BATCHES=1
+// KEYLANE_BENCH_CALL_IDS=0 go run . --runs 1 --duration 2s --purchases
+// 20000 --buyers 64 --placement separate --only 'hot,skewed,keylane
+// Call,raw JS' --markdown, one run each, back to back, on a machine
+// shared with other work at a load average of 12, so every figure is
+// lower than above; raw JetStream request-reply from the same runs):
+//
+//	batched Call        per job ID (before)          per batch (after)           raw request-reply (before, after)
+//	hot                 12,873/s p99 23.4 ms         18,122/s p99 12.1 ms        20,061 and 22,967/s
+//	                    25+22+18 = 65 µs/job         18+20+16 = 54               22+4+14 = 40, 22+4+12 = 38
+//	skewed              6,845/s p99 29.1 ms          7,851/s p99 23.9 ms         21,931 and 24,847/s
+//	                    79+54+38 = 171               64+46+37 = 147              23+4+14, 21+4+12
+//	hot, fsync always   2,590/s p99 184 ms           9,995/s p99 26.2 ms         1,077 and 996/s
+//	                    88+31+33                     36+20+23                    218+41+82, 207+25+69
+//
+// So the entry per batch pays: hot +41 % (64 % of raw request-reply
+// before, 79 % after), its p99 halved, the server's CPU per job down
+// 28 %; hot with fsync 3.9× (10× raw request-reply with fsync); skewed
+// +15 %, where batches are small. Neither target of issue 18 for Calls
+// is met yet: hot Call is 79 % of raw request-reply (target 100 %),
+// skewed Call 32 %.
 package jetstream

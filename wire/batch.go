@@ -34,6 +34,11 @@ import (
 const (
 	// HeaderBatch marks a batch message and gives its body's version.
 	HeaderBatch = "Keylane-Batch"
+	// HeaderBatchJobs gives a batch message's job count (decimal), so
+	// what counts jobs (Client.Backlog, Inspect, the worker's backlog)
+	// reads it without decoding the body; ParseBatch refuses a batch
+	// whose body holds another count.
+	HeaderBatchJobs = "Keylane-Batch-Jobs"
 	// BatchVersion is the body format this package writes and reads.
 	BatchVersion = 1
 	// BatchToken is a batch's last subject token in its partition: five
@@ -319,7 +324,9 @@ type BatchEntry struct {
 // Nats-Schedule), a header given more than once, a subject that is not
 // this partition's BatchSubject, no Keylane-Batch of BatchVersion, a
 // partition count other than the stream's, a batch ID (Nats-Msg-Id) that
-// is not a valid job ID, or a body DecodeBatch refuses. Otherwise every
+// is not a valid job ID, a body DecodeBatch refuses, or a
+// Keylane-Batch-Jobs (HeaderBatchJobs) missing or other than the body's
+// job count (what counts jobs by it would miscount). Otherwise every
 // job is checked by the rules of the one-job path (Parse), each on its
 // own: a refused job's Err says why, and the other jobs are not
 // affected. In order: the key (ValidateKey, and its partition), the
@@ -333,7 +340,7 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 			return nil, fmt.Errorf("carries %s, which keylane clients never send (the server acts on it when it stores the message)", name)
 		}
 	}
-	for _, name := range []string{HeaderBatch, HeaderPartitions, HeaderJobID, HeaderKey, HeaderDelayedID, HeaderReply, HeaderType} {
+	for _, name := range []string{HeaderBatch, HeaderBatchJobs, HeaderPartitions, HeaderJobID, HeaderKey, HeaderDelayedID, HeaderReply, HeaderType} {
 		if n := len(h[name]); n > 1 {
 			return nil, fmt.Errorf("%s header given %d times", name, n)
 		}
@@ -358,6 +365,9 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 	jobs, err := DecodeBatch(body)
 	if err != nil {
 		return nil, err
+	}
+	if n := first(h, HeaderBatchJobs); n != strconv.Itoa(len(jobs)) {
+		return nil, fmt.Errorf("%s is %q, the body holds %d jobs", HeaderBatchJobs, clip(n), len(jobs))
 	}
 	out := make([]BatchEntry, len(jobs))
 	seen := make(map[string]bool, len(jobs))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,6 +29,13 @@ func sampleBatch() []BatchJob {
 // batchHeader is a batch message's valid header of partition 1 of 4.
 func batchHeader() map[string][]string {
 	return map[string][]string{HeaderJobID: {"batch1"}, HeaderBatch: {"1"}, HeaderPartitions: {"4"}, "Nats-Expected-Stream": {"NS_JOBS"}}
+}
+
+// batchHeaderOf is batchHeader for a body of n jobs.
+func batchHeaderOf(n int) map[string][]string {
+	h := batchHeader()
+	h[HeaderBatchJobs] = []string{strconv.Itoa(n)}
+	return h
 }
 
 func encode(t *testing.T, jobs []BatchJob) []byte {
@@ -171,7 +179,7 @@ func TestParseBatchRefusesEachBadJobAlone(t *testing.T) {
 	for _, b := range bad {
 		all = append(all, b.job)
 	}
-	entries, err := rules4.ParseBatch(BatchSubject("ns", 1), batchHeader(), encode(t, all))
+	entries, err := rules4.ParseBatch(BatchSubject("ns", 1), batchHeaderOf(len(all)), encode(t, all))
 	if err != nil {
 		t.Fatalf("ParseBatch: %v", err)
 	}
@@ -214,8 +222,9 @@ func TestParseBatchRefusesTheMessage(t *testing.T) {
 	if subj != "ns.jobs.1.batch" {
 		t.Fatalf("BatchSubject = %q", subj)
 	}
+	n := len(sampleBatch())
 	with := func(name string, vs ...string) map[string][]string {
-		h := batchHeader()
+		h := batchHeaderOf(n)
 		if vs == nil {
 			delete(h, name)
 		} else {
@@ -230,8 +239,8 @@ func TestParseBatchRefusesTheMessage(t *testing.T) {
 		body    []byte
 		text    string
 	}{
-		{"another partition's subject", BatchSubject("ns", 2), batchHeader(), body, "not this partition's"},
-		{"a key's subject", partition.Subject("ns", 1, keyIn(1, 4)), batchHeader(), body, "not this partition's"},
+		{"another partition's subject", BatchSubject("ns", 2), batchHeaderOf(n), body, "not this partition's"},
+		{"a key's subject", partition.Subject("ns", 1, keyIn(1, 4)), batchHeaderOf(n), body, "not this partition's"},
 		{"no version", subj, with(HeaderBatch), body, "this build reads batches of version 1"},
 		{"version 2", subj, with(HeaderBatch, "2"), body, "this build reads batches of version 1"},
 		{"version twice", subj, with(HeaderBatch, "1", "1"), body, "given 2 times"},
@@ -243,7 +252,10 @@ func TestParseBatchRefusesTheMessage(t *testing.T) {
 		{"bad batch ID", subj, with(HeaderJobID, "a..b"), body, "bad batch Nats-Msg-Id"},
 		{"a key header", subj, with(HeaderKey, "sku:1"), body, "carries Keylane-Key"},
 		{"a delayed ID", subj, with(HeaderDelayedID, "hold.1"), body, "carries Keylane-Job-Id"},
-		{"broken body", subj, batchHeader(), body[:len(body)-1], "malformed batch"},
+		{"broken body", subj, batchHeaderOf(n), body[:len(body)-1], "malformed batch"},
+		{"no job count", subj, with(HeaderBatchJobs), body, "Keylane-Batch-Jobs is \"\", the body holds"},
+		{"another job count", subj, with(HeaderBatchJobs, strconv.Itoa(n+1)), body, "the body holds " + strconv.Itoa(n) + " jobs"},
+		{"job count twice", subj, with(HeaderBatchJobs, strconv.Itoa(n), strconv.Itoa(n)), body, "given 2 times"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -291,7 +303,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte("KLB\x01\x01"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		jobs, err := DecodeBatch(body)
-		es, perr := rules4.ParseBatch(BatchSubject("ns", 1), batchHeader(), body)
+		es, perr := rules4.ParseBatch(BatchSubject("ns", 1), batchHeaderOf(len(jobs)), body)
 		if err != nil {
 			if !errors.Is(err, ErrBadBatch) || perr == nil {
 				t.Fatalf("DecodeBatch: %v; ParseBatch: %v", err, perr)

@@ -72,6 +72,11 @@ type Config[T, R any] struct {
 	// after the partition's previous send returned. Defaults to 0: only
 	// the jobs that queued meanwhile.
 	Linger time.Duration
+	// Seal, if set, is called with a batch's jobs as it is cut, before
+	// any caller can see them sent: what it writes into them is what a
+	// caller whose context ends then (ErrUnknown) reads. It must not
+	// block. Defaults to none.
+	Seal func(partition int, jobs []T)
 }
 
 // Batcher sends jobs in batches per partition. The zero value is not
@@ -241,8 +246,13 @@ func (b *Batcher[T, R]) sendLocked(partition int, p *part[T, R]) {
 	p.bytes -= bytes
 	jobs := make([]T, n)
 	for i, pd := range batch {
-		pd.sent = true
 		jobs[i] = pd.job
+	}
+	if b.cfg.Seal != nil {
+		b.cfg.Seal(partition, jobs)
+	}
+	for _, pd := range batch {
+		pd.sent = true
 	}
 	p.inflight = true
 	b.sends.Add(1)

@@ -465,3 +465,60 @@ func TestManyCallersEachGetTheirOwn(t *testing.T) {
 		t.Fatalf("%d callers got another outcome than their own", n)
 	}
 }
+
+// TestSealBeforeAnyCallerSeesItsJobSent: Seal gets a batch's jobs as it is
+// cut, before Send, and what it writes into them is what a caller whose
+// context ends after the cut (ErrUnknown) reads, race-free.
+func TestSealBeforeAnyCallerSeesItsJobSent(t *testing.T) {
+	type job struct{ sealed string }
+	sent := make(chan []*job, 4)
+	release := make(chan struct{})
+	var sealed [][]*job
+	b, err := New(Config[*job, int]{
+		Send: func(_ context.Context, _ int, jobs []*job) []Outcome[int] {
+			sent <- jobs
+			<-release
+			return make([]Outcome[int], len(jobs))
+		},
+		Seal: func(_ int, jobs []*job) {
+			sealed = append(sealed, jobs) // under the batcher's lock
+			for i, j := range jobs {
+				j.sealed = fmt.Sprintf("%d/%d", i, len(jobs))
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Close(context.Background()) }()
+	lead := &job{}
+	leadDone := make(chan error, 1)
+	go func() { _, err := b.Do(context.Background(), 0, lead); leadDone <- err }()
+	<-sent // the lead in flight: the next jobs queue
+	quitter, other := &job{}, &job{}
+	qctx, cancel := context.WithCancel(context.Background())
+	quit := make(chan error, 1)
+	go func() { _, err := b.Do(qctx, 0, quitter); quit <- err }()
+	otherDone := make(chan error, 1)
+	go func() { _, err := b.Do(context.Background(), 0, other); otherDone <- err }()
+	testwait.Eventually(t, wait, "both queued", func() bool { return b.Queued(0) == 2 })
+	release <- struct{}{} // the lead returns; the two go as one batch
+	<-sent
+	cancel()
+	if err := <-quit; !errors.Is(err, ErrUnknown) {
+		t.Fatalf("quitter: %v, want ErrUnknown", err)
+	}
+	if quitter.sealed != "0/2" && quitter.sealed != "1/2" {
+		t.Fatalf("quitter sealed %q, want its place in the batch of 2", quitter.sealed)
+	}
+	close(release)
+	if err := <-leadDone; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-otherDone; err != nil {
+		t.Fatal(err)
+	}
+	if lead.sealed != "0/1" || len(sealed) != 2 {
+		t.Fatalf("lead sealed %q, %d seals; want 0/1 and 2", lead.sealed, len(sealed))
+	}
+}

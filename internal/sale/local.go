@@ -1,6 +1,7 @@
 package sale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -38,6 +39,8 @@ type LocalConfig struct {
 	// SyncAlways is keylane.SyncAlwaysOutcomeBatch, as cmd/worker
 	// --sync-always.
 	OutcomeBatch int
+	// StateBatch is the workers' WorkerConfig.StateBatch.
+	StateBatch int
 	// Batches makes the workers read batch messages and clients from
 	// Client send them (WorkerConfig.Batches, ClientConfig.Batches).
 	Batches bool
@@ -113,6 +116,10 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		l.Server, l.URL = s, s.ClientURL()
 	}
+	if err := l.setBatches(ctx, cfg); err != nil {
+		l.Stop(ctx)
+		return nil, err
+	}
 	for i := 0; i < cfg.Workers; i++ {
 		nc, err := nats.Connect(l.URL, nats.Name(fmt.Sprintf("keylane-worker-%d", i)))
 		if err != nil {
@@ -144,6 +151,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			ID:           fmt.Sprintf("local-%d-%d", os.Getpid(), i),
 			Concurrency:  cfg.Concurrency,
 			OutcomeBatch: outcomeBatch(cfg),
+			StateBatch:   cfg.StateBatch,
 			Batches:      cfg.Batches,
 			Logger:       cfg.Logger,
 			Observer:     cfg.WorkerObserver,
@@ -176,6 +184,34 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	}
 }
 
+// setBatches is the operator's step for the namespace's keylane.batches
+// (keylane.SetBatches), before the workers start: with Batches, every
+// worker will read batches, so on (the namespace set up first); without,
+// off (a namespace left on by an earlier run would refuse the workers).
+// Before, not after: a stream update racing the workers' consumer
+// creations trips a data race inside nats-server 2.15.2 under -race.
+func (l *Local) setBatches(ctx context.Context, cfg LocalConfig) error {
+	nc, err := nats.Connect(l.URL, nats.Name("keylane-operator"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	if cfg.Batches {
+		if _, err := keylane.Setup(ctx, js, cfg.Topology); err != nil {
+			return err
+		}
+	}
+	ns := cmp.Or(cfg.Topology.Namespace, keylane.DefaultNamespace)
+	if err := keylane.SetBatches(ctx, js, ns, cfg.Batches); err != nil && !errors.Is(err, keylane.ErrNoTopology) {
+		return err
+	}
+	return nil
+}
+
 // Client connects a new client to the deployment; it is closed by Stop.
 func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 	nc, err := nats.Connect(l.URL, nats.Name("keylane-client"))
@@ -183,7 +219,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, Observer: l.obs})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, NoBatches: !l.batches, Observer: l.obs})
 }
 
 // Stop stops the workers gracefully, then the server.

@@ -52,7 +52,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	var err error
 	if env.Placement == Embedded {
 		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers,
-			OutcomeBatch: outcomeBatch(env.Durable), Batches: batches()})
+			OutcomeBatch: outcomeBatch(env.Durable), StateBatch: envInt("KEYLANE_BENCH_STATE_BATCH", 0), Batches: batches()})
 		if err != nil {
 			return err
 		}
@@ -238,7 +238,8 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	defer cancel()
 	l, err := sale.StartLocal(start, sale.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
 		OutcomeBatch: o.OutcomeBatch, Batches: o.Batches,
-		Topology: keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
+		StateBatch: envInt("KEYLANE_BENCH_STATE_BATCH", 0), // the child inherits the knob
+		Topology:   keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
 	if err != nil {
 		return err
 	}
@@ -263,7 +264,7 @@ func outcomeBatch(durable bool) int {
 
 // knobs are the environment variables of the bench's experiments; the
 // header names any that is set, and Run refuses one that is not a number.
-var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS"}
+var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_STATE_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS"}
 
 // batches reports whether keylane's workers read and its clients send
 // batch messages (ClientConfig.Batches, WorkerConfig.Batches):

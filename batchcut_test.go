@@ -1,0 +1,295 @@
+package keylane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
+)
+
+// orderRecorder is a Handler that records, per key, the payloads it ran
+// (a payload's text before the first '|'), in the order run.
+type orderRecorder struct {
+	mu    sync.Mutex
+	order map[string][]string
+	runs  int
+}
+
+func newOrderRecorder() *orderRecorder { return &orderRecorder{order: map[string][]string{}} }
+
+func (r *orderRecorder) handle(_ context.Context, j Job) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tag, _, _ := strings.Cut(string(j.Payload), "|")
+	r.order[j.Key] = append(r.order[j.Key], tag)
+	r.runs++
+	return nil, nil
+}
+
+func (r *orderRecorder) ran() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs
+}
+
+// checkOnceInOrder fails the test unless every key of want ran exactly
+// its jobs, each once; and each submitter's jobs of a key (the tags with
+// one prefix before ':') in the order want gives them.
+func (r *orderRecorder) checkOnceInOrder(t *testing.T, want map[string][]string) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, tags := range want {
+		got := r.order[key]
+		if len(got) != len(tags) {
+			t.Fatalf("key %s ran %d jobs, want %d", key, len(got), len(tags))
+		}
+		seen := map[string]int{}
+		for _, g := range got {
+			seen[g]++
+		}
+		for _, tag := range tags {
+			if seen[tag] != 1 {
+				t.Fatalf("key %s ran job %s %d times", key, tag, seen[tag])
+			}
+		}
+		bySubmitter := func(tags []string) map[string][]string {
+			out := map[string][]string{}
+			for _, tag := range tags {
+				who, _, _ := strings.Cut(tag, ":")
+				out[who] = append(out[who], tag)
+			}
+			return out
+		}
+		wantBy, gotBy := bySubmitter(tags), bySubmitter(got)
+		for who, w := range wantBy {
+			if !slices.Equal(gotBy[who], w) {
+				t.Fatalf("key %s: submitter %s's jobs ran in the order %v, want %v", key, who, gotBy[who], w)
+			}
+		}
+	}
+}
+
+// TestBatchesCutByMaxPayload: on a server whose max_payload is 64 KiB,
+// jobs of 1000 bytes make the 256-job cut impossible. SubmitMany and
+// concurrent Submits cut their batches by bytes: every batch published
+// fits (none refused by the server, each under max_payload, none of 256
+// jobs), every job runs once, and every key's jobs run in the order
+// submitted. A lone job larger than a batch's room goes alone and is
+// stored; one too big for max_payload gets ErrPayloadTooLarge at once,
+// while the others are in flight, and nothing of it is stored.
+func TestBatchesCutByMaxPayload(t *testing.T) {
+	const maxPayload = 64 << 10
+	srv := natstest.StartConfig(t, "max_payload: "+strconv.Itoa(maxPayload)+"\n")
+	nc := natstest.Connect(t, srv)
+	e := newEnvOn(t, srv, nc, TopologyConfig{Partitions: 1})
+	rec := newOrderRecorder()
+	e.worker("w", HandlerFunc(rec.handle), func(c *WorkerConfig) { c.Batches = true })
+	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pad := func(tag string, n int) []byte {
+		return append([]byte(tag+"|"), bytes.Repeat([]byte("p"), n)...)
+	}
+	want := map[string][]string{}
+
+	// SubmitMany: 600 jobs on 5 keys, all batchable, given at once.
+	var reqs []Request
+	for i := range 600 {
+		key, tag := "many:"+strconv.Itoa(i%5), "m:"+strconv.Itoa(i)
+		reqs = append(reqs, Request{Key: key, Payload: pad(tag, 1000)})
+		want[key] = append(want[key], tag)
+	}
+	out, err := c.SubmitMany(ctx(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out {
+		if o.Err != nil {
+			t.Fatalf("SubmitMany job %d: %v", i, o.Err)
+		}
+	}
+
+	// Concurrent Submits: 16 submitters of 40 jobs each, each on a key of
+	// its own in order; one of them also sends, midway, a job over a
+	// batch's room (alone, stored) and one over max_payload (refused).
+	var wg sync.WaitGroup
+	var tooBig error
+	tooBigTook := time.Duration(0)
+	for s := range 16 {
+		key := "conc:" + strconv.Itoa(s)
+		for i := range 40 {
+			want[key] = append(want[key], "c"+strconv.Itoa(s)+":"+strconv.Itoa(i))
+		}
+		wg.Go(func() {
+			for i := range 40 {
+				tag := "c" + strconv.Itoa(s) + ":" + strconv.Itoa(i)
+				size := 1000
+				if s == 0 && i == 20 {
+					// Over the batcher's room (max_payload less the dead
+					// letter's reserve, 1 KiB of headers and the body's
+					// head), under Submit's own limit.
+					size = maxPayload - DeadLetterReserve - 600
+				}
+				if _, err := c.Submit(ctx(t), key, pad(tag, size)); err != nil {
+					t.Errorf("submit %s: %v", tag, err)
+					return
+				}
+				if s == 0 && i == 20 {
+					start := time.Now()
+					cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					_, tooBig = c.Submit(cctx, key, pad("huge", maxPayload))
+					cancel()
+					tooBigTook = time.Since(start)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if !errors.Is(tooBig, ErrPayloadTooLarge) {
+		t.Fatalf("a job over max_payload: %v (after %s); want ErrPayloadTooLarge, not a hang", tooBig, tooBigTook)
+	}
+	total := 0
+	for _, tags := range want {
+		total += len(tags)
+	}
+	testwait.Eventually(t, 60*time.Second, "every job run", func() bool { return rec.ran() >= total })
+	testwait.Eventually(t, 10*time.Second, "every message acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	rec.checkOnceInOrder(t, want)
+	if n := len(e.deadLetters()); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+	// Every batch fitted: its size is within max_payload, it holds fewer
+	// than 256 jobs (cut by bytes), and the count in its header is its
+	// body's.
+	count, most := 0, 0
+	for {
+		m, err := batches.NextMsg(0)
+		if err != nil {
+			break
+		}
+		jobs, err := wire.DecodeBatch(m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := len(m.Data)
+		for name, vs := range m.Header {
+			for _, v := range vs {
+				size += len(name) + len(v) + 4
+			}
+		}
+		if size > maxPayload || len(jobs) >= 256 || m.Header.Get(wire.HeaderBatchJobs) != strconv.Itoa(len(jobs)) {
+			t.Fatalf("a batch of %d jobs, %d bytes with headers, Keylane-Batch-Jobs %q (max_payload %d)", len(jobs), size, m.Header.Get(wire.HeaderBatchJobs), maxPayload)
+		}
+		count++
+		most = max(most, len(jobs))
+	}
+	if count < 600/most || most < 2 {
+		t.Fatalf("%d batch messages of at most %d jobs: SubmitMany's 600 jobs were not cut by bytes", count, most)
+	}
+	t.Logf("%d batch messages, the largest of %d jobs", count, most)
+}
+
+// TestMixedVersionClients: a client that sends one-job messages (as the
+// previous release does, NoBatches) and one that sends batches submit to
+// the same keys at the same time, against a worker that reads batches:
+// every job runs once, each client's jobs of a key run in the order it
+// submitted them, and nothing is dead-lettered.
+func TestMixedVersionClients(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	rec := newOrderRecorder()
+	e.worker("w", HandlerFunc(rec.handle), func(c *WorkerConfig) { c.Batches = true })
+	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, NoBatches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer older.Close()
+	older.beforeBatch = func(*nats.Msg) { t.Error("the client without batches sent a batch message") }
+	newer, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}) // follows the namespace: batches
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newer.Close()
+	const keys, each = 12, 40
+	want := map[string][]string{}
+	var wg sync.WaitGroup
+	for k := range keys {
+		key := "seat:" + strconv.Itoa(k)
+		for who, c := range map[string]*Client{"old": older, "new": newer} {
+			for i := range each {
+				want[key] = append(want[key], fmt.Sprintf("%s%d:%d", who, k, i))
+			}
+			wg.Go(func() {
+				// Runs of 10: SubmitMany of the run (a batch of one key's
+				// jobs, in order, from the newer client), or Submits one
+				// after another and a Call.
+				for run := 0; run < each; run += 10 {
+					var reqs []Request
+					for i := run; i < run+10; i++ {
+						reqs = append(reqs, Request{Key: key, Payload: fmt.Appendf(nil, "%s%d:%d", who, k, i)})
+					}
+					if run%20 == 0 {
+						out, err := c.SubmitMany(ctx(t), reqs)
+						if err == nil {
+							err = errors.Join(out[0].Err, out[9].Err)
+						}
+						if err != nil {
+							t.Errorf("%s: %v", reqs[0].Payload, err)
+							return
+						}
+						continue
+					}
+					for i, r := range reqs {
+						var err error
+						if i == 9 {
+							_, err = c.Call(ctx(t), key, r.Payload)
+						} else {
+							_, err = c.Submit(ctx(t), key, r.Payload)
+						}
+						if err != nil {
+							t.Errorf("%s: %v", r.Payload, err)
+							return
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	testwait.Eventually(t, 60*time.Second, "every job run", func() bool { return rec.ran() >= keys*each*2 })
+	testwait.Eventually(t, 10*time.Second, "every message acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	rec.checkOnceInOrder(t, want)
+	if n := len(e.deadLetters()); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+	if n, _, _ := batches.Pending(); n == 0 {
+		t.Fatal("no batch message was sent: the batching client sent one-job messages only")
+	} else {
+		t.Logf("%d batch messages", n)
+	}
+}

@@ -1,0 +1,163 @@
+package keylane
+
+import (
+	"errors"
+	"log/slog"
+	"maps"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
+)
+
+// TestBatchesFollowTheNamespace: the namespace's metadata keylane.batches
+// (SetBatches) decides who sends and reads batch messages. While it is
+// off, NewClient refuses ClientConfig.Batches (its workers may
+// dead-letter batches) and a client with the field unset sends one-job
+// messages; once it is on, a worker without WorkerConfig.Batches is
+// refused at Start (it would dead-letter every batch), a client with the
+// field unset sends batches and NoBatches keeps one-job messages.
+func TestBatchesFollowTheNamespace(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2, StreamShards: 2})
+	client := func(cfg ClientConfig) (*Client, error) {
+		t.Helper()
+		cfg.Namespace = e.ns
+		c, err := NewClient(ctx(t), e.nc, cfg)
+		if err == nil {
+			t.Cleanup(c.Close)
+		}
+		return c, err
+	}
+	if _, err := client(ClientConfig{Batches: true}); !errors.Is(err, ErrBatchesMismatch) {
+		t.Fatalf("Batches on a namespace without keylane.batches: %v, want ErrBatchesMismatch", err)
+	}
+	if c, err := client(ClientConfig{}); err != nil || c.wire != nil {
+		t.Fatalf("a default client of a namespace without keylane.batches: %v, batches %t; want one-job messages", err, c != nil && c.wire != nil)
+	}
+	if _, err := client(ClientConfig{Batches: true, NoBatches: true}); err == nil {
+		t.Fatal("Batches and NoBatches both accepted")
+	}
+	// A worker without Batches starts while the namespace says nothing.
+	e.waitConsumers(e.worker("plain", echo(), nil))
+
+	if err := SetBatches(ctx(t), e.js, e.ns, true); err != nil {
+		t.Fatal(err)
+	}
+	for name, sc := range e.shardConfigs() {
+		if sc.Metadata[MetaBatches] != "on" {
+			t.Fatalf("shard %s has %s %q after SetBatches on", name, MetaBatches, sc.Metadata[MetaBatches])
+		}
+	}
+	w, err := NewWorker(e.nc, WorkerConfig{Topology: e.topo.Config, Handler: echo(), ID: "late"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx(t)); !errors.Is(err, ErrBatchesMismatch) || !strings.Contains(err.Error(), "dead-letter every batch") {
+		t.Fatalf("a worker without Batches on a namespace that says on: %v, want ErrBatchesMismatch", err)
+	}
+	// (plain started before: turning batches on was the operator's
+	// promise that it is gone; TestRunningWorkerWithoutBatchesSaysSo.)
+	for _, cfg := range []ClientConfig{{}, {Batches: true}} {
+		if c, err := client(cfg); err != nil || c.wire == nil {
+			t.Fatalf("client %+v of a namespace that says on: %v; want it to send batches", cfg, err)
+		}
+	}
+	if c, err := client(ClientConfig{NoBatches: true}); err != nil || c.wire != nil {
+		t.Fatalf("a NoBatches client: %v; want one-job messages", err)
+	}
+	if err := SetBatches(ctx(t), e.js, e.ns, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client(ClientConfig{Batches: true}); !errors.Is(err, ErrBatchesMismatch) {
+		t.Fatalf("Batches after SetBatches off: %v, want ErrBatchesMismatch", err)
+	}
+}
+
+// TestBatchesMetadataRefusedWhenBad: a value of keylane.batches other
+// than on or off, or shards that disagree (a SetBatches stopped half
+// way), is refused by clients and workers, not read as off; SetBatches
+// mends the shards.
+func TestBatchesMetadataRefusedWhenBad(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2, StreamShards: 2})
+	setMeta := func(stream, v string) {
+		t.Helper()
+		s, err := e.js.Stream(ctx(t), stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := s.CachedInfo().Config
+		sc.Metadata = maps.Clone(sc.Metadata)
+		sc.Metadata[MetaBatches] = v
+		if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setMeta(e.topo.Names.Jobs(), "yes")
+	if _, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}); !errors.Is(err, ErrBatchesMismatch) || !strings.Contains(err.Error(), `"yes"`) {
+		t.Fatalf("keylane.batches yes: %v, want ErrBatchesMismatch naming it", err)
+	}
+	if _, err := Setup(ctx(t), e.js, e.topo.Config); !errors.Is(err, ErrBatchesMismatch) {
+		t.Fatalf("Setup on keylane.batches yes: %v, want ErrBatchesMismatch", err)
+	}
+	if err := SetBatches(ctx(t), e.js, e.ns, false); err != nil {
+		t.Fatalf("SetBatches over a bad value: %v", err)
+	}
+	if c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}); err != nil || c.wire != nil {
+		t.Fatalf("after SetBatches off mended the value: %v", err)
+	} else {
+		c.Close()
+	}
+	setMeta(e.topo.Names.Jobs(), "on") // shard 1 still says off
+	if _, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}); !errors.Is(err, ErrBatchesMismatch) {
+		t.Fatalf("shards that disagree: %v, want ErrBatchesMismatch", err)
+	}
+	if _, err := Setup(ctx(t), e.js, e.topo.Config); !errors.Is(err, ErrBatchesMismatch) {
+		t.Fatalf("Setup on shards that disagree: %v, want ErrBatchesMismatch", err)
+	}
+	if err := SetBatches(ctx(t), e.js, e.ns, true); err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
+	if err != nil || c.wire == nil {
+		t.Fatalf("after SetBatches mended the shards: %v", err)
+	}
+	c.Close()
+	if err := SetBatches(ctx(t), e.js, "nowhere", true); !errors.Is(err, ErrNoTopology) {
+		t.Fatalf("SetBatches on a namespace that does not exist: %v, want ErrNoTopology", err)
+	}
+}
+
+// TestRunningWorkerWithoutBatchesSaysSo: batches turned on while a worker
+// without WorkerConfig.Batches runs (the operator's promise broken): the
+// worker says so at ERROR at its next look at the jobs stream.
+func TestRunningWorkerWithoutBatchesSaysSo(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	var buf syncBuffer
+	e.waitConsumers(e.worker("plain", echo(), func(c *WorkerConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}))
+	}))
+	if err := SetBatches(ctx(t), e.js, e.ns, true); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "the worker's ERROR", func() bool {
+		return strings.Contains(buf.String(), "dead-letters every batch message")
+	})
+}
+
+// waitConsumers waits until ws own every partition and each partition's
+// consumer exists: a stream update (SetBatches) racing a consumer's
+// creation trips a data race inside nats-server 2.15.2 under -race
+// (fileStore.UpdateConfig against ConsumerStore).
+func (e *env) waitConsumers(ws ...*Worker) {
+	e.t.Helper()
+	e.waitOwned(ws...)
+	testwait.Eventually(e.t, 10*time.Second, "every partition's consumer", func() bool {
+		for p := range e.topo.Partitions {
+			if _, err := e.topo.StreamOf(p).Consumer(ctx(e.t), e.topo.Names.Consumer(p)); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+}

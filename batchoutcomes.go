@@ -1,0 +1,185 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/keylane/keylane/wire"
+)
+
+// Outcomes kept per batch on the worker (see "Batches on the wire" in
+// package jetstream's doc, "Outcomes."). On a namespace whose jobs have
+// held outcomes (a Reducer's state entries, an Applier's database) and
+// without StoreResults, the Calls of a batch message, whose IDs name their
+// batch and index (wire.BatchedJobID), have their outcomes kept in one
+// results entry per batch (wire.BatchOutcomesKey), written once every job
+// of the batch is settled and before the batch's ack, instead of one entry
+// per job before its reply. Each job's reply goes as soon as it is
+// settled. A job asked for again by its ID (a retried Call) finds its
+// outcome there, or in the batch still open on this owner.
+
+// keptPerBatch reports whether this worker keeps batched Calls' outcomes
+// per batch: jobs whose held outcomes answer a redelivery without running
+// them (a Reducer, an Applier), and no StoreResults (which promises
+// Result by ID for every job). A plain Handler's Calls keep theirs by ID:
+// a retry by ID that runs before its batch is settled finds nothing else.
+func (w *Worker) keptPerBatch() bool {
+	return !w.cfg.StoreResults && (w.cfg.Reducer != nil || w.cfg.Applier != nil)
+}
+
+// keptInBatch reports whether job j, at index of batch b, has its outcome
+// kept in b's entry: a Call (kept, answered), not a retry by ID, whose ID
+// is the one its batch and index name.
+func (o *owner) keptInBatch(b *batchMsg, j wire.Job, index int) bool {
+	return o.w.keptPerBatch() && wire.ValidBatchID(b.id) && j.KeepOutcome && !j.Idempotent && j.Reply != "" &&
+		j.ID == wire.BatchedJobID(b.id, index)
+}
+
+// record notes job id's encoded outcome at index, for the batch's entry;
+// a job settled again (a replay) replaces its earlier one.
+func (b *batchMsg) record(index int, id string, value []byte) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.outs {
+		if b.outs[i].Index == index {
+			b.outs[i] = wire.BatchOutcome{Index: index, ID: id, Value: value}
+			return
+		}
+	}
+	b.outs = append(b.outs, wire.BatchOutcome{Index: index, ID: id, Value: value})
+}
+
+// recorded returns the outcome recorded at index for job id, if any.
+func (b *batchMsg) recorded(index int, id string) ([]byte, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, o := range b.outs {
+		if o.Index == index && o.ID == id {
+			return o.Value, true
+		}
+	}
+	return nil, false
+}
+
+// openBatches are the batches of an owner whose entries are not written
+// yet, by batch ID: a retry by ID of one of their Calls is answered from
+// them.
+type openBatches struct {
+	mu sync.Mutex
+	m  map[string]*batchMsg
+}
+
+// add holds b open, unless a copy of it is open already (a redelivery
+// racing the original here: the original's jobs settle both).
+func (ob *openBatches) add(b *batchMsg) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.m == nil {
+		ob.m = map[string]*batchMsg{}
+	}
+	if ob.m[b.id] == nil {
+		ob.m[b.id] = b
+	}
+}
+
+func (ob *openBatches) remove(b *batchMsg) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if ob.m[b.id] == b {
+		delete(ob.m, b.id)
+	}
+}
+
+func (ob *openBatches) get(id string) *batchMsg {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	return ob.m[id]
+}
+
+// keepBatch returns what writes batch b's entry before its ack: the
+// outcomes recorded, in one results entry, tried again with backoff while
+// the lease is trusted (its Calls were answered; a lost reply is
+// recovered from it). An error (the tenure ended) leaves the batch
+// unacked: redelivered, its jobs are answered from their held outcomes
+// and the entry is written then.
+func (o *owner) keepBatch(b *batchMsg) func() error {
+	return func() error {
+		defer o.open.remove(b)
+		b.mu.Lock()
+		outs := slices.Clone(b.outs)
+		b.mu.Unlock()
+		if len(outs) == 0 {
+			return nil
+		}
+		slices.SortFunc(outs, func(x, y wire.BatchOutcome) int { return x.Index - y.Index })
+		v, err := wire.EncodeBatchOutcomes(b.id, outs)
+		if err != nil {
+			o.log.Error("batch outcomes do not encode; the batch stays unacked", "batch", b.id, "err", err)
+			return err
+		}
+		subject := "$KV." + o.w.topo.Names.Results() + "." + wire.BatchOutcomesKey(b.id)
+		for try := 1; ; try++ {
+			if !o.l.Trusted() {
+				return errTenureEnded
+			}
+			ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+			ack, err := o.w.js.Publish(ctx, subject, v)
+			cancel()
+			if err == nil {
+				o.noteKept(subject, ack.Sequence)
+				if !o.l.Trusted() {
+					return errTenureEnded
+				}
+				return nil
+			}
+			o.log.Warn("store batch outcomes; trying again", "batch", b.id, "jobs", len(outs), "try", try, "err", err)
+			timer := time.NewTimer(o.w.cfg.Backoff(try))
+			select {
+			case <-timer.C:
+			case <-o.ctx.Done():
+				timer.Stop()
+				return errTenureEnded
+			}
+		}
+	}
+}
+
+// errTenureEnded: the lease is no longer trusted, nothing more is acked.
+var errTenureEnded = errors.New("keylane: tenure ended")
+
+// batchStoredResult looks up job id, which names a batch and an index
+// (wire.BatchedJobID), in that batch: open on this owner, or in its entry,
+// read from the results stream's leader. found is false when neither
+// holds it; err is set when the look-up failed (try again). An entry that
+// holds another job at that index, or is garbled, is said at ERROR and
+// counts as none: it is never read as this job's outcome.
+func (o *owner) batchStoredResult(ctx context.Context, id string) (value []byte, found bool, err error) {
+	batchID, index, ok := wire.ParseBatchedJobID(id)
+	if !ok {
+		return nil, false, nil
+	}
+	if b := o.open.get(batchID); b != nil {
+		if v, ok := b.recorded(index, id); ok {
+			return v, true, nil
+		}
+	}
+	stream, subject := "KV_"+o.w.topo.Names.Results(), "$KV."+o.w.topo.Names.Results()+"."+wire.BatchOutcomesKey(batchID)
+	sm, err := leaderGet(ctx, o.w.nc, stream, subject)
+	switch {
+	case errors.Is(err, errNoEntry):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	case kvRemoved(sm.Header):
+		return nil, false, nil
+	}
+	v, err := wire.FindBatchOutcome(sm.Data, batchID, index, id)
+	if err != nil {
+		o.log.Error("batch outcomes entry does not hold the job's outcome; not read as it", "job_id", id, "err", err)
+		return nil, false, nil
+	}
+	return v, true, nil
+}

@@ -1,0 +1,300 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/wire"
+)
+
+// tagger is a counter whose result names the job's payload, so a Call can
+// tell its own job's outcome from another's: "<payload>@n=<count>".
+type tagger struct{ *counter }
+
+func (g tagger) Reduce(ctx context.Context, j Job, cur []byte) ([]byte, []byte, error) {
+	state, res, err := g.counter.Reduce(ctx, j, cur)
+	return state, append([]byte(string(j.Payload)+"@"), res...), err
+}
+
+// resultsKeys returns the keys of the results bucket, "batch/..." ones
+// apart, and the batch entries' decoded outcomes by batch ID.
+func (e *env) resultsKeys() (perID []string, batches map[string][]wire.BatchOutcome) {
+	e.t.Helper()
+	lister, err := e.topo.Results.ListKeys(ctx(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	batches = map[string][]wire.BatchOutcome{}
+	for k := range lister.Keys() {
+		if !strings.HasPrefix(k, wire.BatchOutcomesPrefix) {
+			perID = append(perID, k)
+			continue
+		}
+		entry, err := e.topo.Results.Get(ctx(e.t), k)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		id, outs, err := wire.DecodeBatchOutcomes(entry.Value())
+		if err != nil || wire.BatchOutcomesKey(id) != k {
+			e.t.Fatalf("entry %s: batch %q, %v", k, id, err)
+		}
+		batches[id] = outs
+	}
+	return perID, batches
+}
+
+// checkOwnResults checks that every Call of payloads got its own job's
+// outcome (tagger's), lead included.
+func checkOwnResults(t *testing.T, done chan callOutcome, payloads []string) {
+	t.Helper()
+	for range len(payloads) + 1 {
+		select {
+		case o := <-done:
+			if o.err != nil {
+				t.Fatalf("call %s: %v", o.payload, o.err)
+			}
+			if !strings.HasPrefix(o.res, o.payload+"@n=") {
+				t.Fatalf("call %s got %q: not its own job's outcome", o.payload, o.res)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a Call never recovered the reply it lost")
+		}
+	}
+}
+
+// TestBatchedCallRecoversALostReplyFromItsBatchEntry: a batch of Calls on
+// a Reducer's namespace whose replies are lost (the callers' connection
+// cut while the batch runs): every Call gets its own result once back,
+// from the one entry the worker kept for the batch, and no outcome is
+// kept per job ID but the lead's (alone: a one-job message). Before
+// outcomes were kept per batch there was no batch entry (one entry per
+// job ID instead).
+func TestBatchedCallRecoversALostReplyFromItsBatchEntry(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	r := tagger{newCounter()}
+	gated := ReducerFunc(func(ctx context.Context, job Job, cur []byte) ([]byte, []byte, error) {
+		if string(job.Payload) != "lead" {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+		return r.Reduce(ctx, job, cur)
+	})
+	w := batchWorker(e, "w", gated)
+	e.waitOwned(w)
+	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	payloads := []string{"a", "b", "c", "d"}
+	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
+	swallow.Remove()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker never ran the batch")
+	}
+	p.Cut()
+	close(release)
+	testwait.Eventually(t, 10*time.Second, "every job finished and answered into the void", func() bool {
+		return w.Stats().Succeeded == int64(len(payloads)+1)
+	})
+	testwait.Eventually(t, 10*time.Second, "the batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	perID, batches := e.resultsKeys()
+	if len(batches) != 1 {
+		t.Fatalf("batch entries %v, want one (per-ID entries %v)", batches, perID)
+	}
+	if len(perID) != 1 {
+		t.Fatalf("outcomes kept by ID %v, want the lead's only", perID)
+	}
+	for id, outs := range batches {
+		if len(outs) != len(payloads) {
+			t.Fatalf("batch %s keeps %d outcomes, want %d", id, len(outs), len(payloads))
+		}
+	}
+	if err := p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	checkOwnResults(t, done, payloads)
+}
+
+// gateLast is a tagger that, once, holds the runner after the job that
+// brings its applied count to n was committed (every state write done),
+// before anything of its group is kept, answered or acked.
+type gateLast struct {
+	tagger
+	n       int
+	once    sync.Once
+	hit     chan struct{}
+	release chan struct{}
+}
+
+func (g *gateLast) Committed(j Job, applied bool) {
+	g.counter.Committed(j, applied)
+	g.counter.mu.Lock()
+	total := 0
+	for _, k := range g.counter.applied {
+		total += k
+	}
+	g.counter.mu.Unlock()
+	if applied && total == g.n {
+		g.once.Do(func() {
+			close(g.hit)
+			<-g.release
+		})
+	}
+}
+
+// TestBatchRedeliveredBeforeItsOutcomesWereKept: the worker writes every
+// state of a batch of Calls, then its connection is cut before the
+// batch's outcomes entry is written (and before any reply or ack); the
+// callers' connection is cut too. The next owner gets the batch again,
+// answers every job from its held outcome (nothing applied twice),
+// writes the batch's entry and acks; every Call, back, gets its own
+// result from that entry.
+func TestBatchRedeliveredBeforeItsOutcomesWereKept(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	payloads := []string{"a", "b", "c", "d"}
+	g := &gateLast{tagger: tagger{newCounter()}, n: len(payloads) + 1, hit: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(g.release) }) }
+	t.Cleanup(release)
+	w1 := batchWorker(e, "w1", g)
+	e.waitOwned(w1)
+	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
+	swallow.Remove()
+	select {
+	case <-g.hit:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker never applied the batch")
+	}
+	p.Cut()
+	w1.nc.Close() // the crash: nothing more of w1 reaches the server
+	release()
+	if _, batches := e.resultsKeys(); len(batches) != 0 {
+		t.Fatalf("batch entries %v written before the crash", batches)
+	}
+	w2 := batchWorker(e, "w2", g.tagger)
+	testwait.Eventually(t, 20*time.Second, "the redelivered batch acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	_, batches := e.resultsKeys()
+	if len(batches) != 1 {
+		t.Fatalf("batch entries %v, want the one the next owner wrote", batches)
+	}
+	if err := p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	checkOwnResults(t, done, payloads)
+	g.counter.mu.Lock()
+	applied := copyCounts(g.counter.applied)
+	g.counter.mu.Unlock()
+	if len(applied) != len(payloads)+1 {
+		t.Fatalf("applied %v, want %d jobs", applied, len(payloads)+1)
+	}
+	for id, n := range applied {
+		if n != 1 {
+			t.Fatalf("job %s applied %d times", id, n)
+		}
+	}
+	if s := e.stateOf("seat:a"); s != strconv.Itoa(len(payloads)+1) {
+		t.Fatalf("state %q, want %d", s, len(payloads)+1)
+	}
+	if s := w2.Stats(); s.DeadLettered != 0 {
+		t.Fatalf("the next owner dead-lettered %d jobs", s.DeadLettered)
+	}
+}
+
+// TestBatchEntryNeverAnswersAnotherJob: a batch entry that does not hold
+// the job asked for at its index, bound to its ID (garbled, another
+// batch's, another job's), is a clear error for the Call recovering its
+// outcome there, never another job's outcome.
+func TestBatchEntryNeverAnswersAnotherJob(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	c := e.client
+	put := func(batchID string, v []byte) {
+		if _, err := e.topo.Results.Put(ctx(t), wire.BatchOutcomesKey(batchID), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, err := wire.EncodeBatchOutcomes("B2aaaaaaaaaaaaaaaaaaaa", []wire.BatchOutcome{{Index: 1, ID: "B2aaaaaaaaaaaaaaaaaaaa.1", Value: encodeResult([]byte("not yours"), nil, false)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put("B1aaaaaaaaaaaaaaaaaaaa", other) // another batch's entry under B1aaaaaaaaaaaaaaaaaaaa's key
+	put("B3aaaaaaaaaaaaaaaaaaaa", other[:len(other)-2])
+	mine, _ := wire.EncodeBatchOutcomes("B4aaaaaaaaaaaaaaaaaaaa", []wire.BatchOutcome{{Index: 1, ID: "B4aaaaaaaaaaaaaaaaaaaa.1", Value: encodeResult([]byte("b4.1's"), nil, false)}})
+	put("B4aaaaaaaaaaaaaaaaaaaa", mine)
+	for _, id := range []string{"B1aaaaaaaaaaaaaaaaaaaa.1", "B3aaaaaaaaaaaaaaaaaaaa.1", "B4aaaaaaaaaaaaaaaaaaaa.2"} {
+		cctx, cancel := context.WithTimeout(ctx(t), 10*time.Second)
+		res, err := c.awaitOutcome(cctx, id)
+		cancel()
+		if !errors.Is(err, wire.ErrBadOutcomes) {
+			t.Fatalf("outcome of %s = %q, %v; want wire.ErrBadOutcomes", id, res, err)
+		}
+	}
+	res, err := c.awaitOutcome(ctx(t), "B4aaaaaaaaaaaaaaaaaaaa.1")
+	if err != nil || string(res) != "b4.1's" {
+		t.Fatalf("outcome of B4aaaaaaaaaaaaaaaaaaaa.1 = %q, %v", res, err)
+	}
+}
+
+// TestRetriedBatchedCallIsAnsweredFromItsBatchEntry: a batched Call's job
+// ID names its batch and index; called again WithID that ID after the
+// key's held window moved past it (more than HeldJobs later jobs), the job
+// is answered from its batch's entry with its first outcome, not applied
+// again (promise 7). Without the look-up in the batch entry it was
+// applied a second time.
+func TestRetriedBatchedCallIsAnsweredFromItsBatchEntry(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	r := tagger{newCounter()}
+	w := batchWorker(e, "w", r)
+	e.waitOwned(w)
+	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	payloads := []string{"a", "b", "c", "d"}
+	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
+	swallow.Remove()
+	checkOwnResults(t, done, payloads)
+	testwait.Eventually(t, 10*time.Second, "the batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	_, batches := e.resultsKeys()
+	if len(batches) != 1 {
+		t.Fatalf("batch entries %v, want one", batches)
+	}
+	var first wire.BatchOutcome
+	for _, outs := range batches {
+		first = outs[0]
+	}
+	reqs := make([]Request, HeldJobs+10)
+	for i := range reqs {
+		reqs[i] = Request{Key: "seat:a", Payload: []byte("later")}
+	}
+	if _, err := c.SubmitMany(ctx(t), reqs); err != nil {
+		t.Fatal(err)
+	}
+	want := strconv.Itoa(len(payloads) + 1 + len(reqs))
+	testwait.Eventually(t, 30*time.Second, "the later jobs applied", func() bool { return e.stateOf("seat:a") == want })
+	kept, _, _ := decodeResult(first.Value)
+	if res, err := c.Result(ctx(t), first.ID); err != nil || string(res) != string(kept) {
+		t.Fatalf("Result(%s) = %q, %v; want %q", first.ID, res, err, kept)
+	}
+	res, err := c.Call(ctx(t), "seat:a", []byte("again"), WithID(first.ID))
+	if err != nil || string(res) != string(kept) {
+		t.Fatalf("retried call %s = %q, %v; want its first outcome %q", first.ID, res, err, kept)
+	}
+	r.mu.Lock()
+	n := r.applied[first.ID]
+	r.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("job %s applied %d times", first.ID, n)
+	}
+	if s := e.stateOf("seat:a"); s != want {
+		t.Fatalf("state %q after the retry, want %q", s, want)
+	}
+}
