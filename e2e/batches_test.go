@@ -150,6 +150,7 @@ func TestBatchJobForgingAnHonestID(t *testing.T) {
 	m.Data = body
 	m.Header["Nats-Msg-Id"] = []string{"hostile-batch-1"}
 	m.Header[wire.HeaderBatch] = []string{"1"}
+	m.Header[wire.HeaderBatchJobs] = []string{"2"}
 	m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa(partitions)}
 	if _, err := c.js.PublishMsg(ctx, m); err != nil {
 		t.Fatal(err)

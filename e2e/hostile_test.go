@@ -583,11 +583,12 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 	const set0 = "set 0"
 	p := partition.Of(key, partitions)
 	subject := wire.BatchSubject(hp.ns, p)
-	batchMsg := func(body []byte) *nats.Msg {
+	batchMsg := func(body []byte, jobs int) *nats.Msg {
 		m := nats.NewMsg(subject)
 		m.Data = body
 		m.Header["Nats-Msg-Id"] = []string{id}
 		m.Header[wire.HeaderBatch] = []string{"1"}
+		m.Header[wire.HeaderBatchJobs] = []string{strconv.Itoa(jobs)}
 		m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa(partitions)}
 		return m
 	}
@@ -607,7 +608,8 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 		return jobs
 	}
 	// A valid batch body of 2 to 5 jobs, spoiled below.
-	body := encode(never(2 + rng.IntN(4)))
+	count := 2 + rng.IntN(4)
+	body := encode(never(count))
 	countAt := len("KLB") + 1 // the job count's uvarint (one byte: under 128 jobs)
 	switch rng.IntN(3) {
 	case 0: // broken framing: the whole message is one malformed message
@@ -637,11 +639,17 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 			desc = "no magic"
 			copy(body, "XLB")
 		}
-		hp.publish("batch-framing", desc, batchMsg(body))
+		hp.publish("batch-framing", desc, batchMsg(body, count))
 	case 1: // headers or subject that break a batch's rules: dead-lettered whole
-		m := batchMsg(body)
+		m := batchMsg(body, count)
 		var desc string
-		switch rng.IntN(8) {
+		switch rng.IntN(10) {
+		case 8:
+			desc = "no Keylane-Batch-Jobs"
+			delete(m.Header, wire.HeaderBatchJobs)
+		case 9:
+			desc = "a Keylane-Batch-Jobs other than the body's count"
+			m.Header[wire.HeaderBatchJobs] = []string{[]string{strconv.Itoa(count - 1), strconv.Itoa(count + 1), "0", "x", strconv.Itoa(wire.MaxBatchJobs + 1)}[rng.IntN(5)]}
 		case 0:
 			desc = "another partition count"
 			m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa([]int{partitions - 1, partitions * 2, 1}[rng.IntN(3)])}
@@ -759,7 +767,7 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 				}
 			}
 		}
-		m := batchMsg(encode(jobs))
+		m := batchMsg(encode(jobs), len(jobs))
 		var rec *hostileMsg
 		if len(m.Data) > int(hp.nc.MaxPayload()) {
 			rec = &hostileMsg{kind: kind, desc: desc}

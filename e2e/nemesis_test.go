@@ -422,6 +422,9 @@ func clusterOn(t *testing.T, url, ns string, args ...string) *cluster {
 		t.Fatal(err)
 	}
 	c.wipe()
+	if c.batched {
+		c.turnBatchesOn()
+	}
 	// Registered after nc.Close, so it runs before it: processes first.
 	t.Cleanup(c.stopAll)
 	return c

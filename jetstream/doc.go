@@ -1934,6 +1934,7 @@
 //
 // Under faults and hostile input (e2e/batches_test.go; the e2e harness
 // turns batches on for a cluster with one switch, batchesFlag: the
+// namespace's keylane.batches, set before the workers start, the
 // workers' WorkerConfig.Batches and the client's ClientConfig.Batches).
 // TestNemesisBatches, TestKillWorkerBatches and TestPausedWorkerBatches
 // are TestNemesis, TestKillWorker and TestPausedWorker with batches on,
@@ -1947,7 +1948,8 @@
 // framing (truncated, a length past the end, bytes after the last job, a
 // wrong version byte or magic, a count of 0 or over MaxBatchJobs), broken
 // headers or subjects (another partition count, another Keylane-Batch
-// version, Keylane-Key on a batch, no batch ID, Keylane-Batch on a one-job
+// version, no Keylane-Batch-Jobs or one other than the body's count,
+// Keylane-Key on a batch, no batch ID, Keylane-Batch on a one-job
 // message, a batch body on a key's subject, a batch subject without
 // Keylane-Batch, another partition's batch subject), each dead-lettered
 // whole; batches whose every job is refused alone (a key of another
@@ -1963,8 +1965,11 @@
 // that ID; the honest Submit of the ID that follows, within the duplicate
 // window, is stored (a one-job forgery's Nats-Msg-Id would have made it
 // ErrDuplicate), returns nil, and the worker answers it from the forged
-// outcome without running it (TestBatchJobForgingAnHonestID, skipped until
-// fixed; TestHostileWireBatches's forged IDs carry no flag).
+// outcome without running it; the idempotent flag instead of keep-outcome
+// does the same (TestBatchJobForgingAnHonestID, skipped until fixed;
+// TestHostileWireBatches's forged IDs carry no flag). A client's own
+// batch jobs never carry the idempotent flag (a job with a caller's ID
+// goes alone), and a batched Call's ID is its batch's (BatchedJobID).
 //
 // Cost per job, for a Call without a caller's ID, b jobs per batch and a
 // key's group of n (messages through the server, each hop in or out

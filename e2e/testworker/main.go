@@ -36,7 +36,6 @@ func run(ctx context.Context, args []string) error {
 	crashOn := fs.String("crash-on", "", "exit the process at once when a job's payload is exactly this (a job that kills its worker)")
 	trace := fs.String("trace", "", "append a JSON line per job run to this file")
 	statsFile := fs.String("stats", "", "write the worker's final counters as JSON to this file")
-	batches := fs.Bool("batches", false, "read batch messages (WorkerConfig.Batches)")
 	c, err := workercmd.Parse(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -44,7 +43,6 @@ func run(ctx context.Context, args []string) error {
 		}
 		return err
 	}
-	c.Worker.Batches = *batches
 	var tracker *sale.Tracker
 	if *trace != "" {
 		f, err := os.OpenFile(*trace, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
