@@ -39,6 +39,11 @@ type Job struct {
 	index int
 }
 
+// Index returns the job's place in its batch message ("Batches on the
+// wire" in package jetstream's doc), 0 for a one-job message. Jobs of one
+// batch share Seq; a key's jobs run in (Seq, Index) order.
+func (j Job) Index() int { return j.index }
+
 // Handler runs one job. The context is cancelled when the worker loses the
 // partition's lease or shuts down hard; a handler that sees it cancelled
 // should stop without side effects, since its result will not be acked.

@@ -82,8 +82,13 @@ func finishLoad(t *testing.T, c *cluster, b *buyers, skus []string, initial []in
 // Its partitions must move to the survivors within the lease TTL plus one
 // renewal period (DESIGN promise 5), no purchase may be lost, and none may
 // take effect twice.
-func TestKillWorker(t *testing.T) {
-	c := startCluster(t, "e2e-kill", 3)
+func TestKillWorker(t *testing.T) { killWorker(t, "e2e-kill") }
+
+// killWorker is TestKillWorker in namespace ns, its workers started with
+// the extra flags args (batchesFlag: TestKillWorkerBatches).
+func killWorker(t *testing.T, ns string, args ...string) {
+	c := startCluster(t, ns, 3, args...)
+	bc := countBatches(t, c)
 	b, skus, initial := startLoad(t, c, "kill")
 	b.waitCompleted(t, 500, 60*time.Second)
 
@@ -116,9 +121,11 @@ func TestKillWorker(t *testing.T) {
 	ps := finishLoad(t, c, b, skus, initial)
 	logSlowest(t, ps)
 	c.stopGraceful(15 * time.Second)
-	rep := checkTrace(t, readTraces(t, c.traceFiles()), ps, traceRules{mayLoseApplied: true})
+	runs := readTraces(t, c.traceFiles())
+	rep := checkTrace(t, runs, ps, traceRules{mayLoseApplied: true})
 	t.Logf("%d purchases; trace: %d runs of %d jobs, %d jobs ran more than once (redelivered), %d with their applied run lost in the kill, max concurrent runs per key %d",
 		len(ps), rep.runs, rep.jobs, rep.reruns, rep.lostApplied, rep.maxConcurrent)
+	bc.check(t, runs)
 }
 
 // TestPausedWorker stops a worker with SIGSTOP in the middle of its jobs
@@ -126,11 +133,16 @@ func TestKillWorker(t *testing.T) {
 // lease TTL while purchases go on, then resumes it. The survivors take its
 // partitions; the resumed worker must step down and none of its late writes
 // may take effect over a newer owner's.
-func TestPausedWorker(t *testing.T) {
+func TestPausedWorker(t *testing.T) { pausedWorker(t, "e2e-pause") }
+
+// pausedWorker is TestPausedWorker in namespace ns, its workers started
+// with the extra flags args (batchesFlag: TestPausedWorkerBatches).
+func pausedWorker(t *testing.T, ns string, args ...string) {
 	if testing.Short() {
 		t.Skip("pauses a worker for more than 2×TTL")
 	}
-	c := startCluster(t, "e2e-pause", 3, "--hold", "20ms")
+	c := startCluster(t, ns, 3, append([]string{"--hold", "20ms"}, args...)...)
+	bc := countBatches(t, c)
 	b, skus, initial := startLoad(t, c, "pause")
 	b.waitCompleted(t, 200, 60*time.Second)
 
@@ -186,6 +198,7 @@ func TestPausedWorker(t *testing.T) {
 	}
 	rep := checkTrace(t, runs, ps, traceRules{ignoreOverlap: spansPause, unknownWrite: inPauseWindow})
 	t.Logf("%d purchases; trace: %d runs of %d jobs, %d redelivered", len(ps), rep.runs, rep.jobs, rep.reruns)
+	bc.check(t, runs)
 	if testing.Verbose() {
 		t.Logf("log of the resumed worker:\n%s", tail(victim.stderr, 60))
 	}

@@ -55,6 +55,10 @@ func TestCheckHistoryCatches(t *testing.T) {
 	without := func(rs []sale.Span, i int) []sale.Span {
 		return append(append([]sale.Span(nil), rs[:i]...), rs[i+1:]...)
 	}
+	// inBatch is r as a job at index i of a batch message stored at seq:
+	// jobs of one batch share the sequence.
+	inBatch := func(r sale.Span, seq uint64, i int) sale.Span { r.Seq, r.Index = seq, i; return r }
+	batchRuns := []sale.Span{cleanRuns[0], inBatch(cleanRuns[1], 2, 0), inBatch(cleanRuns[2], 2, 1), inBatch(cleanRuns[3], 2, 2), cleanRuns[4]}
 
 	for _, tc := range []struct {
 		name  string
@@ -86,6 +90,8 @@ func TestCheckHistoryCatches(t *testing.T) {
 		{"lost submit", cleanOps, without(cleanRuns, 3), map[string]int64{"k": -1}, historyRules{}, "job r (k \"restock 5\") acknowledged"},
 		{"applied twice", cleanOps, append(cleanRuns, run("w1", "b", "k", 3, 6, 80, 81, true)), final, historyRules{}, "applied 2 times"},
 		{"out of stream order", cleanOps, withRun(withRun(cleanRuns, 1, run("w0", "a", "k", 3, 5, 25, 26, true)), 2, run("w0", "b", "k", 2, 5, 26, 27, true)), final, historyRules{}, "applied after"},
+		{"clean, a, b and r in one batch", cleanOps, batchRuns, final, historyRules{strictOverlap: true}, ""},
+		{"out of index order in one batch", cleanOps, withRun(withRun(batchRuns, 1, inBatch(cleanRuns[1], 2, 1)), 2, inBatch(cleanRuns[2], 2, 0)), final, historyRules{}, "(seq 2) applied after job a (seq 2 index 1)"},
 		{"overlap of applied runs", cleanOps, withRun(cleanRuns, 2, run("w1", "b", "k", 3, 5, 25, 27, true)), final, historyRules{}, "overlaps"},
 		{"overlap of any run, strict", cleanOps, append(cleanRuns, run("w1", "z", "k", 9, 4, 24, 30, false)), final, historyRules{strictOverlap: true}, "overlaps"},
 		{"stale fence wrote last", cleanOps, withRun(cleanRuns, 4, run("w0", "c", "k", 5, 4, 61, 62, true)), final, historyRules{}, "fence 4 after"},

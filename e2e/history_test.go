@@ -88,6 +88,32 @@ func (h *history) submit(key, payload string) histOp {
 	return o
 }
 
+// callNoID runs a Call without a caller's ID (keylane draws one; with
+// ClientConfig.Batches such a Call travels in a batch message) and records
+// it under a name of the test's own, sent as the job's sale.OpHeader so
+// that its runs in the trace are matched to it (readTraces).
+func (h *history) callNoID(key, payload string) histOp {
+	o := histOp{ID: h.newID(), Key: key, Payload: payload, Call: true, Invoke: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	res, err := h.client().Call(ctx, key, []byte(payload), keylane.WithHeader(sale.OpHeader, o.ID))
+	cancel()
+	o.Reply, o.Err, o.Return = string(res), err, time.Now()
+	h.record(o)
+	return o
+}
+
+// submitNoID runs a Submit without a caller's ID and records it, as
+// callNoID does.
+func (h *history) submitNoID(key, payload string) histOp {
+	o := histOp{ID: h.newID(), Key: key, Payload: payload, Invoke: time.Now()}
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	_, err := h.client().Submit(ctx, key, []byte(payload), keylane.WithHeader(sale.OpHeader, o.ID))
+	cancel()
+	o.Err, o.Return = err, time.Now()
+	h.record(o)
+	return o
+}
+
 // all returns every recorded op.
 func (h *history) all() []histOp {
 	h.mu.Lock()
@@ -222,7 +248,7 @@ func checkHistory(t reporter, ops []histOp, runs []sale.Span, final map[string]i
 			// applied at its sequence: the fold checks the presumption
 			// against every later reply and the final stock.
 			rep.presumed++
-			presumed = append(presumed, sale.Span{Worker: rs[0].Worker, Job: o.ID, Key: o.Key, Seq: rs[0].Seq, Fence: rs[0].Fence, Applied: true})
+			presumed = append(presumed, sale.Span{Worker: rs[0].Worker, Job: o.ID, Key: o.Key, Seq: rs[0].Seq, Index: rs[0].Index, Fence: rs[0].Fence, Applied: true})
 			continue
 		}
 		if rules.lossy && (!o.Call || wellFormed(o.Payload, o.Reply)) {
@@ -268,8 +294,8 @@ func checkHistory(t reporter, ops []histOp, runs []sale.Span, final map[string]i
 		// Effects in stream order, fences never going back.
 		for i := 1; i < len(applied); i++ {
 			a, b := applied[i-1], applied[i]
-			if b.Seq <= a.Seq {
-				report("key %s: job %s (seq %d) applied after job %s (seq %d)", key, b.Job, b.Seq, a.Job, a.Seq)
+			if streamOrder(b, a) <= 0 {
+				report("key %s: job %s (%s) applied after job %s (%s)", key, b.Job, posOf(b), a.Job, posOf(a))
 			}
 			if b.Fence < a.Fence {
 				report("key %s: job %s applied with fence %d after job %s wrote with fence %d", key, b.Job, b.Fence, a.Job, a.Fence)
@@ -286,7 +312,7 @@ func checkHistory(t reporter, ops []histOp, runs []sale.Span, final map[string]i
 					bySeq = append(bySeq, r)
 				}
 			}
-			slices.SortFunc(bySeq, func(a, b sale.Span) int { return cmp.Compare(a.Seq, b.Seq) })
+			slices.SortFunc(bySeq, streamOrder)
 			var stock int64
 			for _, r := range bySeq {
 				o, ok := byID[r.Job]
@@ -318,6 +344,21 @@ func checkHistory(t reporter, ops []histOp, runs []sale.Span, final map[string]i
 		}
 	}
 	return rep
+}
+
+// streamOrder compares two runs' jobs by their place in the stream: the
+// message's sequence, then the job's index in a batch message (jobs of one
+// batch share the sequence).
+func streamOrder(a, b sale.Span) int {
+	return cmp.Or(cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.Index, b.Index))
+}
+
+// posOf names a run's place in the stream for a report.
+func posOf(r sale.Span) string {
+	if r.Index == 0 {
+		return fmt.Sprintf("seq %d", r.Seq)
+	}
+	return fmt.Sprintf("seq %d index %d", r.Seq, r.Index)
 }
 
 func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -47,14 +50,21 @@ import (
 // Each run draws a fresh seed and logs it; KEYLANE_SEED replays the
 // messages (not their timing); KEYLANE_HOSTILE sets how long the hostile
 // publisher goes on (default hostileDefault).
-func TestHostileWire(t *testing.T) {
+func TestHostileWire(t *testing.T) { hostileWire(t, "e2e-hostile") }
+
+// hostileWire is TestHostileWire in namespace ns, its workers started with
+// the extra flags args. With batchesFlag (TestHostileWireBatches) the
+// honest load mixes in Calls and Submits without a caller's ID, which
+// travel in batch messages, and the hostile publisher sends hostile batch
+// messages too (hostilePublisher.sendBatch).
+func hostileWire(t *testing.T, ns string, args ...string) {
 	if testing.Short() {
 		t.Skip("hostile wire: skipped in -short")
 	}
 	seed, runFor := nemesisRun(t, "hostile wire", "KEYLANE_HOSTILE", hostileDefault)
 	rng := rand.New(rand.NewPCG(seed, seed^0x686f7374696c65))
 
-	c := startCluster(t, "e2e-hostile", 2, "--delays", "--ack-wait", faultAckWait.String())
+	c := startCluster(t, ns, 2, append([]string{"--delays", "--ack-wait", faultAckWait.String()}, args...)...)
 	keys := []string{"hostile:0", "hostile:1", "hostile:2"}
 	h := newHistory("honest", func() *keylane.Client { return c.client })
 	for _, k := range keys {
@@ -82,9 +92,14 @@ func TestHostileWire(t *testing.T) {
 				default:
 				}
 				key := keys[(i+j)%len(keys)]
-				if (i+j)%7 == 3 {
+				switch noID := c.batches() && (i+j)%3 != 0; {
+				case (i+j)%7 == 3 && noID:
+					h.submitNoID(key, "restock 5")
+				case (i+j)%7 == 3:
 					h.submit(key, "restock 5")
-				} else {
+				case noID:
+					h.callNoID(key, "buy 1")
+				default:
 					h.call(key, "buy 1")
 				}
 			}
@@ -96,7 +111,8 @@ func TestHostileWire(t *testing.T) {
 	})
 	t.Cleanup(func() { _ = stopLoad() })
 
-	hp := &hostilePublisher{t: t, nc: hc, ns: c.ns, rng: rng, keys: keys, nextHonest: h.next.Load}
+	bc := countBatches(t, c)
+	hp := &hostilePublisher{t: t, nc: hc, ns: c.ns, rng: rng, keys: keys, nextHonest: h.next.Load, batches: c.batches()}
 	began := time.Now()
 	end := began.Add(runFor)
 	for n := 0; n < hostileMax && time.Now().Before(end); n++ {
@@ -111,6 +127,14 @@ func TestHostileWire(t *testing.T) {
 
 	// Every honest key kept being served while the hostile messages came.
 	ops := h.all()
+	failed := 0
+	for _, o := range ops {
+		if o.Err != nil {
+			if failed++; failed <= 10 {
+				t.Logf("honest op of unknown outcome: %s", o)
+			}
+		}
+	}
 	for _, k := range keys {
 		var ok []time.Time
 		for _, o := range ops {
@@ -125,8 +149,10 @@ func TestHostileWire(t *testing.T) {
 
 	final := settle(t, c, h, keys, 60*time.Second)
 	c.stopGraceful(15 * time.Second)
-	rep := checkHistory(t, h.all(), readTraces(t, c.traceFiles()), final, historyRules{})
+	runs := readTraces(t, c.traceFiles())
+	rep := checkHistory(t, h.all(), runs, final, historyRules{})
 	t.Logf("history: %s", rep)
+	bc.check(t, runs) // the hostile batches count too: the honest ones show in the runs
 
 	// Every stored hostile message was dead-lettered with a reason, and
 	// nothing else was.
@@ -136,9 +162,12 @@ func TestHostileWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bySeq := map[uint64]keylane.DeadLetter{}
+	// The dead letters of one stream message: one for a one-job message
+	// or a batch refused whole, one per job for a batch whose jobs are
+	// dead-lettered alone (they share its sequence).
+	bySeq := map[uint64][]keylane.DeadLetter{}
 	for _, d := range dead {
-		bySeq[d.JobSeq] = d
+		bySeq[d.JobSeq] = append(bySeq[d.JobSeq], d)
 	}
 	reasons := map[string]int{}
 	for _, m := range hp.sent {
@@ -146,14 +175,19 @@ func TestHostileWire(t *testing.T) {
 			continue // stored again when due, at another sequence: below
 		}
 		for _, seq := range m.stored {
-			d, ok := bySeq[seq]
+			ds := bySeq[seq]
 			switch {
-			case !ok:
+			case len(ds) == 0:
 				t.Errorf("hostile %s (%s) stored at %d was neither refused nor dead-lettered", m.kind, m.desc, seq)
-			case d.Error == "":
-				t.Errorf("hostile %s (%s) dead-lettered at %d without a reason", m.kind, m.desc, d.Seq)
-			default:
-				reasons[reasonClass(d.Error)]++
+			case len(ds) < m.deadJobs:
+				t.Errorf("hostile %s (%s) stored at %d: %d of its %d jobs dead-lettered, the rest neither refused nor dead-lettered", m.kind, m.desc, seq, len(ds), m.deadJobs)
+			}
+			for _, d := range ds {
+				if d.Error == "" {
+					t.Errorf("hostile %s (%s) dead-lettered at %d without a reason", m.kind, m.desc, d.Seq)
+				} else {
+					reasons[reasonClass(d.Error)]++
+				}
 			}
 			delete(bySeq, seq)
 		}
@@ -168,16 +202,27 @@ func TestHostileWire(t *testing.T) {
 			schedules += len(m.stored)
 		}
 	}
-	for seq, d := range bySeq {
-		if strings.HasPrefix(d.JobID, h.prefix+"-") || d.JobID == "" && d.Key != "" && slices.Contains(keys, d.Key) && !strings.HasPrefix(d.Error, "malformed") {
-			t.Errorf("honest job %d (ID %q, key %q) was dead-lettered: %s", seq, d.JobID, d.Key, d.Error)
-		}
-		if d.Error == "" {
-			t.Errorf("job %d (ID %q) dead-lettered without a reason", seq, d.JobID)
+	left := 0
+	for seq, ds := range bySeq {
+		for _, d := range ds {
+			left++
+			if strings.HasPrefix(d.JobID, h.prefix+"-") || d.JobID == "" && d.Key != "" && slices.Contains(keys, d.Key) && !strings.HasPrefix(d.Error, "malformed") {
+				t.Errorf("honest job %d (ID %q, key %q) was dead-lettered: %s", seq, d.JobID, d.Key, d.Error)
+			}
+			if d.Error == "" {
+				t.Errorf("job %d (ID %q) dead-lettered without a reason", seq, d.JobID)
+			}
 		}
 	}
-	if len(bySeq) > schedules {
-		t.Errorf("%d dead letters are no hostile message's, and only %d hostile schedules were stored", len(bySeq), schedules)
+	if left > schedules {
+		t.Errorf("%d dead letters are no hostile message's, and only %d hostile schedules were stored", left, schedules)
+	}
+	// An honest job without a caller's ID has an ID keylane drew; the
+	// test named it in sale.OpHeader, which its dead letter would keep.
+	for _, m := range c.deadLetters() {
+		if op := m.Header.Get(sale.OpHeader); strings.HasPrefix(op, h.prefix+"-") {
+			t.Errorf("honest job %s (ID %q, stored at %s) was dead-lettered: %s", op, wire.JobIDOfDead(m.Header), m.Header.Get(keylane.HeaderSeq), m.Header.Get(keylane.HeaderError))
+		}
 	}
 	t.Logf("dead-letter reasons: %v", reasons)
 }
@@ -203,6 +248,10 @@ type hostileMsg struct {
 	refused    string   // the publish's error, if refused
 	unknown    bool     // no answer: stored or not
 	stored     []uint64 // the stream sequences the server stored it at
+	// deadJobs is how many dead letters each stored message must have:
+	// a batch's jobs dead-lettered alone each have their own; 0 or 1
+	// means one.
+	deadJobs int
 }
 
 // hostilePublisher crafts and sends hostile messages on its own
@@ -216,6 +265,12 @@ type hostilePublisher struct {
 	// nextHonest is the number of the honest history's latest job ID.
 	nextHonest func() int64
 	sent       []*hostileMsg
+	// batches: the workers read batch messages, and hostile ones are
+	// among those sent.
+	batches bool
+	// fullBatches counts the batches of MaxBatchJobs jobs sent, which
+	// cost a dead letter per job: a few make the point.
+	fullBatches int
 }
 
 // clientMay reports whether the shipped accounts.conf lets a client of the
@@ -252,7 +307,11 @@ func (hp *hostilePublisher) send(n int) {
 	// then fails for good and is dead-lettered anyway.
 	const set0 = "set 0"
 	garbage := fmt.Sprintf("hostile %d %x", n, rng.Uint64())
-	switch f := rng.IntN(10); f {
+	kinds := 10
+	if hp.batches {
+		kinds = 13 // 10 to 12: hostile batch messages
+	}
+	switch f := rng.IntN(kinds); f {
 	case 0: // a server control header on an honest key's subject
 		hdr := []struct{ k, v string }{
 			{"Nats-TTL", "1s"},
@@ -383,6 +442,8 @@ func (hp *hostilePublisher) send(n int) {
 		m.Header["Status"] = []string{status}
 		m.Header["Description"] = []string{"forged"}
 		hp.publish("status", "empty payload, Status "+status, m)
+	case 10, 11, 12:
+		hp.sendBatch(n, key, id, victim, garbage)
 	default: // a well-routed job its handler cannot run
 		m := hp.job(key, id, garbage)
 		if rng.IntN(2) == 0 {
@@ -393,7 +454,7 @@ func (hp *hostilePublisher) send(n int) {
 }
 
 // publish sends m and records what the server said.
-func (hp *hostilePublisher) publish(kind, desc string, m *nats.Msg) {
+func (hp *hostilePublisher) publish(kind, desc string, m *nats.Msg) *hostileMsg {
 	hp.t.Helper()
 	if !hp.clientMay(m.Subject) {
 		hp.t.Fatalf("hostile %s (%s): subject %q is not one a client may publish to", kind, desc, m.Subject)
@@ -402,6 +463,7 @@ func (hp *hostilePublisher) publish(kind, desc string, m *nats.Msg) {
 	hp.sent = append(hp.sent, rec)
 	resp, err := hp.nc.RequestMsg(m, 5*time.Second)
 	hp.record(rec, resp, err, 1)
+	return rec
 }
 
 // publishBatch sends ms as one JetStream atomic batch.
@@ -507,4 +569,217 @@ func reasonClass(s string) string {
 		s = s[:i]
 	}
 	return strings.TrimSpace(s)
+}
+
+// sendBatch crafts hostile batch message n ("Batches on the wire" in
+// package jetstream's doc) for key's partition and publishes it: a body
+// whose framing is broken, a message whose headers or subject break a
+// batch's rules (each dead-lettered whole), a batch whose every job is
+// refused alone or fails for good (each dead-lettered alone), or one over
+// max_payload (refused at publish). A job that must never run carries
+// "set 0"; one the rules let run carries garbage its handler refuses.
+func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
+	rng := hp.rng
+	const set0 = "set 0"
+	p := partition.Of(key, partitions)
+	subject := wire.BatchSubject(hp.ns, p)
+	batchMsg := func(body []byte, jobs int) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = body
+		m.Header["Nats-Msg-Id"] = []string{id}
+		m.Header[wire.HeaderBatch] = []string{"1"}
+		m.Header[wire.HeaderBatchJobs] = []string{strconv.Itoa(jobs)}
+		m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa(partitions)}
+		return m
+	}
+	encode := func(jobs []wire.BatchJob) []byte {
+		body, err := wire.EncodeBatch(jobs)
+		if err != nil {
+			hp.t.Fatalf("hostile batch: %v", err)
+		}
+		return body
+	}
+	// jobs of honest keys of this partition that must never run.
+	never := func(k int) []wire.BatchJob {
+		jobs := make([]wire.BatchJob, k)
+		for i := range jobs {
+			jobs[i] = wire.BatchJob{Key: key, ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(set0)}
+		}
+		return jobs
+	}
+	// A valid batch body of 2 to 5 jobs, spoiled below.
+	count := 2 + rng.IntN(4)
+	body := encode(never(count))
+	countAt := len("KLB") + 1 // the job count's uvarint (one byte: under 128 jobs)
+	switch rng.IntN(3) {
+	case 0: // broken framing: the whole message is one malformed message
+		var desc string
+		switch rng.IntN(7) {
+		case 0:
+			desc = "truncated"
+			body = body[:countAt+1+rng.IntN(len(body)-countAt-1)]
+		case 1:
+			desc = "a length past the end"
+			body = append(slices.Clone(body[:countAt+1]), 0xff, 0x7f) // a key of 16383 bytes, none there
+			body = append(body, "sku"...)
+		case 2:
+			desc = "bytes after the last job"
+			body = append(body, byte(rng.IntN(256)))
+		case 3:
+			desc = "wrong version byte"
+			body[countAt-1] = []byte{0, 2, 0xff}[rng.IntN(3)]
+		case 4:
+			desc = "count over MaxBatchJobs"
+			over := binary.AppendUvarint(slices.Clone(body[:countAt]), uint64(wire.MaxBatchJobs+1+rng.IntN(1<<20)))
+			body = append(over, body[countAt+1:]...)
+		case 5:
+			desc = "count of zero"
+			body = append(append(slices.Clone(body[:countAt]), 0), body[countAt+1:]...)
+		default:
+			desc = "no magic"
+			copy(body, "XLB")
+		}
+		hp.publish("batch-framing", desc, batchMsg(body, count))
+	case 1: // headers or subject that break a batch's rules: dead-lettered whole
+		m := batchMsg(body, count)
+		var desc string
+		switch rng.IntN(10) {
+		case 8:
+			desc = "no Keylane-Batch-Jobs"
+			delete(m.Header, wire.HeaderBatchJobs)
+		case 9:
+			desc = "a Keylane-Batch-Jobs other than the body's count"
+			m.Header[wire.HeaderBatchJobs] = []string{[]string{strconv.Itoa(count - 1), strconv.Itoa(count + 1), "0", "x", strconv.Itoa(wire.MaxBatchJobs + 1)}[rng.IntN(5)]}
+		case 0:
+			desc = "another partition count"
+			m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa([]int{partitions - 1, partitions * 2, 1}[rng.IntN(3)])}
+		case 1:
+			desc = "another body version in Keylane-Batch"
+			m.Header[wire.HeaderBatch] = []string{[]string{"2", "0", "", "11"}[rng.IntN(4)]} // (white space around "1" is trimmed on the wire: it is "1")
+		case 2:
+			desc = "Keylane-Key on a batch"
+			m.Header[keylane.HeaderKey] = []string{key}
+		case 3:
+			desc = "no batch ID"
+			delete(m.Header, "Nats-Msg-Id")
+		case 4:
+			desc = "Keylane-Batch on a one-job message"
+			m = hp.job(key, id, set0)
+			m.Header[wire.HeaderBatch] = []string{"1"}
+		case 5:
+			desc = "a batch body on a key's subject"
+			m.Subject = partition.Subject(hp.ns, p, key)
+		case 6:
+			desc = "a batch subject without Keylane-Batch"
+			delete(m.Header, wire.HeaderBatch)
+		default:
+			desc = "another partition's batch subject"
+			m.Subject = wire.BatchSubject(hp.ns, (p+1+rng.IntN(partitions-1))%partitions)
+		}
+		hp.publish("batch-header", desc, m)
+	default: // every job refused alone, or failing for good: one dead letter each
+		jobs := make([]wire.BatchJob, 1+rng.IntN(6))
+		var descs []string
+		for i := range jobs {
+			j := wire.BatchJob{Key: key, ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(set0)}
+			var desc string
+			switch rng.IntN(10) {
+			case 0:
+				desc = "key of another partition"
+				other := fmt.Sprintf("hostile-other-%d", rng.IntN(1000))
+				for partition.Of(other, partitions) == p {
+					other += "x"
+				}
+				j.Key = other
+			case 1:
+				desc = "control character"
+				switch rng.IntN(3) {
+				case 0:
+					j.Key += "\x01"
+				case 1:
+					j.ID += "\x7f"
+				default:
+					j.Type = "t\x00"
+				}
+			case 2:
+				// Runs (its ID is valid) and fails for good, its outcome
+				// not kept, as the one-job forgery above (Nats-Msg-Id of
+				// the victim). With the keep-outcome flag its dead letter
+				// answers the honest job of that ID, which is never
+				// applied: TestBatchJobForgingAnHonestID.
+				desc = "an honest job's ID"
+				j.ID, j.Payload = victim, []byte(garbage)
+			case 3:
+				desc = "a reply outside the inbox prefix"
+				j.Reply = []string{"elsewhere.reply", hp.ns + ".jobs.0.x", "_INBOX", "_INBOX.", "_INBOX.a b"}[rng.IntN(5)]
+			case 4:
+				desc = "keep-outcome without a reply"
+				j.KeepOutcome, j.Idempotent, j.Payload = true, rng.IntN(2) == 0, []byte(garbage)
+			case 5:
+				desc = "no job ID"
+				j.ID = ""
+			case 6:
+				desc = "a reserved header"
+				j.Header = map[string][]string{[]string{"Nats-Rollup", "Keylane-Key", "Status", "Nats-Msg-Id"}[rng.IntN(4)]: {"all"}}
+			case 7:
+				desc = "a job ID given twice"
+				if i > 0 {
+					j.ID = jobs[0].ID
+				}
+				j.Payload = []byte(garbage) // the first of them runs
+			case 8:
+				desc = "a job ID the results bucket cannot hold"
+				j.ID = []string{id + "..1", "*", ">", id + ".", id + " x"}[rng.IntN(5)]
+			default:
+				desc = "a job its handler cannot run"
+				j.Payload = []byte(garbage)
+			}
+			jobs[i] = j
+			descs = append(descs, desc)
+		}
+		kind, desc := "batch-jobs", strings.Join(descs, ", ")
+		if rng.IntN(8) == 0 {
+			// Huge: past max_payload (refused at publish), or just under
+			// it in a few big jobs, or MaxBatchJobs jobs with bad keys.
+			kind = "batch-huge"
+			switch rng.IntN(3) {
+			case 0:
+				desc = "a body past max_payload"
+				jobs = []wire.BatchJob{{Key: key, ID: id + "-b0", Payload: make([]byte, hp.nc.MaxPayload())}}
+			case 1:
+				desc = "4 jobs filling max_payload"
+				size := int(hp.nc.MaxPayload())/4 - 1024
+				jobs = nil
+				for i := range 4 {
+					jobs = append(jobs, wire.BatchJob{Key: key, ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(garbage + strings.Repeat("x", size))})
+				}
+			default:
+				if hp.fullBatches >= 2 {
+					desc = "a job its handler cannot run"
+					jobs = []wire.BatchJob{{Key: key, ID: id + "-b0", Payload: []byte(garbage)}}
+					break
+				}
+				hp.fullBatches++
+				desc = fmt.Sprintf("%d jobs with a control character in the key", wire.MaxBatchJobs)
+				jobs = nil
+				for i := range wire.MaxBatchJobs {
+					jobs = append(jobs, wire.BatchJob{Key: key + "\x01", ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(set0)})
+				}
+			}
+		}
+		m := batchMsg(encode(jobs), len(jobs))
+		var rec *hostileMsg
+		if len(m.Data) > int(hp.nc.MaxPayload()) {
+			rec = &hostileMsg{kind: kind, desc: desc}
+			hp.sent = append(hp.sent, rec)
+			if err := hp.nc.PublishMsg(m); err != nil {
+				rec.refused = err.Error()
+			} else {
+				hp.t.Fatalf("hostile %s (%s): a publish of %d bytes past max_payload %d was not refused", kind, desc, len(m.Data), hp.nc.MaxPayload())
+			}
+		} else {
+			rec = hp.publish(kind, desc, m)
+		}
+		rec.deadJobs = len(jobs)
+	}
 }

@@ -39,17 +39,23 @@ import (
 // workers' process states and a dump of the test process's goroutines;
 // with the default duration the whole test is bounded by about 2.5
 // minutes.
-func TestNemesis(t *testing.T) {
+func TestNemesis(t *testing.T) { nemesis(t, "e2e-nemesis", nemesisDefault) }
+
+// nemesis is TestNemesis in namespace ns, the faults going on for def
+// unless KEYLANE_NEMESIS says, its workers started with the extra flags
+// args (batchesFlag: TestNemesisBatches, whose load mixes in Calls and
+// Submits without a caller's ID).
+func nemesis(t *testing.T, ns string, def time.Duration, args ...string) {
 	if testing.Short() {
 		t.Skip("nemesis: skipped in -short")
 	}
-	seed, runFor := nemesisRun(t, "nemesis", "KEYLANE_NEMESIS", nemesisDefault)
+	seed, runFor := nemesisRun(t, "nemesis", "KEYLANE_NEMESIS", def)
 	rng := rand.New(rand.NewPCG(seed, seed^0x6e656d65736973))
 
 	srv := startRestartable(t)
 	proxies := &proxySet{}
 	t.Cleanup(proxies.closeAll) // after the workers have stopped
-	c := clusterOn(t, srv.url(), "e2e-nemesis", "--ack-wait", faultAckWait.String())
+	c := clusterOn(t, srv.url(), ns, append([]string{"--ack-wait", faultAckWait.String()}, args...)...)
 	next := 0
 	startOne := func() {
 		t.Helper()
@@ -57,7 +63,7 @@ func TestNemesis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := fmt.Sprintf("e2e-nemesis-w%d", next)
+		id := fmt.Sprintf("%s-w%d", ns, next)
 		next++
 		proxies.add(id, p)
 		c.startWorkerWith(id, "--nats", p.URL())
@@ -69,6 +75,7 @@ func TestNemesis(t *testing.T) {
 	t.Cleanup(c.client.Close)
 	c.leases = watchLeases(t, c.js, c.names)
 	c.waitBalanced(30 * time.Second)
+	bc := countBatches(t, c)
 
 	keys := []string{"nemesis:0", "nemesis:1", "nemesis:2"}
 	h := newHistory("nemesis", func() *keylane.Client { return c.client })
@@ -92,9 +99,14 @@ func TestNemesis(t *testing.T) {
 				default:
 				}
 				key := keys[(i+j)%len(keys)]
-				if (i+j)%10 == 3 {
+				switch noID := c.batches() && (i+j)%3 != 0; {
+				case (i+j)%10 == 3 && noID:
+					h.submitNoID(key, "restock 5")
+				case (i+j)%10 == 3:
 					h.submit(key, "restock 5")
-				} else {
+				case noID:
+					h.callNoID(key, "buy 1")
+				default:
 					h.call(key, "buy 1")
 				}
 			}
@@ -187,8 +199,10 @@ func TestNemesis(t *testing.T) {
 	final := settle(t, c, h, keys, 30*time.Second)
 	t.Logf("healed: balanced after %s, stream drained after %s", balanced.Round(time.Millisecond), time.Since(healing).Round(time.Millisecond))
 	c.stopGraceful(15 * time.Second)
-	rep := checkHistory(t, h.all(), readTraces(t, c.traceFiles()), final, historyRules{lossy: killed})
+	runs := readTraces(t, c.traceFiles())
+	rep := checkHistory(t, h.all(), runs, final, historyRules{lossy: killed})
 	t.Logf("history: %s", rep)
+	bc.check(t, runs)
 }
 
 const (
@@ -396,7 +410,7 @@ func (ps *proxySet) closeAll() {
 // waits for balance.
 func clusterOn(t *testing.T, url, ns string, args ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args}
+	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args, batched: slices.Contains(args, batchesFlag)}
 	nc, err := nats.Connect(url, nats.Name("e2e-"+ns), nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
@@ -408,6 +422,9 @@ func clusterOn(t *testing.T, url, ns string, args ...string) *cluster {
 		t.Fatal(err)
 	}
 	c.wipe()
+	if c.batched {
+		c.turnBatchesOn()
+	}
 	// Registered after nc.Close, so it runs before it: processes first.
 	t.Cleanup(c.stopAll)
 	return c

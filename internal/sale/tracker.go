@@ -22,21 +22,44 @@ type Tracker struct {
 	order   int
 	runs    int64
 	out     *bufio.Writer
-	pending map[uint64]*Span // runs whose outcome is not known, when tracing
+	pending map[position]*Span // runs whose outcome is not known, when tracing
 	worker  string
 }
 
 type keyTrack struct {
 	running int
-	lastSeq uint64
+	last    position
 }
+
+// position is a job's place in the stream: its message's sequence and its
+// index in a batch message (jobs of one batch share the sequence).
+type position struct {
+	seq   uint64
+	index int
+}
+
+func positionOf(job keylane.Job) position { return position{job.Seq, job.Index()} }
+
+func (p position) before(q position) bool {
+	return p.seq < q.seq || p.seq == q.seq && p.index < q.index
+}
+
+// OpHeader is a header a caller may set on a job to name it in the trace
+// (Span.Op) when it lets keylane choose the job's ID: a Call without
+// WithID learns no ID, yet its run must be matched to it.
+const OpHeader = "Sale-Op"
 
 // Span is one handler run as a trace line records it.
 type Span struct {
-	Worker  string `json:"w"`
-	Job     string `json:"job"`
-	Key     string `json:"key"`
-	Seq     uint64 `json:"seq"`
+	Worker string `json:"w"`
+	Job    string `json:"job"`
+	Key    string `json:"key"`
+	Seq    uint64 `json:"seq"`
+	// Index is the job's place in its batch message, 0 for a one-job
+	// message: the stream order is (Seq, Index).
+	Index int `json:"index,omitempty"`
+	// Op is the job's OpHeader, if it had one.
+	Op      string `json:"op,omitempty"`
 	Fence   uint64 `json:"fence"`
 	Start   int64  `json:"start"` // wall clock, ns
 	End     int64  `json:"end"`
@@ -49,7 +72,7 @@ type Span struct {
 // NewTracker returns a tracker; out, if not nil, receives a JSON line per
 // run, tagged with worker.
 func NewTracker(out io.Writer, worker string) *Tracker {
-	t := &Tracker{keys: map[string]*keyTrack{}, worker: worker, pending: map[uint64]*Span{}}
+	t := &Tracker{keys: map[string]*keyTrack{}, worker: worker, pending: map[position]*Span{}}
 	if out != nil {
 		t.out = bufio.NewWriterSize(out, 64<<10)
 	}
@@ -69,13 +92,15 @@ func (t *Tracker) Start(job keylane.Job) {
 	if k.running > t.maxConc {
 		t.maxConc = k.running
 	}
-	if job.Seq < k.lastSeq {
+	pos := positionOf(job)
+	if pos.before(k.last) {
 		t.order++
 	}
-	k.lastSeq = job.Seq
+	k.last = pos
 	t.runs++
 	if t.out != nil {
-		t.pending[job.Seq] = &Span{Worker: t.worker, Job: job.ID, Key: job.Key, Seq: job.Seq, Fence: job.Fence, Start: time.Now().UnixNano()}
+		t.pending[pos] = &Span{Worker: t.worker, Job: job.ID, Key: job.Key, Seq: job.Seq, Index: job.Index(),
+			Op: job.Headers.Get(OpHeader), Fence: job.Fence, Start: time.Now().UnixNano()}
 	}
 }
 
@@ -90,7 +115,7 @@ func (t *Tracker) End(job keylane.Job) {
 			delete(t.keys, job.Key)
 		}
 	}
-	if r := t.pending[job.Seq]; r != nil {
+	if r := t.pending[positionOf(job)]; r != nil {
 		r.End = end
 	}
 }
@@ -100,11 +125,11 @@ func (t *Tracker) End(job keylane.Job) {
 func (t *Tracker) Outcome(job keylane.Job, applied bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	r := t.pending[job.Seq]
+	r := t.pending[positionOf(job)]
 	if r == nil {
 		return
 	}
-	delete(t.pending, job.Seq)
+	delete(t.pending, positionOf(job))
 	r.Applied, r.Settled = applied, time.Now().UnixNano()
 	b, _ := json.Marshal(r)
 	_, _ = t.out.Write(append(b, '\n'))

