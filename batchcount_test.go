@@ -87,7 +87,7 @@ func TestBatchWithAWrongJobCountIsDeadLetteredWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, count := range []string{"3", ""} {
-		h := nats.Header{HeaderJobID: {"batch-" + strconv.Itoa(i)}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"1"}}
+		h := nats.Header{HeaderJobID: {testBatchID("batch" + strconv.Itoa(i))}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"1"}}
 		if count != "" {
 			h[wire.HeaderBatchJobs] = []string{count}
 		}

@@ -18,8 +18,16 @@ import (
 
 // publishBatch stores jobs as one batch message of partition p, as a
 // client of this release will send it, and returns its stream sequence.
-func (e *env) publishBatch(p int, id string, jobs []wire.BatchJob) uint64 {
+// name makes the batch's ID (testBatchID), and each job's ID is made its
+// batch's and index's (wire.BatchedJobID), as the client seals them and
+// the worker requires; the tests name a job by the ID they wrote, which
+// sealedNames maps back.
+func (e *env) publishBatch(p int, name string, jobs []wire.BatchJob) uint64 {
 	e.t.Helper()
+	id := testBatchID(name)
+	for i := range jobs {
+		jobs[i].ID = wire.BatchedJobID(id, i)
+	}
 	body, err := wire.EncodeBatch(jobs)
 	if err != nil {
 		e.t.Fatal(err)
@@ -32,6 +40,43 @@ func (e *env) publishBatch(p int, id string, jobs []wire.BatchJob) uint64 {
 		e.t.Fatal(err)
 	}
 	return ack.Sequence
+}
+
+// testBatchID makes a valid batch ID (wire.ValidBatchID) of a test's
+// name for its batch: its letters and digits, padded with Z.
+func testBatchID(name string) string {
+	var b []byte
+	for i := 0; i < len(name) && len(b) < wire.BatchIDLen; i++ {
+		if c := name[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			b = append(b, c)
+		}
+	}
+	for len(b) < wire.BatchIDLen {
+		b = append(b, 'Z') // not a digit: "x-1" and "x-10" stay apart
+	}
+	return string(b)
+}
+
+// sealedNames maps the IDs publishBatch gives the jobs of batch name
+// back to the names the test wrote (names[i] is job i's).
+func sealedNames(name string, names ...string) map[string]string {
+	m := make(map[string]string, len(names))
+	for i, n := range names {
+		m[wire.BatchedJobID(testBatchID(name), i)] = n
+	}
+	return m
+}
+
+// renamed is counts with each sealed ID replaced by its name.
+func renamed(counts map[string]int, names map[string]string) map[string]int {
+	out := make(map[string]int, len(counts))
+	for id, n := range counts {
+		if name, ok := names[id]; ok {
+			id = name
+		}
+		out[id] += n
+	}
+	return out
 }
 
 func batchWorker(e *env, id string, r Reducer) *Worker {
@@ -69,8 +114,9 @@ func TestBatchMixingKeysWithDifferentFates(t *testing.T) {
 	testwait.Eventually(t, 10*time.Second, "the batch message acked", func() bool {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
+	names := sealedNames("batch-1", "a1", "p1", "a2", "c1", "x1", "b2")
 	r.mu.Lock()
-	applied := copyCounts(r.applied)
+	applied := renamed(r.applied, names)
 	r.mu.Unlock()
 	for _, id := range []string{"a1", "a2", "c1", "b2"} {
 		if applied[id] != 1 {
@@ -86,7 +132,7 @@ func TestBatchMixingKeysWithDifferentFates(t *testing.T) {
 	dls := e.deadLetters()
 	var ids, why, own []string
 	for _, d := range dls {
-		ids = append(ids, wire.JobIDOfDead(d.Header))
+		ids = append(ids, names[wire.JobIDOfDead(d.Header)])
 		why = append(why, d.Header.Get(HeaderError))
 		own = append(own, d.Header.Get(HeaderJobID))
 	}
@@ -98,7 +144,7 @@ func TestBatchMixingKeysWithDifferentFates(t *testing.T) {
 		t.Fatalf("dead letters' own IDs %q: two jobs of one batch share one", own)
 	}
 	for _, d := range dls {
-		if id := wire.JobIDOfDead(d.Header); id == "x1" && !strings.Contains(d.Header.Get(HeaderError), "malformed: bad key") ||
+		if id := names[wire.JobIDOfDead(d.Header)]; id == "x1" && !strings.Contains(d.Header.Get(HeaderError), "malformed: bad key") ||
 			id == "p1" && (d.Header.Get(HeaderKey) != "seat:b" || string(d.Data) != "poison" || d.Header.Get(HeaderSeq) != itoa(seq)) {
 			t.Fatalf("dead letter of %s: %v %q", id, d.Header, d.Data)
 		}
@@ -112,7 +158,8 @@ func TestBatchMixingKeysWithDifferentFates(t *testing.T) {
 // nothing applied twice, nothing skipped, the message acked.
 func TestBatchRedeliveredAfterCrashBetweenApplyAndAck(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
-	r := &blockOn{counter: newCounter(), id: "b1", hit: make(chan struct{}), release: make(chan struct{})}
+	names := sealedNames("batch-1", "a1", "b1", "a2")
+	r := &blockOn{counter: newCounter(), id: wire.BatchedJobID(testBatchID("batch-1"), 1), hit: make(chan struct{}), release: make(chan struct{})}
 	w1 := batchWorker(e, "w1", r)
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(r.release) }) }
@@ -144,7 +191,7 @@ func TestBatchRedeliveredAfterCrashBetweenApplyAndAck(t *testing.T) {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
 	r.mu.Lock()
-	applied := copyCounts(r.applied)
+	applied := renamed(r.applied, names)
 	r.mu.Unlock()
 	if applied["a1"] != 1 || applied["a2"] != 1 || applied["b1"] != 1 {
 		t.Fatalf("applied %v, want each job once", applied)

@@ -53,13 +53,17 @@ func newWireBatcher(c *Client) (*wireBatcher, error) {
 // Keylane-* headers).
 const headerSealedBatch = "Keylane-Sealed-Batch"
 
-// sealBatch gives ms, a batch of two jobs or more as the batcher cut it,
-// its batch ID, and each Call of it the job ID that names its batch and
-// index (wire.BatchedJobID): a batched Call's outcome is kept in its
-// batch's entry (wire.BatchOutcomesKey), which its client, and a worker
-// asked for the job by ID, find from the ID alone. It runs before any
-// caller sees its job sent, so a Call whose context ends then names the
-// job by the ID it was sent with.
+// sealBatch gives ms, a batch of two jobs or more as the batcher (or
+// SubmitMany) cut it, its batch ID, and each job the ID that names its
+// batch and index (wire.BatchedJobID): the worker refuses any other ID in
+// a batch (wire.Rules.ParseBatch: the server de-duplicates no job of a
+// batch, so an ID of the sender's choosing could claim another caller's
+// job), and a batched Call's outcome is kept in its batch's entry
+// (wire.BatchOutcomesKey), which its client, and a worker asked for the
+// job by ID, find from the ID alone. Every job of a batch had a generated
+// ID (a caller's never travels in one). It runs before any caller sees
+// its job sent, so a job whose caller's context ends then is named by the
+// ID it was sent with.
 func sealBatch(ms []*nats.Msg) {
 	if len(ms) < 2 {
 		return
@@ -67,25 +71,12 @@ func sealBatch(ms []*nats.Msg) {
 	batchID := nuid.Next()
 	for i, m := range ms {
 		m.Header[headerSealedBatch] = []string{batchID}
-		if sealable(m) {
-			m.Header[HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
-		}
+		m.Header[HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
 	}
 }
 
-// sealable reports whether m is a Call whose ID sealBatch sets: its
-// outcome is kept, it is answered, and its ID was generated.
-func sealable(m *nats.Msg) bool {
-	return m.Header[HeaderKeepOutcome] != nil && m.Header[HeaderReply] != nil && m.Header[HeaderIdempotent] == nil
-}
-
-// sealGrowth is how many bytes sealBatch may add to m's job in a batch
-// body: a Call's ID grows from a nuid to the batch's nuid, a dot and an
-// index below wireBatchMaxJobs.
+// sealGrowth is how many bytes sealBatch may add to m's job ID.
 func sealGrowth(m *nats.Msg) int {
-	if !sealable(m) {
-		return 0
-	}
 	return max(0, sealedIDLen-len(m.Header.Get(HeaderJobID)))
 }
 
@@ -132,6 +123,10 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 	if len(ms) == 1 {
 		return ms[0], nil
 	}
+	if ms[0].Header.Get(headerSealedBatch) == "" {
+		sealBatch(ms) // SubmitMany's (the batcher's are sealed when cut)
+	}
+	id := ms[0].Header.Get(headerSealedBatch)
 	jobs := make([]wire.BatchJob, len(ms))
 	for i, m := range ms {
 		jobs[i] = batchJobOf(m)
@@ -139,10 +134,6 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 	body, err := wire.EncodeBatch(jobs)
 	if err != nil {
 		return nil, err
-	}
-	id := ms[0].Header.Get(headerSealedBatch) // the batcher's (sealBatch)
-	if id == "" {
-		id = nuid.Next() // SubmitMany's
 	}
 	return &nats.Msg{Subject: wire.BatchSubject(c.names.Namespace, p), Data: body, Header: nats.Header{
 		HeaderJobID:          {id},
@@ -183,7 +174,7 @@ func (c *Client) newManyBatches() *manyBatches {
 // add queues job i (m) of partition p, publishing its partition's batch
 // first if m would not fit in it.
 func (mb *manyBatches) add(p, i int, m *nats.Msg) {
-	size := wire.BatchJobSize(batchJobOf(m))
+	size := wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m)
 	if b := mb.open[p]; b != nil && (len(b.ms) >= wireBatchMaxJobs || b.bytes+size > mb.room) {
 		mb.flush(p)
 	}
@@ -223,9 +214,22 @@ func (mb *manyBatches) drop(out []Submitted, why error) {
 	}
 }
 
+// sealedIDs gives each job of a batch built (sealBatch) the ID it
+// was sent with.
+func (mb *manyBatches) sealedIDs(out []Submitted) {
+	for _, list := range [][]*manyBatch{mb.sent, mb.failed} {
+		for _, b := range list {
+			for k, i := range b.idx {
+				out[i].ID = b.ms[k].Header.Get(HeaderJobID)
+			}
+		}
+	}
+}
+
 // abandon is drop, and for every published batch "stored or not".
 func (mb *manyBatches) abandon(out []Submitted, done error) {
 	mb.drop(out, done)
+	mb.sealedIDs(out)
 	for _, b := range mb.sent {
 		for _, i := range b.idx {
 			out[i].Err = fmt.Errorf("keylane: submit %s: no stream ack, stored or not: %w", out[i].ID, done)
@@ -241,6 +245,7 @@ func (mb *manyBatches) wait(ctx context.Context, out []Submitted, rs *refusals) 
 	for p := range mb.open {
 		mb.flush(p)
 	}
+	mb.sealedIDs(out)
 	for _, b := range mb.failed {
 		for _, i := range b.idx {
 			out[i].Err = fmt.Errorf("keylane: submit %s: %w", out[i].ID, b.err)
@@ -299,6 +304,7 @@ func hasPrefixFold(s, prefix string) bool {
 // submitBatched is Submit's path for a batchable job m of ID id.
 func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p int) (string, error) {
 	dup, err := c.wire.Do(ctx, p, m)
+	id = m.Header.Get(HeaderJobID) // (read after Do: cut into a batch, it was sealed)
 	switch {
 	case errors.Is(err, jobbatcher.ErrClosed):
 		return "", fmt.Errorf("keylane: submit %s: %w", id, ErrClosed)

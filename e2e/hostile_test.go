@@ -571,6 +571,21 @@ func reasonClass(s string) string {
 	return strings.TrimSpace(s)
 }
 
+// hostileBatchID is a batch ID (wire.ValidBatchID) made of id: its
+// letters and digits, padded with Z.
+func hostileBatchID(id string) string {
+	var b []byte
+	for i := 0; i < len(id) && len(b) < wire.BatchIDLen; i++ {
+		if c := id[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			b = append(b, c)
+		}
+	}
+	for len(b) < wire.BatchIDLen {
+		b = append(b, 'Z') // not a digit: "x-1" and "x-10" stay apart
+	}
+	return string(b)
+}
+
 // sendBatch crafts hostile batch message n ("Batches on the wire" in
 // package jetstream's doc) for key's partition and publishes it: a body
 // whose framing is broken, a message whose headers or subject break a
@@ -583,10 +598,16 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 	const set0 = "set 0"
 	p := partition.Of(key, partitions)
 	subject := wire.BatchSubject(hp.ns, p)
+	// A batch's ID has a nuid's shape, and each of its jobs' IDs is made
+	// of it and the job's index (wire.BatchedJobID), or the worker
+	// refuses it: jobs that must get past those rules to reach the rule
+	// they break carry such IDs.
+	bid := hostileBatchID(id)
+	jobID := func(i int) string { return wire.BatchedJobID(bid, i) }
 	batchMsg := func(body []byte, jobs int) *nats.Msg {
 		m := nats.NewMsg(subject)
 		m.Data = body
-		m.Header["Nats-Msg-Id"] = []string{id}
+		m.Header["Nats-Msg-Id"] = []string{bid}
 		m.Header[wire.HeaderBatch] = []string{"1"}
 		m.Header[wire.HeaderBatchJobs] = []string{strconv.Itoa(jobs)}
 		m.Header[keylane.HeaderPartitions] = []string{strconv.Itoa(partitions)}
@@ -603,7 +624,7 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 	never := func(k int) []wire.BatchJob {
 		jobs := make([]wire.BatchJob, k)
 		for i := range jobs {
-			jobs[i] = wire.BatchJob{Key: key, ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(set0)}
+			jobs[i] = wire.BatchJob{Key: key, ID: jobID(i), Payload: []byte(set0)}
 		}
 		return jobs
 	}
@@ -660,8 +681,13 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 			desc = "Keylane-Key on a batch"
 			m.Header[keylane.HeaderKey] = []string{key}
 		case 3:
-			desc = "no batch ID"
-			delete(m.Header, "Nats-Msg-Id")
+			if rng.IntN(2) == 0 {
+				desc = "no batch ID"
+				delete(m.Header, "Nats-Msg-Id")
+			} else {
+				desc = "a batch ID of a caller's shape"
+				m.Header["Nats-Msg-Id"] = []string{id}
+			}
 		case 4:
 			desc = "Keylane-Batch on a one-job message"
 			m = hp.job(key, id, set0)
@@ -681,9 +707,9 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 		jobs := make([]wire.BatchJob, 1+rng.IntN(6))
 		var descs []string
 		for i := range jobs {
-			j := wire.BatchJob{Key: key, ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(set0)}
+			j := wire.BatchJob{Key: key, ID: jobID(i), Payload: []byte(set0)}
 			var desc string
-			switch rng.IntN(10) {
+			switch rng.IntN(11) {
 			case 0:
 				desc = "key of another partition"
 				other := fmt.Sprintf("hostile-other-%d", rng.IntN(1000))
@@ -702,13 +728,17 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 					j.Type = "t\x00"
 				}
 			case 2:
-				// Runs (its ID is valid) and fails for good, its outcome
-				// not kept, as the one-job forgery above (Nats-Msg-Id of
-				// the victim). With the keep-outcome flag its dead letter
-				// answers the honest job of that ID, which is never
-				// applied: TestBatchJobForgingAnHonestID.
+				// A job of a batch is named by its batch and index only: an
+				// honest caller's ID (with the keep-outcome flag or the
+				// idempotent one, or neither) is refused, never run, its
+				// outcome never kept under the victim's ID, whose honest
+				// job is stored and applied: TestBatchJobForgingAnHonestID.
 				desc = "an honest job's ID"
 				j.ID, j.Payload = victim, []byte(garbage)
+				j.KeepOutcome, j.Idempotent = rng.IntN(2) == 0, rng.IntN(2) == 0
+			case 10:
+				desc = "another batch's job ID"
+				j.ID = wire.BatchedJobID(hostileBatchID(fmt.Sprintf("%s-other", id)), i)
 			case 3:
 				desc = "a reply outside the inbox prefix"
 				j.Reply = []string{"elsewhere.reply", hp.ns + ".jobs.0.x", "_INBOX", "_INBOX.", "_INBOX.a b"}[rng.IntN(5)]
@@ -745,25 +775,25 @@ func (hp *hostilePublisher) sendBatch(n int, key, id, victim, garbage string) {
 			switch rng.IntN(3) {
 			case 0:
 				desc = "a body past max_payload"
-				jobs = []wire.BatchJob{{Key: key, ID: id + "-b0", Payload: make([]byte, hp.nc.MaxPayload())}}
+				jobs = []wire.BatchJob{{Key: key, ID: jobID(0), Payload: make([]byte, hp.nc.MaxPayload())}}
 			case 1:
 				desc = "4 jobs filling max_payload"
 				size := int(hp.nc.MaxPayload())/4 - 1024
 				jobs = nil
 				for i := range 4 {
-					jobs = append(jobs, wire.BatchJob{Key: key, ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(garbage + strings.Repeat("x", size))})
+					jobs = append(jobs, wire.BatchJob{Key: key, ID: jobID(i), Payload: []byte(garbage + strings.Repeat("x", size))})
 				}
 			default:
 				if hp.fullBatches >= 2 {
 					desc = "a job its handler cannot run"
-					jobs = []wire.BatchJob{{Key: key, ID: id + "-b0", Payload: []byte(garbage)}}
+					jobs = []wire.BatchJob{{Key: key, ID: jobID(0), Payload: []byte(garbage)}}
 					break
 				}
 				hp.fullBatches++
 				desc = fmt.Sprintf("%d jobs with a control character in the key", wire.MaxBatchJobs)
 				jobs = nil
 				for i := range wire.MaxBatchJobs {
-					jobs = append(jobs, wire.BatchJob{Key: key + "\x01", ID: fmt.Sprintf("%s-b%d", id, i), Payload: []byte(set0)})
+					jobs = append(jobs, wire.BatchJob{Key: key + "\x01", ID: jobID(i), Payload: []byte(set0)})
 				}
 			}
 		}

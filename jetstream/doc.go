@@ -1707,8 +1707,9 @@
 // Keylane-Redrive-Of); any job on a namespace with a key backlog cap (the
 // server counts messages per subject, and a batch's subject is no key's:
 // batching per key would count a batch of 50 as one; the cap counts jobs
-// only if they go alone). Generated IDs (nuid) are unique, so a batch's
-// jobs need no per-job de-duplication; the resend of a whole batch is
+// only if they go alone). A batch's job IDs are generated, made of the
+// batch's own ID and the job's index (below: the worker refuses any
+// other), so a batch's jobs need no per-job de-duplication; the resend of a whole batch is
 // de-duplicated by the batch's ID. So a batch whose stream ack does not
 // come is published again whole, as it was (its batch ID), by publish's
 // bounded retries inside the batcher's send; a job of it is never
@@ -1959,17 +1960,30 @@
 // reply), one dead letter per job; and huge ones (past max_payload:
 // refused at publish; four jobs filling it; MaxBatchJobs jobs with bad
 // keys). No honest outcome changed, no honest job dead-lettered, no key
-// stalled. Not kept yet: a batch's job may name any valid ID, and the
-// server de-duplicates a batch by its own ID only, so a job naming an
-// honest caller's ID, with the keep-outcome flag, has its outcome kept by
-// that ID; the honest Submit of the ID that follows, within the duplicate
-// window, is stored (a one-job forgery's Nats-Msg-Id would have made it
-// ErrDuplicate), returns nil, and the worker answers it from the forged
-// outcome without running it; the idempotent flag instead of keep-outcome
-// does the same (TestBatchJobForgingAnHonestID, skipped until fixed;
-// TestHostileWireBatches's forged IDs carry no flag). A client's own
-// batch jobs never carry the idempotent flag (a job with a caller's ID
-// goes alone), and a batched Call's ID is its batch's (BatchedJobID).
+// stalled.
+//
+// A batch's job IDs are bound to the batch. The server de-duplicates a
+// batch by its own ID only, never a job of it, so a job ID of the
+// sender's choosing would claim another caller's job: a job naming an
+// honest caller's ID, with the keep-outcome flag, had its outcome kept by
+// that ID, and the honest Submit of the ID that followed within the
+// duplicate window was stored (a one-job forgery's Nats-Msg-Id would have
+// made it ErrDuplicate), returned nil, and was answered from the forged
+// outcome without running (TestBatchJobForgingAnHonestID failed so: "the
+// honest Submit of victim-1 returned nil, yet stock is 10 after its
+// "restock 5" on 10, want 15"; the idempotent flag did the same). Now a
+// batch's ID (Nats-Msg-Id) must have a nuid's shape (wire.ValidBatchID,
+// else the message is malformed, dead-lettered whole), every job's ID
+// must be wire.BatchedJobID(batch ID, index), and no job of it may be
+// marked idempotent (a job with a caller's ID never travels in a batch);
+// a job that breaks that is refused alone, its dead letter not naming the
+// ID it claimed. The client gives every job of a batch that ID when it
+// cuts the batch (sealBatch: the batcher's and SubmitMany's alike), so
+// Submit and SubmitMany return it. A forger can name only jobs of its own
+// batch IDs; claiming an honest batch's would need that batch's ID, a
+// nuid it never sees. The test now passes (the forged job refused, the
+// honest restock applied), and TestHostileWireBatches forges honest IDs
+// with and without both flags, and another batch's job IDs.
 //
 // Cost per job, for a Call without a caller's ID, b jobs per batch and a
 // key's group of n (messages through the server, each hop in or out

@@ -333,7 +333,12 @@ type BatchEntry struct {
 // reply (ValidateReply), the job ID (ValidateJobID; required: a batch
 // has no sequence per job to name a job without one; and not given
 // twice in the batch), the type (ValidateType), the headers
-// (ValidateUserHeader).
+// (ValidateUserHeader); then the job ID must be its batch's and its
+// index's (BatchedJobID of the batch's Nats-Msg-Id, which must be
+// ValidBatchID), and the job must not be marked idempotent (a job with
+// a caller's ID never travels in a batch): the server de-duplicates no
+// job of a batch, so a job ID of the sender's choosing could claim
+// another caller's job.
 func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([]BatchEntry, error) {
 	for _, name := range []string{headerRollup, headerSchedule} {
 		if _, ok := h[name]; ok {
@@ -359,8 +364,14 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 	if n := first(h, HeaderPartitions); n != strconv.Itoa(r.Partitions) {
 		return nil, fmt.Errorf("routed by a client that counts %s partitions, the jobs stream has %d: re-open the client", clip(n), r.Partitions)
 	}
-	if err := ValidateJobID(first(h, HeaderJobID)); err != nil {
+	batchID := first(h, HeaderJobID)
+	if err := ValidateJobID(batchID); err != nil {
 		return nil, fmt.Errorf("bad batch %s header: %w", HeaderJobID, err)
+	}
+	if !ValidBatchID(batchID) {
+		// Its jobs' IDs are made of it (BatchedJobID), and a batch entry
+		// of kept outcomes is keyed by it.
+		return nil, fmt.Errorf("batch %s %q is not a batch ID (%d letters and digits)", HeaderJobID, clip(batchID), BatchIDLen)
 	}
 	jobs, err := DecodeBatch(body)
 	if err != nil {
@@ -373,6 +384,20 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 	seen := make(map[string]bool, len(jobs))
 	for i := range jobs {
 		out[i] = r.checkBatchJob(&jobs[i], seen)
+		// A job of a batch is named by its batch and its place in it,
+		// nothing else: a batch's jobs have no Nats-Msg-Id of their own,
+		// so the server de-duplicates none of them, and an ID of the
+		// sender's choosing would let it claim another caller's job (its
+		// outcome kept, or looked up, under that caller's ID).
+		if want := BatchedJobID(batchID, i); jobs[i].ID != want {
+			if out[i].Err == nil {
+				out[i].Err = fmt.Errorf("job ID %q in a batch, where job %d's ID is its batch's: %q", clip(jobs[i].ID), i, want)
+			}
+			out[i].Job.ID = "" // never trusted: its dead letter must not name the job it claims
+		}
+		if out[i].Err == nil && jobs[i].Idempotent {
+			out[i].Err = errors.New("a job marked as carrying its caller's ID in a batch, where no such job travels")
+		}
 	}
 	return out, nil
 }

@@ -20,15 +20,21 @@ func sampleBatch() []BatchJob {
 		k2 += "x"
 	}
 	return []BatchJob{
-		{Key: k1, ID: "a1", Reply: "_INBOX.c.-1", KeepOutcome: true, Payload: []byte("buy 1")},
-		{Key: k2, ID: "a2", Type: "paid", Header: map[string][]string{"X-Order": {"42", "43"}, "traceparent": {"00-aa-bb-01"}}, Payload: []byte{}},
-		{Key: k1, ID: "a3", Idempotent: true, Header: map[string][]string{"X-Empty": {}}, Payload: bytes.Repeat([]byte{0, 0xff}, 300)},
+		{Key: k1, ID: tbID(0), Reply: "_INBOX.c.-1", KeepOutcome: true, Payload: []byte("buy 1")},
+		{Key: k2, ID: tbID(1), Type: "paid", Header: map[string][]string{"X-Order": {"42", "43"}, "traceparent": {"00-aa-bb-01"}}, Payload: []byte{}},
+		{Key: k1, ID: tbID(2), Header: map[string][]string{"X-Empty": {}}, Payload: bytes.Repeat([]byte{0, 0xff}, 300)},
 	}
 }
 
+// testBatchID is the batch ID (Nats-Msg-Id) of the tests' batches.
+const testBatchID = "T3stBatch0000000000001"
+
+// tbID is the ID of job i of testBatchID.
+func tbID(i int) string { return BatchedJobID(testBatchID, i) }
+
 // batchHeader is a batch message's valid header of partition 1 of 4.
 func batchHeader() map[string][]string {
-	return map[string][]string{HeaderJobID: {"batch1"}, HeaderBatch: {"1"}, HeaderPartitions: {"4"}, "Nats-Expected-Stream": {"NS_JOBS"}}
+	return map[string][]string{HeaderJobID: {testBatchID}, HeaderBatch: {"1"}, HeaderPartitions: {"4"}, "Nats-Expected-Stream": {"NS_JOBS"}}
 }
 
 // batchHeaderOf is batchHeader for a body of n jobs.
@@ -164,16 +170,22 @@ func TestParseBatchRefusesEachBadJobAlone(t *testing.T) {
 		want error // errors.Is target, or nil to match text
 		text string
 	}{
-		{BatchJob{Key: k + " ", ID: "b1", Reply: "_INBOX.c.-9"}, partition.ErrKeySpace, ""},
-		{BatchJob{Key: other, ID: "b2"}, nil, "belongs to partition 2, arrived on 1"},
-		{BatchJob{Key: k, ID: "b3", Reply: "$JS.API.STREAM.PURGE.x"}, ErrBadReply, ""},
+		{BatchJob{Key: k + " ", ID: tbID(3), Reply: "_INBOX.c.-9"}, partition.ErrKeySpace, ""},
+		{BatchJob{Key: other, ID: tbID(4)}, nil, "belongs to partition 2, arrived on 1"},
+		{BatchJob{Key: k, ID: tbID(5), Reply: "$JS.API.STREAM.PURGE.x"}, ErrBadReply, ""},
 		{BatchJob{Key: k, ID: "order..1"}, ErrBadJobID, ""},
 		{BatchJob{Key: k, ID: ""}, ErrBadJobID, ""},
-		{BatchJob{Key: k, ID: "a1"}, nil, `job ID "a1" given twice in the batch`},
-		{BatchJob{Key: k, ID: "b5", Type: " paid"}, ErrBadType, ""},
-		{BatchJob{Key: k, ID: "b6", Header: map[string][]string{"Nats-Rollup": {"sub"}}}, ErrReservedHeader, ""},
-		{BatchJob{Key: k, ID: "b7", Header: map[string][]string{"X": {"1 "}}}, ErrBadHeader, ""},
-		{BatchJob{Key: k, ID: "b8", Header: map[string][]string{"Keylane-Redrive-Of": {"victim"}}}, ErrReservedHeader, ""},
+		{BatchJob{Key: k, ID: tbID(0)}, nil, `given twice in the batch`},
+		{BatchJob{Key: k, ID: tbID(9), Type: " paid"}, ErrBadType, ""},
+		{BatchJob{Key: k, ID: tbID(10), Header: map[string][]string{"Nats-Rollup": {"sub"}}}, ErrReservedHeader, ""},
+		{BatchJob{Key: k, ID: tbID(11), Header: map[string][]string{"X": {"1 "}}}, ErrBadHeader, ""},
+		{BatchJob{Key: k, ID: tbID(12), Header: map[string][]string{"Keylane-Redrive-Of": {"victim"}}}, ErrReservedHeader, ""},
+		// A job's ID is its batch's and its index's: another (a caller's,
+		// another job's) would claim a job the server never de-duplicated.
+		{BatchJob{Key: k, ID: "victim-1"}, nil, `job ID "victim-1" in a batch, where job 13's ID is its batch's`},
+		{BatchJob{Key: k, ID: tbID(13)}, nil, `where job 14's ID is its batch's`},
+		{BatchJob{Key: k, ID: BatchedJobID("Other0Batch00000000001", 15)}, nil, "where job 15's ID is its batch's"},
+		{BatchJob{Key: k, ID: tbID(16), Idempotent: true}, nil, "carrying its caller's ID in a batch"},
 	}
 	all := append([]BatchJob(nil), jobs...)
 	for _, b := range bad {
@@ -206,11 +218,16 @@ func TestParseBatchRefusesEachBadJobAlone(t *testing.T) {
 	}
 	// What may be trusted of a refused job stays: the reply of a job with
 	// a bad key (its caller is told), the ID of one with a bad reply.
-	if e := entries[len(jobs)]; e.Job.Reply != "_INBOX.c.-9" || e.Job.ID != "b1" || e.Job.Key != "" {
+	if e := entries[len(jobs)]; e.Job.Reply != "_INBOX.c.-9" || e.Job.ID != tbID(3) || e.Job.Key != "" {
 		t.Fatalf("bad key's entry: %+v", e.Job)
 	}
-	if e := entries[len(jobs)+2]; e.Job.Reply != "" || e.Job.ID != "b3" || e.Job.Key != k {
+	if e := entries[len(jobs)+2]; e.Job.Reply != "" || e.Job.ID != tbID(5) || e.Job.Key != k {
 		t.Fatalf("bad reply's entry: %+v", e.Job)
+	}
+	// An ID not its batch's is never trusted: a dead letter must not name
+	// the job it claims.
+	if e := entries[len(jobs)+10]; e.Job.ID != "" {
+		t.Fatalf("a claimed ID's entry names %q", e.Job.ID)
 	}
 }
 
@@ -250,6 +267,7 @@ func TestParseBatchRefusesTheMessage(t *testing.T) {
 		{"no N", subj, with(HeaderPartitions), body, "counts  partitions"},
 		{"no batch ID", subj, with(HeaderJobID), body, "bad batch Nats-Msg-Id"},
 		{"bad batch ID", subj, with(HeaderJobID, "a..b"), body, "bad batch Nats-Msg-Id"},
+		{"a job ID for a batch ID", subj, with(HeaderJobID, "order-7"), body, "is not a batch ID"},
 		{"a key header", subj, with(HeaderKey, "sku:1"), body, "carries Keylane-Key"},
 		{"a delayed ID", subj, with(HeaderDelayedID, "hold.1"), body, "carries Keylane-Job-Id"},
 		{"broken body", subj, batchHeaderOf(n), body[:len(body)-1], "malformed batch"},
@@ -293,7 +311,7 @@ func TestBatchDeadIDs(t *testing.T) {
 // and ParseBatch accepts a job only with every field within its rule and
 // no ID twice.
 func FuzzDecodeBatch(f *testing.F) {
-	for _, jobs := range [][]BatchJob{sampleBatch(), {{Key: "k", ID: "a"}}, {{Key: keyIn(1, 4), ID: "x", Header: map[string][]string{"": {""}}}}} {
+	for _, jobs := range [][]BatchJob{sampleBatch(), {{Key: "k", ID: "a"}}, {{Key: keyIn(1, 4), ID: tbID(0), Header: map[string][]string{"": {""}}}}, {{Key: keyIn(1, 4), ID: tbID(0)}, {Key: keyIn(1, 4), ID: "x"}}} {
 		b, err := EncodeBatch(jobs)
 		if err != nil {
 			f.Fatal(err)
@@ -327,7 +345,8 @@ func FuzzDecodeBatch(f *testing.F) {
 			}
 			j := e.Job
 			if ValidateKey(j.Key) != nil || partition.Of(j.Key, 4) != 1 || ValidateJobID(j.ID) != nil || ids[j.ID] ||
-				ValidateType(j.Type) != nil || j.Reply != "" && ValidateReply(j.Reply, "_INBOX.") != nil || ValidateUserHeaders(e.Header) != nil {
+				ValidateType(j.Type) != nil || j.Reply != "" && ValidateReply(j.Reply, "_INBOX.") != nil || ValidateUserHeaders(e.Header) != nil ||
+				j.ID != tbID(i) || j.Idempotent {
 				t.Fatalf("accepted job %d: %+v", i, e)
 			}
 			ids[j.ID] = true
