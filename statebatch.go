@@ -55,19 +55,13 @@ type stateBatches struct {
 	offTill atomic.Int64 // unix nanoseconds: the stream refused the batch form; alone until then
 }
 
-// stateBatchOn reports whether the worker coalesces state writes: its
-// StateBatch setting, else by the namespace's replicas (on when
-// replicated: nats-server stages an atomic batch in memory there, and on
-// one replica in a file store of its own, which costs more than it saves).
-func (w *Worker) stateBatchOn(t *Topology) bool {
-	switch n := w.cfg.StateBatch; {
-	case n < 0:
-		return false
-	case n > 0:
-		return true
-	}
-	return t != nil && t.Replicas > 1
-}
+// stateBatchOn reports whether the worker coalesces state writes: only
+// when its StateBatch is positive. Measured, it did not pay by default:
+// on one replica nats-server stages each atomic batch in a file store of
+// its own (skewed Call 5x slower), and on the three-node bench cluster
+// (R3, three servers on two cores) it was slightly slower too (see
+// jetstream/doc.go, "State writes of several keys in one batch").
+func (w *Worker) stateBatchOn(*Topology) bool { return w.cfg.StateBatch > 0 }
 
 // batchWrites turns s's coalescing of writes on (on nc, the worker's
 // connection) or off. It keeps a batcher already running.

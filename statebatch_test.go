@@ -166,7 +166,7 @@ func TestStateBatchDefaults(t *testing.T) {
 	for _, c := range []struct {
 		setting, replicas int
 		on                bool
-	}{{0, 1, false}, {0, 3, true}, {-1, 3, false}, {1, 1, true}} {
+	}{{0, 1, false}, {0, 3, false}, {-1, 3, false}, {1, 1, true}, {1, 3, true}} {
 		w := &Worker{cfg: WorkerConfig{StateBatch: c.setting}}
 		if got := w.stateBatchOn(&Topology{Replicas: c.replicas}); got != c.on {
 			t.Errorf("StateBatch %d, replicas %d: on = %v, want %v", c.setting, c.replicas, got, c.on)
@@ -174,10 +174,9 @@ func TestStateBatchDefaults(t *testing.T) {
 	}
 }
 
-// TestStateWritesBatchedOnACluster: on three nodes with R3, where state
-// batches are on by default, many keys' groups store their entries in
-// batches and every job is applied once. Fails if the default leaves a
-// replicated namespace without them, or if R3 refuses them.
+// TestStateWritesBatchedOnACluster: on three nodes with R3, with
+// StateBatch on, many keys' groups store their entries in batches and
+// every job is applied once. Fails if R3 refuses them.
 func TestStateWritesBatchedOnACluster(t *testing.T) {
 	c := natscluster.Start(t, natscluster.Options{})
 	conn := func() *nats.Conn {
@@ -206,7 +205,7 @@ func TestStateWritesBatchedOnACluster(t *testing.T) {
 	reqs := stateKeysInBatch(t, cl, "r3k", keys, rounds)
 	ctr := newCounter()
 	w, err := NewWorker(conn(), WorkerConfig{
-		Topology: topo.Config, Reducer: ctr, ID: "r3w",
+		Topology: topo.Config, Reducer: ctr, ID: "r3w", StateBatch: 1,
 		Backoff: func(int) time.Duration { return 10 * time.Millisecond },
 	})
 	if err != nil {
@@ -230,7 +229,7 @@ func TestStateWritesBatchedOnACluster(t *testing.T) {
 	ctr.mu.Unlock()
 	sb := w.state.batched
 	if sb == nil {
-		t.Fatal("R3: state batches off by default")
+		t.Fatal("R3: state batches off with StateBatch 1")
 	}
 	t.Logf("R3: %d state batches stored, %d refused", sb.sent.Load(), sb.refused.Load())
 	// A refusal for a passing cause (a leader change mid-batch) may

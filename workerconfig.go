@@ -102,12 +102,12 @@ type WorkerConfig struct {
 	// partition's keys whose groups finish while another of its writes is
 	// in flight into one JetStream atomic batch: one request, one ack,
 	// one replicated proposal; a lone write still goes at once, alone.
-	// Positive turns it on, negative off; zero picks by the namespace's
-	// replicas: on when replicated (the server stages a batch in memory),
-	// off on one replica, where nats-server stages each atomic batch in a
-	// file store of its own and a batch costs more than the acks it saves.
-	// See jetstream/doc.go, "State writes of several keys in one batch".
-	// Defaults to 0.
+	// Positive turns it on; zero or negative leaves it off. Off by
+	// default because the bench showed it did not pay: on one replica
+	// nats-server stages each atomic batch in a file store of its own
+	// (skewed Call five times slower), and on the three-node bench cluster
+	// it was slightly slower too. See jetstream/doc.go, "State writes of
+	// several keys in one batch". Defaults to 0.
 	StateBatch int
 	// TracerProvider turns tracing on: each job gets a consumer span,
 	// child of the span its Submit or Call sent in the job's headers, with

@@ -972,13 +972,25 @@
 // with the stored one, and failed when every write was given the last).
 // The code is statebatch.go.
 //
-// When: by default on a replicated namespace only. On one replica
-// nats-server stages an atomic batch in a file store of its own (see
-// "Kept outcomes in one batch" above), which costs more than the acks a
-// batch saves; in R3 the batch is staged in memory. StateBatch positive
-// turns it on anyway, negative off; the worker command's --state-batch
-// (KEYLANE_STATE_BATCH), the bench's KEYLANE_BENCH_STATE_BATCH. Setup sets
-// AllowAtomicPublish on KV_NS_STATE as it does on the results bucket.
+// When: only with StateBatch positive (the worker command's
+// --state-batch, KEYLANE_STATE_BATCH; the bench's
+// KEYLANE_BENCH_STATE_BATCH). It is off by default because the bench
+// showed it does not pay. On one replica nats-server stages an atomic
+// batch in a file store of its own (see "Kept outcomes in one batch"
+// above): skewed Call went from 9,171 and 9,144 jobs/s to 2,515 and
+// 2,318 with it (batched Calls 13,212 and 13,579 to 2,391 and 2,559;
+// cd bench && KEYLANE_BENCH_STATE_BATCH=0|1 go run . --runs 1 --duration
+// 2s --purchases 20000 --buyers 64 --placement separate --only
+// 'skewed,Call', alternated twice, main 65ac6ff). On the three-node bench
+// cluster (R3, the three servers on the same two cores), where the batch
+// is staged in memory, it was slightly slower as well: batched skewed
+// Call 3,562 and 3,421 jobs/s with it against 3,771 and 3,822 without,
+// 416-435 µs/job of server CPU against 387-392 (the same command with
+// --placement cluster and -1|0). So the acks a batch saves cost less than
+// staging it; on a real cluster of three machines, where a proposal
+// crosses the network, it may differ: measure before turning it on.
+// Setup sets AllowAtomicPublish on KV_NS_STATE as it does on the results
+// bucket, so a worker may turn it on.
 //
 // Failure cases. Atomic means all or nothing, so:
 //
@@ -1004,8 +1016,7 @@
 //     it if a newer owner wrote the key first.
 //
 // Tested on a cluster by TestStateWritesBatchedOnACluster (three nodes,
-// R3: on by default, batches stored, every job applied once) and by the
-// cluster e2e, which runs with the default.
+// R3, StateBatch on: batches stored, every job applied once).
 //
 // # The door
 //
