@@ -52,7 +52,7 @@ func summarize(plan []*entry) []*row {
 		}
 		best := 0.0
 		for _, p := range rows {
-			if p.ok && p.w == r.w && p.s.c.Kind() == Peer {
+			if p.ok && p.w == r.w && p.s.c.Kind() == Peer && p.s.pg == r.s.pg {
 				best = max(best, p.med.Rate())
 			}
 		}
@@ -107,7 +107,7 @@ func printTable(out io.Writer, rows []*row, markdown bool) {
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, `jobs/s: median of the runs (min-max of all); p50, p99, CPU and MB from the median run; "-": not applicable or not ranked.
 Submit and publish+consume have no buyers (one bulk publisher): their hot-key rows repeat one sale at every buyer count.
-×best peer: over the best lock peer (fallback.Do, redsync, redislock) of the workload that kept the invariant.
+×best peer: over the best lock peer (fallback.Do, redsync, redislock) of the workload that kept the invariant; the Postgres rows over the best "Postgres alone" row (UPDATE, FOR UPDATE tx).
 % of limit: keylane Call over raw JS request-reply and keylane Submit over raw JS publish+consume, same placement; locks over Lua EVALSHA.
 µs/job: CPU microseconds per purchase in the timed part (user + system); allocs/job: Go heap allocations per purchase; MB: peak resident set.
 server = nats-server or redis-server process (cluster: the three nodes' sum); worker = keylane's worker process or the raw consumer's;
