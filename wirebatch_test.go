@@ -3,6 +3,7 @@ package keylane
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -142,5 +143,86 @@ func TestSubmitManyInBatches(t *testing.T) {
 	// batch holds at most 256: 3 batch messages.
 	if n, _, _ := batches.Pending(); n != 3 {
 		t.Fatalf("%d batch messages, want 3", n)
+	}
+}
+
+// TestBatchesOnStreamShards: with three jobs streams, a batch of a
+// partition is stored in its partition's shard (its subject is inside
+// that shard's filter, and the client's expected-stream header names
+// it), every job runs once in its key's order, and every shard ends
+// empty. Each batch's job IDs are its batch's (sealed), as the worker
+// requires.
+func TestBatchesOnStreamShards(t *testing.T) {
+	const n, s = 6, 3
+	e := newEnv(t, TopologyConfig{Partitions: n, StreamShards: s})
+	var mu sync.Mutex
+	got := map[string][]int{}
+	ids := map[string]int{}
+	e.worker("w", HandlerFunc(func(_ context.Context, j Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		i, _ := strconv.Atoi(string(j.Payload))
+		got[j.Key] = append(got[j.Key], i)
+		ids[j.ID]++
+		return nil, nil
+	}), func(c *WorkerConfig) { c.Batches = true })
+	batches, err := e.nc.SubscribeSync(e.ns + ".jobs.*." + wire.BatchToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true, StreamShards: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var keys []string
+	for p := range n {
+		keys = append(keys, keyIn(p, n, "shard-seat-"))
+	}
+	const per = 40
+	var reqs []Request
+	for i := range per {
+		for _, k := range keys {
+			reqs = append(reqs, Request{Key: k, Payload: []byte(strconv.Itoa(i))})
+		}
+	}
+	out, err := c.SubmitMany(ctx(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+	}
+	testwait.Eventually(t, 30*time.Second, "every job run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ids) == len(reqs)
+	})
+	for i := range s {
+		name := e.topo.Names.JobsShard(i)
+		testwait.Eventually(t, 10*time.Second, name+" empty", func() bool { return e.streamMsgs(name) == 0 })
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, o := range out {
+		if ids[o.ID] != 1 {
+			t.Fatalf("job %s ran %d times", o.ID, ids[o.ID])
+		}
+	}
+	for _, k := range keys {
+		if len(got[k]) != per || !slices.IsSorted(got[k]) {
+			t.Fatalf("key %s ran %v, want 0..%d in order", k, got[k], per-1)
+		}
+	}
+	sealed := 0
+	for _, o := range out {
+		if _, _, ok := wire.ParseBatchedJobID(o.ID); ok {
+			sealed++
+		}
+	}
+	if m, _, _ := batches.Pending(); m == 0 || sealed == 0 {
+		t.Fatalf("%d batch messages, %d jobs with a batch's ID: no batch travelled", m, sealed)
 	}
 }
