@@ -118,6 +118,9 @@ func TestStateBatchConflictIsOneKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := allowAtomicPublish(ctx(t), e.js, "KV_"+e.topo.Names.State()); err != nil { // as a worker with StateBatch does
+		t.Fatal(err)
+	}
 	s := e.topo.NewState()
 	s.batchWrites(true, e.nc, e.topo.Names.State())
 	t.Cleanup(func() { s.closeBatches(context.Background()) })

@@ -332,9 +332,6 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) 
 	}); err != nil {
 		return nil, err
 	}
-	if err := allowAtomicPublish(ctx, js, "KV_"+names.State()); err != nil {
-		return nil, err
-	}
 	for _, b := range []string{names.Leases(), names.Members(), names.Results(), names.State()} {
 		if err := checkReplicas(ctx, js, "KV_"+b, cfg.Replicas); err != nil {
 			return nil, err

@@ -96,6 +96,13 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	w.topo = topo
 	w.state.bind(topo)
+	if w.stateBatchOn(topo) {
+		// Only a worker that turns state batches on asks for the flag
+		// (an R3 stream update): Setup leaves the state bucket as it was.
+		if err := allowAtomicPublish(ctx, w.js, "KV_"+topo.Names.State()); err != nil {
+			w.log.Warn("state bucket: atomic batches not allowed; state writes go one by one when refused", "err", err)
+		}
+	}
 	w.state.batchWrites(w.stateBatchOn(topo), w.nc, topo.Names.State())
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {

@@ -989,8 +989,9 @@
 // --placement cluster and -1|0). So the acks a batch saves cost less than
 // staging it; on a real cluster of three machines, where a proposal
 // crosses the network, it may differ: measure before turning it on.
-// Setup sets AllowAtomicPublish on KV_NS_STATE as it does on the results
-// bucket, so a worker may turn it on.
+// A worker started with it sets AllowAtomicPublish on KV_NS_STATE (Setup
+// does not: an R3 stream update each setup slowed the cluster tests' start
+// for a lever that is off).
 //
 // Failure cases. Atomic means all or nothing, so:
 //
