@@ -19,29 +19,8 @@ import (
 // Fails if the default leaves a replicated namespace without batches, or
 // if R3 refuses them.
 func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
-	c := natscluster.Start(t, natscluster.Options{})
-	conn := func() *nats.Conn {
-		nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	nc := conn()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := Setup(ctx(t), js, TopologyConfig{Namespace: "keptr3", Partitions: 1, Replicas: 3, LeaseTTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := NewClient(ctx(t), nc, ClientConfig{Namespace: "keptr3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	r3 := startR3(t, "keptr3")
+	conn, topo, cl, nc := r3.conn, r3.topo, r3.client, r3.nc
 	const queued = 40
 	reqs := make([]Request, queued)
 	for i := range reqs {
@@ -57,21 +36,7 @@ func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
 		}
 	}
 	kw := watchKeptOn(t, conn(), topo.Names.Results())
-	w, err := NewWorker(conn(), WorkerConfig{
-		Topology: topo.Config, Reducer: newCounter(), ID: "r3w",
-		Backoff: func(int) time.Duration { return 10 * time.Millisecond },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	w := r3.worker(WorkerConfig{Reducer: newCounter(), ID: "r3w"})
 	kw.waitSeen(t, "r3-", queued, false)
 	// Seeing a put go by is not its being stored, and a direct get (the
 	// KV's Get) may be answered by a follower that has not applied it
@@ -92,4 +57,66 @@ func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
 	if commits == 0 || w.kept.batches.Load() == 0 {
 		t.Fatalf("R3: %d commits, %d batches, %d refused; want batches", commits, w.kept.batches.Load(), w.kept.refused.Load())
 	}
+}
+
+// r3 is a three-node cluster with a namespace of one partition, every
+// object R3, and a client on it.
+type r3 struct {
+	t      *testing.T
+	c      *natscluster.Cluster
+	nc     *nats.Conn
+	topo   *Topology
+	client *Client
+}
+
+// startR3 starts the cluster and sets namespace ns up on it.
+func startR3(t *testing.T, ns string) *r3 {
+	t.Helper()
+	r := &r3{t: t, c: natscluster.Start(t, natscluster.Options{})}
+	r.nc = r.conn()
+	js, err := jetstream.New(r.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.topo, err = Setup(ctx(t), js, TopologyConfig{Namespace: ns, Partitions: 1, Replicas: 3, LeaseTTL: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if r.client, err = NewClient(ctx(t), r.nc, ClientConfig{Namespace: ns}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.client.Close)
+	return r
+}
+
+// conn is a new connection to the cluster, closed when the test ends.
+func (r *r3) conn() *nats.Conn {
+	nc, err := nats.Connect(r.c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(nc.Close)
+	return nc
+}
+
+// worker starts a worker of the namespace on its own connection (cfg's
+// Topology set, a 10 ms backoff unless given), stopped when the test ends.
+func (r *r3) worker(cfg WorkerConfig) *Worker {
+	r.t.Helper()
+	cfg.Topology = r.topo.Config
+	if cfg.Backoff == nil {
+		cfg.Backoff = func(int) time.Duration { return 10 * time.Millisecond }
+	}
+	w, err := NewWorker(r.conn(), cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := w.Start(ctx(r.t)); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	return w
 }

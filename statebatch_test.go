@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natscluster"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -181,47 +179,12 @@ func TestStateBatchDefaults(t *testing.T) {
 // StateBatch on, many keys' groups store their entries in batches and
 // every job is applied once. Fails if R3 refuses them.
 func TestStateWritesBatchedOnACluster(t *testing.T) {
-	c := natscluster.Start(t, natscluster.Options{})
-	conn := func() *nats.Conn {
-		nc, err := nats.Connect(c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		return nc
-	}
-	nc := conn()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	topo, err := Setup(ctx(t), js, TopologyConfig{Namespace: "stater3", Partitions: 1, Replicas: 3, LeaseTTL: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := NewClient(ctx(t), nc, ClientConfig{Namespace: "stater3"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	r := startR3(t, "stater3")
+	cl := r.client
 	const keys, rounds = 60, 2
 	reqs := stateKeysInBatch(t, cl, "r3k", keys, rounds)
 	ctr := newCounter()
-	w, err := NewWorker(conn(), WorkerConfig{
-		Topology: topo.Config, Reducer: ctr, ID: "r3w", StateBatch: 1,
-		Backoff: func(int) time.Duration { return 10 * time.Millisecond },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	w := r.worker(WorkerConfig{Reducer: ctr, ID: "r3w", StateBatch: 1})
 	testwait.Eventually(t, 60*time.Second, "the worker acked every job", func() bool { return w.Stats().Succeeded >= int64(len(reqs)) })
 	ctr.mu.Lock()
 	for _, r := range reqs {
