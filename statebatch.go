@@ -61,7 +61,7 @@ type stateBatches struct {
 // its own (skewed Call 5x slower), and on the three-node bench cluster
 // (R3, three servers on two cores) it was slightly slower too (see
 // jetstream/doc.go, "State writes of several keys in one batch").
-func (w *Worker) stateBatchOn(*Topology) bool { return w.cfg.StateBatch > 0 }
+func (w *Worker) stateBatchOn() bool { return w.cfg.StateBatch > 0 }
 
 // batchWrites turns s's coalescing of writes on (on nc, the worker's
 // connection) or off. It keeps a batcher already running.
@@ -81,7 +81,8 @@ func (s *State) batchWrites(on bool, nc *nats.Conn, bucket string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sb := &stateBatches{nc: nc, bucket: bucket}
-	sb.b, _ = jobbatcher.New(jobbatcher.Config[stateWrite, uint64]{
+	var err error
+	sb.b, err = jobbatcher.New(jobbatcher.Config[stateWrite, uint64]{
 		Send: func(ctx context.Context, _ int, ws []stateWrite) []jobbatcher.Outcome[uint64] {
 			return s.sendWrites(ctx, sb, ws)
 		},
@@ -89,6 +90,9 @@ func (s *State) batchWrites(on bool, nc *nats.Conn, bucket string) {
 		MaxCount: stateBatchMaxWrites,
 		MaxBytes: stateBatchMaxBytes,
 	})
+	if err != nil {
+		return // a Config it cannot run: each write alone, as with StateBatch off
+	}
 	s.batched = sb
 }
 
@@ -114,12 +118,12 @@ func (s *State) put(ctx context.Context, kv jetstream.KeyValue, p int, k string,
 	if sb == nil || p < 0 || time.Now().UnixNano() < sb.offTill.Load() {
 		return casPut(ctx, kv, k, rev, value)
 	}
-	rev, err := sb.b.Do(ctx, p, stateWrite{k: k, rev: rev, value: value})
+	next, err := sb.b.Do(ctx, p, stateWrite{k: k, rev: rev, value: value})
 	if errors.Is(err, jobbatcher.ErrClosed) {
 		// Closed under us (the worker stops): this write was never sent.
 		return casPut(ctx, kv, k, rev, value)
 	}
-	return rev, err
+	return next, err
 }
 
 // sendWrites stores ws: alone when one, else as one atomic batch; a

@@ -169,7 +169,7 @@ func TestStateBatchDefaults(t *testing.T) {
 		on                bool
 	}{{0, 1, false}, {0, 3, false}, {-1, 3, false}, {1, 1, true}, {1, 3, true}} {
 		w := &Worker{cfg: WorkerConfig{StateBatch: c.setting}}
-		if got := w.stateBatchOn(&Topology{Replicas: c.replicas}); got != c.on {
+		if got := w.stateBatchOn(); got != c.on {
 			t.Errorf("StateBatch %d, replicas %d: on = %v, want %v", c.setting, c.replicas, got, c.on)
 		}
 	}
@@ -202,5 +202,34 @@ func TestStateWritesBatchedOnACluster(t *testing.T) {
 	// happen on a loaded machine; a refusal in kind would leave no batch.
 	if sb.sent.Load() == 0 {
 		t.Fatalf("R3: no state batch stored (%d refused)", sb.refused.Load())
+	}
+}
+
+// TestStateWriteWhenBatchesCloseUnderIt: a write whose partition's
+// batcher closed under it (the worker stopping) is sent alone, over the
+// revision it was given. Before, the batcher's zero answer replaced that
+// revision, and the write went as a create of an existing key: a false
+// conflict.
+func TestStateWriteWhenBatchesCloseUnderIt(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	kv, err := e.js.KeyValue(ctx(t), e.topo.Names.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, err := kv.Create(ctx(t), "k1", []byte("v0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.topo.NewState()
+	s.batchWrites(true, e.nc, e.topo.Names.State())
+	if err := s.batched.b.Close(ctx(t)); err != nil { // closed, still in place: as between put's read of it and Do
+		t.Fatal(err)
+	}
+	next, err := s.put(ctx(t), kv, 0, "k1", rev, []byte("v1"))
+	if err != nil {
+		t.Fatalf("write over revision %d: %v", rev, err)
+	}
+	if got, err := kv.Get(ctx(t), "k1"); err != nil || got.Revision() != next || string(got.Value()) != "v1" {
+		t.Fatalf("stored %v (%v), reported revision %d", got, err, next)
 	}
 }

@@ -96,14 +96,14 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	w.topo = topo
 	w.state.bind(topo)
-	if w.stateBatchOn(topo) {
+	if w.stateBatchOn() {
 		// Only a worker that turns state batches on asks for the flag
 		// (an R3 stream update): Setup leaves the state bucket as it was.
 		if err := allowAtomicPublish(ctx, w.js, "KV_"+topo.Names.State()); err != nil {
 			w.log.Warn("state bucket: atomic batches not allowed; state writes go one by one when refused", "err", err)
 		}
 	}
-	w.state.batchWrites(w.stateBatchOn(topo), w.nc, topo.Names.State())
+	w.state.batchWrites(w.stateBatchOn(), w.nc, topo.Names.State())
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {
 		return err
@@ -204,7 +204,7 @@ func (w *Worker) reloadTopology(meta Meta) {
 			}
 			w.topo = topo
 			w.state.bind(topo)
-			w.state.batchWrites(w.stateBatchOn(topo), w.nc, topo.Names.State())
+			w.state.batchWrites(w.stateBatchOn(), w.nc, topo.Names.State())
 			bctx, bcancel := context.WithTimeout(context.Background(), 3*w.cfg.Topology.LeaseTTL)
 			w.bal, err = startBalancer(bctx, w)
 			bcancel()
