@@ -3,6 +3,7 @@ package keylane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -115,25 +116,48 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 			return nil
 		}
 		slices.SortFunc(outs, func(x, y wire.BatchOutcome) int { return x.Index - y.Index })
+		results := "$KV." + o.w.topo.Names.Results() + "."
 		v, err := wire.EncodeBatchOutcomes(b.id, outs)
-		if err != nil {
-			o.log.Error("batch outcomes do not encode; the batch stays unacked", "batch", b.id, "err", err)
-			return err
+		if err == nil && len(v) > int(o.w.nc.MaxPayload())-1024 {
+			err = fmt.Errorf("entry of %d bytes, over max_payload %d less headers", len(v), o.w.nc.MaxPayload())
 		}
-		subject := "$KV." + o.w.topo.Names.Results() + "." + wire.BatchOutcomesKey(b.id)
+		// A permanent refusal is never retried (it would hold the batch
+		// unacked for good, redelivered and refused again): the outcomes
+		// are kept one entry per job ID instead, where the client's
+		// recovery and a look-up by ID find them too.
+		byID := func(why error) []kvPut {
+			o.log.Warn("batch outcomes cannot be one entry; kept by job ID", "batch", b.id, "jobs", len(outs), "err", why)
+			puts := make([]kvPut, len(outs))
+			for i, out := range outs {
+				puts[i] = kvPut{results + out.ID, out.Value}
+			}
+			return puts
+		}
+		perID := err != nil
+		puts := []kvPut{{results + wire.BatchOutcomesKey(b.id), v}}
+		if perID {
+			puts = byID(err)
+		}
 		for try := 1; ; try++ {
 			if !o.l.Trusted() {
 				return errTenureEnded
 			}
-			ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
-			ack, err := o.w.js.Publish(ctx, subject, v)
-			cancel()
+			err := o.publishPuts(puts)
 			if err == nil {
-				o.noteKept(subject, ack.Sequence)
 				if !o.l.Trusted() {
 					return errTenureEnded
 				}
 				return nil
+			}
+			if refusedForGood(err) {
+				if perID {
+					// An outcome alone over the limit: say so; the batch
+					// stays unacked rather than acked without its outcomes.
+					o.log.Error("batch outcomes refused for good, one by one too; the batch stays unacked", "batch", b.id, "err", err)
+					return err
+				}
+				perID, puts = true, byID(err)
+				continue
 			}
 			o.log.Warn("store batch outcomes; trying again", "batch", b.id, "jobs", len(outs), "try", try, "err", err)
 			timer := time.NewTimer(o.w.cfg.Backoff(try))

@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/wire"
 )
@@ -296,5 +298,58 @@ func TestRetriedBatchedCallIsAnsweredFromItsBatchEntry(t *testing.T) {
 	}
 	if s := e.stateOf("seat:a"); s != want {
 		t.Fatalf("state %q after the retry, want %q", s, want)
+	}
+}
+
+// bigResults is a Reducer that counts and answers each job with a result
+// of size bytes.
+type bigResults struct{ size int }
+
+func (b bigResults) Reduce(_ context.Context, _ Job, cur []byte) ([]byte, []byte, error) {
+	n, _ := strconv.Atoi(string(cur))
+	return []byte(strconv.Itoa(n + 1)), bytes.Repeat([]byte("r"), b.size), nil
+}
+
+// TestBatchEntryOverMaxPayloadIsKeptByID: a batch of Calls whose outcomes
+// together pass the server's max_payload (64 KiB here) cannot be one
+// results entry. Refused for good, it must not be retried: the outcomes
+// are kept one entry per job ID, and the batch is acked. Before, the
+// worker published the entry again with backoff for as long as its lease
+// held, the batch never acked (the jobs stream never emptied).
+func TestBatchEntryOverMaxPayloadIsKeptByID(t *testing.T) {
+	const maxPayload = 64 << 10
+	srv := natstest.StartConfig(t, "max_payload: "+strconv.Itoa(maxPayload)+"\n")
+	e := newEnvOn(t, srv, natstest.Connect(t, srv), TopologyConfig{Partitions: 1})
+	batchWorker(e, "w", bigResults{size: 4 << 10})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const calls = 64
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := c.Call(ctx(t), "seat:big", []byte("x"))
+			if err != nil || len(res) != 4<<10 {
+				t.Errorf("Call: %d bytes, %v", len(res), err)
+			}
+		}()
+	}
+	wg.Wait()
+	testwait.Eventually(t, 20*time.Second, "every batch acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	if n, _, _ := batches.Pending(); n == 0 {
+		t.Fatal("no batch message travelled: the test proved nothing")
+	}
+	if got := e.stateOf("seat:big"); got != strconv.Itoa(calls) {
+		t.Fatalf("state %q, want %d", got, calls)
 	}
 }

@@ -335,6 +335,12 @@ func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 	if sent, err := o.keepBatched(puts); sent || err != nil {
 		return err
 	}
+	return o.publishPuts(puts)
+}
+
+// publishPuts stores puts as asynchronous publishes and waits for every
+// ack (within requestTimeout).
+func (o *owner) publishPuts(puts []kvPut) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(puts))
 	for _, p := range puts {
 		f, err := o.w.js.PublishAsync(p.subject, p.value)
