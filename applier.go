@@ -26,8 +26,9 @@ import (
 //
 // ApplyGroup returns one outcome per job, in g.Jobs' order, or an error:
 //   - an error that errors.Is ErrStaleFence: a newer owner of the
-//     partition has committed; nothing was written, and the worker steps
-//     down at once;
+//     partition has committed; the refused transaction wrote nothing
+//     (earlier transactions of the group may have committed: the record
+//     answers their jobs), and the worker steps down at once;
 //   - any other error: a transaction failed or its commit's fate is
 //     unknown (earlier transactions of the group may have committed).
 //     The worker neither replies nor acks, and applies the group again

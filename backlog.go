@@ -26,7 +26,7 @@ import (
 
 const (
 	batchAheadEvery = time.Second
-	batchAheadReads = 1024
+	batchAheadReads = batchJobsReads
 )
 
 // batchesAhead is an owner's record of its partition's batch messages

@@ -357,8 +357,10 @@ func build(key string, payload []byte, opts []SubmitOpt) Request {
 // not yet finished (a job leaves the stream when its handler finished and
 // it was acked, or it was dead-lettered; a batch message's jobs leave
 // with it). It asks the server for the info of every shard's stream and
-// reads each stored batch message (its Keylane-Batch-Jobs: a batch of 50
-// counts 50), and runs no job.
+// reads each stored batch message, up to 256 a shard (its
+// Keylane-Batch-Jobs: a batch of 50 counts 50; the batch messages after
+// those count one job each, so the figure is then a lower bound), and
+// runs no job.
 func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()

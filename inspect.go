@@ -138,10 +138,13 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 // whole) and counts as one. It reads each such message with a request of
 // its own, and the server sends the body along (there is no headers-only
 // read of a stored message), so its cost grows with the batch messages
-// stored; none costs one request.
+// stored, up to batchJobsReads of them: the ones after those count as
+// one job each (the count is then a lower bound); none costs one
+// request. A backlog of more than batchJobsReads batch messages is one
+// that a poll of its exact size would only load further.
 func batchJobsBeyond(ctx context.Context, s jetstream.Stream, subject string, after, last uint64) (uint64, error) {
 	var extra uint64
-	for seq := after + 1; seq <= last; {
+	for seq, reads := after+1, 0; seq <= last && reads < batchJobsReads; reads++ {
 		m, err := s.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subject))
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			break
@@ -159,6 +162,9 @@ func batchJobsBeyond(ctx context.Context, s jetstream.Stream, subject string, af
 	}
 	return extra, nil
 }
+
+// batchJobsReads bounds the batch messages batchJobsBeyond reads.
+const batchJobsReads = 256
 
 // allBatchesSubject is the subject of every partition's batch messages.
 func allBatchesSubject(namespace string) string {

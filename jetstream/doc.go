@@ -1883,14 +1883,15 @@
 // to the server's message counts each stored batch message's
 // Keylane-Batch-Jobs less one. The server has no headers-only read of a
 // stored message, so each batch message is read whole, by a
-// next-by-subject get of the batch subjects: Client.Backlog reads every
-// stored one, Inspect each partition's undelivered ones (after the
-// consumer's last delivery), both within one requestTimeout (5 s), so a
-// backlog of very many batch messages makes them slower (with none
-// stored, one request a stream or partition more than before). An owner
+// next-by-subject get of the batch subjects: Client.Backlog reads the
+// stored ones, Inspect each partition's undelivered ones (after the
+// consumer's last delivery), at most 256 a stream or partition (the ones
+// after count one job each: a lower bound), within one requestTimeout
+// (5 s) (with none stored, one request a stream or partition more than
+// before). An owner
 // with WorkerConfig.Batches reads its partition's undelivered batch
 // messages beside the fetch loop, each once a tenure, at most once a
-// second and 1024 a read, only while the pending count is above zero
+// second and 256 a read, only while the pending count is above zero
 // (backlog.go): a batch stored since its last read counts one until the
 // next. A message without a valid count (malformed, dead-lettered whole)
 // counts one. Tested by TestBacklogCountsJobsOfBatches (a batch of 50

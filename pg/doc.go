@@ -163,7 +163,7 @@
 // statement), but PostgreSQL keeps the IDs of at most 64 subtransactions
 // that wrote per transaction in shared memory: a transaction of more
 // writing jobs overflows that cache, which slows the snapshots of the
-// server's other sessions while it runs. Applier never lets it
+// server's other sessions while it runs. Applier, with MaxJobs at its default or at most 64, never lets it
 // (MaxJobs, TestApplierCapsJobsPerTransaction); a caller of Apply keeps
 // its groups at 64 jobs or fewer itself.
 //
@@ -203,13 +203,17 @@
 //
 // What bounds keylane → Postgres here is keylane's own path per purchase
 // (publish, fetch, apply, reply, ack: with a syncing server each write
-// waits for its fsync), not the database: on the skewed sale keylane's
-// Call with no database at all (README, Speed) is below PostgreSQL's own
-// UPDATE, which waits on no lock there. Joining a partition's ready keys
+// waits for its fsync), not the database: in the full bench run of
+// 2026-11-26 (docs/bench-2026-11-26.md, its command in its header)
+// keylane's skewed Call with no database, batched, did 13,717 jobs/s,
+// below PostgreSQL's own UPDATE in the same run (34,375), which waits on
+// no lock there. Joining a partition's ready keys
 // into one transaction pays only where PostgreSQL waits on a row lock
-// (the hot SKU). Tried, and not kept because the bench showed no gain
-// beyond its noise: 4 or 1 partitions instead of 16 (more keys per
-// transaction), 256 jobs a transaction instead of 64.
+// (the hot SKU). Tried by the knobs KEYLANE_BENCH_PG_PARTITIONS and
+// KEYLANE_BENCH_PG_MAX_JOBS on a loaded machine, and not kept: 4 or 1
+// partitions instead of 16, 256 jobs a transaction instead of 64 showed
+// no gain beyond the noise (those runs' output was not kept: a claim
+// without its table, to measure again).
 //
 // # Another SQL database
 //

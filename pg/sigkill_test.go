@@ -86,7 +86,9 @@ func TestWorkerSIGKILLedBetweenCommitAndAck(t *testing.T) {
 		b.buy(ctx, c, 16, "kill", sale(40, "k"))
 	}()
 	var committed int64
-	fmt.Sscanf(wait("COMMITTED"), "COMMITTED %d", &committed)
+	if line := wait("COMMITTED"); func() bool { n, err := fmt.Sscanf(line, "COMMITTED %d", &committed); return n != 1 || err != nil }() {
+		t.Fatalf("the child's COMMITTED line %q has no count: the check below could not fail", line)
+	}
 	if err := child.Process.Kill(); err != nil { // SIGKILL
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -144,7 +145,9 @@ func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 	// The orders are the database's own record of the sale: one row per
 	// unit sold, none extra.
 	var orders int64
-	if err := p.db.QueryRow(ctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
+	qctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.db.QueryRow(qctx, `SELECT count(*) FROM orders`).Scan(&orders); err != nil {
 		return res, fmt.Errorf("count the orders: %w", err)
 	}
 	res.Lost += max(0, res.Sold-orders)
