@@ -254,8 +254,8 @@ type validationVector struct {
 	Field       string `json:"field"`
 	Value       string `json:"value"`
 	ValueHex    string `json:"value_hex"`
-	HeaderValue string `json:"header_value,omitempty"`
-	ReplyPrefix string `json:"reply_prefix,omitempty"`
+	HeaderValue string `json:"header_value"`
+	ReplyPrefix string `json:"reply_prefix"`
 	Valid       bool   `json:"valid"`
 	Error       string `json:"error"`
 }
