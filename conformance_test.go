@@ -987,9 +987,36 @@ type refusalVector struct {
 	Rules       refusalRules   `json:"rules"`
 	Subject     string         `json:"subject"`
 	Headers     hdrs           `json:"headers"`
+	HeadersHex  hdrs           `json:"headers_hex"`
 	BodyHex     string         `json:"body_hex"`
 	Refusals    []refusalEntry `json:"refusals"`
 	Accepted    []int          `json:"accepted,omitempty"`
+}
+
+// hexHeaders is h with every value in hex: JSON strings cannot carry a
+// value that is not UTF-8.
+func hexHeaders(h hdrs) hdrs {
+	out := hdrs{}
+	for k, vs := range h {
+		for _, v := range vs {
+			out[k] = append(out[k], hx([]byte(v)))
+		}
+	}
+	return out
+}
+
+func unhexHeaders(t *testing.T, h hdrs) hdrs {
+	out := hdrs{}
+	for k, vs := range h {
+		for _, v := range vs {
+			b, err := hex.DecodeString(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[k] = append(out[k], string(b))
+		}
+	}
+	return out
 }
 
 // errorPrefix is the stable beginning of a refusal's text: up to its
@@ -1202,5 +1229,148 @@ func (g *conformanceGen) refusals() any {
 		jobs[0].Type = " reserve"
 		batch("batch-job-refused-tells-its-caller", bsubj, bhdrs(nil), encode(jobs))
 	}
+	for i := range out {
+		out[i].HeadersHex = hexHeaders(out[i].Headers)
+	}
 	return map[string]any{"protocol": protocolVersion, "error_kind": "dead", "vectors": out}
+}
+
+// TestConformanceVectorsRead reads the files as another client would (by
+// their JSON fields, bytes from hex) and checks each against the code in
+// the reading direction: the key's hash, token and partitions, the worker's
+// reading of each job, batch and refused message, and the decoding of each
+// kept outcome and reply.
+func TestConformanceVectorsRead(t *testing.T) {
+	read := func(name string, v any) {
+		b, err := os.ReadFile(filepath.Join(conformanceDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	unhex := func(s string) []byte {
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var keys struct{ Vectors []keyVector }
+	read("keys.json", &keys)
+	for _, v := range keys.Vectors {
+		key := string(unhex(v.KeyHex))
+		if partition.KeyToken(key) != v.Token || fmt.Sprintf("%016x", xxhash.Sum64String(key)) != v.XXHash64Hex {
+			t.Errorf("keys.json %s: token %s, the code's %s", v.Name, v.Token, partition.KeyToken(key))
+		}
+		for _, p := range v.Partitions {
+			if got := partition.Of(key, p.Count); got != p.Partition {
+				t.Errorf("keys.json %s: partition %d of %d, the code's %d", v.Name, p.Partition, p.Count, got)
+			}
+		}
+	}
+	var jobs struct{ Vectors []jobVector }
+	read("jobs.json", &jobs)
+	for _, v := range jobs.Vectors {
+		r := wire.Rules{Namespace: v.Namespace, Partition: v.Parsed.Partition, Partitions: v.Partitions, ReplyPrefix: v.ReplyPrefix}
+		j, err := r.Parse(v.Message.Subject, v.Message.Headers)
+		got := parsedJob{ID: j.ID, Key: j.Key, Type: j.Type, Reply: j.Reply, Idempotent: j.Idempotent, KeepOutcome: j.KeepOutcome, Partition: partition.Of(j.Key, v.Partitions)}
+		if err != nil || got != v.Parsed || v.Message.Subject != partition.Subject(v.Namespace, got.Partition, v.Input.Key) {
+			t.Errorf("jobs.json %s: the worker reads %+v (%v), the file says %+v", v.Name, got, err, v.Parsed)
+		}
+	}
+	var batches struct{ Vectors []batchVector }
+	read("batches.json", &batches)
+	for _, v := range batches.Vectors {
+		r := wire.Rules{Namespace: v.Namespace, Partition: v.Partition, Partitions: v.Partitions, ReplyPrefix: v.ReplyPrefix}
+		es, err := r.ParseBatch(v.Message.Subject, v.Message.Headers, unhex(v.Message.BodyHex))
+		if err != nil || len(es) != len(v.Jobs) {
+			t.Errorf("batches.json %s: %d jobs read, %v", v.Name, len(es), err)
+			continue
+		}
+		for i, e := range es {
+			want := v.Jobs[i]
+			h := hdrs(e.Header)
+			if h == nil {
+				h = hdrs{}
+			}
+			if e.Err != nil || e.Job.Key != want.Key || e.Job.ID != want.ID || e.Job.Type != want.Type || e.Job.Reply != want.Reply ||
+				e.Job.KeepOutcome != want.KeepOutcome || e.Job.Idempotent != want.Idempotent || !reflect.DeepEqual(h, want.Headers) || hx(e.Payload) != want.PayloadHex {
+				t.Errorf("batches.json %s job %d: the worker reads %+v %v (%v), the file says %+v", v.Name, i, e.Job, e.Header, e.Err, want)
+			}
+		}
+	}
+	var refusals struct{ Vectors []refusalVector }
+	read("refusals.json", &refusals)
+	for _, v := range refusals.Vectors {
+		r := wire.Rules{Namespace: v.Rules.Namespace, Partition: v.Rules.Partition, Partitions: v.Rules.Partitions, ReplyPrefix: v.Rules.ReplyPrefix,
+			Delays: v.Rules.Delays, DelaysStream: v.Rules.DelaysStream}
+		var got []refusalEntry
+		v.Headers = unhexHeaders(t, v.HeadersHex)
+		switch v.MessageKind {
+		case "job":
+			j, err := r.Parse(v.Subject, v.Headers)
+			if err != nil {
+				got = append(got, newRefusal(-1, err, j.Reply))
+			}
+		case "delayed":
+			at, perr := time.Parse(time.RFC3339Nano, v.Rules.StoredAt)
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			d, err := r.ParseDelayed(v.Subject, v.Headers, at)
+			if err != nil {
+				got = append(got, newRefusal(-1, err, d.Reply))
+			}
+		case "batch":
+			es, err := r.ParseBatch(v.Subject, v.Headers, unhex(v.BodyHex))
+			if err != nil {
+				got = append(got, newRefusal(-1, err, ""))
+			}
+			for i, e := range es {
+				if e.Err != nil {
+					got = append(got, newRefusal(i, e.Err, e.Job.Reply))
+				}
+			}
+		default:
+			t.Errorf("refusals.json %s: message kind %q", v.Name, v.MessageKind)
+		}
+		if !reflect.DeepEqual(got, v.Refusals) {
+			t.Errorf("refusals.json %s: the worker refuses with %+v, the file says %+v", v.Name, got, v.Refusals)
+		}
+	}
+	var outcomes struct{ Kept []keptVector }
+	read("outcomes.json", &outcomes)
+	for _, v := range outcomes.Kept {
+		res, err, ok := decodeResult(unhex(v.ValueHex))
+		kind, text := outcomeKind(err)
+		if !ok || kind != v.Kind || text != v.Error || hx(res) != v.ResultHex {
+			t.Errorf("outcomes.json %s: decodes to %s %q %x, the file says %s %q %s", v.Name, kind, text, res, v.Kind, v.Error, v.ResultHex)
+		}
+	}
+	var replies struct {
+		Single  []singleReplyVector
+		Grouped []groupedVector
+	}
+	read("replies.json", &replies)
+	for _, v := range replies.Single {
+		m := &nats.Msg{Header: nats.Header(v.Headers), Data: unhex(v.DataHex)}
+		if got := decodeReplyVector(m); got != v.Decoded {
+			t.Errorf("replies.json %s: decodes to %+v, the file says %+v", v.Name, got, v.Decoded)
+		}
+	}
+	for _, v := range replies.Grouped {
+		outs, err := DecodeGroupedReply(unhex(v.BodyHex))
+		if (err == nil) != v.Valid || len(outs) != len(v.Entries) {
+			t.Errorf("replies.json %s: valid %v with %d entries, the file says %v with %d", v.Name, err == nil, len(outs), v.Valid, len(v.Entries))
+			continue
+		}
+		for i, o := range outs {
+			kind, text := outcomeKind(o.Err)
+			if e := v.Entries[i]; o.Token != e.Token || kind != e.Kind || text != e.Error || hx(o.Result) != e.ResultHex {
+				t.Errorf("replies.json %s entry %d: %s %s %q, the file says %+v", v.Name, i, o.Token, kind, text, e)
+			}
+		}
+	}
 }
