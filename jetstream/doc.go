@@ -1155,6 +1155,20 @@
 // the fuzz tests of every decoder (wire's FuzzParse and FuzzValidate*, the
 // client's FuzzDecode*), whose seeds run with go test.
 //
+// For clients in other languages the door, the subjects, the hash and
+// every message format are written down as keylane wire protocol v1 in
+// PROTOCOL.md at the repository root, with conformance vectors in
+// testdata/conformance (keys, field rules, encoded jobs and batches, kept
+// outcomes, replies, and one malformed message per refusal above with its
+// exact Keylane-Error). TestConformanceVectors makes every vector with the
+// code (the client's message builder on a real server, package wire,
+// package partition, the reply and outcome codecs) and fails when a file
+// differs, naming the vector; KEYLANE_UPDATE_VECTORS=1 rewrites them. A
+// reply answered from a kept outcome (a retry by ID) carries the error
+// text with the Go client's "keylane: job failed…" prefix, which the
+// first reply did not: a known bug, TestReplayedFailureReplyCarriesTheKeptText
+// (skipped unless KEYLANE_KNOWN_BUGS=1).
+//
 // # Refusals: permanent or transient
 //
 // Every NATS and JetStream error keylane meets is classified once, in
