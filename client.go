@@ -174,6 +174,9 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	}
 	if meta.Batches && !cfg.NoBatches {
 		if c.wire, err = newWireBatcher(c); err != nil {
+			for _, b := range c.batch {
+				b.close() // started above: their goroutines end with the error
+			}
 			return nil, err
 		}
 	}

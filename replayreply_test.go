@@ -3,7 +3,6 @@ package keylane
 import (
 	"context"
 	"errors"
-	"os"
 	"sync/atomic"
 	"testing"
 )
@@ -13,19 +12,15 @@ import (
 // § 11). Its reply must carry the same Keylane-Error text as the first
 // run's reply, the handler's, not the Go client's rendering of it.
 //
-// It fails on this code: "replayed reply decodes to {Message:keylane: job
+// It failed before: "replayed reply decodes to {Message:keylane: job
 // failed (dead-lettered): no such item …}, the first run's to
 // {Message:no such item …}". replay hands finish the kept outcome as a
-// *RemoteError, and replyMsg writes its Error(), which adds the client's
-// "keylane: job failed (dead-lettered): " prefix (the Go client then shows
-// it twice); a batched job's replay records the same text in its batch
-// entry. The fix is outside package wire (replyMsg and encodeResult should
-// write a *RemoteError's Message, as outcomeMsg does), so it is left to the
-// coordinator: remove the skip with the fix.
+// *RemoteError, and replyMsg wrote its Error(), which adds the client's
+// "keylane: job failed (dead-lettered): " prefix (the Go client then showed
+// it twice); a batched job's replay recorded the same text in its batch
+// entry. replyMsg and encodeResult now write a *RemoteError's Message
+// (errMessage), as outcomeMsg does.
 func TestReplayedFailureReplyCarriesTheKeptText(t *testing.T) {
-	if os.Getenv("KEYLANE_KNOWN_BUGS") == "" {
-		t.Skip("known bug (see the comment): KEYLANE_KNOWN_BUGS=1 runs it")
-	}
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	var runs atomic.Int32
 	e.waitOwned(e.worker("w1", HandlerFunc(func(context.Context, Job) ([]byte, error) {

@@ -170,7 +170,19 @@ func encodeResult(res []byte, err error, dead bool) []byte {
 	case "permanent":
 		kind = resultPerm
 	}
-	return append([]byte{kind}, err.Error()...)
+	return append([]byte{kind}, errMessage(err)...)
+}
+
+// errMessage is the text a reply or a kept outcome carries for err: a
+// *RemoteError (an outcome kept earlier, answered again) carries its
+// Message, the text its first reply had, not Error(), which prefixes its
+// kind ("keylane: job failed (dead-lettered): ") and would grow a prefix
+// at every replay.
+func errMessage(err error) string {
+	if re, ok := err.(*RemoteError); ok {
+		return re.Message
+	}
+	return err.Error()
 }
 
 func decodeResult(b []byte) ([]byte, error, bool) {
@@ -191,7 +203,7 @@ func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
 	m := &nats.Msg{Subject: subject, Data: res}
 	if herr != nil {
 		m.Header = nats.Header{}
-		m.Header.Set(HeaderError, errorText(herr.Error()))
+		m.Header.Set(HeaderError, errorText(errMessage(herr)))
 		m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
 	}
 	return m

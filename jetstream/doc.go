@@ -1164,10 +1164,10 @@
 // code (the client's message builder on a real server, package wire,
 // package partition, the reply and outcome codecs) and fails when a file
 // differs, naming the vector; KEYLANE_UPDATE_VECTORS=1 rewrites them. A
-// reply answered from a kept outcome (a retry by ID) carries the error
-// text with the Go client's "keylane: job failed…" prefix, which the
-// first reply did not: a known bug, TestReplayedFailureReplyCarriesTheKeptText
-// (skipped unless KEYLANE_KNOWN_BUGS=1).
+// reply answered from a kept outcome (a retry by ID) carries the same
+// error text as the first reply, not the Go client's rendering of it
+// ("keylane: job failed…"), which it did before:
+// TestReplayedFailureReplyCarriesTheKeptText.
 //
 // # Refusals: permanent or transient
 //
