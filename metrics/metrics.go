@@ -71,6 +71,7 @@ func New(w *keylane.Worker) *Collector {
 			c("jobs_gap_total", "Jobs refused because a later job of their key had been applied (dead-lettered, never answered as a success).", func(s keylane.Stats) int64 { return s.Gaps }),
 			c("dead_letter_errors_total", "Failed dead-letter writes (the job stays in its lane until one succeeds).", func(s keylane.Stats) int64 { return s.DeadLetterErrors }),
 			c("jobs_handed_back_total", "Jobs a retrying key handed back to the server.", func(s keylane.Stats) int64 { return s.HandedBack }),
+			c("lease_renew_failures_total", "Lease renew attempts that failed (timeout, conflict, disconnect), partition and member leases.", func(s keylane.Stats) int64 { return s.RenewFailures }),
 			c("owners_stuck_total", "Owners whose handlers kept running after their lease was lost.", func(s keylane.Stats) int64 { return s.Stuck }),
 		},
 		owned: prometheus.NewDesc("keylane_partitions_owned", "Partitions this worker owns now.", nil, labels),
