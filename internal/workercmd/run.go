@@ -129,6 +129,9 @@ func startError(c Config, err error) error {
 func connHandlers(log *slog.Logger) []nats.Option {
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // closed on purpose (a stop): the closed handler says so
+			}
 			if err != nil {
 				log.Warn("NATS disconnected; reconnecting", "err", err)
 				return
