@@ -31,9 +31,8 @@ const namespaceWait = 5 * time.Second
 // It reads the server at scrape time, at most once every 10 seconds
 // (scrapes in between reuse the last read), each read bounded to 5
 // seconds: the dead-letter stream's info, each jobs stream shard's info,
-// each partition's lease, and the consumer of each partition without an
-// owner: 2 + shards + partitions + unowned partitions requests, whatever
-// the backlog. A read that fails (NATS unreachable, the namespace not
+// the lease bucket, and each partition's lease and consumer: 2 + shards +
+// 2 × partitions requests, whatever the backlog. A read that fails (NATS unreachable, the namespace not
 // set up) leaves the series out of the scrape until one succeeds; the
 // worker's keylane_nats_connected says why. It is safe for concurrent
 // use.
