@@ -13,14 +13,22 @@
 //	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Observer: cm.Observer()})
 //
 // New's Collector reads Worker.Stats and Worker.Tenures at scrape time (it
-// asks the NATS server nothing) and adds nothing to the job path. The
-// histograms of NewWorker and NewClient are fed by the observers, which
-// allocate nothing per job; a worker or client without an observer
+// asks the NATS server nothing) and adds nothing to the job path.
+// NewNamespace's reports what no single owner knows (the dead letters
+// waiting, the partitions without an owner and their backlog) from a
+// bounded read of the server at most every 10 seconds; Connected and
+// BuildInfo report the connection's state and the build:
+//
+//	reg.MustRegister(metrics.NewNamespace(js, "keylane"), metrics.Connected(nc, w.ID()), metrics.BuildInfo())
+//
+// The histograms of NewWorker and NewClient are fed by the observers,
+// which allocate nothing per job; a worker or client without an observer
 // measures nothing and reads no clock for it.
 //
 // The metric names, and a Grafana dashboard that uses them
 // (docs/grafana/keylane.json), are listed in the README under
-// "Operating keylane".
+// "Operating keylane"; the gauges to page on, and alert rules for them
+// (docs/alerts.yml), in docs/oncall.md.
 package metrics
 
 import (

@@ -78,6 +78,10 @@ func (n *Namespace) Describe(ch chan<- *prometheus.Desc) {
 func (n *Namespace) Collect(ch chan<- prometheus.Metric) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if !n.js.Conn().IsConnected() {
+		n.read = time.Time{} // nothing to read from: no series, and no wait
+		return
+	}
 	if n.read.IsZero() || time.Since(n.read) >= n.every {
 		ctx, cancel := context.WithTimeout(context.Background(), namespaceWait)
 		c, err := readNamespace(ctx, n.js, n.namespace)
