@@ -129,7 +129,7 @@ func (o *owner) deadLetter(msg deadSource, job Job, why error, attempts int) boo
 		}
 	}
 	o.w.stats.dead.Add(1)
-	o.log.Warn("job dead-lettered", "job_id", job.ID, "attempts", attempts, "err", why)
+	o.log.Warn("job dead-lettered", "job_id", job.ID, "seq", job.Seq, "attempts", attempts, "err", why)
 	return true
 }
 

@@ -305,7 +305,7 @@ func (o *owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) 
 // one-job message).
 func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
 	o.w.stats.malformed.Add(1)
-	o.log.Warn("malformed message dead-lettered", "seq", seq, "index", index, "err", why)
+	// Logged once, by deadLetter ("job dead-lettered", err "malformed: …").
 	o.refuseAt(msg, seq, index, f, fmt.Errorf("malformed: %w", why))
 }
 

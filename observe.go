@@ -122,12 +122,21 @@ func (o *owner) observeSettled(t *task) {
 	}
 }
 
-// leaseRenewed is the lease watchdog's hook: nil without an observer.
-func (c *WorkerConfig) leaseRenewed() func(time.Duration, error) {
-	if c.Observer == nil {
-		return nil
+// leaseRenewed is the lease watchdog's hook: it counts failed renews
+// (Stats.RenewFailures) and calls the observer's LeaseRenewed, if any.
+func (w *Worker) leaseRenewed() func(time.Duration, error) {
+	var observe func(time.Duration, error)
+	if w.cfg.Observer != nil {
+		observe = w.cfg.Observer.LeaseRenewed
 	}
-	return c.Observer.LeaseRenewed
+	return func(took time.Duration, err error) {
+		if err != nil {
+			w.stats.renewFailures.Add(1)
+		}
+		if observe != nil {
+			observe(took, err)
+		}
+	}
 }
 
 // Tenure is one partition a worker owns now, as Worker.Tenures reports it.

@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -20,8 +21,13 @@ func TestNoObserverCostsNothing(t *testing.T) {
 	if !w.now().IsZero() || !c.now().IsZero() {
 		t.Error("an unobserved worker or client read the clock")
 	}
-	if (&WorkerConfig{}).leaseRenewed() != nil {
-		t.Error("an unobserved worker hooks its leases' renews")
+	// Renews are off the job path: an unobserved worker still counts the
+	// failed ones (keylane_lease_renew_failures_total, by worker).
+	renewed := w.leaseRenewed()
+	renewed(time.Millisecond, nil)
+	renewed(time.Millisecond, errors.New("timeout"))
+	if n := w.Stats().RenewFailures; n != 1 {
+		t.Errorf("an unobserved worker counted %d failed renews, want 1", n)
 	}
 	allocs := testing.AllocsPerRun(1000, func() { measuringSites(w, o, c, run, ts) })
 	if allocs != 0 {

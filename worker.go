@@ -299,7 +299,7 @@ func (w *Worker) Stats() Stats {
 		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
 		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
 		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(), HandedBack: s.handedBack.Load(),
-		Stuck: s.stuck.Load(), ApplierRefusals: s.applierRefusals.Load(),
+		Stuck: s.stuck.Load(), ApplierRefusals: s.applierRefusals.Load(), RenewFailures: s.renewFailures.Load(),
 	}
 }
 
@@ -311,7 +311,7 @@ func (w *Worker) Topology() *Topology {
 }
 
 func (w *Worker) leaseConfig() lease.Config {
-	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger, Renewed: w.cfg.leaseRenewed()}
+	return lease.Config{Holder: w.cfg.ID, TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger, Renewed: w.leaseRenewed()}
 }
 
 // refreshEpoch re-reads the jobs streams' adopted epochs, so a key held

@@ -232,11 +232,15 @@ type Stats struct {
 	// lost; the worker steps aside as the partition's desired owner until
 	// they return.
 	Stuck int64
+	// RenewFailures counts lease renew attempts that failed (timeout,
+	// conflict, disconnect), of partition and member leases: counted with
+	// or without an Observer.
+	RenewFailures int64
 }
 
 type stats struct {
 	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
 	acquired, lost, released, owned                                       atomic.Int64
 	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
-	stuck, applierRefusals                                                atomic.Int64
+	stuck, applierRefusals, renewFailures                                 atomic.Int64
 }

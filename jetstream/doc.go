@@ -205,6 +205,43 @@
 // compare-and-delete. Successors watching the lease bucket acquire at once:
 // a graceful hand-over takes milliseconds and runs no job twice.
 //
+// The worker command stops so on its first SIGINT or SIGTERM, within
+// --drain, and logs no disconnect warning for the connection it closes on
+// purpose (TestRunLogsStop). A second signal while it drains ends the
+// process at once, status 1, after an ERROR line saying so
+// (cmdutil.SignalContext; e2e TestSecondSignalForcesTheExit): nothing is
+// acked or released, so the jobs it held are delivered again to the next
+// owner (which re-creates the consumer), and its leases expire after
+// their TTL, as after a crash. No outcome is lost: an unacked job is
+// redelivered, and one whose outcome was held is answered from it.
+//
+// # What the operator sees
+//
+// A worker's /readyz (on its --metrics address) is 200 only once Start
+// returned (the namespace checked), while its connection is connected
+// and before its stop began; 503 with the reason otherwise: while the
+// server is away, while it drains (TestRunHealthAndReadiness). /healthz
+// is 200 while the process answers.
+//
+// Failed lease renews are counted by the worker whether or not it has an
+// Observer (Stats.RenewFailures, keylane_lease_renew_failures_total{worker}).
+// An owner reports its own partitions' backlog; a partition nobody owns
+// is reported by every worker's metrics.Namespace collector, with the
+// dead letters waiting (keylane_unowned_partitions,
+// keylane_unowned_backlog_jobs, keylane_dead_letters, labelled by
+// namespace, the same value from every worker: aggregate with max). It
+// reads the server at most every 10 s, bounded to 5 s and to 2 + shards
+// + 2 x partitions requests. A partition that had an owner keeps its
+// consumer (owners re-create it, none deletes it), whose pending and
+// unacked counts are its backlog; one that never had an owner has no
+// consumer, and its jobs are what its shard stores beyond the consumers'
+// counts (read a moment apart: a count, not a ledger). A read that fails
+// (NATS away, no namespace yet) leaves those series out of the scrape and
+// the scrape succeeds, keylane_nats_connected{worker} 0 saying why
+// (TestNATSConnectedGauge, TestUnownedPartitionsAndTheirBacklog,
+// TestDeadLettersGauge). docs/oncall.md lists the alert rules
+// (docs/alerts.yml) and what to do for each.
+//
 // # No gaps: a job counts as applied only if its outcome is held
 //
 // Earlier versions took "sequence ≤ the key's stored sequence" to mean
@@ -1262,7 +1299,11 @@
 // would lose it silently). A malformed message (# The door) is
 // dead-lettered on its partition's fetch loop, having no lane: while the
 // dead-letter stream takes nothing, it holds the partition's fetching, as
-// a failing job holds its key. Tested by TestDeadLetterTooLargeStillFits,
+// a failing job holds its key. Each dead letter stored is logged once, at
+// WARN ("job dead-lettered", with its job ID, sequence, attempts and
+// error: "malformed: …" for a message that was no valid job; a malformed
+// message was logged twice before, TestMalformedMessageIsLoggedOnce).
+// Tested by TestDeadLetterTooLargeStillFits,
 // TestDeadLetterUnwritableHoldsTheLane,
 // TestDeadLetterRefusedForGoodIsStoredBare and
 // TestDeadLetterStreamRefusingBareDeadLettersHoldsTheLane.

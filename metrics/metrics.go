@@ -13,14 +13,22 @@
 //	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Observer: cm.Observer()})
 //
 // New's Collector reads Worker.Stats and Worker.Tenures at scrape time (it
-// asks the NATS server nothing) and adds nothing to the job path. The
-// histograms of NewWorker and NewClient are fed by the observers, which
-// allocate nothing per job; a worker or client without an observer
+// asks the NATS server nothing) and adds nothing to the job path.
+// NewNamespace's reports what no single owner knows (the dead letters
+// waiting, the partitions without an owner and their backlog) from a
+// bounded read of the server at most every 10 seconds; Connected and
+// BuildInfo report the connection's state and the build:
+//
+//	reg.MustRegister(metrics.NewNamespace(js, "keylane"), metrics.Connected(nc, w.ID()), metrics.BuildInfo())
+//
+// The histograms of NewWorker and NewClient are fed by the observers,
+// which allocate nothing per job; a worker or client without an observer
 // measures nothing and reads no clock for it.
 //
 // The metric names, and a Grafana dashboard that uses them
 // (docs/grafana/keylane.json), are listed in the README under
-// "Operating keylane".
+// "Operating keylane"; the gauges to page on, and alert rules for them
+// (docs/alerts.yml), in docs/oncall.md.
 package metrics
 
 import (
@@ -71,6 +79,7 @@ func New(w *keylane.Worker) *Collector {
 			c("jobs_gap_total", "Jobs refused because a later job of their key had been applied (dead-lettered, never answered as a success).", func(s keylane.Stats) int64 { return s.Gaps }),
 			c("dead_letter_errors_total", "Failed dead-letter writes (the job stays in its lane until one succeeds).", func(s keylane.Stats) int64 { return s.DeadLetterErrors }),
 			c("jobs_handed_back_total", "Jobs a retrying key handed back to the server.", func(s keylane.Stats) int64 { return s.HandedBack }),
+			c("lease_renew_failures_total", "Lease renew attempts that failed (timeout, conflict, disconnect), partition and member leases.", func(s keylane.Stats) int64 { return s.RenewFailures }),
 			c("owners_stuck_total", "Owners whose handlers kept running after their lease was lost.", func(s keylane.Stats) int64 { return s.Stuck }),
 		},
 		owned: prometheus.NewDesc("keylane_partitions_owned", "Partitions this worker owns now.", nil, labels),

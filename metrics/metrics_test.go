@@ -57,7 +57,7 @@ keylane_partitions_owned{worker="m1"} 2
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "keylane_jobs_succeeded_total", "keylane_partitions_owned"); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := testutil.GatherAndCount(reg); err != nil || n != 23 {
-		t.Fatalf("gathered %d metrics, %v; want 23 (16 counters, partitions owned, 3 gauges for each of 2 partitions)", n, err)
+	if n, err := testutil.GatherAndCount(reg); err != nil || n != 24 {
+		t.Fatalf("gathered %d metrics, %v; want 24 (17 counters, partitions owned, 3 gauges for each of 2 partitions)", n, err)
 	}
 }

@@ -130,7 +130,9 @@ func start(t *testing.T, cfg keylane.WorkerConfig, beforeWorker func(*keylane.Cl
 		defer cancel()
 		_ = d.w.Stop(sctx)
 	})
-	d.reg.MustRegister(wm, cm, New(d.w))
+	ns := NewNamespace(js, cfg.Topology.Namespace)
+	ns.every = 0 // read at every scrape
+	d.reg.MustRegister(wm, cm, New(d.w), ns, Connected(nc, cfg.ID), BuildInfo())
 	return d
 }
 

@@ -31,7 +31,6 @@ var groupBuckets = prometheus.ExponentialBuckets(1, 2, 9)
 // prometheus.WrapRegistererWith to add one.
 type Worker struct {
 	queueWait, run, group, latency, renew prometheus.Histogram
-	renewFailures                         prometheus.Counter
 }
 
 // NewWorker returns a worker's histograms, empty.
@@ -45,9 +44,6 @@ func NewWorker() *Worker {
 		group:     h("group_jobs", "Jobs settled by one reducer group commit.", groupBuckets),
 		latency:   h("job_end_to_end_seconds", "Time from the jobs stream storing a job to this worker acking its outcome (a success or a dead letter).", latencyBuckets),
 		renew:     h("lease_renew_seconds", "Round trip of one lease renew attempt (partition and member leases), failed ones included.", latencyBuckets),
-		renewFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "keylane_lease_renew_failures_total", Help: "Lease renew attempts that failed (timeout, conflict, disconnect).",
-		}),
 	}
 	return m
 }
@@ -55,16 +51,11 @@ func NewWorker() *Worker {
 // Observer returns the hooks to set as keylane.WorkerConfig.Observer.
 func (m *Worker) Observer() *keylane.WorkerObserver {
 	return &keylane.WorkerObserver{
-		QueueWait: func(_ int, d time.Duration) { m.queueWait.Observe(d.Seconds()) },
-		Run:       func(_ int, d time.Duration) { m.run.Observe(d.Seconds()) },
-		Group:     func(_, jobs int) { m.group.Observe(float64(jobs)) },
-		Settled:   func(_ int, d time.Duration) { m.latency.Observe(d.Seconds()) },
-		LeaseRenewed: func(d time.Duration, err error) {
-			m.renew.Observe(d.Seconds())
-			if err != nil {
-				m.renewFailures.Inc()
-			}
-		},
+		QueueWait:    func(_ int, d time.Duration) { m.queueWait.Observe(d.Seconds()) },
+		Run:          func(_ int, d time.Duration) { m.run.Observe(d.Seconds()) },
+		Group:        func(_, jobs int) { m.group.Observe(float64(jobs)) },
+		Settled:      func(_ int, d time.Duration) { m.latency.Observe(d.Seconds()) },
+		LeaseRenewed: func(d time.Duration, _ error) { m.renew.Observe(d.Seconds()) },
 	}
 }
 
@@ -83,5 +74,5 @@ func (m *Worker) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (m *Worker) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.queueWait, m.run, m.group, m.latency, m.renew, m.renewFailures}
+	return []prometheus.Collector{m.queueWait, m.run, m.group, m.latency, m.renew}
 }

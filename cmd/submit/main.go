@@ -91,6 +91,7 @@ type common struct {
 	batches    string // auto, on or off
 	workers    int
 	verbose    bool
+	logFormat  string
 	auth       *natsflags.Auth
 	nc         *nats.Conn // once connected to --nats: the server's refusals are read from it
 
@@ -114,15 +115,17 @@ func (c *common) register(fs *flag.FlagSet, embedded bool) {
 	if embedded {
 		fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")
 		fs.BoolVar(&c.verbose, "v", false, "log worker events to stderr")
+		fs.StringVar(&c.logFormat, "log-format", "text", "with -v: "+cmdutil.LogFormats)
 	}
 	c.auth = natsflags.Register(fs)
 }
 
-func (c *common) logger() *slog.Logger {
+// logger is the in-process workers' logger: nil without -v.
+func (c *common) logger() (*slog.Logger, error) {
 	if !c.verbose {
-		return nil
+		return nil, nil
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return cmdutil.NewLogger(os.Stderr, c.logFormat, slog.LevelInfo)
 }
 
 // connect returns a client, starting an in-process deployment when no URL
@@ -151,11 +154,15 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		}
 		return cl, nil, func() { cl.Close(); nc.Close() }, nil
 	}
+	log, err := c.logger()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	local, err := sale.StartLocal(ctx, sale.LocalConfig{
 		Workers:  c.workers,
 		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, MaxKeyBacklog: c.maxBacklog},
 		Hold:     hold,
-		Logger:   c.logger(),
+		Logger:   log,
 		Batches:  c.batches == "on",
 
 		WorkerObserver: c.workerObs,

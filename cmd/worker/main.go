@@ -3,28 +3,25 @@
 // With no NATS URL it starts an embedded nats-server (JetStream, store on
 // disk) on 127.0.0.1:4222 so other workers and clients can join it; with
 // --nats (or NATS_URL) it joins an existing server or cluster. SIGINT or
-// SIGTERM drains gracefully: in-flight jobs finish and leases are released.
+// SIGTERM drains gracefully: in-flight jobs finish and leases are released;
+// a second one exits at once.
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/keylane/keylane/internal/cmdutil"
 	"github.com/keylane/keylane/internal/workercmd"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
+	err := run(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 	}
-	stop()
 	os.Exit(exitCode(err))
 }
 
@@ -41,7 +38,10 @@ func exitCode(err error) int {
 	return 1
 }
 
-func run(ctx context.Context, args []string) error {
+// run parses args and runs the worker until the first SIGINT or SIGTERM,
+// then drains it; a second signal ends the process at once
+// (cmdutil.SignalContext).
+func run(args []string) error {
 	c, err := workercmd.Parse(flag.NewFlagSet("worker", flag.ContinueOnError), args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -49,5 +49,7 @@ func run(ctx context.Context, args []string) error {
 		}
 		return err
 	}
+	ctx, stop := cmdutil.SignalContext("worker", c.Worker.Logger)
+	defer stop()
 	return workercmd.Run(ctx, c, nil)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -20,7 +19,7 @@ func TestHelpExitsZero(t *testing.T) {
 	os.Stderr = devnull
 	defer func() { os.Stderr = stderr }()
 	for _, arg := range []string{"-h", "--help"} {
-		if err := run(context.Background(), []string{arg}); err != nil {
+		if err := run([]string{arg}); err != nil {
 			t.Errorf("run(%q) = %v; want nil (exit 0)", arg, err)
 		}
 	}
@@ -44,9 +43,10 @@ func TestBadFlagsExitTwo(t *testing.T) {
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 		{[]string{"--drain", "-1s"}, "--drain must be positive"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
+		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
 		{[]string{"--lease-ttl", "soon"}, `invalid value "soon" for flag -lease-ttl`},
 	} {
-		err := run(context.Background(), tc.args)
+		err := run(tc.args)
 		if code := exitCode(err); code != 2 || !strings.Contains(fmt.Sprint(err), tc.says) {
 			t.Errorf("worker %q: exit %d, %v; want exit 2 saying %q", tc.args, code, err, tc.says)
 		}

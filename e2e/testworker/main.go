@@ -12,25 +12,22 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/cmdutil"
 	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/internal/workercmd"
 	"github.com/keylane/keylane/inventory"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string) error {
+func run(args []string) error {
 	fs := flag.NewFlagSet("testworker", flag.ContinueOnError)
 	hold := fs.Duration("hold", 0, "pause inside each job's critical section")
 	crashOn := fs.String("crash-on", "", "exit the process at once when a job's payload is exactly this (a job that kills its worker)")
@@ -64,6 +61,8 @@ func run(ctx context.Context, args []string) error {
 			return os.WriteFile(*statsFile, b, 0o644)
 		}
 	}
+	ctx, stop := cmdutil.SignalContext("worker", c.Worker.Logger)
+	defer stop()
 	return workercmd.Run(ctx, c, stopped)
 }
 

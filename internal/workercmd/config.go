@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/cmdutil"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/nats-io/nats.go"
 )
@@ -98,8 +99,8 @@ func (e *UsageError) Error() string { return e.Err.Error() }
 func (e *UsageError) Unwrap() error { return e.Err }
 
 // Parse registers the worker's flags on fs, next to any fs already has,
-// parses args and returns the Config, with a text logger to stderr at the
-// level asked for. A refused command line is a *UsageError; -h is
+// parses args and returns the Config, with a logger to stderr in the
+// format (text or json) and at the level asked for. A refused command line is a *UsageError; -h is
 // flag.ErrHelp, as fs.Parse returns it.
 func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 	c, err := parse(fs, args)
@@ -111,7 +112,7 @@ func Parse(fs *flag.FlagSet, args []string) (Config, error) {
 
 func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	var c Config
-	var logLevel string
+	var logLevel, logFormat string
 	fs.StringVar(&c.URL, "nats", os.Getenv("NATS_URL"), "NATS URL(s), comma-separated; empty starts an embedded server (env NATS_URL)")
 	fs.StringVar(&c.Listen, "listen", env("KEYLANE_LISTEN", "127.0.0.1:4222"), "embedded server address (env KEYLANE_LISTEN)")
 	fs.StringVar(&c.Data, "data", env("KEYLANE_DATA", "keylane-data"), "embedded server store directory (env KEYLANE_DATA)")
@@ -138,6 +139,7 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics and a status page at http://ADDR/ (JSON: /status.json), e.g. 127.0.0.1:9464; it shows keys, job IDs and errors, so keep it on a loopback or private address (env KEYLANE_METRICS)")
 	auth := natsflags.Register(fs)
 	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error; debug adds a line per job event: received, ran, committed, acked (env KEYLANE_LOG_LEVEL)")
+	fs.StringVar(&logFormat, "log-format", env("KEYLANE_LOG_FORMAT", "text"), cmdutil.LogFormats+" (env KEYLANE_LOG_FORMAT)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -186,7 +188,11 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 		return c, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
 	}
-	c.Worker.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log, err := cmdutil.NewLogger(os.Stderr, logFormat, level)
+	if err != nil {
+		return c, err
+	}
+	c.Worker.Logger = log
 	if c.Worker.ID == "" {
 		c.Worker.ID = keylane.DefaultWorkerID() // known before a handler that names its worker needs it
 	}

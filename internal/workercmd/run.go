@@ -77,8 +77,9 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 	if err != nil {
 		return err
 	}
+	h := &health{nc: nc, w: w}
 	if c.Metrics != "" {
-		stopMetrics, err := serveMetrics(c.Metrics, nc, w, observed, c.Worker.Topology.Namespace, log)
+		stopMetrics, err := serveMetrics(c.Metrics, nc, w, observed, h, c.Worker.Topology.Namespace, log)
 		if err != nil {
 			return err
 		}
@@ -88,7 +89,9 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 	if err != nil {
 		err = startError(c, err)
 	} else {
+		h.started.Store(true)
 		<-ctx.Done()
+		h.draining.Store(true)
 		log.Info("stopping: signal received, draining", slog.Duration("within", c.Drain))
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Drain)
 		err = w.Stop(sctx)
@@ -126,6 +129,9 @@ func startError(c Config, err error) error {
 func connHandlers(log *slog.Logger) []nats.Option {
 	return []nats.Option{
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // closed on purpose (a stop): the closed handler says so
+			}
 			if err != nil {
 				log.Warn("NATS disconnected; reconnecting", "err", err)
 				return
@@ -146,22 +152,26 @@ func connHandlers(log *slog.Logger) []nats.Option {
 }
 
 // serveMetrics serves the worker's Prometheus metrics (its counters and
-// gauges, and the histograms its observer m feeds) on addr, and the
-// namespace's status page at / (JSON at /status.json), until the returned
-// function is called.
-func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Worker, namespace string, log *slog.Logger) (func(), error) {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.New(w), m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+// gauges, the histograms its observer m feeds, the namespace's dead
+// letters and unowned partitions, the connection's state) on addr, h's
+// /healthz and /readyz, and the namespace's status page at / (JSON at
+// /status.json), until the returned function is called.
+func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Worker, h *health, namespace string, log *slog.Logger) (func(), error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.New(w), m, metrics.NewNamespace(js, namespace), metrics.Connected(nc, w.ID()), metrics.BuildInfo(),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	page, err := statuspage.Handler(js, statuspage.Config{Namespace: namespace, Worker: w.ID()})
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", h.healthz)
+	mux.HandleFunc("/readyz", h.readyz)
 	mux.Handle("/", page)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -170,8 +170,16 @@ func TestRunLogsStop(t *testing.T) {
 	case <-time.After(2 * c.Drain):
 		t.Fatal("Run did not return after its context ended")
 	}
-	if out := logs.String(); !strings.Contains(out, `msg="stopping: signal received, draining" within=5s`) {
+	out := logs.String()
+	if !strings.Contains(out, `msg="stopping: signal received, draining" within=5s`) {
 		t.Fatalf("no stop line with the drain bound in:\n%s", out)
+	}
+	// A clean stop closes the connection on purpose: no WARN says it
+	// was lost and is being reconnected.
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") || strings.Contains(l, "reconnecting") {
+			t.Errorf("a clean stop logged: %s", l)
+		}
 	}
 }
 
