@@ -19,8 +19,7 @@
 // measures nothing and reads no clock for it.
 //
 // The metric names, and a Grafana dashboard that uses them
-// (docs/grafana/keylane.json), are listed in the README under
-// "Operating keylane".
+// (docs/grafana/keylane.json), are listed in docs/metrics.md.
 package metrics
 
 import (
