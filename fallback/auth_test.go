@@ -24,8 +24,8 @@ import (
 
 // aclRules is the least-privilege ACL of a fallback user under the default
 // KeyPrefix: its keys and release channels, and only the commands the
-// package and its scripts send. README.md shows the same line; the test
-// checks it does.
+// package and its scripts send. fallback/README.md and docs/fallback.md
+// show the same line; the test checks they do.
 const aclRules = "~keylane:lock:* &keylane:lock:* -@all +evalsha +eval +subscribe +unsubscribe +ping " +
 	"+get +set +del +exists +incr +pexpire +pexpireat +pttl +publish +time " +
 	"+hget +hset +hexists +hincrby +rpush +lpop +lindex +lrem " +
@@ -186,7 +186,7 @@ func TestACLUser(t *testing.T) {
 	user := &redis.Options{Addr: srv.Addr, Username: "keylane", Password: "s3cret"}
 
 	t.Run("README shows the rules", func(t *testing.T) {
-		for _, path := range []string{"README.md", "../README.md"} {
+		for _, path := range []string{"README.md", "../docs/fallback.md"} {
 			readme, err := os.ReadFile(path)
 			if err != nil {
 				t.Fatal(err)
@@ -371,7 +371,7 @@ func TestForgedTokenCannotReleaseOrExtend(t *testing.T) {
 	}
 }
 
-// The README's TLS configuration against a redis-server that speaks TLS
+// The TLS configuration of docs/fallback.md against a redis-server that speaks TLS
 // only, with the ACL user: locks work; a client that does not trust the
 // server's CA, or does not speak TLS, gets an error at once.
 func TestTLS(t *testing.T) {

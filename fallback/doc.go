@@ -129,7 +129,7 @@
 // # A secured Redis
 //
 // The package takes a go-redis client, so TLS and credentials are the
-// client's: redis.Options{Username, Password, TLSConfig}. README.md shows
+// client's: redis.Options{Username, Password, TLSConfig}. docs/fallback.md shows
 // a redis.conf with TLS and a least-privilege ACL user (its keys, its
 // release channels, and the commands the scripts run), tested as written.
 // A refused credential or permission (WRONGPASS, NOAUTH, NOPERM, a command

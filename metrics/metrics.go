@@ -26,9 +26,9 @@
 // measures nothing and reads no clock for it.
 //
 // The metric names, and a Grafana dashboard that uses them
-// (docs/grafana/keylane.json), are listed in the README under
-// "Operating keylane"; the gauges to page on, and alert rules for them
-// (docs/alerts.yml), in docs/oncall.md.
+// (docs/grafana/keylane.json), are listed in docs/metrics.md; the gauges
+// to page on, and alert rules for them (docs/alerts.yml), in
+// docs/oncall.md.
 package metrics
 
 import (

@@ -185,7 +185,7 @@
 //
 // keylane's rows send batch messages and no caller's ID (so the worker
 // keeps no outcome in NATS: the database has it); the bench showed both
-// pay (README, "keylane → Postgres"). On a 2-core VM shared with other
+// pay (docs/speed.md, "keylane → Postgres"). On a 2-core VM shared with other
 // jobs (2026-11-26, load 7 to 15: compare rows of one run only), 64
 // buyers, durable (synchronous_commit=on, and keylane's NATS server
 // syncing every write), jobs/s:
