@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,8 +57,8 @@ func TestBatchesFollowTheNamespace(t *testing.T) {
 	if err := w.Start(ctx(t)); !errors.Is(err, ErrBatchesMismatch) || !strings.Contains(err.Error(), "dead-letter every batch") {
 		t.Fatalf("a worker without Batches on a namespace that says on: %v, want ErrBatchesMismatch", err)
 	}
-	// (plain started before: turning batches on was the operator's
-	// promise that it is gone; TestRunningWorkerWithoutBatchesSaysSo.)
+	// (plain started before: it steps down when batches turn on;
+	// TestRunningWorkerWithoutBatchesStepsDown.)
 	for _, cfg := range []ClientConfig{{}, {Batches: true}} {
 		if c, err := client(cfg); err != nil || c.wire == nil {
 			t.Fatalf("client %+v of a namespace that says on: %v; want it to send batches", cfg, err)
@@ -134,21 +135,60 @@ func TestBatchesMetadataRefusedWhenBad(t *testing.T) {
 	}
 }
 
-// TestRunningWorkerWithoutBatchesSaysSo: batches turned on while a worker
-// without WorkerConfig.Batches runs (the operator's promise broken): the
-// worker says so at ERROR at its next look at the jobs stream.
-func TestRunningWorkerWithoutBatchesSaysSo(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 1})
+// TestRunningWorkerWithoutBatchesStepsDown: batches turned on while a
+// worker without WorkerConfig.Batches runs (the operator's promise
+// broken). The worker must not go on dead-lettering every batch the
+// clients now send, acknowledged jobs all of them: it says so at ERROR,
+// releases its partitions and stops, Err and Run saying
+// ErrBatchesMismatch; a worker with Batches takes the partitions and runs
+// the batches, none dead-lettered.
+func TestRunningWorkerWithoutBatchesStepsDown(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2})
 	var buf syncBuffer
-	e.waitConsumers(e.worker("plain", echo(), func(c *WorkerConfig) {
+	plain := e.worker("plain", echo(), func(c *WorkerConfig) {
 		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError}))
-	}))
+	})
+	e.waitConsumers(plain)
 	if err := SetBatches(ctx(t), e.js, e.ns, true); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, 10*time.Second, "the worker's ERROR", func() bool {
-		return strings.Contains(buf.String(), "dead-letters every batch message")
+	select {
+	case <-plain.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the worker without Batches still runs 30s after batches were turned on (owns %v); it logged: %s", plain.Owned(), buf.String())
+	}
+	if err := plain.Err(); !errors.Is(err, ErrBatchesMismatch) {
+		t.Fatalf("Err of the worker that stepped down: %v, want ErrBatchesMismatch", err)
+	}
+	if !strings.Contains(buf.String(), "stepping down") {
+		t.Fatalf("the worker did not say why it stopped at ERROR: %q", buf.String())
+	}
+	batched := e.worker("batches", echo(), func(c *WorkerConfig) { c.Batches = true })
+	e.waitOwned(batched)
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
+	if err != nil || c.wire == nil {
+		t.Fatalf("a client of the namespace: %v (want it to batch)", err)
+	}
+	defer c.Close()
+	var reqs []Request
+	for i := range 20 {
+		reqs = append(reqs, Request{Key: "seat:" + strconv.Itoa(i%5), Payload: []byte("buy")})
+	}
+	out, err := c.SubmitMany(ctx(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+	}
+	testwait.Eventually(t, 30*time.Second, "every batched job run", func() bool {
+		return batched.Stats().Succeeded >= 20
 	})
+	if n := len(e.deadLetters()); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
 }
 
 // waitConsumers waits until ws own every partition and each partition's

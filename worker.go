@@ -41,6 +41,7 @@ type Worker struct {
 	mu       sync.Mutex
 	started  bool
 	stopped  bool
+	failed   error         // why the worker stopped on its own (Err)
 	done     chan struct{} // closed once Stop has returned
 	doneOnce sync.Once
 
@@ -128,16 +129,16 @@ func (w *Worker) requestReload() {
 // another epoch: a repartition. Owners never consume a stream of another
 // epoch than the worker's topology (resetConsumer checks).
 //
-// It also says, once, at ERROR, when the namespace's batches were turned
-// on (keylane.batches) while this worker runs without
-// WorkerConfig.Batches: it dead-letters every batch the clients started
-// since send. Start refuses such a worker; one already running is the
-// operator's to replace.
+// When the namespace's batches were turned on (keylane.batches) while
+// this worker runs without WorkerConfig.Batches, the worker steps down:
+// it says so at ERROR and stops (stepDown), releasing its partitions to
+// workers that read batches, rather than dead-letter every batch the
+// clients now send, acknowledged jobs all of them. Start refuses such a
+// worker for the same reason.
 func (w *Worker) watchTopology() {
 	defer close(w.watchDone)
 	t := time.NewTicker(w.cfg.Topology.LeaseTTL)
 	defer t.Stop()
-	warned := false
 	for {
 		select {
 		case <-w.watchStop:
@@ -146,14 +147,44 @@ func (w *Worker) watchTopology() {
 		case <-w.reload:
 		}
 		meta, ok := w.replacedBy()
-		if meta.Batches && !w.cfg.Batches && !warned {
-			warned = true
-			w.log.Error("the namespace's batches are on (keylane.batches) and this worker runs without WorkerConfig.Batches (worker --batches): it dead-letters every batch message; restart it with Batches, or turn batches off (keylane batches off)", "namespace", w.cfg.Topology.Namespace)
+		if meta.Batches && !w.cfg.Batches {
+			w.stepDown(fmt.Errorf("%w: namespace %s now says %s on (its clients send batch messages) and this worker runs without WorkerConfig.Batches (worker --batches): restart it with Batches, or turn batches off (keylane batches off)", ErrBatchesMismatch, w.cfg.Topology.Namespace, MetaBatches))
+			return
 		}
 		if ok {
 			w.reloadTopology(meta)
 		}
 	}
+}
+
+// stepDown stops the worker on its own for err, which Err and Run then
+// return: the worker says so at ERROR, and Stop (in the background: the
+// watcher calling it would wait for itself) drains within a lease TTL and
+// releases every partition, so workers that can run them take them at
+// once. The caller, the topology watcher, returns after it.
+func (w *Worker) stepDown(err error) {
+	w.mu.Lock()
+	if w.failed == nil {
+		w.failed = err
+	}
+	w.mu.Unlock()
+	w.log.Error("stepping down: releasing every partition and stopping", "err", err)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Topology.LeaseTTL)
+		defer cancel()
+		if serr := w.Stop(ctx); serr != nil {
+			w.log.Warn("stepping down: stop", "err", serr)
+		}
+	}()
+}
+
+// Err returns why the worker stopped on its own (ErrBatchesMismatch: the
+// namespace's batches turned on under a worker without
+// WorkerConfig.Batches), nil while it runs or when it was stopped.
+func (w *Worker) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.failed
 }
 
 // replacedBy reports the jobs streams' metadata when the epoch of any
@@ -268,12 +299,17 @@ func (w *Worker) State() *State { return w.state }
 func (w *Worker) Done() <-chan struct{} { return w.done }
 
 // Run starts the worker, blocks until ctx ends, then stops it gracefully
-// within drain.
+// within drain. A worker that stops on its own (Err) ends Run with its
+// reason.
 func (w *Worker) Run(ctx context.Context, drain time.Duration) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-w.done:
+		return w.Err()
+	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
 	defer cancel()
 	return w.Stop(sctx)

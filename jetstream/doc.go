@@ -1975,10 +1975,16 @@
 //   - A worker started without Batches on a namespace that says on is
 //     refused at Start (ErrBatchesMismatch, permanent in Setup): it would
 //     dead-letter every batch. One already running when it is turned on
-//     says so once at ERROR at its next look at the jobs stream (every
-//     lease TTL; TestRunningWorkerWithoutBatchesSaysSo), and goes on
-//     dead-lettering batches: turning it on is the operator's promise
-//     that none is left.
+//     steps down at its next look at the jobs stream (every lease TTL):
+//     it says so at ERROR, drains within a lease TTL, releases every
+//     partition to workers that read batches and stops, Worker.Err and
+//     Run (and the worker command's exit) saying ErrBatchesMismatch.
+//     Before, it went on dead-lettering every batch, acknowledged jobs
+//     all of them (TestRunningWorkerWithoutBatchesStepsDown failed: "the
+//     worker without Batches still runs 30s after batches were turned
+//     on"). A batch it fetches between SetBatches and that look (at most
+//     a lease TTL) is still dead-lettered whole, with its reason, and can
+//     be redriven (keylane dead redrive) once a worker reads batches.
 //   - A value other than on or off, or shards that disagree (a
 //     SetBatches that stopped half way), is refused by clients and
 //     workers (ErrBatchesMismatch), never read as off; SetBatches again

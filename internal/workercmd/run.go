@@ -90,12 +90,19 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 		err = startError(c, err)
 	} else {
 		h.started.Store(true)
-		<-ctx.Done()
-		h.draining.Store(true)
-		log.Info("stopping: signal received, draining", slog.Duration("within", c.Drain))
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Drain)
-		err = w.Stop(sctx)
-		cancel()
+		select {
+		case <-ctx.Done():
+			h.draining.Store(true)
+			log.Info("stopping: signal received, draining", slog.Duration("within", c.Drain))
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.Drain)
+			err = w.Stop(sctx)
+			cancel()
+		case <-w.Done():
+			// It stopped on its own (Worker.Err): exit with the reason,
+			// a permanent one, not a restart loop's.
+			h.draining.Store(true)
+			err = startError(c, w.Err())
+		}
 	}
 	if stopped != nil {
 		err = errors.Join(err, stopped(w))
