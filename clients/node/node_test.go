@@ -1,0 +1,377 @@
+// Package nodeclient_test runs the Node.js client's tests (clients/node,
+// node's own test runner) against a real in-process nats-server and real
+// Go workers, and a mixed sale of Node and Go buyers on the same SKUs.
+// Without node and npm on the PATH the tests skip, unless CI is set:
+// then they fail (scripts/test installs both).
+package nodeclient_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/sale"
+	"github.com/nats-io/nats.go"
+)
+
+// needNode returns the paths of node and npm, or skips (fails under CI).
+func needNode(t *testing.T) (node, npm string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err == nil {
+		npm, err = exec.LookPath("npm")
+	}
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI=%s and no node or npm on the PATH: scripts/test installs them (apt-get install nodejs npm): %v", os.Getenv("CI"), err)
+		}
+		t.Skipf("no node or npm on the PATH: %v", err)
+	}
+	return node, npm
+}
+
+var (
+	buildOnce sync.Once
+	buildErr  error
+)
+
+// build installs the package's dependencies when node_modules is missing
+// (npm ci, from package-lock.json) and compiles the TypeScript, once per
+// test process.
+func build(t *testing.T, npm string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		if _, err := os.Stat("node_modules"); errors.Is(err, os.ErrNotExist) {
+			if buildErr = run(t, nil, npm, "ci", "--no-audit", "--no-fund"); buildErr != nil {
+				return
+			}
+		}
+		buildErr = run(t, nil, npm, "run", "build")
+	})
+	if buildErr != nil {
+		t.Fatalf("building the Node client: %v", buildErr)
+	}
+}
+
+// run runs a command in this directory with env added, bounded, and logs
+// its output line by line.
+func run(t *testing.T, env []string, name string, args ...string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	logLines(t, filepath.Base(name), out)
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s %s: %w", name, strings.Join(args, " "), err)
+	}
+	return nil
+}
+
+func logLines(t *testing.T, who string, r io.Reader) {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64*1024), 1024*1024)
+	for s.Scan() {
+		t.Logf("%s: %s", who, s.Text())
+	}
+}
+
+// logWriter logs what is written to it, a line at a time.
+type logWriter struct {
+	t   *testing.T
+	who string
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.t.Logf("%s: %s", w.who, w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// startSale starts an embedded server and two inventory workers (the
+// reducer) on a namespace with batch messages on, and stops them when the
+// test ends.
+func startSale(t *testing.T, ns string) *sale.Local {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	l, err := sale.StartLocal(ctx, sale.LocalConfig{
+		Workers:  2,
+		Batches:  true,
+		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: 4, LeaseTTL: 2 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l.Stop(sctx)
+	})
+	return l
+}
+
+// jsonWorker runs a worker on namespace ns of url whose handler answers
+// {"key": <job key>, "got": <the JSON payload>}, for the JSON helpers.
+func jsonWorker(t *testing.T, url, ns string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	h := keylane.HandlerFunc(func(ctx context.Context, job keylane.Job) ([]byte, error) {
+		var got any
+		if err := json.Unmarshal(job.Payload, &got); err != nil {
+			return nil, keylane.Permanent(err)
+		}
+		return json.Marshal(map[string]any{"key": job.Key, "got": got})
+	})
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
+		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: 2, LeaseTTL: 2 * time.Second},
+		Handler:  h,
+		ID:       "json-worker",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+}
+
+// TestNodeClient runs the Node client's own tests (node --test) against a
+// real server and real Go workers: submit, call, JSON helpers, retries by
+// ID, refusals and bounded timeouts, and the conformance vectors.
+func TestNodeClient(t *testing.T) {
+	node, npm := needNode(t)
+	build(t, npm)
+	l := startSale(t, "nodetest")
+	jsonWorker(t, l.URL, "nodejson")
+	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_BATCHES=on"}
+	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodeAndGoBuyers is the mixed run: Node buyers (scripts/buyers.ts, a
+// node process) and Go buyers (keylane.Client Calls) buy the same SKUs at
+// once, every purchase with its own job ID. One verdict over both: no
+// SKU oversold, each SKU's stock is its start less the purchases
+// answered "sold", and every answered purchase was applied exactly once
+// (each "sold" answer of a SKU names a distinct stock left, and the
+// final stock leaves no room for a purchase applied twice).
+func TestNodeAndGoBuyers(t *testing.T) {
+	node, npm := needNode(t)
+	build(t, npm)
+	l := startSale(t, "mixed")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := l.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	skus := []string{"sku:mixed-1", "sku:mixed-2", "sku:mixed-3"}
+	const start = 40
+	for _, sku := range skus {
+		if _, err := c.Call(ctx, sku, []byte("set "+strconv.Itoa(start))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Demand (2 × 4 × 20 from Node, 4 × 20 from Go: 240) is twice the
+	// stock (120): every SKU sells out, and some buyers are told so.
+	const nodeBuyers, goBuyers, purchases = 8, 4, 20
+
+	type answer struct{ id, sku, result, err string }
+	var mu sync.Mutex
+	var answers []answer
+	add := func(a answer) {
+		mu.Lock()
+		answers = append(answers, a)
+		mu.Unlock()
+	}
+
+	var wg sync.WaitGroup
+	var nodeErr error
+	ready := make(chan io.WriteCloser, 1) // the node process's stdin, once it is connected
+	wg.Go(func() {
+		cmd := exec.CommandContext(ctx, node, "dist/scripts/buyers.js")
+		cmd.Env = append(os.Environ(), "KEYLANE_NATS_URL="+l.URL, "KEYLANE_NAMESPACE=mixed",
+			"SKUS="+strings.Join(skus, ","), "BUYERS="+strconv.Itoa(nodeBuyers),
+			"PURCHASES="+strconv.Itoa(purchases), "PREFIX=node")
+		cmd.Stderr = &logWriter{t: t, who: "buyers.js stderr"}
+		stdin, err := cmd.StdinPipe()
+		var out io.ReadCloser
+		if err == nil {
+			out, err = cmd.StdoutPipe()
+		}
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
+			nodeErr = err
+			close(ready)
+			return
+		}
+		s := bufio.NewScanner(out)
+		announced := false
+		for s.Scan() {
+			var a struct {
+				ID, SKU, Result, Error string
+				Ready                  bool
+			}
+			if err := json.Unmarshal(s.Bytes(), &a); err == nil && a.Ready && !announced {
+				announced = true
+				ready <- stdin
+				continue
+			}
+			if err != nil {
+				t.Errorf("buyers.js printed %q: %v", s.Text(), err)
+				continue
+			}
+			add(answer{a.ID, a.SKU, a.Result, a.Error})
+		}
+		nodeErr = cmd.Wait()
+		if !announced {
+			close(ready)
+		}
+	})
+	// Both sides start together: the node buyers once they read a line,
+	// the Go buyers now.
+	select {
+	case stdin, ok := <-ready:
+		if !ok {
+			wg.Wait()
+			t.Fatalf("node buyers ended before they were ready: %v", nodeErr)
+		}
+		if _, err := io.WriteString(stdin, "go\n"); err != nil {
+			t.Fatal(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("node buyers not ready in time")
+	}
+	for b := range goBuyers {
+		wg.Go(func() {
+			for n := range purchases {
+				sku := skus[(b+n)%len(skus)]
+				id := fmt.Sprintf("go-%d-%d", b, n)
+				a := answer{id: id, sku: sku}
+				for range 5 { // again with the same ID after no reply
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					res, err := c.Call(cctx, sku, []byte("buy 1"), keylane.WithID(id))
+					cancel()
+					a.result, a.err = string(res), ""
+					if err != nil {
+						a.err = err.Error()
+					}
+					if !errors.Is(err, keylane.ErrNoReply) {
+						break
+					}
+				}
+				add(a)
+			}
+		})
+	}
+	wg.Wait()
+	if nodeErr != nil {
+		t.Fatalf("node buyers: %v", nodeErr)
+	}
+
+	if want := (nodeBuyers + goBuyers) * purchases; len(answers) != want {
+		t.Fatalf("%d purchases answered, want %d", len(answers), want)
+	}
+	sold := map[string]int{}
+	left := map[string]map[int]string{}
+	fromNode, fromGo := 0, 0
+	for _, a := range answers {
+		if a.err != "" {
+			t.Errorf("purchase %s of %s: %s", a.id, a.sku, a.err)
+			continue
+		}
+		op, n, ok := strings.Cut(a.result, " ")
+		k, err := strconv.Atoi(n)
+		if !ok || err != nil || (op != "sold" && op != "soldout") {
+			t.Errorf("purchase %s of %s answered %q", a.id, a.sku, a.result)
+			continue
+		}
+		if op == "soldout" {
+			continue
+		}
+		sold[a.sku]++
+		if strings.HasPrefix(a.id, "node-") {
+			fromNode++
+		} else {
+			fromGo++
+		}
+		if left[a.sku] == nil {
+			left[a.sku] = map[int]string{}
+		}
+		if other, dup := left[a.sku][k]; dup {
+			t.Errorf("%s: purchases %s and %s both left %d: one sale counted twice", a.sku, other, a.id, k)
+		}
+		left[a.sku][k] = a.id
+	}
+	for _, sku := range skus {
+		res, err := c.Call(ctx, sku, []byte("get"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stock, err := strconv.Atoi(strings.TrimPrefix(string(res), "stock "))
+		if err != nil {
+			t.Fatalf("get %s = %q", sku, res)
+		}
+		if sold[sku] > start || stock < 0 {
+			t.Errorf("%s oversold: %d sold of %d, stock %d", sku, sold[sku], start, stock)
+		}
+		if stock != start-sold[sku] {
+			t.Errorf("%s: stock %d, want start %d - sold %d = %d", sku, stock, start, sold[sku], start-sold[sku])
+		}
+		if sold[sku] != start {
+			t.Errorf("%s: %d sold, want all %d (demand was twice the stock)", sku, sold[sku], start)
+		}
+	}
+	t.Logf("sold %v: %d by Node buyers, %d by Go buyers", sold, fromNode, fromGo)
+	if fromNode == 0 || fromGo == 0 {
+		t.Errorf("not a mixed run: %d sold to Node buyers, %d to Go buyers", fromNode, fromGo)
+	}
+}
