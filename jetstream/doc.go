@@ -131,11 +131,13 @@
 // worker with Batches reads as any other, so it works on a namespace with
 // keylane.batches on), no delayed jobs, no atomic batches; its reply
 // tokens never start with "-", so workers never send it grouped replies;
-// a refusal over the per-key cap of a job with a caller's ID and no kept
-// outcome is unknown_outcome (the Go client reads the key's queue to tell
-// "queued" from "full"; this one does not); and a permissions violation
-// for the job's subject is not read from the connection (the call ends
-// with its timeout). Tested by clients/node/node_test.go: TestNodeClient
+// and a permissions violation for the job's subject is not read from the
+// connection (the call ends with its timeout). A refusal over the per-key
+// cap is answered as Client answers it (see # Admission control): a job
+// with the caller's ID returns its kept outcome, or counts as stored when
+// the key's queue (read from the stream's leader) holds it, and is
+// key_backlog_full only when neither; unknown_outcome when either read
+// failed. Tested by clients/node/node_test.go: TestNodeClient
 // runs node --test against a real server and real Go workers, and
 // TestNodeAndGoBuyers sells the same SKUs to Node and Go buyers at once
 // (no oversell, stock = start - sold, each sale applied once).

@@ -24,7 +24,10 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/sale"
+	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // needNode returns the paths of node and npm, or skips (fails under CI).
@@ -178,6 +181,59 @@ func jsonWorker(t *testing.T, url, ns string) {
 	})
 }
 
+// capNamespace sets up namespace ns of url with a per-key backlog cap of
+// 2, a duplicate window shortened to 100ms and no worker, so a key's
+// third queued job is refused. It fills key "queued:1" with two jobs, the
+// first with ID "order-q", and waits until the server forgot that ID: a
+// retry of it is then refused over the cap, not as a duplicate, though
+// the job is stored (the Node client must read the key's queue to tell).
+func capNamespace(t *testing.T, url, ns string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topo, err := keylane.Setup(ctx, js, keylane.TopologyConfig{Namespace: ns, Partitions: 2, MaxKeyBacklog: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := topo.Jobs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := info.Config
+	sc.Duplicates = 100 * time.Millisecond
+	if _, err := js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Submit(ctx, "queued:1", []byte("buy 1"), keylane.WithID("order-q")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, "queued:1", []byte("buy 1")); err != nil {
+		t.Fatal(err)
+	}
+	subject := partition.Subject(ns, partition.Of("queued:1", topo.Partitions), "queued:1")
+	testwait.Eventually(t, 10*time.Second, "the server forgot order-q (a copy is refused over the cap)", func() bool {
+		m := nats.NewMsg(subject)
+		m.Header.Set(nats.MsgIdHdr, "order-q")
+		_, err := js.PublishMsg(ctx, m)
+		var apiErr *jetstream.APIError
+		return errors.As(err, &apiErr) && apiErr.ErrorCode == 10077 // over the subject's cap
+	})
+}
+
 // TestNodeClient runs the Node client's own tests (node --test) against a
 // real server and real Go workers: submit, call, JSON helpers, retries by
 // ID, refusals and bounded timeouts, and the conformance vectors.
@@ -186,7 +242,8 @@ func TestNodeClient(t *testing.T) {
 	build(t, npm)
 	l := startSale(t, "nodetest")
 	jsonWorker(t, l.URL, "nodejson")
-	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_BATCHES=on"}
+	capNamespace(t, l.URL, "nodecap")
+	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap", "KEYLANE_BATCHES=on"}
 	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {
 		t.Fatal(err)
 	}

@@ -352,12 +352,10 @@ export class Client {
         }
         if (err) {
           if (backlogFull(err)) {
-            const kept = job.idempotent ? await this.keptOrNull(job.id, deadline) : null;
-            if (kept) throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
-            if (job.idempotent) {
-              throw new KeylaneError("unknown_outcome", `keylane: key ${JSON.stringify(job.key)} is at its backlog cap, and whether job ${job.id} is queued from an earlier call is unknown`, job.id);
-            }
-            throw new KeyBacklogFullError(job.key, this.info.maxKeyBacklog, job.id);
+            // Applied or still queued from an earlier submit with this
+            // ID: nothing new stored (Go: ErrDuplicate); else full.
+            await this.refusedAtCap(job, deadline);
+            throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
           }
           throw new KeylaneError("refused", `keylane: submit ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
         }
@@ -433,13 +431,13 @@ export class Client {
             if (err) {
               if (backlogFull(err)) {
                 // Every call keeps its outcome: one applied before under
-                // this ID answers, never "full".
-                const kept = job.idempotent ? await this.keptOrNull(job.id, deadline) : null;
+                // this ID answers, never "full"; one still queued from an
+                // earlier call answers when it runs.
+                const kept = await this.refusedAtCap(job, deadline);
                 if (kept) return unwrap(kept);
-                if (job.idempotent) {
-                  throw new KeylaneError("unknown_outcome", `keylane: key ${JSON.stringify(job.key)} is at its backlog cap, and whether job ${job.id} is queued from an earlier call is unknown; call again with the same id later`, job.id);
-                }
-                throw new KeyBacklogFullError(job.key, this.info.maxKeyBacklog, job.id);
+                acked = true; // nothing to publish again: wait for its outcome
+                pollAt = Math.min(pollAt, Date.now());
+                continue;
               }
               throw new KeylaneError("refused", `keylane: submit ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
             }
@@ -532,6 +530,77 @@ export class Client {
     }
   }
 
+  // refusedAtCap answers the stream's refusal of job over its key's
+  // backlog cap as the Go client's refused does: a job without the
+  // caller's ID (nor a copy sent again) cannot have been stored before:
+  // KeyBacklogFullError. One with it returns its kept outcome (applied
+  // before), or null when it is queued from an earlier call (stored, it
+  // runs); it is "full" only when the stream's leader says the key's
+  // queue does not hold it, and unknown_outcome when that could not be
+  // read: never "full" for a job that may have gone through.
+  private async refusedAtCap(job: Job, deadline: number): Promise<Outcome | null> {
+    const full = new KeyBacklogFullError(job.key, this.info.maxKeyBacklog, job.id);
+    if (!job.idempotent) throw full;
+    const unknown = (what: string, err: unknown) =>
+      new KeylaneError("unknown_outcome", `keylane: key ${JSON.stringify(job.key)} is at its backlog cap, and whether job ${job.id} ${what} is unknown: ${String(err)}`, job.id, { cause: err });
+    let kept: Outcome | null;
+    try {
+      kept = await this.keptOrNull(job.id, deadline, true);
+    } catch (err) {
+      throw unknown("was applied before", err);
+    }
+    if (kept) return kept;
+    let queued: boolean;
+    try {
+      queued = await this.queued(job, deadline);
+    } catch (err) {
+      throw unknown("is queued from an earlier call", err);
+    }
+    if (queued) return null;
+    // Not queued now; a copy acked while we looked had its outcome kept first.
+    try {
+      kept = await this.keptOrNull(job.id, deadline, true);
+    } catch (err) {
+      throw unknown("was applied before", err);
+    }
+    if (kept) return kept;
+    throw full;
+  }
+
+  // queued reports whether the jobs stream holds a job with job's ID on
+  // its key's subject, reading the key's messages from the stream's
+  // leader ($JS.API.STREAM.MSG.GET, never a direct get, which a follower
+  // may answer from behind): the subject's last message, then the others
+  // in order up to it; at most the cap + 1 reads, each bounded.
+  private async queued(job: Job, deadline: number): Promise<boolean> {
+    const stream = job.headers.find(([k]) => k === Header.ExpectedStream)![1];
+    const api = `$JS.API.STREAM.MSG.GET.${stream}`;
+    const get = async (req: Record<string, unknown>): Promise<{ seq: number; found: boolean } | null> => {
+      const bound = Math.max(1, Math.min(this.requestTimeout, deadline - Date.now()));
+      const m = await this.nc.request(api, utf8(JSON.stringify(req)), { timeout: bound });
+      const r = JSON.parse(Buffer.from(m.data).toString("utf8")) as {
+        error?: { code: number; err_code?: number; description?: string };
+        message?: { subject: string; seq: number; hdrs?: string };
+      };
+      if (r.error?.err_code === 10037) return null; // no message
+      if (r.error) throw new Error(`${api}: ${r.error.description ?? "error"} (err_code ${r.error.err_code ?? 0})`);
+      const msg = r.message;
+      if (!msg || msg.subject !== job.subject || (typeof req.seq === "number" && msg.seq < req.seq)) {
+        throw new Error(`bad answer from ${api}`);
+      }
+      return { seq: msg.seq, found: msgIdOf(msg.hdrs) === job.id };
+    };
+    const last = await get({ last_by_subj: job.subject });
+    if (!last || last.found) return Boolean(last?.found);
+    let seq = 1;
+    for (let i = 0; i <= this.info.maxKeyBacklog; i++) {
+      const at = await get({ seq, next_by_subj: job.subject });
+      if (!at || at.found || at.seq >= last.seq) return Boolean(at?.found);
+      seq = at.seq + 1;
+    }
+    throw new Error(`the key's subject ${job.subject} held more than its cap of ${this.info.maxKeyBacklog} jobs`);
+  }
+
   // keptOrNull reads the outcome kept under id in the results bucket with
   // one bounded request; null when none is kept (or the read failed, and
   // then the caller's loop reads again). strict: a failed read throws.
@@ -602,6 +671,17 @@ export class Client {
 }
 
 type Job = JobMessage;
+
+// msgIdOf returns the Nats-Msg-Id in a stored message's raw headers
+// (base64 of "NATS/1.0\r\nName: value\r\n…").
+function msgIdOf(hdrs: string | undefined): string {
+  if (!hdrs) return "";
+  for (const line of Buffer.from(hdrs, "base64").toString("utf8").split("\r\n").slice(1)) {
+    const i = line.indexOf(":");
+    if (i > 0 && line.slice(0, i) === Header.JobID) return line.slice(i + 1).trim();
+  }
+  return "";
+}
 
 function unwrap(o: Outcome): Uint8Array {
   if (o.ok) return o.result;

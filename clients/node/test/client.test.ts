@@ -5,11 +5,12 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Client, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
+import { Client, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
 
 const url = process.env.KEYLANE_NATS_URL;
 const namespace = process.env.KEYLANE_NAMESPACE;
 const jsonNamespace = process.env.KEYLANE_JSON_NAMESPACE;
+const capNamespace = process.env.KEYLANE_CAP_NAMESPACE;
 const skip = !url || !namespace ? "KEYLANE_NATS_URL and KEYLANE_NAMESPACE not set (run by clients/node/node_test.go)" : false;
 
 const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
@@ -140,6 +141,39 @@ describe("keylane client against a Go worker", { skip }, () => {
     const max = c.nc.info!.max_payload;
     await expectCode(c.submit("sku", new Uint8Array(max)), "payload_too_large");
     await expectCode(c.call("sku", new Uint8Array(max - 1000)), "payload_too_large");
+  });
+
+  test("a key at its backlog cap: key_backlog_full, nothing stored", { skip: capNamespace ? false : "KEYLANE_CAP_NAMESPACE not set" }, async () => {
+    // The harness's cap namespace: MaxKeyBacklog 2 and no worker, so a
+    // key's jobs stay queued.
+    const k = await Client.open(c.nc, { namespace: capNamespace });
+    try {
+      assert.equal(k.info.maxKeyBacklog, 2);
+      const key = uniq("hot");
+      const queuedId = uniq("queued");
+      await k.submit(key, "buy 1", { id: queuedId });
+      await k.submit(key, "buy 1");
+      const full = await expectCode(k.submit(key, "buy 1"), "key_backlog_full");
+      assert.ok(full instanceof KeyBacklogFullError && full.cap === 2 && full.key === key);
+      await expectCode(k.call(key, "buy 1", { timeout: 5000 }), "key_backlog_full");
+      // A job with the caller's ID is "full" only once the key's queue
+      // is read and does not hold it (nor is an outcome kept).
+      await expectCode(k.submit(key, "buy 1", { id: uniq("order") }), "key_backlog_full");
+      await expectCode(k.call(key, "buy 1", { id: uniq("order"), timeout: 5000 }), "key_backlog_full");
+      // The queued job's ID again: stored before, nothing new.
+      await expectCode(k.submit(key, "buy 1", { id: queuedId }), "duplicate");
+      // The harness stored order-q on queued:1 (full) and waited until the
+      // server forgot the ID: a retry is refused over the cap, yet the
+      // job is stored. Not "full": submit says duplicate, and a call waits
+      // for the job's outcome (no worker runs here: no_reply, bounded).
+      await expectCode(k.submit("queued:1", "buy 1", { id: "order-q" }), "duplicate");
+      await expectCode(k.call("queued:1", "buy 1", { id: "order-q", timeout: 1500 }), "no_reply");
+      await expectCode(k.submit("queued:1", "buy 1", { id: uniq("order") }), "key_backlog_full");
+      // Other keys are not affected.
+      await k.submit(uniq("cold"), "buy 1");
+    } finally {
+      await k.close();
+    }
   });
 
   test("a namespace that is not set up is refused with no_topology", async () => {
