@@ -130,9 +130,10 @@
 // not do: it sends no batch messages (one job per message, which a
 // worker with Batches reads as any other, so it works on a namespace with
 // keylane.batches on), no delayed jobs, no atomic batches; its reply
-// tokens never start with "-", so workers never send it grouped replies;
-// and a permissions violation for the job's subject is not read from the
-// connection (the call ends with its timeout). A refusal over the per-key
+// tokens never start with "-", so workers never send it grouped replies.
+// A permissions violation for the job's subject (the server says so only
+// asynchronously, and no ack comes) ends the submit or call at once with
+// refused, from the connection's status events. A refusal over the per-key
 // cap is answered as Client answers it (see # Admission control): a job
 // with the caller's ID returns its kept outcome, or counts as stored when
 // the key's queue (read from the stream's leader) holds it, and is

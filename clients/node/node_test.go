@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
@@ -234,6 +235,36 @@ func capNamespace(t *testing.T, url, ns string) {
 	})
 }
 
+// permServer runs a second server whose user "limited" may do anything
+// but publish jobs of namespace "perm" (set up there by "admin"), and
+// returns its URL: the server refuses such a publish with a permissions
+// violation, which the Node client must report rather than wait out.
+func permServer(t *testing.T) string {
+	t.Helper()
+	s := natstest.StartConfig(t, `authorization {
+  users: [
+    { user: admin, password: admin-secret }
+    { user: limited, password: limited-secret, permissions: { publish: { deny: ["perm.jobs.>"] } } }
+  ]
+}
+`)
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("admin", "admin-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := keylane.Setup(ctx, js, keylane.TopologyConfig{Namespace: "perm", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	return s.ClientURL()
+}
+
 // TestNodeClient runs the Node client's own tests (node --test) against a
 // real server and real Go workers: submit, call, JSON helpers, retries by
 // ID, refusals and bounded timeouts, and the conformance vectors.
@@ -243,7 +274,9 @@ func TestNodeClient(t *testing.T) {
 	l := startSale(t, "nodetest")
 	jsonWorker(t, l.URL, "nodejson")
 	capNamespace(t, l.URL, "nodecap")
-	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap", "KEYLANE_BATCHES=on"}
+	perm := permServer(t)
+	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap", "KEYLANE_BATCHES=on",
+		"KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret"}
 	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@
 // job ID, and every wait bounded by a timeout.
 
 import { connect as natsConnect, type NodeConnectionOptions } from "@nats-io/transport-node";
-import { headers as natsHeaders, nuid, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { headers as natsHeaders, nuid, PermissionViolationError, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { jetstream, jetstreamManager, JetStreamApiError, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { HeldError, KeyBacklogFullError, KeylaneError, NoReplyError } from "./errors.js";
@@ -110,6 +110,7 @@ type Event =
   | { t: "result"; m: Msg }
   | { t: "held"; m: Msg }
   | { t: "reconnect" }
+  | { t: "refused"; subject: string; error: Error }
   | { t: "closed" };
 
 // Waiter receives one job's acks, its reply, a held notice and the
@@ -338,6 +339,10 @@ export class Client {
           republishAt = Date.now(); // a lost publish or ack: send it again now
           continue;
         }
+        if (e.t === "refused") {
+          if (e.subject !== job.subject) continue;
+          throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
+        }
         if (e.t !== "ack") continue;
         const a = ackOf(e.m);
         if (a.noResponders) {
@@ -412,6 +417,9 @@ export class Client {
             if (!acked) republishAt = Date.now();
             pollAt = Math.min(pollAt, Date.now());
             continue;
+          case "refused":
+            if (e.subject !== job.subject || acked) continue;
+            throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
           case "result":
             return unwrap(decodeReply(getter(e.m.headers), e.m.data, job.id));
           case "held":
@@ -661,6 +669,12 @@ export class Client {
           if (this.closed) return;
           if (s.type === "reconnect") {
             for (const w of this.waiters.values()) w.push({ t: "reconnect" });
+          }
+          // The server refused a publish (a permissions violation): the
+          // job it names is never stored, and no ack will come.
+          if (s.type === "error" && s.error instanceof PermissionViolationError && s.error.operation === "publish") {
+            const e = { t: "refused" as const, subject: s.error.subject, error: s.error };
+            for (const w of this.waiters.values()) w.push(e);
           }
         }
       } catch {

@@ -11,6 +11,7 @@ const url = process.env.KEYLANE_NATS_URL;
 const namespace = process.env.KEYLANE_NAMESPACE;
 const jsonNamespace = process.env.KEYLANE_JSON_NAMESPACE;
 const capNamespace = process.env.KEYLANE_CAP_NAMESPACE;
+const permURL = process.env.KEYLANE_PERM_URL;
 const skip = !url || !namespace ? "KEYLANE_NATS_URL and KEYLANE_NAMESPACE not set (run by clients/node/node_test.go)" : false;
 
 const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
@@ -173,6 +174,21 @@ describe("keylane client against a Go worker", { skip }, () => {
       await k.submit(uniq("cold"), "buy 1");
     } finally {
       await k.close();
+    }
+  });
+
+  test("a publish the server refuses ends with refused, not the timeout", { skip: permURL ? false : "KEYLANE_PERM_URL not set" }, async () => {
+    // The harness's second server: this user may not publish jobs of
+    // namespace "perm"; the server says so asynchronously, and no stream
+    // ack ever comes. Without the refusal read, both would wait 20s and
+    // end with unknown_outcome and no_reply.
+    const p = await connect({ servers: permURL, namespace: "perm", nats: { user: process.env.KEYLANE_PERM_USER, pass: process.env.KEYLANE_PERM_PASS } });
+    try {
+      const e1 = await expectCode(p.submit(uniq("k"), "buy 1", { timeout: 20000 }), "refused");
+      assert.match(e1.message, /Permissions Violation/i);
+      await expectCode(p.call(uniq("k"), "buy 1", { timeout: 20000 }), "refused");
+    } finally {
+      await p.close();
     }
   });
 
