@@ -265,6 +265,81 @@ func permServer(t *testing.T) string {
 	return s.ClientURL()
 }
 
+// heldNamespace sets up namespace ns of url with one partition, writes
+// key "k"'s state with a first worker, then deletes the jobs stream and
+// creates it again under a second worker: that worker holds every new
+// job of "k" (its state carries the old stream's epoch, ErrEpoch) and
+// tells the job's call so.
+func heldNamespace(t *testing.T, url, ns string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tc := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: 2 * time.Second}
+	topo, err := keylane.Setup(ctx, js, tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := keylane.ReducerFunc(func(_ context.Context, _ keylane.Job, cur []byte) ([]byte, []byte, error) {
+		n, _ := strconv.Atoi(string(cur))
+		next := []byte(strconv.Itoa(n + 1))
+		return next, next, nil
+	})
+	start := func(id string) *keylane.Worker {
+		wnc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(wnc.Close)
+		w, err := keylane.NewWorker(wnc, keylane.WorkerConfig{Topology: tc, Reducer: count, ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		testwait.Eventually(t, 20*time.Second, id+" owns the partition", func() bool { return len(w.Owned()) == 1 })
+		return w
+	}
+	w1 := start("held-1")
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Call(ctx, "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := w1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(ctx, keylane.Names{Namespace: ns}.Jobs()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := keylane.Setup(ctx, js, tc); err != nil {
+		t.Fatal(err)
+	}
+	w2 := start("held-2")
+	t.Cleanup(func() {
+		// Adopting the old epoch releases the held jobs, so the worker
+		// stops without waiting on them.
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := keylane.AdoptEpoch(sctx, js, ns, topo.Meta.Epoch); err != nil {
+			t.Error(err)
+		}
+		_ = w2.Stop(sctx)
+	})
+}
+
 // TestNodeClient runs the Node client's own tests (node --test) against a
 // real server and real Go workers: submit, call, JSON helpers, retries by
 // ID, refusals and bounded timeouts, and the conformance vectors.
@@ -275,8 +350,9 @@ func TestNodeClient(t *testing.T) {
 	jsonWorker(t, l.URL, "nodejson")
 	capNamespace(t, l.URL, "nodecap")
 	perm := permServer(t)
+	heldNamespace(t, l.URL, "nodeheld")
 	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap", "KEYLANE_BATCHES=on",
-		"KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret"}
+		"KEYLANE_HELD_NAMESPACE=nodeheld", "KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret"}
 	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {
 		t.Fatal(err)
 	}

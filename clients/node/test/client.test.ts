@@ -5,13 +5,14 @@
 
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { Client, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
+import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
 
 const url = process.env.KEYLANE_NATS_URL;
 const namespace = process.env.KEYLANE_NAMESPACE;
 const jsonNamespace = process.env.KEYLANE_JSON_NAMESPACE;
 const capNamespace = process.env.KEYLANE_CAP_NAMESPACE;
 const permURL = process.env.KEYLANE_PERM_URL;
+const heldNamespace = process.env.KEYLANE_HELD_NAMESPACE;
 const skip = !url || !namespace ? "KEYLANE_NATS_URL and KEYLANE_NAMESPACE not set (run by clients/node/node_test.go)" : false;
 
 const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
@@ -189,6 +190,23 @@ describe("keylane client against a Go worker", { skip }, () => {
       await expectCode(p.call(uniq("k"), "buy 1", { timeout: 20000 }), "refused");
     } finally {
       await p.close();
+    }
+  });
+
+  test("a job the worker holds ends the call with held, at once", { skip: heldNamespace ? false : "KEYLANE_HELD_NAMESPACE not set" }, async () => {
+    // The harness re-created this namespace's jobs stream under a worker:
+    // key "k"'s state carries the old stream's epoch, so the worker holds
+    // the job (stored, not run) until an operator adopts that epoch.
+    const h = await Client.open(c.nc, { namespace: heldNamespace });
+    try {
+      const id = uniq("held");
+      const err = await expectCode(h.call("k", "x", { id, timeout: 20000 }), "held");
+      assert.ok(err instanceof HeldError);
+      assert.equal(err.jobId, id);
+      assert.equal(err.epoch, true);
+      assert.match(err.reason, /another jobs stream/);
+    } finally {
+      await h.close();
     }
   });
 
