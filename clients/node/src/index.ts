@@ -4,6 +4,7 @@ export type { ConnectOptions, JobOptions, NamespaceInfo, OpenOptions } from "./c
 export { HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError } from "./errors.js";
 export type { ErrorCode } from "./errors.js";
 export {
+  HashName,
   Header,
   Names,
   backlogFull,

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import {
+  HashName,
   KeylaneError,
   RemoteError,
   buildJob,
@@ -56,7 +57,8 @@ const throwsCode = (f: () => void): string | null => {
 };
 
 test("keys.json: hash, token and partition of every key", () => {
-  const { vectors } = load("keys.json");
+  const { hash, vectors } = load("keys.json");
+  assert.equal(hash, HashName, "the keylane.hash this client routes by");
   assert.ok(vectors.length > 0);
   for (const v of vectors) {
     const bytes = hex(v.key_hex);
