@@ -141,7 +141,11 @@
 // failed. Tested by clients/node/node_test.go: TestNodeClient
 // runs node --test against a real server and real Go workers, and
 // TestNodeAndGoBuyers sells the same SKUs to Node and Go buyers at once
-// (no oversell, stock = start - sold, each sale applied once).
+// (no oversell, stock = start - sold, each sale applied once), and
+// TestNodeBuyersThroughCuts cuts the Node buyers' connection three times
+// mid-sale (every purchase answered, none applied twice; with the
+// republish and the kept-outcome reads taken out, 4 of 80 went
+// unanswered).
 //
 // # Owning a partition
 //

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/faultproxy"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/internal/testwait"
@@ -358,67 +359,40 @@ func TestNodeClient(t *testing.T) {
 	}
 }
 
-// TestNodeAndGoBuyers is the mixed run: Node buyers (scripts/buyers.ts, a
-// node process) and Go buyers (keylane.Client Calls) buy the same SKUs at
-// once, every purchase with its own job ID. One verdict over both: no
-// SKU oversold, each SKU's stock is its start less the purchases
-// answered "sold", and every answered purchase was applied exactly once
-// (each "sold" answer of a SKU names a distinct stock left, and the
-// final stock leaves no room for a purchase applied twice).
-func TestNodeAndGoBuyers(t *testing.T) {
-	node, npm := needNode(t)
-	build(t, npm)
-	l := startSale(t, "mixed")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	c, err := l.Client(ctx)
+// buyerAnswer is one purchase's answer: the result ("sold N" or
+// "soldout N"), or the error that ended it.
+type buyerAnswer struct{ id, sku, result, err string }
+
+// nodeBuyers is a running scripts/buyers.js.
+type nodeBuyers struct {
+	answers chan buyerAnswer // closed when the process's output ends
+	stdin   io.WriteCloser
+	done    chan struct{} // closed when the process has exited
+	err     error         // its exit, once done
+}
+
+// startNodeBuyers starts scripts/buyers.js with env added and waits until
+// it is connected and ready to buy (it buys once go is called).
+func startNodeBuyers(t *testing.T, ctx context.Context, node string, env ...string) *nodeBuyers {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, node, "dist/scripts/buyers.js")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = &logWriter{t: t, who: "buyers.js stderr"}
+	stdin, err := cmd.StdinPipe()
+	var out io.ReadCloser
+	if err == nil {
+		out, err = cmd.StdoutPipe()
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-
-	skus := []string{"sku:mixed-1", "sku:mixed-2", "sku:mixed-3"}
-	const start = 40
-	for _, sku := range skus {
-		if _, err := c.Call(ctx, sku, []byte("set "+strconv.Itoa(start))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Demand (2 × 4 × 20 from Node, 4 × 20 from Go: 240) is twice the
-	// stock (120): every SKU sells out, and some buyers are told so.
-	const nodeBuyers, goBuyers, purchases = 8, 4, 20
-
-	type answer struct{ id, sku, result, err string }
-	var mu sync.Mutex
-	var answers []answer
-	add := func(a answer) {
-		mu.Lock()
-		answers = append(answers, a)
-		mu.Unlock()
-	}
-
-	var wg sync.WaitGroup
-	var nodeErr error
-	ready := make(chan io.WriteCloser, 1) // the node process's stdin, once it is connected
-	wg.Go(func() {
-		cmd := exec.CommandContext(ctx, node, "dist/scripts/buyers.js")
-		cmd.Env = append(os.Environ(), "KEYLANE_NATS_URL="+l.URL, "KEYLANE_NAMESPACE=mixed",
-			"SKUS="+strings.Join(skus, ","), "BUYERS="+strconv.Itoa(nodeBuyers),
-			"PURCHASES="+strconv.Itoa(purchases), "PREFIX=node")
-		cmd.Stderr = &logWriter{t: t, who: "buyers.js stderr"}
-		stdin, err := cmd.StdinPipe()
-		var out io.ReadCloser
-		if err == nil {
-			out, err = cmd.StdoutPipe()
-		}
-		if err == nil {
-			err = cmd.Start()
-		}
-		if err != nil {
-			nodeErr = err
-			close(ready)
-			return
-		}
+	b := &nodeBuyers{answers: make(chan buyerAnswer, 4096), stdin: stdin, done: make(chan struct{})}
+	ready := make(chan struct{})
+	go func() {
+		defer close(b.done)
 		s := bufio.NewScanner(out)
 		announced := false
 		for s.Scan() {
@@ -426,69 +400,77 @@ func TestNodeAndGoBuyers(t *testing.T) {
 				ID, SKU, Result, Error string
 				Ready                  bool
 			}
-			if err := json.Unmarshal(s.Bytes(), &a); err == nil && a.Ready && !announced {
+			switch err := json.Unmarshal(s.Bytes(), &a); {
+			case err != nil:
+				b.answers <- buyerAnswer{err: fmt.Sprintf("buyers.js printed %q: %v", s.Text(), err)}
+			case a.Ready && !announced:
 				announced = true
-				ready <- stdin
-				continue
+				close(ready)
+			default:
+				b.answers <- buyerAnswer{a.ID, a.SKU, a.Result, a.Error}
 			}
-			if err != nil {
-				t.Errorf("buyers.js printed %q: %v", s.Text(), err)
-				continue
-			}
-			add(answer{a.ID, a.SKU, a.Result, a.Error})
 		}
-		nodeErr = cmd.Wait()
+		close(b.answers)
+		b.err = cmd.Wait()
 		if !announced {
 			close(ready)
 		}
-	})
-	// Both sides start together: the node buyers once they read a line,
-	// the Go buyers now.
+	}()
 	select {
-	case stdin, ok := <-ready:
-		if !ok {
-			wg.Wait()
-			t.Fatalf("node buyers ended before they were ready: %v", nodeErr)
-		}
-		if _, err := io.WriteString(stdin, "go\n"); err != nil {
-			t.Fatal(err)
-		}
+	case <-ready:
 	case <-ctx.Done():
 		t.Fatal("node buyers not ready in time")
 	}
-	for b := range goBuyers {
-		wg.Go(func() {
-			for n := range purchases {
-				sku := skus[(b+n)%len(skus)]
-				id := fmt.Sprintf("go-%d-%d", b, n)
-				a := answer{id: id, sku: sku}
-				for range 5 { // again with the same ID after no reply
-					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-					res, err := c.Call(cctx, sku, []byte("buy 1"), keylane.WithID(id))
-					cancel()
-					a.result, a.err = string(res), ""
-					if err != nil {
-						a.err = err.Error()
-					}
-					if !errors.Is(err, keylane.ErrNoReply) {
-						break
-					}
-				}
-				add(a)
-			}
-		})
+	select {
+	case <-b.done:
+		t.Fatalf("node buyers ended before they were ready: %v", b.err)
+	default:
 	}
-	wg.Wait()
-	if nodeErr != nil {
-		t.Fatalf("node buyers: %v", nodeErr)
-	}
+	return b
+}
 
-	if want := (nodeBuyers + goBuyers) * purchases; len(answers) != want {
-		t.Fatalf("%d purchases answered, want %d", len(answers), want)
+// goAhead starts the buying.
+func (b *nodeBuyers) goAhead(t *testing.T) {
+	t.Helper()
+	if _, err := io.WriteString(b.stdin, "go\n"); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// wait waits for the process to exit and returns its answers.
+func (b *nodeBuyers) wait(t *testing.T) []buyerAnswer {
+	t.Helper()
+	var all []buyerAnswer
+	for a := range b.answers {
+		all = append(all, a)
+	}
+	<-b.done
+	if b.err != nil {
+		t.Fatalf("node buyers: %v", b.err)
+	}
+	return all
+}
+
+// stockSKUs sets every SKU's stock to start.
+func stockSKUs(t *testing.T, ctx context.Context, c *keylane.Client, skus []string, start int) {
+	t.Helper()
+	for _, sku := range skus {
+		if _, err := c.Call(ctx, sku, []byte("set "+strconv.Itoa(start))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// verdict checks a sale's answers against the SKUs' stock: every purchase
+// answered, none oversold, each SKU's stock its start less the purchases
+// answered "sold", and each "sold" answer of a SKU naming a distinct
+// stock left (with the final stock, no room for a purchase applied
+// twice). It returns how many were sold, by ID prefix ("node", "go").
+func verdict(t *testing.T, ctx context.Context, c *keylane.Client, skus []string, start int, answers []buyerAnswer) map[string]int {
+	t.Helper()
 	sold := map[string]int{}
+	by := map[string]int{}
 	left := map[string]map[int]string{}
-	fromNode, fromGo := 0, 0
 	for _, a := range answers {
 		if a.err != "" {
 			t.Errorf("purchase %s of %s: %s", a.id, a.sku, a.err)
@@ -504,11 +486,8 @@ func TestNodeAndGoBuyers(t *testing.T) {
 			continue
 		}
 		sold[a.sku]++
-		if strings.HasPrefix(a.id, "node-") {
-			fromNode++
-		} else {
-			fromGo++
-		}
+		prefix, _, _ := strings.Cut(a.id, "-")
+		by[prefix]++
 		if left[a.sku] == nil {
 			left[a.sku] = map[int]string{}
 		}
@@ -532,12 +511,140 @@ func TestNodeAndGoBuyers(t *testing.T) {
 		if stock != start-sold[sku] {
 			t.Errorf("%s: stock %d, want start %d - sold %d = %d", sku, stock, start, sold[sku], start-sold[sku])
 		}
-		if sold[sku] != start {
-			t.Errorf("%s: %d sold, want all %d (demand was twice the stock)", sku, sold[sku], start)
+	}
+	t.Logf("sold %v: by buyer %v", sold, by)
+	return by
+}
+
+// TestNodeAndGoBuyers is the mixed run: Node buyers (scripts/buyers.ts, a
+// node process) and Go buyers (keylane.Client Calls) buy the same SKUs at
+// once, every purchase with its own job ID. One verdict over both: no
+// SKU oversold, each SKU's stock is its start less the purchases
+// answered "sold", and every answered purchase was applied exactly once
+// (each "sold" answer of a SKU names a distinct stock left, and the
+// final stock leaves no room for a purchase applied twice).
+func TestNodeAndGoBuyers(t *testing.T) {
+	node, npm := needNode(t)
+	build(t, npm)
+	l := startSale(t, "mixed")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := l.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	skus := []string{"sku:mixed-1", "sku:mixed-2", "sku:mixed-3"}
+	const start = 40
+	stockSKUs(t, ctx, c, skus, start)
+	// Demand (8 × 20 from Node, 4 × 20 from Go: 240) is twice the stock
+	// (120): every SKU sells out, and some buyers are told so. Go alone
+	// cannot buy it all.
+	const nodeBuyers, goBuyers, purchases = 8, 4, 20
+	nb := startNodeBuyers(t, ctx, node, "KEYLANE_NATS_URL="+l.URL, "KEYLANE_NAMESPACE=mixed",
+		"SKUS="+strings.Join(skus, ","), "BUYERS="+strconv.Itoa(nodeBuyers),
+		"PURCHASES="+strconv.Itoa(purchases), "PREFIX=node")
+	// Both sides start together.
+	nb.goAhead(t)
+	var mu sync.Mutex
+	var answers []buyerAnswer
+	var wg sync.WaitGroup
+	for b := range goBuyers {
+		wg.Go(func() {
+			for n := range purchases {
+				sku := skus[(b+n)%len(skus)]
+				id := fmt.Sprintf("go-%d-%d", b, n)
+				a := buyerAnswer{id: id, sku: sku}
+				for range 5 { // again with the same ID after no reply
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					res, err := c.Call(cctx, sku, []byte("buy 1"), keylane.WithID(id))
+					cancel()
+					a.result, a.err = string(res), ""
+					if err != nil {
+						a.err = err.Error()
+					}
+					if !errors.Is(err, keylane.ErrNoReply) {
+						break
+					}
+				}
+				mu.Lock()
+				answers = append(answers, a)
+				mu.Unlock()
+			}
+		})
+	}
+	fromNode := nb.wait(t)
+	wg.Wait()
+	answers = append(answers, fromNode...)
+	if want := (nodeBuyers + goBuyers) * purchases; len(answers) != want {
+		t.Fatalf("%d purchases answered, want %d", len(answers), want)
+	}
+	by := verdict(t, ctx, c, skus, start, answers)
+	if by["node"]+by["go"] != start*len(skus) {
+		t.Errorf("%d sold, want all %d (demand was twice the stock)", by["node"]+by["go"], start*len(skus))
+	}
+	if by["node"] == 0 || by["go"] == 0 {
+		t.Errorf("not a mixed run: %d sold to Node buyers, %d to Go buyers", by["node"], by["go"])
+	}
+}
+
+// TestNodeBuyersThroughCuts: Node buyers whose connection runs through a
+// fault proxy that cuts it (every connection closed, none accepted for a
+// moment) three times while they buy. Publishes, acks and replies are lost
+// with the connection; the client publishes again with the job's ID and
+// reads kept outcomes, and a buyer calls again with the same ID after
+// no_reply. The verdict: every purchase answered, no oversell, stock =
+// start - sold, each sale applied once.
+func TestNodeBuyersThroughCuts(t *testing.T) {
+	node, npm := needNode(t)
+	build(t, npm)
+	l := startSale(t, "nodecut")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := l.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := faultproxy.New(l.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	skus := []string{"sku:cut-1", "sku:cut-2"}
+	const start = 50
+	stockSKUs(t, ctx, c, skus, start)
+	const buyers, purchases = 4, 20 // demand 80 of a stock of 100
+	nb := startNodeBuyers(t, ctx, node, "KEYLANE_NATS_URL="+p.URL(), "KEYLANE_NAMESPACE=nodecut",
+		"SKUS="+strings.Join(skus, ","), "BUYERS="+strconv.Itoa(buyers),
+		"PURCHASES="+strconv.Itoa(purchases), "PREFIX=node", "RECONNECT_WAIT=50")
+	nb.goAhead(t)
+	var answers []buyerAnswer
+	cuts := 0
+	for a := range nb.answers {
+		answers = append(answers, a)
+		// A cut after every 15 answers, three in all: calls are in flight
+		// each time (the buyers run concurrently).
+		if len(answers)%15 == 0 && cuts < 3 {
+			cuts++
+			p.Cut()
+			time.Sleep(200 * time.Millisecond) // the outage
+			if err := p.Restore(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	t.Logf("sold %v: %d by Node buyers, %d by Go buyers", sold, fromNode, fromGo)
-	if fromNode == 0 || fromGo == 0 {
-		t.Errorf("not a mixed run: %d sold to Node buyers, %d to Go buyers", fromNode, fromGo)
+	answers = append(answers, nb.wait(t)...)
+	if cuts != 3 {
+		t.Fatalf("%d cuts, want 3", cuts)
+	}
+	if want := buyers * purchases; len(answers) != want {
+		t.Fatalf("%d purchases answered, want %d", len(answers), want)
+	}
+	by := verdict(t, ctx, c, skus, start, answers)
+	if by["node"] != buyers*purchases {
+		t.Errorf("%d sold, want all %d purchases (stock was enough)", by["node"], buyers*purchases)
 	}
 }

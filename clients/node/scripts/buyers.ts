@@ -16,7 +16,10 @@ const env = (k: string): string => {
   return v;
 };
 
-const c = await connect({ servers: env("KEYLANE_NATS_URL"), namespace: env("KEYLANE_NAMESPACE") });
+// RECONNECT_WAIT (ms) is how long the connection waits between
+// reconnect attempts (nats.js's default, 2000, when unset).
+const reconnectTimeWait = process.env.RECONNECT_WAIT ? Number(process.env.RECONNECT_WAIT) : undefined;
+const c = await connect({ servers: env("KEYLANE_NATS_URL"), namespace: env("KEYLANE_NAMESPACE"), nats: { reconnectTimeWait } });
 const skus = env("SKUS").split(",");
 const buyers = Number(env("BUYERS"));
 const purchases = Number(env("PURCHASES"));
