@@ -425,15 +425,19 @@ export class Client {
           case "held":
             throw new HeldError(job.id, getter(e.m.headers)(Header.Error) || "(no error text)", getter(e.m.headers)(Header.ErrorKind) === "held-epoch");
           case "ack": {
+            // Once a copy is stored, the acks of the others (published
+            // again) say nothing more: stored, a duplicate, or refused
+            // over the cap the stored one fills.
+            if (acked) continue;
             const a = ackOf(e.m);
             if (a.noResponders) {
               await this.noStream(job);
-              if (!acked) republishAt = Date.now() + noLeaderPause;
+              republishAt = Date.now() + noLeaderPause;
               continue;
             }
             const err = a.ack.error;
             if (err && !backlogFull(err) && transient(err)) {
-              if (!acked) republishAt = Date.now() + noLeaderPause;
+              republishAt = Date.now() + noLeaderPause;
               continue;
             }
             if (err) {
@@ -449,11 +453,11 @@ export class Client {
               }
               throw new KeylaneError("refused", `keylane: submit ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
             }
-            if (a.ack.duplicate && !acked) {
+            if (a.ack.duplicate) {
               // Stored before, by an earlier call with this ID (or our
               // own earlier copy): its outcome is kept by ID.
               pollAt = Math.min(pollAt, Date.now());
-            } else if (!acked) {
+            } else {
               pollAt = Math.min(pollAt, Date.now() + replyWait);
             }
             acked = true;
