@@ -111,6 +111,42 @@
 // docs/security's "retried call" (the watch refused), and on three nodes
 // by e2e/TestClusterSale.
 //
+// # Clients in other languages: Node.js
+//
+// clients/node (npm package @keylane/client, TypeScript on the official
+// NATS JavaScript client) speaks the same protocol as Client: it reads
+// the namespace's metadata the same way (N and the hash, shards, reply
+// prefix, keylane.batches, the per-key cap; a missing jobs stream is
+// no_topology, another N partition_mismatch), checks every field by
+// package wire's rules before sending, builds the same job message (the
+// conformance vectors in testdata/conformance decide), and republishes an
+// unacked job with its ID as above (1s doubling to 2s, 250ms after no
+// leader; a copy carries Keylane-Idempotent). Its calls carry
+// Keylane-Keep-Outcome; a duplicate ack, a reply 5s late or a reconnect
+// makes it read the kept outcome in NS_RESULTS (every 500ms, bounded
+// reads), so a call retried with its ID after no reply gets the kept
+// outcome and never runs the job twice. Every wait is bounded by the
+// call's timeout (default 30s): no_reply, never a hang. What it does
+// not do: it sends no batch messages (one job per message, which a
+// worker with Batches reads as any other, so it works on a namespace with
+// keylane.batches on), no delayed jobs, no atomic batches; its reply
+// tokens never start with "-", so workers never send it grouped replies.
+// A permissions violation for the job's subject (the server says so only
+// asynchronously, and no ack comes) ends the submit or call at once with
+// refused, from the connection's status events. A refusal over the per-key
+// cap is answered as Client answers it (see # Admission control): a job
+// with the caller's ID returns its kept outcome, or counts as stored when
+// the key's queue (read from the stream's leader) holds it, and is
+// key_backlog_full only when neither; unknown_outcome when either read
+// failed. Tested by clients/node/node_test.go: TestNodeClient
+// runs node --test against a real server and real Go workers, and
+// TestNodeAndGoBuyers sells the same SKUs to Node and Go buyers at once
+// (no oversell, stock = start - sold, each sale applied once), and
+// TestNodeBuyersThroughCuts cuts the Node buyers' connection three times
+// mid-sale (every purchase answered, none applied twice; with the
+// republish and the kept-outcome reads taken out, 4 of 80 went
+// unanswered).
+//
 // # Owning a partition
 //
 // A worker registers in NS_MEMBERS (a lease on its ID) and watches both KV

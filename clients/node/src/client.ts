@@ -1,0 +1,726 @@
+// The keylane client for Node.js: submit and call jobs of a namespace whose
+// workers run keylane (Go). It speaks the same wire protocol as the Go
+// client (submit.go, call.go, client.go): one job per message, the same
+// headers, the same checks before anything is sent, the same retries by
+// job ID, and every wait bounded by a timeout.
+
+import { connect as natsConnect, type NodeConnectionOptions } from "@nats-io/transport-node";
+import { headers as natsHeaders, nuid, PermissionViolationError, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { jetstream, jetstreamManager, JetStreamApiError, type StreamInfo } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import { HeldError, KeyBacklogFullError, KeylaneError, NoReplyError } from "./errors.js";
+import {
+  DefaultNamespace,
+  DefaultReplyPrefix,
+  HashName,
+  Header,
+  MaxPartitions,
+  MaxStreamShards,
+  Meta,
+  Names,
+  SubjectsVersion,
+  decodeKept,
+  backlogFull,
+  buildJob,
+  parseStreamAck,
+  transient,
+  type StreamAck,
+  decodeReply,
+  markRetry,
+  validateJobID,
+  type JobMessage,
+  utf8,
+  type Outcome,
+} from "./wire.js";
+
+/** Options of Client.open (and connect). */
+export interface OpenOptions {
+  /** The namespace. Defaults to "keylane". */
+  namespace?: string;
+  /** When set, must equal the namespace's partition count (else partition_mismatch). */
+  partitions?: number;
+  /** When set, must equal the namespace's jobs stream shard count (else shards_mismatch). */
+  shards?: number;
+  /** Bound of each request to the server while opening, in ms. Defaults to 5000. */
+  requestTimeout?: number;
+}
+
+/** Options of connect: where the server is, and the namespace. */
+export interface ConnectOptions extends OpenOptions {
+  /** Server URL(s). Defaults to "127.0.0.1:4222". */
+  servers?: string | string[];
+  /** Further options for the NATS connection (credentials, TLS, ...). */
+  nats?: NodeConnectionOptions;
+}
+
+/** Options of one submit or call. */
+export interface JobOptions {
+  /**
+   * The job ID, the idempotency key: submitting or calling again with the
+   * same ID never runs the job twice (see README.md, "Retries"). Defaults
+   * to a new unique ID.
+   */
+  id?: string;
+  /** The job type (routes the job in a Go Mux). Optional. */
+  type?: string;
+  /** Extra headers carried to the handler (not Nats-*, Keylane-*, Status or Description). */
+  headers?: Record<string, string | string[]>;
+  /** How long to wait in all, in ms. Defaults to 30000. */
+  timeout?: number;
+}
+
+/** What the namespace's jobs stream metadata says (Go's Meta, the parts a client uses). */
+export interface NamespaceInfo {
+  namespace: string;
+  partitions: number;
+  shards: number;
+  replyPrefix: string;
+  /** The per-key backlog cap, or 0 for none. */
+  maxKeyBacklog: number;
+  /**
+   * The namespace says keylane.batches on: its workers read batch
+   * messages. This client sends one job per message all the same, which
+   * every worker reads, batches or not.
+   */
+  batches: boolean;
+  /** The namespace takes delayed jobs (this client does not send any). */
+  delays: boolean;
+}
+
+// How long a job waits for the stream's ack before it is published again,
+// doubling up to the maximum (call.go: callAckWait, maxCallAckWait).
+const ackWaitFirst = 1000;
+const ackWaitMax = 2000;
+// How long a call waits for the reply of a stored job before it also
+// reads the results bucket for the kept outcome (call.go: replyWait).
+const replyWait = 5000;
+// How often the kept outcome is read while waiting for it.
+const outcomePoll = 500;
+// How soon a job is published again after the stream said it has no
+// leader or could not store it right now (call.go: noLeaderPause).
+const noLeaderPause = 250;
+const defaultTimeout = 30000;
+const defaultRequestTimeout = 5000;
+
+const ackMark = "_"; // an ack's token: ackMark and the job's token
+const heldMark = "="; // a held notice's token: heldMark and the job's token
+
+type Event =
+  | { t: "ack"; m: Msg }
+  | { t: "result"; m: Msg }
+  | { t: "held"; m: Msg }
+  | { t: "reconnect" }
+  | { t: "refused"; subject: string; error: Error }
+  | { t: "closed" };
+
+// Waiter receives one job's acks, its reply, a held notice and the
+// connection's news, in order; next waits for the next one, bounded.
+class Waiter {
+  private q: Event[] = [];
+  private wake: (() => void) | null = null;
+  private acks = 0;
+
+  push(e: Event): void {
+    if (e.t === "ack") {
+      // Copies published again bring more acks: a few are plenty.
+      if (this.acks >= 8) return;
+      this.acks++;
+    }
+    this.q.push(e);
+    const w = this.wake;
+    this.wake = null;
+    w?.();
+  }
+
+  async next(until: number): Promise<Event | null> {
+    for (;;) {
+      const e = this.q.shift();
+      if (e) {
+        if (e.t === "ack") this.acks--;
+        return e;
+      }
+      const ms = until - Date.now();
+      if (ms <= 0) return null;
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(() => {
+          this.wake = null;
+          resolve();
+        }, ms);
+        this.wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+    }
+  }
+}
+
+// ackOf reads a stream ack: a 503 status (no responders: no stream, or no
+// leader), or the server's JSON.
+function ackOf(m: Msg): { noResponders: true } | { noResponders: false; ack: StreamAck } {
+  if (m.data.length === 0 && m.headers?.code === 503) {
+    return { noResponders: true };
+  }
+  return { noResponders: false, ack: parseStreamAck(m.data) };
+}
+
+function getter(h: MsgHdrs | undefined): (name: string) => string | undefined {
+  return (name) => (h && h.has(name) ? h.get(name) : undefined);
+}
+
+function toBytes(payload: Uint8Array | string | undefined): Uint8Array {
+  if (payload === undefined) return new Uint8Array(0);
+  return typeof payload === "string" ? utf8(payload) : payload;
+}
+
+// readMeta checks one jobs stream's metadata as the Go client's readMeta
+// does, and returns what it says.
+function readMeta(info: StreamInfo, namespace: string): NamespaceInfo & { shard: number } {
+  const sc = info.config;
+  const md = sc.metadata ?? {};
+  const name = sc.name;
+  const nText = md[Meta.Partitions] ?? "";
+  const n = /^[0-9]+$/.test(nText) ? Number(nText) : NaN;
+  if (!(n >= 1 && n <= MaxPartitions)) {
+    throw new KeylaneError("partition_mismatch", `keylane: stream ${name} has no valid ${Meta.Partitions} metadata (${JSON.stringify(nText)})`);
+  }
+  if (md[Meta.Hash] !== HashName) {
+    throw new KeylaneError("partition_mismatch", `keylane: stream ${name} uses hash ${JSON.stringify(md[Meta.Hash] ?? "")}, this client uses ${JSON.stringify(HashName)}`);
+  }
+  if (md[Meta.Version] !== SubjectsVersion) {
+    throw new KeylaneError("old_jobs_stream", `keylane: stream ${name} has ${Meta.Version} ${JSON.stringify(md[Meta.Version] ?? "")}: made by an older keylane; drain it with the keylane that made it, or use another namespace`);
+  }
+  if (sc.allow_msg_schedules || sc.allow_rollup_hdrs) {
+    throw new KeylaneError("old_jobs_stream", `keylane: stream ${name} allows message schedules or roll-ups (an earlier keylane's delayed jobs); drain it with the keylane that made it, or use another namespace`);
+  }
+  let shards = 1;
+  let shard = 0;
+  if (md[Meta.Shards] !== undefined) {
+    const s = /^[0-9]+$/.test(md[Meta.Shards]) ? Number(md[Meta.Shards]) : NaN;
+    const i = /^[0-9]+$/.test(md[Meta.Shard] ?? "") ? Number(md[Meta.Shard]) : NaN;
+    if (!(s >= 1 && s <= Math.min(n, MaxStreamShards) && i >= 0 && i < s)) {
+      throw new KeylaneError("shards_mismatch", `keylane: stream ${name} has bad shard metadata (${Meta.Shards} ${JSON.stringify(md[Meta.Shards])}, ${Meta.Shard} ${JSON.stringify(md[Meta.Shard] ?? "")})`);
+    }
+    shards = s;
+    shard = i;
+  }
+  const b = md[Meta.Batches] ?? "";
+  if (b !== "" && b !== "on" && b !== "off") {
+    throw new KeylaneError("batches_mismatch", `keylane: stream ${name} has a bad ${Meta.Batches} ${JSON.stringify(b)} (on or off)`);
+  }
+  return {
+    namespace,
+    partitions: n,
+    shards,
+    shard,
+    replyPrefix: md[Meta.ReplyPrefix] || DefaultReplyPrefix,
+    maxKeyBacklog: sc.discard_new_per_subject && sc.max_msgs_per_subject > 0 ? sc.max_msgs_per_subject : 0,
+    batches: b === "on",
+    delays: md[Meta.Delays] === "2",
+  };
+}
+
+/** Client submits jobs to one namespace. It is safe to use from many async tasks at once. */
+export class Client {
+  readonly nc: NatsConnection;
+  readonly info: NamespaceInfo;
+  private readonly names: Names;
+  private readonly ownsConnection: boolean;
+  private readonly requestTimeout: number;
+  private readonly inbox: string;
+  private sub: Subscription | null = null;
+  private readonly waiters = new Map<string, Waiter>();
+  private counter = 0;
+  private closed = false;
+  private kv: KV | null = null;
+
+  private constructor(nc: NatsConnection, info: NamespaceInfo, owns: boolean, requestTimeout: number) {
+    this.nc = nc;
+    this.info = info;
+    this.names = new Names(info.namespace);
+    this.ownsConnection = owns;
+    this.requestTimeout = requestTimeout;
+    this.inbox = info.replyPrefix + nuid.next() + ".";
+    this.watchStatus();
+  }
+
+  /**
+   * open reads the namespace's settings from its jobs streams' metadata
+   * (partition count and hash, shards, reply prefix, batches, per-key
+   * cap) on a connection that stays the caller's. A namespace that is not
+   * set up is refused with no_topology.
+   */
+  static async open(nc: NatsConnection, opts: OpenOptions = {}): Promise<Client> {
+    return Client.openOn(nc, opts, false);
+  }
+
+  private static async openOn(nc: NatsConnection, opts: OpenOptions, owns: boolean): Promise<Client> {
+    const namespace = opts.namespace || DefaultNamespace;
+    const requestTimeout = opts.requestTimeout ?? defaultRequestTimeout;
+    const names = new Names(namespace);
+    const jsm = await jetstreamManager(nc, { timeout: requestTimeout, checkAPI: false });
+    const streamInfo = async (name: string, what: string): Promise<StreamInfo> => {
+      try {
+        return await jsm.streams.info(name);
+      } catch (err) {
+        if (err instanceof JetStreamApiError && err.code === 10059) {
+          throw new KeylaneError("no_topology", `keylane: no jobs stream for namespace ${JSON.stringify(namespace)}${what}: start a worker (it creates the namespace), or call Setup`, undefined, { cause: err });
+        }
+        throw err;
+      }
+    };
+    const m0 = readMeta(await streamInfo(names.jobs(), ""), namespace);
+    if (opts.partitions !== undefined && opts.partitions !== 0 && opts.partitions !== m0.partitions) {
+      throw new KeylaneError("partition_mismatch", `keylane: stream ${names.jobs()} has ${m0.partitions} partitions, configured ${opts.partitions}`);
+    }
+    if (opts.shards !== undefined && opts.shards !== 0 && opts.shards !== m0.shards) {
+      throw new KeylaneError("shards_mismatch", `keylane: namespace ${namespace} has ${m0.shards} jobs stream shards, configured ${opts.shards}`);
+    }
+    for (let i = 1; i < m0.shards; i++) {
+      const name = names.jobsShard(i);
+      const m = readMeta(await streamInfo(name, ` (shard ${i} of ${m0.shards}, ${name}, is missing)`), namespace);
+      if (m.partitions !== m0.partitions) {
+        throw new KeylaneError("partition_mismatch", `keylane: stream ${name} has ${m.partitions} partitions, shard 0 ${m0.partitions}`);
+      }
+      if (m.shards !== m0.shards || m.shard !== i || m.replyPrefix !== m0.replyPrefix) {
+        throw new KeylaneError("shards_mismatch", `keylane: stream ${name} says shard ${m.shard} of ${m.shards}, expected shard ${i} of ${m0.shards}`);
+      }
+    }
+    const { shard: _shard, ...info } = m0;
+    return new Client(nc, info, owns, requestTimeout);
+  }
+
+  /** connect opens a NATS connection and the namespace; close() closes both. */
+  static async connect(opts: ConnectOptions = {}): Promise<Client> {
+    const nc = await natsConnect({ servers: opts.servers ?? "127.0.0.1:4222", maxReconnectAttempts: -1, ...(opts.nats ?? {}) });
+    try {
+      return await Client.openOn(nc, opts, true);
+    } catch (err) {
+      await nc.close();
+      throw err;
+    }
+  }
+
+  /** The namespace's partition count. */
+  get partitions(): number {
+    return this.info.partitions;
+  }
+
+  /**
+   * submit stores a job and resolves to its ID once JetStream has stored
+   * it; it does not wait for the job to run. Bad input is refused before
+   * anything is sent. A job whose ID the stream stored before is refused
+   * with duplicate (nothing new stored).
+   */
+  async submit(key: string, payload?: Uint8Array | string, opts: JobOptions = {}): Promise<string> {
+    const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
+    const job = this.message(key, toBytes(payload), opts, false);
+    const { token, w } = this.wait();
+    try {
+      let resent = false;
+      let ackWait = ackWaitFirst;
+      let republishAt = Date.now() + ackWait;
+      this.publish(job, token);
+      for (;;) {
+        const e = await w.next(Math.min(deadline, republishAt));
+        if (e === null) {
+          if (Date.now() >= deadline) {
+            throw new KeylaneError("unknown_outcome", `keylane: submit ${job.id}: no stream ack before the timeout: stored or not, unknown; submit again with the same id`, job.id);
+          }
+          markRetry(job);
+          this.publish(job, token);
+          resent = true;
+          ackWait = Math.min(2 * ackWait, ackWaitMax);
+          republishAt = Date.now() + ackWait;
+          continue;
+        }
+        if (e.t === "closed") throw new KeylaneError("closed", `keylane: submit ${job.id}: client closed`, job.id);
+        if (e.t === "reconnect") {
+          republishAt = Date.now(); // a lost publish or ack: send it again now
+          continue;
+        }
+        if (e.t === "refused") {
+          if (e.subject !== job.subject) continue;
+          throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
+        }
+        if (e.t !== "ack") continue;
+        const a = ackOf(e.m);
+        if (a.noResponders) {
+          await this.noStream(job);
+          republishAt = Date.now() + noLeaderPause;
+          continue;
+        }
+        const err = a.ack.error;
+        if (err && !backlogFull(err) && transient(err)) {
+          republishAt = Date.now() + noLeaderPause;
+          continue;
+        }
+        if (err) {
+          if (backlogFull(err)) {
+            // Applied or still queued from an earlier submit with this
+            // ID: nothing new stored (Go: ErrDuplicate); else full.
+            await this.refusedAtCap(job, deadline);
+            throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
+          }
+          throw new KeylaneError("refused", `keylane: submit ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
+        }
+        if (a.ack.duplicate && !resent) {
+          throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
+        }
+        return job.id;
+      }
+    } finally {
+      this.unwait(token);
+    }
+  }
+
+  /**
+   * call stores a job and resolves to its handler's result. A handler
+   * error rejects with a RemoteError; no outcome before the timeout with
+   * a NoReplyError (call again with the same id: the job never runs
+   * twice, and its outcome comes from where the worker keeps it).
+   */
+  async call(key: string, payload?: Uint8Array | string, opts: JobOptions = {}): Promise<Uint8Array> {
+    const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
+    const { token, w } = this.wait();
+    try {
+      const job = this.message(key, toBytes(payload), opts, true, this.inbox + token);
+      let acked = false;
+      let ackWait = ackWaitFirst;
+      let republishAt = Date.now() + ackWait;
+      let pollAt = Infinity; // when to read the kept outcome next
+      this.publish(job, token);
+      for (;;) {
+        const e = await w.next(Math.min(deadline, acked ? Infinity : republishAt, pollAt));
+        if (e === null) {
+          const now = Date.now();
+          if (now >= deadline) throw new NoReplyError(job.id, "timeout");
+          if (now >= pollAt) {
+            const kept = await this.keptOrNull(job.id, deadline);
+            if (kept) return unwrap(kept);
+            pollAt = Date.now() + outcomePoll;
+          }
+          if (!acked && Date.now() >= republishAt) {
+            markRetry(job);
+            this.publish(job, token);
+            ackWait = Math.min(2 * ackWait, ackWaitMax);
+            republishAt = Date.now() + ackWait;
+          }
+          continue;
+        }
+        switch (e.t) {
+          case "closed":
+            throw new KeylaneError("closed", `keylane: call ${job.id}: client closed`, job.id);
+          case "reconnect":
+            // The reply may have been lost while away: read the kept
+            // outcome too, and publish again if unacked.
+            if (!acked) republishAt = Date.now();
+            pollAt = Math.min(pollAt, Date.now());
+            continue;
+          case "refused":
+            if (e.subject !== job.subject || acked) continue;
+            throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
+          case "result":
+            return unwrap(decodeReply(getter(e.m.headers), e.m.data, job.id));
+          case "held":
+            throw new HeldError(job.id, getter(e.m.headers)(Header.Error) || "(no error text)", getter(e.m.headers)(Header.ErrorKind) === "held-epoch");
+          case "ack": {
+            // Once a copy is stored, the acks of the others (published
+            // again) say nothing more: stored, a duplicate, or refused
+            // over the cap the stored one fills.
+            if (acked) continue;
+            const a = ackOf(e.m);
+            if (a.noResponders) {
+              await this.noStream(job);
+              republishAt = Date.now() + noLeaderPause;
+              continue;
+            }
+            const err = a.ack.error;
+            if (err && !backlogFull(err) && transient(err)) {
+              republishAt = Date.now() + noLeaderPause;
+              continue;
+            }
+            if (err) {
+              if (backlogFull(err)) {
+                // Every call keeps its outcome: one applied before under
+                // this ID answers, never "full"; one still queued from an
+                // earlier call answers when it runs.
+                const kept = await this.refusedAtCap(job, deadline);
+                if (kept) return unwrap(kept);
+                acked = true; // nothing to publish again: wait for its outcome
+                pollAt = Math.min(pollAt, Date.now());
+                continue;
+              }
+              throw new KeylaneError("refused", `keylane: submit ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
+            }
+            if (a.ack.duplicate) {
+              // Stored before, by an earlier call with this ID (or our
+              // own earlier copy): its outcome is kept by ID.
+              pollAt = Math.min(pollAt, Date.now());
+            } else {
+              pollAt = Math.min(pollAt, Date.now() + replyWait);
+            }
+            acked = true;
+            continue;
+          }
+        }
+      }
+    } finally {
+      this.unwait(token);
+    }
+  }
+
+  /** submitJSON is submit with value encoded as JSON. */
+  async submitJSON<T>(key: string, value: T, opts?: JobOptions): Promise<string> {
+    return this.submit(key, utf8(JSON.stringify(value)), opts);
+  }
+
+  /** callJSON is call with value encoded as JSON and the result decoded from JSON. */
+  async callJSON<R = unknown, T = unknown>(key: string, value: T, opts?: JobOptions): Promise<R> {
+    const res = await this.call(key, utf8(JSON.stringify(value)), opts);
+    return JSON.parse(Buffer.from(res).toString("utf8")) as R;
+  }
+
+  /**
+   * result reads a finished job's kept outcome from the results bucket:
+   * its result, or a RemoteError; no_result when none is kept.
+   */
+  async result(id: string, opts: { timeout?: number } = {}): Promise<Uint8Array> {
+    validateJobID(id);
+    const kept = await this.keptOrNull(id, Date.now() + (opts.timeout ?? this.requestTimeout), true);
+    if (!kept) throw new KeylaneError("no_result", `keylane: no stored result (job ${id})`, id);
+    return unwrap(kept);
+  }
+
+  /** close ends the client: waiting calls reject with closed. A connection made by connect is closed too. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const w of this.waiters.values()) w.push({ t: "closed" });
+    this.sub?.unsubscribe();
+    if (this.ownsConnection) await this.nc.close();
+  }
+
+  // message builds the job (buildJob) with this namespace's settings.
+  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): Job {
+    const explicit = opts.id !== undefined;
+    const id = explicit ? opts.id! : nuid.next();
+    return buildJob(this.info, { key, payload, id, explicit, type: opts.type, headers: opts.headers, reply, call }, this.nc.info?.max_payload ?? 1024 * 1024);
+  }
+
+  private publish(job: Job, token: string): void {
+    if (this.closed) return;
+    const h = natsHeaders();
+    for (const [k, v] of job.headers) h.append(k, v);
+    try {
+      this.nc.publish(job.subject, job.payload, { headers: h, reply: this.inbox + ackMark + token });
+    } catch {
+      // A failed publish (closed, draining) is like a lost one: the ack
+      // timer publishes again until the timeout.
+    }
+  }
+
+  // noStream throws when a publish found no responder for a lasting
+  // reason: the namespace's jobs stream is gone (no_topology), or it now
+  // routes with another partition count (partition_mismatch). Otherwise
+  // (no leader for a moment) it returns, and the job is published again.
+  private async noStream(job: Job): Promise<void> {
+    const name = job.headers.find(([k]) => k === Header.ExpectedStream)![1];
+    let info: StreamInfo;
+    try {
+      const jsm = await jetstreamManager(this.nc, { timeout: this.requestTimeout, checkAPI: false });
+      info = await jsm.streams.info(name);
+    } catch (err) {
+      if (err instanceof JetStreamApiError && err.code === 10059) {
+        throw new KeylaneError("no_topology", `keylane: submit ${job.id}: no responders: the jobs stream ${name} of namespace ${JSON.stringify(this.info.namespace)} does not exist`, job.id);
+      }
+      return;
+    }
+    const m = readMeta(info, this.info.namespace);
+    if (m.partitions !== this.info.partitions) {
+      throw new KeylaneError("partition_mismatch", `keylane: submit ${job.id}: the namespace was repartitioned since this client was opened (${m.partitions} partitions, this client ${this.info.partitions}): open it again`, job.id);
+    }
+  }
+
+  // refusedAtCap answers the stream's refusal of job over its key's
+  // backlog cap as the Go client's refused does: a job without the
+  // caller's ID (nor a copy sent again) cannot have been stored before:
+  // KeyBacklogFullError. One with it returns its kept outcome (applied
+  // before), or null when it is queued from an earlier call (stored, it
+  // runs); it is "full" only when the stream's leader says the key's
+  // queue does not hold it, and unknown_outcome when that could not be
+  // read: never "full" for a job that may have gone through.
+  private async refusedAtCap(job: Job, deadline: number): Promise<Outcome | null> {
+    const full = new KeyBacklogFullError(job.key, this.info.maxKeyBacklog, job.id);
+    if (!job.idempotent) throw full;
+    const unknown = (what: string, err: unknown) =>
+      new KeylaneError("unknown_outcome", `keylane: key ${JSON.stringify(job.key)} is at its backlog cap, and whether job ${job.id} ${what} is unknown: ${String(err)}`, job.id, { cause: err });
+    let kept: Outcome | null;
+    try {
+      kept = await this.keptOrNull(job.id, deadline, true);
+    } catch (err) {
+      throw unknown("was applied before", err);
+    }
+    if (kept) return kept;
+    let queued: boolean;
+    try {
+      queued = await this.queued(job, deadline);
+    } catch (err) {
+      throw unknown("is queued from an earlier call", err);
+    }
+    if (queued) return null;
+    // Not queued now; a copy acked while we looked had its outcome kept first.
+    try {
+      kept = await this.keptOrNull(job.id, deadline, true);
+    } catch (err) {
+      throw unknown("was applied before", err);
+    }
+    if (kept) return kept;
+    throw full;
+  }
+
+  // queued reports whether the jobs stream holds a job with job's ID on
+  // its key's subject, reading the key's messages from the stream's
+  // leader ($JS.API.STREAM.MSG.GET, never a direct get, which a follower
+  // may answer from behind): the subject's last message, then the others
+  // in order up to it; at most the cap + 1 reads, each bounded.
+  private async queued(job: Job, deadline: number): Promise<boolean> {
+    const stream = job.headers.find(([k]) => k === Header.ExpectedStream)![1];
+    const api = `$JS.API.STREAM.MSG.GET.${stream}`;
+    const get = async (req: Record<string, unknown>): Promise<{ seq: number; found: boolean } | null> => {
+      const bound = Math.max(1, Math.min(this.requestTimeout, deadline - Date.now()));
+      const m = await this.nc.request(api, utf8(JSON.stringify(req)), { timeout: bound });
+      const r = JSON.parse(Buffer.from(m.data).toString("utf8")) as {
+        error?: { code: number; err_code?: number; description?: string };
+        message?: { subject: string; seq: number; hdrs?: string };
+      };
+      if (r.error?.err_code === 10037) return null; // no message
+      if (r.error) throw new Error(`${api}: ${r.error.description ?? "error"} (err_code ${r.error.err_code ?? 0})`);
+      const msg = r.message;
+      if (!msg || msg.subject !== job.subject || (typeof req.seq === "number" && msg.seq < req.seq)) {
+        throw new Error(`bad answer from ${api}`);
+      }
+      return { seq: msg.seq, found: msgIdOf(msg.hdrs) === job.id };
+    };
+    const last = await get({ last_by_subj: job.subject });
+    if (!last || last.found) return Boolean(last?.found);
+    let seq = 1;
+    for (let i = 0; i <= this.info.maxKeyBacklog; i++) {
+      const at = await get({ seq, next_by_subj: job.subject });
+      if (!at || at.found || at.seq >= last.seq) return Boolean(at?.found);
+      seq = at.seq + 1;
+    }
+    throw new Error(`the key's subject ${job.subject} held more than its cap of ${this.info.maxKeyBacklog} jobs`);
+  }
+
+  // keptOrNull reads the outcome kept under id in the results bucket with
+  // one bounded request; null when none is kept (or the read failed, and
+  // then the caller's loop reads again). strict: a failed read throws.
+  private async keptOrNull(id: string, deadline: number, strict = false): Promise<Outcome | null> {
+    const bound = Math.max(1, Math.min(this.requestTimeout, deadline - Date.now()));
+    try {
+      if (!this.kv) {
+        const js = jetstream(this.nc, { timeout: bound });
+        this.kv = await new Kvm(js).open(this.names.results());
+      }
+      const e = await withTimeout(this.kv.get(id), bound);
+      if (!e || e.operation !== "PUT") return null;
+      const o = decodeKept(e.value, id);
+      if (!o) throw new KeylaneError("refused", `keylane: malformed stored result for ${id}`, id);
+      return o;
+    } catch (err) {
+      if (strict || err instanceof KeylaneError) throw err;
+      return null;
+    }
+  }
+
+  private wait(): { token: string; w: Waiter } {
+    if (this.closed) throw new KeylaneError("closed", "keylane: client closed");
+    if (!this.sub) {
+      this.sub = this.nc.subscribe(this.inbox + "*", {
+        callback: (_err, m) => this.deliver(m),
+      });
+    }
+    // Base 36 tokens without the grouped mark ("-"): workers reply to
+    // this client one job at a time (no grouped replies to decode).
+    const token = (++this.counter).toString(36);
+    const w = new Waiter();
+    this.waiters.set(token, w);
+    return { token, w };
+  }
+
+  private unwait(token: string): void {
+    this.waiters.delete(token);
+  }
+
+  private deliver(m: Msg): void {
+    if (!m || !m.subject.startsWith(this.inbox)) return;
+    const token = m.subject.slice(this.inbox.length);
+    if (token.startsWith(ackMark)) {
+      this.waiters.get(token.slice(1))?.push({ t: "ack", m });
+    } else if (token.startsWith(heldMark)) {
+      this.waiters.get(token.slice(1))?.push({ t: "held", m });
+    } else {
+      this.waiters.get(token)?.push({ t: "result", m });
+    }
+  }
+
+  // watchStatus tells every waiting job when the connection came back.
+  private watchStatus(): void {
+    void (async () => {
+      try {
+        for await (const s of this.nc.status()) {
+          if (this.closed) return;
+          if (s.type === "reconnect") {
+            for (const w of this.waiters.values()) w.push({ t: "reconnect" });
+          }
+          // The server refused a publish (a permissions violation): the
+          // job it names is never stored, and no ack will come.
+          if (s.type === "error" && s.error instanceof PermissionViolationError && s.error.operation === "publish") {
+            const e = { t: "refused" as const, subject: s.error.subject, error: s.error };
+            for (const w of this.waiters.values()) w.push(e);
+          }
+        }
+      } catch {
+        // the connection closed
+      }
+    })();
+  }
+}
+
+type Job = JobMessage;
+
+// msgIdOf returns the Nats-Msg-Id in a stored message's raw headers
+// (base64 of "NATS/1.0\r\nName: value\r\n…").
+function msgIdOf(hdrs: string | undefined): string {
+  if (!hdrs) return "";
+  for (const line of Buffer.from(hdrs, "base64").toString("utf8").split("\r\n").slice(1)) {
+    const i = line.indexOf(":");
+    if (i > 0 && line.slice(0, i) === Header.JobID) return line.slice(i + 1).trim();
+  }
+  return "";
+}
+
+function unwrap(o: Outcome): Uint8Array {
+  if (o.ok) return o.result;
+  throw o.error;
+}
+
+async function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  let t: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        t = setTimeout(() => reject(new Error("timeout")), ms);
+      }),
+    ]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
+/** connect opens a NATS connection and the namespace (Client.connect). */
+export function connect(opts: ConnectOptions = {}): Promise<Client> {
+  return Client.connect(opts);
+}

@@ -1,0 +1,31 @@
+// @keylane/client: submit and call keylane jobs from Node.js.
+export { Client, connect } from "./client.js";
+export type { ConnectOptions, JobOptions, NamespaceInfo, OpenOptions } from "./client.js";
+export { HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError } from "./errors.js";
+export type { ErrorCode } from "./errors.js";
+export {
+  HashName,
+  Header,
+  Names,
+  backlogFull,
+  buildJob,
+  markRetry,
+  parseStreamAck,
+  transient,
+  heldSubject,
+  validPartitionCount,
+  decodeKept,
+  decodeReply,
+  jobsSubject,
+  keyHash,
+  keyToken,
+  partitionOf,
+  validJobID,
+  validReply,
+  validateJobID,
+  validateKey,
+  validateType,
+  validateUserHeader,
+} from "./wire.js";
+export type { JobInput, JobMessage, NamespaceSettings, Outcome, StreamAck } from "./wire.js";
+export { xxhash64 } from "./xxhash64.js";

@@ -1,0 +1,406 @@
+// keylane's wire rules, as the Go code applies them (package partition,
+// package wire, names.go, wire.go): key and job ID validation, the key's
+// hash, token and partition, subjects and object names, and the outcome
+// encodings. Pure functions; nothing here talks to a server.
+
+import { KeylaneError, RemoteError } from "./errors.js";
+import { xxhash64 } from "./xxhash64.js";
+
+/** Header names on job and reply messages (package wire). */
+export const Header = {
+  JobID: "Nats-Msg-Id",
+  Key: "Keylane-Key",
+  Type: "Keylane-Type",
+  Reply: "Keylane-Reply",
+  Error: "Keylane-Error",
+  ErrorKind: "Keylane-Error-Kind",
+  Partitions: "Keylane-Partitions",
+  Idempotent: "Keylane-Idempotent",
+  KeepOutcome: "Keylane-Keep-Outcome",
+  ExpectedStream: "Nats-Expected-Stream",
+} as const;
+
+/** Metadata keys of the jobs stream (meta.go). */
+export const Meta = {
+  Partitions: "keylane.partitions",
+  Hash: "keylane.hash",
+  Version: "keylane.version",
+  ReplyPrefix: "keylane.reply-prefix",
+  Shards: "keylane.shards",
+  Shard: "keylane.shard",
+  Batches: "keylane.batches",
+  Delays: "keylane.delays",
+} as const;
+
+export const HashName = "xxhash64-mod";
+/** keylane.version of a jobs stream with per-key subjects. */
+export const SubjectsVersion = "3";
+export const MaxKeyLen = 1024;
+export const MaxPartitions = 4096;
+export const MaxStreamShards = 64;
+export const MaxJobIDLen = 256;
+export const MaxTypeLen = 256;
+export const MaxHeaderNameLen = 256;
+/** Room left under max_payload for what a dead letter adds. */
+export const DeadLetterReserve = 2048;
+export const DefaultNamespace = "keylane";
+export const DefaultReplyPrefix = "_INBOX.";
+
+const enc = new TextEncoder();
+
+export function utf8(s: string): Uint8Array {
+  return enc.encode(s);
+}
+
+export function byteLength(s: string): number {
+  return Buffer.byteLength(s, "utf8");
+}
+
+// Go's unicode.IsControl: C0, DEL and C1 (Latin-1 only).
+function isControl(cp: number): boolean {
+  return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
+}
+
+// Go's unicode.IsSpace.
+function isSpace(cp: number): boolean {
+  switch (cp) {
+    case 0x09: case 0x0a: case 0x0b: case 0x0c: case 0x0d: case 0x20: case 0x85: case 0xa0:
+    case 0x1680: case 0x2028: case 0x2029: case 0x202f: case 0x205f: case 0x3000:
+      return true;
+  }
+  return cp >= 0x2000 && cp <= 0x200a;
+}
+
+// wellFormed reports whether s has no lone surrogate: only then is it
+// valid UTF-8 once encoded (a lone surrogate would become U+FFFD).
+function wellFormed(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c >= 0xd800 && c <= 0xdbff) {
+      const d = s.charCodeAt(i + 1);
+      if (!(d >= 0xdc00 && d <= 0xdfff)) return false;
+      i++;
+    } else if (c >= 0xdc00 && c <= 0xdfff) {
+      return false;
+    }
+  }
+  return true;
+}
+
+function clip(s: string): string {
+  return s.length <= 64 ? s : s.slice(0, 64) + "…";
+}
+
+function codePoints(s: string): number[] {
+  return Array.from(s, (ch) => ch.codePointAt(0)!);
+}
+
+/** validateKey throws bad_key unless key is a valid resource key. */
+export function validateKey(key: unknown): asserts key is string {
+  if (typeof key !== "string" || key === "") {
+    throw new KeylaneError("bad_key", "partition: key is empty");
+  }
+  if (!wellFormed(key)) {
+    throw new KeylaneError("bad_key", "partition: key is not valid UTF-8");
+  }
+  const n = byteLength(key);
+  if (n > MaxKeyLen) {
+    throw new KeylaneError("bad_key", `partition: key longer than 1024 bytes (${n} bytes)`);
+  }
+  const cps = codePoints(key);
+  for (const cp of cps) {
+    if (isControl(cp)) {
+      throw new KeylaneError("bad_key", "partition: key contains a control character");
+    }
+  }
+  if (isSpace(cps[0]) || isSpace(cps[cps.length - 1])) {
+    throw new KeylaneError("bad_key", `partition: key starts or ends with white space (got ${JSON.stringify(clip(key))})`);
+  }
+}
+
+/** validJobID: 1 to 256 of A-Z a-z 0-9 _ - = and dots, no dot first, last or next to another. */
+export function validJobID(id: unknown): id is string {
+  return typeof id === "string" && /^[A-Za-z0-9_=-]+(\.[A-Za-z0-9_=-]+)*$/.test(id) && id.length <= MaxJobIDLen;
+}
+
+export function validateJobID(id: unknown): asserts id is string {
+  if (!validJobID(id)) {
+    throw new KeylaneError("bad_job_id", `keylane: job ID must be 1-256 characters of A-Z a-z 0-9 _ - = and single inner dots (got ${JSON.stringify(clip(String(id)))})`);
+  }
+}
+
+/** validateType: up to 256 bytes of UTF-8, no control character, no white space at either end; "" is none. */
+export function validateType(typ: string): void {
+  let ok = typeof typ === "string" && wellFormed(typ) && byteLength(typ) <= MaxTypeLen;
+  if (ok && typ !== "") {
+    const cps = codePoints(typ);
+    ok = !cps.some(isControl) && !isSpace(cps[0]) && !isSpace(cps[cps.length - 1]);
+  }
+  if (!ok) {
+    throw new KeylaneError("bad_type", `wire: job type must be at most 256 bytes of UTF-8 without control characters or white space at either end (got ${JSON.stringify(clip(String(typ)))})`);
+  }
+}
+
+function hasPrefixFold(s: string, prefix: string): boolean {
+  return s.length >= prefix.length && s.slice(0, prefix.length).toLowerCase() === prefix.toLowerCase();
+}
+
+/** validateUserHeader: a submitter's own header, by package wire's rule. */
+export function validateUserHeader(name: string, value: string): void {
+  if (hasPrefixFold(name, "Nats-") || hasPrefixFold(name, "Keylane-") || name.toLowerCase() === "status" || name.toLowerCase() === "description") {
+    throw new KeylaneError("reserved_header", `wire: header is reserved (Nats-* for the server, Keylane-* for keylane, Status and Description for nats.go): ${JSON.stringify(clip(name))}`);
+  }
+  let nameOK = name.length > 0 && name.length <= MaxHeaderNameLen;
+  for (let i = 0; nameOK && i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    nameOK = c >= 33 && c <= 126 && !`"()/,:;<=>?@[\\]{}`.includes(name[i]);
+  }
+  if (!nameOK) {
+    throw new KeylaneError("bad_header", `wire: header name ${JSON.stringify(clip(name))} is not valid`);
+  }
+  const sp = (c: string) => c === " " || c === "\t" || c === "\r" || c === "\n";
+  const valueOK = typeof value === "string" && !/[\r\n\0]/.test(value) && (value === "" || (!sp(value[0]) && !sp(value[value.length - 1])));
+  if (!valueOK) {
+    throw new KeylaneError("bad_header", `wire: header ${name} value ${JSON.stringify(clip(String(value)))} would not arrive as sent`);
+  }
+}
+
+/** validateReply: a plain subject under prefix (ValidateReply). */
+export function validReply(reply: string, prefix: string): boolean {
+  if (prefix === "" || reply.length <= prefix.length || !reply.startsWith(prefix)) return false;
+  for (const tok of reply.slice(prefix.length).split(".")) {
+    if (tok === "" || tok === "*" || tok === ">" || /[\x00-\x20\x7f]/.test(tok)) return false;
+  }
+  return true;
+}
+
+/** keyHash is the key's XXH64 (seed 0) over its UTF-8 bytes. */
+export function keyHash(key: string): bigint {
+  return xxhash64(utf8(key));
+}
+
+/** keyToken is the key's subject token: its hash as 16 lowercase hex digits. */
+export function keyToken(key: string): string {
+  return keyHash(key).toString(16).padStart(16, "0");
+}
+
+/** partitionOf is the key's partition among n: hash mod n. */
+export function partitionOf(key: string, n: number): number {
+  return Number(keyHash(key) % BigInt(n));
+}
+
+/** jobsSubject is where a job of key goes: <ns>.jobs.<p>.<token>. */
+export function jobsSubject(namespace: string, p: number, key: string): string {
+  return `${namespace}.jobs.${p}.${keyToken(key)}`;
+}
+
+/** shardOf is the jobs stream shard that holds partition p among s. */
+export function shardOf(p: number, s: number): number {
+  return p % s;
+}
+
+/** Object names of a namespace (names.go). */
+export class Names {
+  constructor(readonly namespace: string) {}
+  private upper(): string {
+    return this.namespace.replaceAll("-", "_").toUpperCase();
+  }
+  jobs(): string {
+    return this.upper() + "_JOBS";
+  }
+  jobsShard(i: number): string {
+    return i === 0 ? this.jobs() : `${this.jobs()}_${i}`;
+  }
+  results(): string {
+    return this.upper() + "_RESULTS";
+  }
+}
+
+/** messageSize is what the Go client counts against max_payload. */
+export function messageSize(subject: string, payload: Uint8Array, headers: Array<[string, string]>): number {
+  let size = payload.length + byteLength(subject) + 64;
+  for (const [k, v] of headers) {
+    size += byteLength(k) + byteLength(v) + 4;
+  }
+  return size;
+}
+
+/** An outcome: the result, or the handler's error. */
+export type Outcome = { ok: true; result: Uint8Array } | { ok: false; error: RemoteError };
+
+/**
+ * decodeKept reads a kept outcome (a results bucket value): one byte of
+ * kind ('o' result, 'e' error, 'p' permanent, 'd' dead-lettered), then
+ * the result or the error text. null: not an outcome.
+ */
+export function decodeKept(b: Uint8Array, jobId?: string): Outcome | null {
+  if (b.length === 0) return null;
+  const rest = b.subarray(1);
+  switch (b[0]) {
+    case 0x6f: // o
+      return { ok: true, result: rest };
+    case 0x65: // e
+    case 0x70: // p
+    case 0x64: // d
+      return { ok: false, error: new RemoteError(Buffer.from(rest).toString("utf8"), b[0] !== 0x65, b[0] === 0x64, jobId) };
+  }
+  return null;
+}
+
+/**
+ * decodeReply reads a single reply: any Keylane-Error or
+ * Keylane-Error-Kind header makes it an error, even an empty one.
+ */
+export function decodeReply(get: (name: string) => string | undefined, data: Uint8Array, jobId?: string): Outcome {
+  const err = get(Header.Error);
+  const kind = get(Header.ErrorKind) ?? "";
+  if (err !== undefined || kind !== "") {
+    const text = err === undefined || err === "" ? "(no error text)" : err;
+    return { ok: false, error: new RemoteError(text, kind === "permanent" || kind === "dead", kind === "dead", jobId) };
+  }
+  return { ok: true, result: data };
+}
+
+/** The namespace's settings a job message depends on. */
+export interface NamespaceSettings {
+  namespace: string;
+  partitions: number;
+  shards: number;
+  replyPrefix: string;
+}
+
+/** What a caller asks for: one job. */
+export interface JobInput {
+  key: string;
+  payload: Uint8Array;
+  /** The job ID: the caller's (explicit) or a generated one. */
+  id: string;
+  /** The caller chose the ID (and may retry with it). */
+  explicit: boolean;
+  type?: string;
+  /** The caller's own headers, each with one value or several. */
+  headers?: Record<string, string | string[]>;
+  /** A call's reply subject (its inbox and token). */
+  reply?: string;
+  /** A call: the worker keeps its outcome by ID. */
+  call?: boolean;
+}
+
+/** A job message as it is published. */
+export interface JobMessage {
+  id: string;
+  key: string;
+  subject: string;
+  payload: Uint8Array;
+  headers: Array<[string, string]>;
+  idempotent: boolean;
+}
+
+/**
+ * buildJob checks every field of a job by the rule the worker applies on
+ * receipt and builds its message, as the Go client's message (client.go)
+ * and Call (call.go) do: the same subject, the same headers, the same
+ * size limit (max_payload less DeadLetterReserve, counting headers).
+ */
+export function buildJob(ns: NamespaceSettings, input: JobInput, maxPayload: number): JobMessage {
+  validateKey(input.key);
+  const type = input.type ?? "";
+  validateType(type);
+  const user: Array<[string, string]> = [];
+  for (const [k, vs] of Object.entries(input.headers ?? {})) {
+    const list = Array.isArray(vs) ? vs : [vs];
+    if (list.length === 0) validateUserHeader(k, "");
+    for (const v of list) {
+      validateUserHeader(k, v);
+      user.push([k, v]);
+    }
+  }
+  if (input.reply !== undefined && !validReply(input.reply, ns.replyPrefix)) {
+    throw new KeylaneError("refused", `wire: reply subject is not a plain subject under the reply prefix ${JSON.stringify(ns.replyPrefix)} (got ${JSON.stringify(clip(input.reply))})`);
+  }
+  validateJobID(input.id);
+  const p = partitionOf(input.key, ns.partitions);
+  const subject = jobsSubject(ns.namespace, p, input.key);
+  const headers: Array<[string, string]> = [...user];
+  headers.push([Header.JobID, input.id], [Header.Key, input.key], [Header.Partitions, String(ns.partitions)]);
+  // The subject decides the shard's stream; the server refuses the job
+  // if it would land in any other.
+  headers.push([Header.ExpectedStream, new Names(ns.namespace).jobsShard(shardOf(p, ns.shards))]);
+  if (type !== "") headers.push([Header.Type, type]);
+  if (input.reply !== undefined) headers.push([Header.Reply, input.reply]);
+  // The caller may retry with this ID: the worker keeps its outcome by ID.
+  if (input.explicit) headers.push([Header.Idempotent, "1"]);
+  const size = messageSize(subject, input.payload, headers);
+  const max = maxPayload - DeadLetterReserve;
+  if (size > max) {
+    throw new KeylaneError("payload_too_large", `keylane: payload larger than the server's max_payload: ${size} bytes with headers, limit ${max} (max_payload less ${DeadLetterReserve} for a dead letter's headers)`, input.id);
+  }
+  // A call's outcome is kept by ID, so a reply lost with a connection is
+  // recovered from it.
+  if (input.call) headers.push([Header.KeepOutcome, "1"]);
+  return { id: input.id, key: input.key, subject, payload: input.payload, headers, idempotent: input.explicit };
+}
+
+/**
+ * markRetry makes m the copy published again after no stream ack: it
+ * asks the worker to look its ID up before running it.
+ */
+export function markRetry(m: JobMessage): void {
+  if (!m.idempotent) {
+    m.headers.push([Header.Idempotent, "1"]);
+    m.idempotent = true;
+  }
+}
+
+/** A JetStream publish ack, as the server sends it. */
+export interface StreamAck {
+  stream?: string;
+  seq?: number;
+  duplicate?: boolean;
+  error?: { code: number; err_code?: number; description?: string };
+}
+
+/** parseStreamAck reads a stream ack's JSON; unreadable JSON is an error ack. */
+export function parseStreamAck(data: Uint8Array): StreamAck {
+  const text = Buffer.from(data).toString("utf8");
+  try {
+    const a = JSON.parse(text) as StreamAck;
+    if (a && typeof a === "object") return a;
+  } catch {
+    // below
+  }
+  return { error: { code: 500, description: `bad stream ack ${JSON.stringify(text)}` } };
+}
+
+/**
+ * backlogFull: the server's refusal of a job over its key's cap
+ * (MaxMsgsPerSubject with DiscardNewPerSubject): error 10077, "maximum
+ * messages per subject exceeded". It comes with code 503 but is never
+ * retried.
+ */
+export function backlogFull(e: NonNullable<StreamAck["error"]>): boolean {
+  return e.err_code === 10077 && (e.description ?? "").includes("maximum messages per subject exceeded");
+}
+
+/**
+ * transient: an ack error that publishing again may cure (no leader,
+ * cluster not available, a timeout, another 5xx), except backlogFull.
+ */
+export function transient(e: NonNullable<StreamAck["error"]>): boolean {
+  return !backlogFull(e) && (e.err_code === 10008 || e.code === 408 || e.code >= 500);
+}
+
+/** validPartitionCount: a namespace's partition count is 1 to 4096. */
+export function validPartitionCount(n: number): boolean {
+  return Number.isInteger(n) && n >= 1 && n <= MaxPartitions;
+}
+
+/**
+ * heldSubject is where a worker tells the call with reply subject reply
+ * that its job is held: the reply's last token with "=" before it.
+ */
+export function heldSubject(reply: string): string {
+  const dot = reply.lastIndexOf(".");
+  if (dot < 0 || dot === reply.length - 1) return "";
+  return reply.slice(0, dot + 1) + "=" + reply.slice(dot + 1);
+}

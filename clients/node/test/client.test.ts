@@ -1,0 +1,226 @@
+// The client against a real nats-server and a real Go worker running
+// keylane's inventory reducer. The Go test clients/node/node_test.go
+// starts both and runs this file with KEYLANE_NATS_URL and
+// KEYLANE_NAMESPACE set; without them every test here is skipped.
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
+
+const url = process.env.KEYLANE_NATS_URL;
+const namespace = process.env.KEYLANE_NAMESPACE;
+const jsonNamespace = process.env.KEYLANE_JSON_NAMESPACE;
+const capNamespace = process.env.KEYLANE_CAP_NAMESPACE;
+const permURL = process.env.KEYLANE_PERM_URL;
+const heldNamespace = process.env.KEYLANE_HELD_NAMESPACE;
+const skip = !url || !namespace ? "KEYLANE_NATS_URL and KEYLANE_NAMESPACE not set (run by clients/node/node_test.go)" : false;
+
+const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
+let seq = 0;
+const uniq = (what: string) => `${what}-${process.pid}-${Date.now().toString(36)}-${++seq}`;
+
+// expectCode asserts that p rejects with a KeylaneError of code.
+async function expectCode(p: Promise<unknown>, code: string): Promise<KeylaneError> {
+  try {
+    await p;
+  } catch (err) {
+    assert.ok(err instanceof KeylaneError, `want a KeylaneError ${code}, got ${String(err)}`);
+    assert.equal(err.code, code, `error ${err.message}`);
+    return err;
+  }
+  assert.fail(`want a KeylaneError ${code}, got success`);
+}
+
+describe("keylane client against a Go worker", { skip }, () => {
+  let c: Client;
+  before(async () => {
+    c = await connect({ servers: url, namespace });
+  });
+  after(async () => {
+    await c?.close();
+  });
+
+  test("reads the namespace's settings", () => {
+    assert.ok(c.partitions >= 1);
+    assert.equal(c.info.namespace, namespace);
+    // The harness's namespace has batches on: this client still sends
+    // single jobs, which the workers read.
+    assert.equal(c.info.batches, process.env.KEYLANE_BATCHES === "on");
+  });
+
+  test("call returns the handler's result", async () => {
+    const sku = uniq("sku");
+    assert.equal(text(await c.call(sku, "set 5")), "ok 5");
+    assert.equal(text(await c.call(sku, "buy 2")), "sold 3");
+    assert.equal(text(await c.call(sku, "get")), "stock 3");
+  });
+
+  test("submit stores the job, which then runs", async () => {
+    const sku = uniq("sku");
+    await c.call(sku, "set 10");
+    const id = await c.submit(sku, "buy 4");
+    assert.match(id, /^[A-Za-z0-9]{22}$/);
+    // Jobs of one key run in order: a call after the submit sees it.
+    assert.equal(text(await c.call(sku, "get")), "stock 6");
+  });
+
+  test("submit with an id: a second submit is a duplicate, nothing stored", async () => {
+    const sku = uniq("sku");
+    await c.call(sku, "set 10");
+    const id = uniq("order");
+    assert.equal(await c.submit(sku, "buy 1", { id }), id);
+    const dup = await expectCode(c.submit(sku, "buy 1", { id }), "duplicate");
+    assert.equal(dup.jobId, id);
+    assert.equal(text(await c.call(sku, "get")), "stock 9");
+    // Its outcome is kept by ID.
+    assert.equal(text(await c.result(id)), "sold 9");
+  });
+
+  test("JSON helpers: submitJSON, callJSON", { skip: jsonNamespace ? false : "KEYLANE_JSON_NAMESPACE not set" }, async () => {
+    // The harness's second namespace runs a Go handler that answers
+    // {"key": <the job's key>, "got": <the JSON payload>}.
+    const j = await Client.open(c.nc, { namespace: jsonNamespace });
+    try {
+      const key = uniq("doc");
+      const got = await j.callJSON<{ key: string; got: { n: number; tags: string[] } }>(key, { n: 3, tags: ["a", "é"] });
+      assert.deepEqual(got, { key, got: { n: 3, tags: ["a", "é"] } });
+      const id = uniq("doc-job");
+      assert.equal(await j.submitJSON(key, { n: 4 }, { id }), id);
+      // The result of a job with an id is kept by it once the job ran.
+      let kept: unknown;
+      for (let i = 0; i < 100 && kept === undefined; i++) {
+        try {
+          kept = JSON.parse(text(await j.result(id)));
+        } catch (err) {
+          assert.ok(err instanceof KeylaneError && err.code === "no_result", String(err));
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      }
+      assert.deepEqual(kept, { key, got: { n: 4 } });
+    } finally {
+      await j.close();
+    }
+  });
+
+  test("retry by id after no reply: answered from the kept outcome, applied once", async () => {
+    const sku = uniq("sku");
+    await c.call(sku, "set 3");
+    const id = uniq("order");
+    // timeout 0 waits for nothing: the job is published, the call rejects
+    // with no_reply at once, and the job may or may not be stored.
+    const first = await expectCode(c.call(sku, "buy 1", { id, timeout: 0 }), "no_reply");
+    assert.ok(first instanceof NoReplyError);
+    assert.equal(first.jobId, id);
+    // Called again with the same id: the outcome, never a second run.
+    const again = text(await c.call(sku, "buy 1", { id }));
+    assert.equal(again, "sold 2");
+    const third = text(await c.call(sku, "buy 1", { id }));
+    assert.equal(third, "sold 2");
+    assert.equal(text(await c.call(sku, "get")), "stock 2");
+  });
+
+  test("a handler error comes back as a RemoteError", async () => {
+    const err = await expectCode(c.call(uniq("sku"), "bogus"), "remote");
+    assert.ok(err instanceof RemoteError);
+    assert.equal(err.deadLettered, true);
+    assert.match(err.remoteMessage, /unknown operation/);
+  });
+
+  test("a timeout is bounded: a job that keeps failing ends the call with no_reply", async () => {
+    const err = await expectCode(c.call(uniq("poison"), "fail", { timeout: 300 }), "no_reply");
+    assert.ok(err instanceof NoReplyError);
+  });
+
+  test("refusals: bad key, bad id, reserved header, payload too large", async () => {
+    await expectCode(c.call("", "get"), "bad_key");
+    await expectCode(c.submit(" padded", "get"), "bad_key");
+    await expectCode(c.submit("a\u0007b", "get"), "bad_key");
+    await expectCode(c.submit("x".repeat(1025), "get"), "bad_key");
+    await expectCode(c.submit("sku", "get", { id: "a..b" }), "bad_job_id");
+    await expectCode(c.submit("sku", "get", { id: "" }), "bad_job_id");
+    await expectCode(c.submit("sku", "get", { headers: { "Nats-Rollup": "sub" } }), "reserved_header");
+    await expectCode(c.submit("sku", "get", { headers: { "X-Ok": " padded" } }), "bad_header");
+    const max = c.nc.info!.max_payload;
+    await expectCode(c.submit("sku", new Uint8Array(max)), "payload_too_large");
+    await expectCode(c.call("sku", new Uint8Array(max - 1000)), "payload_too_large");
+  });
+
+  test("a key at its backlog cap: key_backlog_full, nothing stored", { skip: capNamespace ? false : "KEYLANE_CAP_NAMESPACE not set" }, async () => {
+    // The harness's cap namespace: MaxKeyBacklog 2 and no worker, so a
+    // key's jobs stay queued.
+    const k = await Client.open(c.nc, { namespace: capNamespace });
+    try {
+      assert.equal(k.info.maxKeyBacklog, 2);
+      const key = uniq("hot");
+      const queuedId = uniq("queued");
+      await k.submit(key, "buy 1", { id: queuedId });
+      await k.submit(key, "buy 1");
+      const full = await expectCode(k.submit(key, "buy 1"), "key_backlog_full");
+      assert.ok(full instanceof KeyBacklogFullError && full.cap === 2 && full.key === key);
+      await expectCode(k.call(key, "buy 1", { timeout: 5000 }), "key_backlog_full");
+      // A job with the caller's ID is "full" only once the key's queue
+      // is read and does not hold it (nor is an outcome kept).
+      await expectCode(k.submit(key, "buy 1", { id: uniq("order") }), "key_backlog_full");
+      await expectCode(k.call(key, "buy 1", { id: uniq("order"), timeout: 5000 }), "key_backlog_full");
+      // The queued job's ID again: stored before, nothing new.
+      await expectCode(k.submit(key, "buy 1", { id: queuedId }), "duplicate");
+      // The harness stored order-q on queued:1 (full) and waited until the
+      // server forgot the ID: a retry is refused over the cap, yet the
+      // job is stored. Not "full": submit says duplicate, and a call waits
+      // for the job's outcome (no worker runs here: no_reply, bounded).
+      await expectCode(k.submit("queued:1", "buy 1", { id: "order-q" }), "duplicate");
+      await expectCode(k.call("queued:1", "buy 1", { id: "order-q", timeout: 1500 }), "no_reply");
+      await expectCode(k.submit("queued:1", "buy 1", { id: uniq("order") }), "key_backlog_full");
+      // Other keys are not affected.
+      await k.submit(uniq("cold"), "buy 1");
+    } finally {
+      await k.close();
+    }
+  });
+
+  test("a publish the server refuses ends with refused, not the timeout", { skip: permURL ? false : "KEYLANE_PERM_URL not set" }, async () => {
+    // The harness's second server: this user may not publish jobs of
+    // namespace "perm"; the server says so asynchronously, and no stream
+    // ack ever comes. Without the refusal read, both would wait 20s and
+    // end with unknown_outcome and no_reply.
+    const p = await connect({ servers: permURL, namespace: "perm", nats: { user: process.env.KEYLANE_PERM_USER, pass: process.env.KEYLANE_PERM_PASS } });
+    try {
+      const e1 = await expectCode(p.submit(uniq("k"), "buy 1", { timeout: 20000 }), "refused");
+      assert.match(e1.message, /Permissions Violation/i);
+      await expectCode(p.call(uniq("k"), "buy 1", { timeout: 20000 }), "refused");
+    } finally {
+      await p.close();
+    }
+  });
+
+  test("a job the worker holds ends the call with held, at once", { skip: heldNamespace ? false : "KEYLANE_HELD_NAMESPACE not set" }, async () => {
+    // The harness re-created this namespace's jobs stream under a worker:
+    // key "k"'s state carries the old stream's epoch, so the worker holds
+    // the job (stored, not run) until an operator adopts that epoch.
+    const h = await Client.open(c.nc, { namespace: heldNamespace });
+    try {
+      const id = uniq("held");
+      const err = await expectCode(h.call("k", "x", { id, timeout: 20000 }), "held");
+      assert.ok(err instanceof HeldError);
+      assert.equal(err.jobId, id);
+      assert.equal(err.epoch, true);
+      assert.match(err.reason, /another jobs stream/);
+    } finally {
+      await h.close();
+    }
+  });
+
+  test("a namespace that is not set up is refused with no_topology", async () => {
+    await expectCode(connect({ servers: url, namespace: uniq("nosuch") }), "no_topology");
+  });
+
+  test("a partition count other than the namespace's is refused", async () => {
+    await expectCode(Client.open(c.nc, { namespace, partitions: c.partitions + 1 }), "partition_mismatch");
+  });
+
+  test("after close, calls reject with closed", async () => {
+    const c2 = await Client.open(c.nc, { namespace });
+    await c2.close();
+    await expectCode(c2.call(uniq("sku"), "get"), "closed");
+  });
+});

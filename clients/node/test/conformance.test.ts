@@ -1,0 +1,195 @@
+// The shared conformance vectors (testdata/conformance at the repository
+// root, written from the Go code by TestConformanceVectors): this client
+// must hash, route, validate, build and read exactly as the Go code does.
+// Vectors for what this client never does (batch messages, grouped
+// replies, batch outcome entries) are checked only where they concern it.
+
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+import {
+  HashName,
+  KeylaneError,
+  RemoteError,
+  buildJob,
+  decodeKept,
+  decodeReply,
+  heldSubject,
+  keyToken,
+  markRetry,
+  parseStreamAck,
+  partitionOf,
+  validJobID,
+  validPartitionCount,
+  validReply,
+  validateKey,
+  validateType,
+  validateUserHeader,
+  xxhash64,
+} from "../src/index.js";
+
+const dir = new URL("../../../../testdata/conformance/", import.meta.url);
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+const load = (name: string): any => {
+  const v = JSON.parse(readFileSync(new URL(name, dir), "utf8"));
+  assert.equal(v.protocol, "keylane wire protocol v1", `${name}: protocol`);
+  return v;
+};
+const hex = (h: string) => new Uint8Array(Buffer.from(h, "hex"));
+const toHex = (b: Uint8Array) => Buffer.from(b).toString("hex");
+// utf8OrNull decodes bytes that are valid UTF-8, else null: a JS string
+// cannot hold them, so this client can never send them.
+const utf8OrNull = (b: Uint8Array): string | null => {
+  try {
+    return new TextDecoder("utf-8", { fatal: true }).decode(b);
+  } catch {
+    return null;
+  }
+};
+const throwsCode = (f: () => void): string | null => {
+  try {
+    f();
+    return null;
+  } catch (err) {
+    assert.ok(err instanceof KeylaneError, String(err));
+    return err.code;
+  }
+};
+
+test("keys.json: hash, token and partition of every key", () => {
+  const { hash, vectors } = load("keys.json");
+  assert.equal(hash, HashName, "the keylane.hash this client routes by");
+  assert.ok(vectors.length > 0);
+  for (const v of vectors) {
+    const bytes = hex(v.key_hex);
+    assert.equal(xxhash64(bytes).toString(16).padStart(16, "0"), v.xxhash64_hex, v.name);
+    assert.equal(xxhash64(bytes).toString(10), v.xxhash64_dec, v.name);
+    const key = utf8OrNull(bytes);
+    assert.notEqual(key, null, `${v.name}: every key of keys.json is valid`);
+    assert.equal(keyToken(key!), v.token, v.name);
+    validateKey(key!);
+    for (const { count, partition } of v.partitions) {
+      assert.equal(partitionOf(key!, count), partition, `${v.name} mod ${count}`);
+    }
+  }
+});
+
+test("validation.json: the client accepts exactly the valid inputs", () => {
+  const { vectors } = load("validation.json");
+  const seen = new Set<string>();
+  for (const v of vectors) {
+    const bytes = hex(v.value_hex ?? "");
+    const s = utf8OrNull(bytes);
+    let valid: boolean;
+    switch (v.field) {
+      case "key":
+        valid = s !== null && throwsCode(() => validateKey(s)) === null;
+        if (!valid && s !== null) assert.equal(throwsCode(() => validateKey(s)), "bad_key", v.name);
+        break;
+      case "job_id":
+        valid = s !== null && validJobID(s);
+        break;
+      case "type":
+        valid = s !== null && throwsCode(() => validateType(s)) === null;
+        break;
+      case "header": {
+        const code = s === null ? "bad_header" : throwsCode(() => validateUserHeader(s, v.header_value ?? ""));
+        valid = code === null;
+        if (!valid) assert.match(code!, /^(reserved_header|bad_header)$/, v.name);
+        if (!valid && /reserved/.test(v.error)) assert.equal(code, "reserved_header", v.name);
+        break;
+      }
+      case "reply":
+        valid = s !== null && validReply(s, v.reply_prefix);
+        break;
+      case "partitions":
+        valid = validPartitionCount(Number(v.value));
+        break;
+      case "batch_id":
+        continue; // this client sends no batch messages
+      default:
+        assert.fail(`${v.name}: unknown field ${v.field}`);
+    }
+    seen.add(v.field);
+    assert.equal(valid, v.valid, `${v.name} (${v.field} ${JSON.stringify(v.value)}): ${v.error}`);
+  }
+  for (const f of ["key", "job_id", "type", "header", "reply", "partitions"]) assert.ok(seen.has(f), `no ${f} vectors`);
+});
+
+test("jobs.json: job messages byte for byte", () => {
+  const { vectors } = load("jobs.json");
+  assert.ok(vectors.length > 0);
+  for (const v of vectors) {
+    const ns = { namespace: v.namespace, partitions: v.partitions, shards: v.shards, replyPrefix: v.reply_prefix };
+    const i = v.input;
+    const m = buildJob(
+      ns,
+      {
+        key: i.key,
+        payload: hex(i.payload_hex),
+        id: i.id,
+        explicit: !i.id_generated,
+        type: i.type,
+        headers: i.headers,
+        reply: i.reply === "" ? undefined : i.reply,
+        call: i.call,
+      },
+      1024 * 1024,
+    );
+    if (i.retry) markRetry(m);
+    assert.equal(m.subject, v.message.subject, v.name);
+    assert.equal(toHex(m.payload), v.message.payload_hex, v.name);
+    const got: Record<string, string[]> = {};
+    for (const [k, val] of m.headers) (got[k] ??= []).push(val);
+    assert.deepEqual(got, v.message.headers, v.name);
+    assert.equal(m.id, v.parsed.id, v.name);
+    assert.equal(m.idempotent, v.parsed.idempotent, v.name);
+    assert.equal(partitionOf(i.key, v.partitions), v.parsed.partition, v.name);
+    if (i.id_generated) assert.match(i.id, /^[A-Za-z0-9]{22}$/, `${v.name}: a generated ID is a nuid`);
+  }
+});
+
+test("outcomes.json: kept outcomes", () => {
+  const { kept } = load("outcomes.json");
+  assert.ok(kept.length > 0);
+  for (const v of kept) {
+    const o = decodeKept(hex(v.value_hex));
+    assert.ok(o, v.name);
+    if (v.kind === "ok") {
+      assert.ok(o.ok, v.name);
+      assert.equal(toHex(o.result), v.result_hex, v.name);
+    } else {
+      assert.ok(!o.ok, v.name);
+      assert.ok(o.error instanceof RemoteError);
+      assert.equal(o.error.kind, v.kind, v.name);
+      assert.equal(o.error.remoteMessage, v.error, v.name);
+    }
+  }
+  assert.equal(decodeKept(new Uint8Array(0)), null, "an empty value is no outcome");
+});
+
+test("replies.json: single replies, held notices, stream acks", () => {
+  const { single, held, stream_acks } = load("replies.json");
+  for (const v of single) {
+    const h: Record<string, string[]> = v.headers;
+    const o = decodeReply((name) => (h[name] ? h[name][0] : undefined), hex(v.data_hex));
+    assert.equal(o.ok, v.decoded.ok, v.name);
+    if (o.ok) {
+      assert.equal(toHex(o.result), v.decoded.result_hex, v.name);
+    } else {
+      assert.equal(o.error.remoteMessage, v.decoded.error, v.name);
+      assert.equal(o.error.kind, v.decoded.kind, v.name);
+      assert.equal(o.error.permanent, v.decoded.permanent, v.name);
+      assert.equal(o.error.deadLettered, v.decoded.dead_lettered, v.name);
+    }
+  }
+  for (const v of held) {
+    assert.equal(heldSubject(v.reply), v.subject, v.name);
+  }
+  for (const v of stream_acks) {
+    const a = parseStreamAck(hex(v.data_hex));
+    assert.equal(!a.error, v.stored, v.name);
+    assert.equal(Boolean(a.duplicate), v.duplicate, v.name);
+    assert.equal(a.error?.err_code ?? 0, v.error_code, v.name);
+  }
+});
