@@ -203,8 +203,12 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 		return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
 	}
 	var match uint64
-	for done := false; !done; {
-		batch, err := cons.Fetch(deadScanBatch, jetstream.FetchMaxWait(requestTimeout))
+	// Each pull asks for as many messages as the stream holds beyond the
+	// last one read (NumPending), so it is answered as soon as they came,
+	// never by its wait running out at the stream's end.
+	want := min(uint64(deadScanBatch), info.State.Msgs)
+	for want > 0 {
+		batch, err := cons.Fetch(int(want), jetstream.FetchMaxWait(requestTimeout))
 		if err != nil {
 			return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
 		}
@@ -215,11 +219,16 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 			if err != nil {
 				return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
 			}
-			if wire.JobIDOfDead(m.Headers()) == id && md.Sequence.Stream <= last {
+			if md.Sequence.Stream > last {
+				want = 0
+				break
+			}
+			if wire.JobIDOfDead(m.Headers()) == id {
 				match = md.Sequence.Stream
 			}
-			if md.Sequence.Stream >= last || md.NumPending == 0 {
-				done = true
+			want = min(uint64(deadScanBatch), md.NumPending)
+			if md.Sequence.Stream == last {
+				want = 0
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
