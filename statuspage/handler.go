@@ -92,7 +92,9 @@ type Lookup struct {
 
 // Handler returns an http.Handler that serves the page of cfg.Namespace,
 // read through js, at "/" and its JSON at "/status.json" (relative to
-// where it is mounted: strip a prefix with http.StripPrefix). Other paths
+// where it is mounted: strip a prefix with http.StripPrefix); either
+// takes ?job=ID and ?key=KEY to look a job or a key's state up (Lookup).
+// Other paths
 // are 404, methods other than GET and HEAD 405. A failed reading is
 // served with status 503 and says what failed. It returns an error, and
 // no handler, for a nil js or a negative setting. The handler is safe for
@@ -147,7 +149,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	p := h.read(ctx)
 	if q := r.URL.Query(); q.Has("job") || q.Has("key") {
-		p.Lookup = h.lookup(ctx, q.Get("job"), q.Get("key"), q.Has("job"))
+		lctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+		p.Lookup = h.lookup(lctx, q.Get("job"), q.Get("key"), q.Has("job"))
+		cancel()
 	}
 	code := http.StatusOK
 	if p.Status == nil {
@@ -233,17 +237,6 @@ func (h *handler) take(ctx context.Context) Page {
 func (h *handler) lookup(ctx context.Context, id, key string, job bool) *Lookup {
 	l := &Lookup{JobID: id, Key: key}
 	var errs []string
-	if job {
-		f, err := keylane.InspectJob(ctx, h.js, h.cfg.Namespace, id, key)
-		switch {
-		case err == nil:
-			l.Job = &f
-		case errors.Is(err, keylane.ErrNoResult):
-			l.JobNotFound = true
-		default:
-			errs = append(errs, h.failed("looking up job "+strconv.Quote(id), ctx, err))
-		}
-	}
 	if key != "" || !job {
 		e, rev, err := keylane.InspectState(ctx, h.js, h.cfg.Namespace, key)
 		switch {
@@ -253,6 +246,17 @@ func (h *handler) lookup(ctx context.Context, id, key string, job bool) *Lookup 
 			l.StateNotFound = true
 		default:
 			errs = append(errs, h.failed("reading the state of key "+strconv.Quote(key), ctx, err))
+		}
+	}
+	if job {
+		f, err := keylane.InspectJob(ctx, h.js, h.cfg.Namespace, id, key)
+		switch {
+		case err == nil:
+			l.Job = &f
+		case errors.Is(err, keylane.ErrNoResult):
+			l.JobNotFound = true
+		default:
+			errs = append(errs, h.failed("looking up job "+strconv.Quote(id), ctx, err))
 		}
 	}
 	l.Error = strings.Join(errs, "\n")
