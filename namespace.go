@@ -27,8 +27,8 @@ var ErrNamespaceInUse = errors.New("keylane: a worker holds a live lease on the 
 // namespace's is refused with an error, not listed. An empty list means
 // the namespace does not exist. It only reads.
 func NamespaceObjects(ctx context.Context, js jetstream.JetStream, namespace string) ([]string, error) {
-	if namespace == "" || strings.ContainsAny(namespace, ".*> \t") {
-		return nil, fmt.Errorf("keylane: namespace %q: must be one subject token", namespace)
+	if !namespaceRE.MatchString(namespace) {
+		return nil, fmt.Errorf("keylane: namespace %q must match %s", namespace, namespaceRE)
 	}
 	names := Names{Namespace: namespace}
 	kv := map[string]bool{}

@@ -262,7 +262,7 @@ func TestNamespaceDelete(t *testing.T) {
 	if out, code = cmd("namespace", "delete", "shop", "--yes"); code != 1 || !strings.Contains(out, "does not exist") {
 		t.Fatalf("namespace delete of a deleted namespace: exit %d\n%s", code, out)
 	}
-	if out, code = cmd("namespace", "delete", "sh.op", "--yes"); code != 1 || !strings.Contains(out, "one subject token") {
+	if out, code = cmd("namespace", "delete", "sh.op", "--yes"); code != 1 || !strings.Contains(out, "must match") {
 		t.Fatalf("namespace delete of a bad name: exit %d\n%s", code, out)
 	}
 	if out, code = cmd("namespace", "delete"); code != 1 || !strings.Contains(out, "name the namespace") {
