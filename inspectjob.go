@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
@@ -175,6 +176,10 @@ func (o FoundJob) withErrorText() FoundJob {
 // once.
 const deadScanBatch = 256
 
+// deadScanIdle is how long the server keeps a dead-letter scan's consumer
+// that its scan did not delete (a connection lost mid-scan).
+const deadScanIdle = 30 * time.Second
+
 // findDead reads the dead-letter stream's headers, oldest first up to the
 // last message when it began, for the newest dead letter of job ID id,
 // and returns it whole. A namespace without a dead-letter stream has none.
@@ -198,10 +203,20 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 	last := info.State.LastSeq
 	cctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	cons, err := s.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{HeadersOnly: true})
+	// The server removes an idle consumer after InactiveThreshold; the
+	// scan deletes its own when done, so a status page looking a job up on
+	// every reload leaves none behind.
+	cons, err := s.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, InactiveThreshold: deadScanIdle})
 	if err != nil {
 		return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
 	}
+	defer func() {
+		if ci := cons.CachedInfo(); ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+			_ = s.DeleteConsumer(dctx, ci.Name)
+			cancel()
+		}
+	}()
 	var match uint64
 	// Each pull asks for as many messages as the stream holds beyond the
 	// last one read (NumPending), so it is answered as soon as they came,

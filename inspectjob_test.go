@@ -81,3 +81,30 @@ func TestInspectJobReadsEveryDeadLetter(t *testing.T) {
 		t.Fatalf("a namespace that does not exist: %v", err)
 	}
 }
+
+// TestInspectJobLeavesNoConsumer: a look-up that reads the dead-letter
+// stream deletes the consumer it read through.
+func TestInspectJobLeavesNoConsumer(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	r := newCounter()
+	r.poisoned = "bad"
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, r })
+	e.waitOwned(w)
+	id, err := e.client.Submit(ctx(t), "k", []byte("bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "dead-lettered", func() bool { return e.streamMsgs(e.topo.Names.Dead()) == 1 })
+	for range 3 {
+		if f, err := InspectJob(ctx(t), e.js, e.ns, id, ""); err != nil || f.Where != FoundDead {
+			t.Fatalf("InspectJob: %+v, %v", f, err)
+		}
+	}
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Dead())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.CachedInfo().State.Consumers; n != 0 {
+		t.Fatalf("the dead-letter stream has %d consumers after three look-ups", n)
+	}
+}

@@ -1316,7 +1316,9 @@
 // reads it; with --key KEY, that key's held outcomes (a Reducer's job
 // without a caller's ID keeps its outcome only there); and NS_DEAD, whose
 // messages it reads headers only, oldest first up to the last one when it
-// began, through an ordered consumer, each pull asking for exactly as many
+// began, through an ordered consumer (deleted when the scan ends, else
+// removed by the server after 30s idle: TestInspectJobLeavesNoConsumer
+// found three left after three look-ups before), each pull asking for exactly as many
 // messages as remain (NumPending), so it never waits out a pull at the
 // stream's end (a pull for a full batch sat out its 5s wait there, past
 // the status page's deadline: TestLookupJSON). It says where it found the
