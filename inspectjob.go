@@ -217,12 +217,15 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 			cancel()
 		}
 	}()
-	var match uint64
+	var match, seen uint64
 	// Each pull asks for as many messages as the stream holds beyond the
 	// last one read (NumPending), so it is answered as soon as they came,
 	// never by its wait running out at the stream's end.
 	want := min(uint64(deadScanBatch), info.State.Msgs)
 	for want > 0 {
+		if err := ctx.Err(); err != nil {
+			return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
+		}
 		batch, err := cons.Fetch(int(want), jetstream.FetchMaxWait(requestTimeout))
 		if err != nil {
 			return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
@@ -238,6 +241,7 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 				want = 0
 				break
 			}
+			seen = md.Sequence.Stream
 			if wire.JobIDOfDead(m.Headers()) == id {
 				match = md.Sequence.Stream
 			}
@@ -250,7 +254,19 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 			return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
 		}
 		if n == 0 {
-			break // nothing more: the rest was deleted under us
+			// Nothing came: fine if the rest was deleted under us (a
+			// purge, a redrive), else the read failed, and "not found"
+			// would be a guess.
+			ictx, cancel := context.WithTimeout(ctx, requestTimeout)
+			info, err := s.Info(ictx)
+			cancel()
+			if err != nil {
+				return DeadLetter{}, false, fmt.Errorf("keylane: dead-letter stream: %w", err)
+			}
+			if info.State.Msgs > 0 && info.State.LastSeq > seen && info.State.FirstSeq <= last {
+				return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: no message came after sequence %d of %d", seen, last)
+			}
+			break
 		}
 	}
 	if match == 0 {
