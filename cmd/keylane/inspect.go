@@ -22,7 +22,10 @@ const exitNotFound = exitError(3)
 
 // stateCmd runs keylane state get KEY: keylane.InspectState, printed.
 func stateCmd(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
-	const usage = "usage: keylane state get KEY [--json] [flags]"
+	const usage = `usage: keylane state get KEY [--json] [flags]
+
+  get KEY   a key's decoded state entry: value, last job (sequence, batch index, fence, epoch), revision
+            and held outcomes; exit 3 when the key has none`
 	switch {
 	case len(args) == 0:
 		fmt.Fprintln(errOut, usage)
