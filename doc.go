@@ -56,7 +56,11 @@
 // WorkerConfig.TracerProvider is set; keylane never falls back to the
 // global provider. Off, each hook is a nil check: no header is written or
 // read and nothing is allocated. The library imports only the
-// OpenTelemetry API; the application brings the SDK and an exporter.
+// OpenTelemetry API; the application brings the SDK and an exporter. The
+// worker and submit commands bring both with --otlp-endpoint URL (env
+// KEYLANE_OTLP_ENDPOINT): spans in batches over OTLP/HTTP to a collector,
+// service.name keylane-worker or keylane-submit, the last spans sent on a
+// graceful stop (TestOTLPEndpoint).
 //
 // Submit and Call start a producer span, "keylane.submit <namespace>" or
 // "keylane.call <namespace>", under the caller's ctx, and send its

@@ -1389,6 +1389,59 @@
 // every keylane command. Tested by TestDeadCommandsHonourTheirFilters and
 // TestParseFlagsAfterArguments.
 //
+// # Operators' reads, and removing a namespace
+//
+// keylane state get KEY prints a key's state entry as InspectState reads
+// it (one KV get on NS_STATE, decoded as a worker decodes it): the value,
+// the last applied job's ID, sequence, batch index, fence and epoch, the
+// entry's revision and the held outcomes, oldest first. A key without an
+// entry (never applied through State, or deleted) exits 3 with a line
+// that says so: a read that answered "none", apart from a failed read
+// (1) and a usage error (2). An invalid key (empty, over 1 KiB, not
+// UTF-8, a control character) is refused before any read, exit 1.
+//
+// keylane job ID finds a job's outcome where keylane keeps one
+// (InspectJob): NS_RESULTS under the ID (a caller's ID, a Call, or every
+// job with StoreResults); for an ID that names a batch and an index, its
+// batch's entry (# Kept outcomes in one batch), read as Client.Result
+// reads it; with --key KEY, that key's held outcomes (a Reducer's job
+// without a caller's ID keeps its outcome only there); and NS_DEAD, whose
+// messages it reads headers only, oldest first up to the last one when it
+// began, through an ordered consumer (deleted when the scan ends, else
+// removed by the server after 30s idle: TestInspectJobLeavesNoConsumer
+// found three left after three look-ups before), each pull asking for exactly as many
+// messages as remain (NumPending), so it never waits out a pull at the
+// stream's end (a pull for a full batch sat out its 5s wait there, past
+// the status page's deadline: TestLookupJSON). It says where it found the
+// outcome; a kept outcome that says dead-lettered comes with its dead
+// letter (the reason, partition, attempts, worker) when the stream still
+// has it. Nowhere: exit 3, "not found", with how long each place keeps
+// an outcome (the results bucket's TTL, the held window, the
+// dead-letter stream's 7 days). A bad job ID is refused before any read;
+// a namespace without a results bucket is an error (ErrNoTopology), not
+// "not found". Tested by TestStateAndJobCommands,
+// TestInspectJobInItsBatchEntry and TestInspectJobReadsEveryDeadLetter
+// (past the first pull's 256 messages). The status page runs the same
+// look-ups (?job=ID, ?key=KEY; TestLookupJSON, TestLookupsInABrowser);
+// as a worker's user it needs the consumer permissions on NS_DEAD that
+// docs/security/accounts.conf gives (TestStatusPageAsWorker).
+//
+// keylane namespace delete NS deletes NS's streams: NS_JOBS and its
+// shards NS_JOBS_<i> (i > 0, digits only), NS_DELAYS, NS_DEAD and the
+// buckets' KV_NS_LEASES, KV_NS_MEMBERS, KV_NS_RESULTS and KV_NS_STATE,
+// as NamespaceObjects lists them from the server's stream list by exact
+// name: another namespace whose name begins with NS (shop2 for shop) or a
+// look-alike stream (SHOP_JOBS_X) is never touched. Namespaces whose names
+// differ only in '-' and '_' share object names (Names); a jobs, delays or
+// dead-letter stream whose subjects are not NS's is refused with an error
+// and nothing is deleted. Without --yes it lists them and exits 1; while
+// a worker holds a live lease of NS (LiveLeases) it refuses, deleting
+// nothing, unless --force (the workers then fail their reads and writes:
+// stop them first); a namespace with none of these streams is an error.
+// The deletes run one stream at a time: one that fails stops the command,
+// which prints what it deleted; run it again to finish (a stream already
+// gone counts as deleted). Tested by TestNamespaceDelete.
+//
 // # A failing key does not hold its partition
 //
 // The server's window for a partition (the consumer's MaxAckPending) is

@@ -18,7 +18,17 @@
 // reading runs at a time, and a reading younger than Config.MaxAge is
 // served again, so many open browser tabs cost NATS no more than one.
 //
-// The page shows job keys, job IDs and handler errors, but never a
+// A form on the page looks a job up by ID and a key's state up
+// (?job=ID, ?key=KEY, both at once; status.json takes the same query and
+// returns Page.Lookup), with keylane.InspectJob and keylane.InspectState:
+// what `keylane job ID --key KEY` and `keylane state get KEY` print. A
+// look-up is read for each request, never cached, bounded by its own
+// Config.Timeout; a bad job ID or key, or a failed read, is an error in
+// the look-up's box, and the namespace's reading is shown as ever. With
+// dead letters, their table comes above the partitions; keys and job IDs
+// longer than 32 characters are cut, the whole in the cell's title.
+//
+// The page shows job keys, job IDs, results, state values and handler errors, but never a
 // payload (`keylane dead show SEQ` does). Serve it where only operators
 // reach it: the worker's --metrics address should be a loopback or private
 // address.

@@ -10,7 +10,10 @@ import (
 	"html/template"
 	"math"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keylane/keylane"
 	"github.com/nats-io/nats.go"
@@ -60,11 +63,38 @@ type Page struct {
 	DeadLetters []keylane.DeadLetter `json:",omitempty"`
 	// Error says why the reading failed, or what part of it did.
 	Error string `json:",omitempty"`
+	// Lookup is the job or key the request asked for (?job=ID, ?key=KEY);
+	// nil when it asked for none.
+	Lookup *Lookup `json:",omitempty"`
+}
+
+// Lookup is a job's outcome or a key's state the page was asked for: with
+// ?job=ID, keylane.InspectJob (the key's held outcomes too when ?key=KEY
+// is also given); with ?key=KEY, keylane.InspectState. Each request reads
+// anew: look-ups are not cached.
+type Lookup struct {
+	JobID string `json:",omitempty"`
+	Key   string `json:",omitempty"`
+	// Job is the job's outcome and where it was found; nil when not
+	// found or not asked for.
+	Job *keylane.FoundJob `json:",omitempty"`
+	// JobNotFound says nothing is kept for JobID (keylane.ErrNoResult).
+	JobNotFound bool `json:",omitempty"`
+	// State is the key's state entry, Revision its revision; nil when the
+	// key has none (StateNotFound) or was not asked for.
+	State    *keylane.StateEntry `json:",omitempty"`
+	Revision uint64              `json:",omitempty"`
+	// StateNotFound says the key has no state entry (keylane.ErrNoState).
+	StateNotFound bool `json:",omitempty"`
+	// Error says why a look-up failed: a bad job ID or key, or NATS.
+	Error string `json:",omitempty"`
 }
 
 // Handler returns an http.Handler that serves the page of cfg.Namespace,
 // read through js, at "/" and its JSON at "/status.json" (relative to
-// where it is mounted: strip a prefix with http.StripPrefix). Other paths
+// where it is mounted: strip a prefix with http.StripPrefix); either
+// takes ?job=ID and ?key=KEY to look a job or a key's state up (Lookup).
+// Other paths
 // are 404, methods other than GET and HEAD 405. A failed reading is
 // served with status 503 and says what failed. It returns an error, and
 // no handler, for a nil js or a negative setting. The handler is safe for
@@ -118,6 +148,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	p := h.read(ctx)
+	if q := r.URL.Query(); q.Has("job") || q.Has("key") {
+		lctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+		p.Lookup = h.lookup(lctx, q.Get("job"), q.Get("key"), q.Has("job"))
+		cancel()
+	}
 	code := http.StatusOK
 	if p.Status == nil {
 		code = http.StatusServiceUnavailable
@@ -196,6 +231,38 @@ func (h *handler) take(ctx context.Context) Page {
 	return p
 }
 
+// lookup reads a job's outcome (when asked for one) and a key's state
+// (when asked for a key): the same look-ups as keylane job and keylane
+// state get.
+func (h *handler) lookup(ctx context.Context, id, key string, job bool) *Lookup {
+	l := &Lookup{JobID: id, Key: key}
+	var errs []string
+	if key != "" || !job {
+		e, rev, err := keylane.InspectState(ctx, h.js, h.cfg.Namespace, key)
+		switch {
+		case err == nil:
+			l.State, l.Revision = &e, rev
+		case errors.Is(err, keylane.ErrNoState):
+			l.StateNotFound = true
+		default:
+			errs = append(errs, h.failed("reading the state of key "+strconv.Quote(key), ctx, err))
+		}
+	}
+	if job {
+		f, err := keylane.InspectJob(ctx, h.js, h.cfg.Namespace, id, key)
+		switch {
+		case err == nil:
+			l.Job = &f
+		case errors.Is(err, keylane.ErrNoResult):
+			l.JobNotFound = true
+		default:
+			errs = append(errs, h.failed("looking up job "+strconv.Quote(id), ctx, err))
+		}
+	}
+	l.Error = strings.Join(errs, "\n")
+	return l
+}
+
 // failed says what failed; a request cut by the reading's deadline says
 // so, with the deadline, whatever error nats.go made of it. The server
 // refuses a request the user may not publish asynchronously, so the
@@ -242,6 +309,10 @@ func (h *handler) view(p Page) view {
 	return v
 }
 
+// cutKeys is how many characters of a key or job ID the page's tables
+// show; the whole is in the cell's title.
+const cutKeys = 32
+
 //go:embed page.html
 var pageHTML string
 
@@ -263,4 +334,25 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 	},
 	"hex": func(n uint64) string { return fmt.Sprintf("%x", n) },
+	// cut shortens s to at most cutKeys characters, an ellipsis last:
+	// the page shows it, with the whole of s in a title attribute.
+	"cut": func(s string) string {
+		if utf8.RuneCountInString(s) <= cutKeys {
+			return s
+		}
+		r := []rune(s)
+		return string(r[:cutKeys-1]) + "…"
+	},
+	// text shows a value or result: as text when it is UTF-8, else its
+	// length and hex; "(none)" for nil.
+	"text": func(b []byte) string {
+		switch {
+		case b == nil:
+			return "(none)"
+		case utf8.Valid(b):
+			return strconv.Quote(string(b))
+		}
+		return fmt.Sprintf("%d bytes: %x", len(b), b)
+	},
+	"plus1": func(n int) int { return n + 1 },
 }).Parse(pageHTML))

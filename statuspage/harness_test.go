@@ -1,6 +1,7 @@
 package statuspage_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -38,7 +39,13 @@ type scene struct {
 	blockedKey string
 	poisonKey  string
 	poisonID   string
+	// countKey's state entry holds the outcomes of count-1 and count-2,
+	// which the handler applied through the worker's State.
+	countKey string
 }
+
+// longPrefix makes the dead letter's key longer than the page shows.
+const longPrefix = "customer-7f3a9c2e-4b1d-4e8a-9f6b-2c5d8e1a3b7f/cart/sku:"
 
 func newScene(t *testing.T) *scene {
 	t.Helper()
@@ -52,8 +59,9 @@ func newScene(t *testing.T) *scene {
 	t.Cleanup(cancel)
 	release := make(chan struct{})
 	started := make(chan struct{}, 1)
-	s := &scene{srv: srv, js: js, blockedKey: keyIn(blocked, "seat:"), poisonKey: keyIn(poisoned, "sku:"), poisonID: "order-666"}
-	w, err := keylane.NewWorker(natstest.Connect(t, srv), keylane.WorkerConfig{
+	s := &scene{srv: srv, js: js, blockedKey: keyIn(blocked, "seat:"), poisonKey: keyIn(poisoned, longPrefix), poisonID: "order-666", countKey: keyIn(poisoned, "sku:")}
+	var w *keylane.Worker
+	w, err = keylane.NewWorker(natstest.Connect(t, srv), keylane.WorkerConfig{
 		ID: workerID,
 		// The default TTL: a headless chromium starting on a busy machine
 		// must not cost the worker its leases (and the page its figures).
@@ -78,6 +86,11 @@ func newScene(t *testing.T) *scene {
 				}
 			case "poison":
 				return nil, keylane.Permanent(errors.New(declined))
+			case "count":
+				return w.State().Apply(ctx, j, func(cur []byte) ([]byte, []byte, error) {
+					n := len(cur) + 1
+					return bytes.Repeat([]byte("x"), n), fmt.Appendf(nil, "counted %d", n), nil
+				})
 			}
 			return nil, nil
 		}),
@@ -103,6 +116,11 @@ func newScene(t *testing.T) *scene {
 	t.Cleanup(c.Close)
 	if _, err := c.Call(ctx, s.poisonKey, []byte("poison"), keylane.WithID(s.poisonID)); err == nil {
 		t.Fatal("the poison job succeeded")
+	}
+	for i := 1; i <= 2; i++ {
+		if res, err := c.Call(ctx, s.countKey, []byte("count"), keylane.WithID(fmt.Sprintf("count-%d", i))); err != nil || string(res) != fmt.Sprintf("counted %d", i) {
+			t.Fatalf("count-%d: %q, %v", i, res, err)
+		}
 	}
 	if _, err := c.Submit(ctx, s.blockedKey, []byte("block")); err != nil {
 		t.Fatal(err)

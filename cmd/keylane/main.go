@@ -4,6 +4,9 @@
 //	keylane adopt --epoch 5f3c…         # carry state over from a re-created jobs stream
 //	keylane leaders --spread            # where each jobs stream shard's leader runs; move them apart
 //	keylane batches on                  # clients send batch messages: every worker runs with --batches
+//	keylane state get order:42          # a key's state entry and its held outcomes
+//	keylane job pay-1                   # a job's outcome by ID, wherever it is kept
+//	keylane namespace delete shpo --yes # remove a mistyped namespace's streams and buckets
 package main
 
 import (
@@ -45,6 +48,9 @@ commands:
   batches      on|off: whether the namespace's clients send batch messages; on once every worker runs with --batches
   dead         list, show, redrive or purge dead letters (keylane dead -h)
   status       partitions with owner, fence, tenure, backlog, in flight, redeliveries, last activity; members; dead letters (--json, --watch)
+  state        get KEY: a key's decoded state entry: value, last job, fence, held outcomes (--json; exit 3 when it has none)
+  job          ID: a job's outcome from wherever it is kept: results, its batch's entry, its key's state (--key), dead letters (--json; exit 3 when nowhere)
+  namespace    delete NS: list, and with --yes delete, every stream and bucket of a namespace (--force while workers hold leases)
 
 run "keylane <command> -h" for flags.`
 
@@ -66,6 +72,12 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return status(ctx, args[1:], out, errOut)
 	case "dead":
 		return dead(ctx, args[1:], out, errOut)
+	case "state":
+		return stateCmd(ctx, args[1:], out, errOut)
+	case "job":
+		return jobCmd(ctx, args[1:], out, errOut)
+	case "namespace":
+		return namespaceCmd(ctx, args[1:], out, errOut)
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil

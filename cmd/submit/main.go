@@ -29,12 +29,14 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/cmdutil"
 	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/keylane/keylane/internal/otlp"
 	"github.com/keylane/keylane/internal/progress"
 	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/metrics"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 )
 
 func main() {
@@ -93,6 +95,7 @@ type common struct {
 	verbose    bool
 	logFormat  string
 	auth       *natsflags.Auth
+	otlp       *string    // --otlp-endpoint: trace the client's jobs
 	nc         *nats.Conn // once connected to --nats: the server's refusals are read from it
 
 	// With --metrics: the observers of the client and the in-process workers.
@@ -118,6 +121,7 @@ func (c *common) register(fs *flag.FlagSet, embedded bool) {
 		fs.StringVar(&c.logFormat, "log-format", "text", "with -v: "+cmdutil.LogFormats)
 	}
 	c.auth = natsflags.Register(fs)
+	c.otlp = otlp.Register(fs)
 }
 
 // logger is the in-process workers' logger: nil without -v.
@@ -141,18 +145,37 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 	if c.auth.Set() && c.url == "" {
 		return nil, nil, nil, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the in-process deployment runs without them")
 	}
+	if *c.otlp != "" && c.url == "" {
+		return nil, nil, nil, errors.New("--otlp-endpoint traces a client of workers given with --nats; the in-process deployment does not trace")
+	}
+	tp, err := otlp.New(*c.otlp, "keylane-submit")
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var tracing trace.TracerProvider // nil unless --otlp-endpoint: a nil *Provider is not a nil interface
+	flush := func() {}
+	if tp != nil {
+		tracing = tp
+		flush = func() {
+			if err := otlp.Shutdown(tp, 5*time.Second); err != nil {
+				fmt.Fprintln(os.Stderr, "submit:", err)
+			}
+		}
+	}
 	if c.url != "" {
 		nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-submit")}, auth...)...)
 		if err != nil {
+			flush()
 			return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
 		}
 		c.nc = nc
-		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, Batches: c.batches == "on", NoBatches: c.batches == "off", Observer: c.clientObs})
+		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, Batches: c.batches == "on", NoBatches: c.batches == "off", Observer: c.clientObs, TracerProvider: tracing})
 		if err != nil {
 			nc.Close()
+			flush()
 			return nil, nil, nil, natsflags.Refused(nc, err)
 		}
-		return cl, nil, func() { cl.Close(); nc.Close() }, nil
+		return cl, nil, func() { cl.Close(); nc.Close(); flush() }, nil
 	}
 	log, err := c.logger()
 	if err != nil {

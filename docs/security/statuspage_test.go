@@ -54,7 +54,7 @@ func TestStatusPageAsWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := func(ns string) (int, statuspage.Page) {
+	page := func(ns string, query ...string) (int, statuspage.Page) {
 		t.Helper()
 		h, err := statuspage.Handler(js, statuspage.Config{Namespace: ns, Worker: w.ID(), Timeout: time.Second})
 		if err != nil {
@@ -62,7 +62,7 @@ func TestStatusPageAsWorker(t *testing.T) {
 		}
 		hs := httptest.NewServer(h)
 		defer hs.Close()
-		resp, err := hs.Client().Get(hs.URL + "/status.json")
+		resp, err := hs.Client().Get(hs.URL + "/status.json" + strings.Join(query, ""))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +85,13 @@ func TestStatusPageAsWorker(t *testing.T) {
 		if ps.Owner != w.ID() {
 			t.Fatalf("partition %d owned by %q, want %s", ps.Partition, ps.Owner, w.ID())
 		}
+	}
+	// A look-up by job ID reads the results bucket and, for the dead
+	// letter's reason, the dead-letter stream through an ordered
+	// consumer: the worker's user may.
+	code, p = page("a", "?job=order-1&key=k")
+	if l := p.Lookup; code != http.StatusOK || l == nil || l.Error != "" || l.Job == nil || l.Job.Dead == nil || !strings.Contains(l.Job.Dead.Error, "declined") || !l.StateNotFound {
+		t.Fatalf("worker-a's page looking up order-1: %d %+v (%v)", code, l, wc.asyncErrs())
 	}
 	start := time.Now()
 	code, p = page("b")

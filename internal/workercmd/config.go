@@ -17,6 +17,7 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/cmdutil"
 	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/keylane/keylane/internal/otlp"
 	"github.com/nats-io/nats.go"
 )
 
@@ -35,6 +36,9 @@ type Config struct {
 	// Metrics, when set, is the address to serve Prometheus metrics (at
 	// /metrics) and the status page (at /, package statuspage) on.
 	Metrics string
+	// OTLPEndpoint, when set, is the collector URL the worker's trace
+	// spans are sent to over OTLP/HTTP (package otlp).
+	OTLPEndpoint string
 	// Auth holds the credential and TLS options for --nats, from the
 	// natsflags flags; nil when none were given.
 	Auth []nats.Option
@@ -138,6 +142,7 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")
 	fs.StringVar(&c.Metrics, "metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics and a status page at http://ADDR/ (JSON: /status.json), e.g. 127.0.0.1:9464; it shows keys, job IDs and errors, so keep it on a loopback or private address (env KEYLANE_METRICS)")
 	auth := natsflags.Register(fs)
+	otlpEndpoint := otlp.Register(fs)
 	fs.StringVar(&logLevel, "log-level", env("KEYLANE_LOG_LEVEL", "info"), "debug, info, warn or error; debug adds a line per job event: received, ran, committed, acked (env KEYLANE_LOG_LEVEL)")
 	fs.StringVar(&logFormat, "log-format", env("KEYLANE_LOG_FORMAT", "text"), cmdutil.LogFormats+" (env KEYLANE_LOG_FORMAT)")
 	if err := fs.Parse(args); err != nil {
@@ -150,6 +155,11 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 		// The embedded server syncs every write: one fsync per group's
 		// outcomes instead of one per job pays there (WorkerConfig.OutcomeBatch).
 		c.Worker.OutcomeBatch = keylane.SyncAlwaysOutcomeBatch
+	}
+	if c.OTLPEndpoint = *otlpEndpoint; c.OTLPEndpoint != "" {
+		if _, err := otlp.Endpoint(c.OTLPEndpoint); err != nil {
+			return c, err
+		}
 	}
 	if auth.Set() && c.URL == "" {
 		return c, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the embedded server runs without them")

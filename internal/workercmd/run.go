@@ -14,6 +14,7 @@ import (
 	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/keylane/keylane/internal/otlp"
 	"github.com/keylane/keylane/inventory"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/metrics"
@@ -33,6 +34,16 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 	log := c.Worker.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	tp, err := otlp.New(c.OTLPEndpoint, "keylane-worker")
+	if err != nil {
+		return err
+	}
+	if tp != nil {
+		c.Worker.TracerProvider = tp
+		// Runs last: after the worker stopped, its last spans are sent.
+		defer func() { err = errors.Join(err, otlp.Shutdown(tp, 5*time.Second)) }()
+		log.Info("exporting trace spans", "otlp_endpoint", c.OTLPEndpoint)
 	}
 	url := c.URL
 	if url == "" {

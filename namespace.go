@@ -1,0 +1,145 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/keylane/keylane/lease"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrNamespaceInUse is returned by DeleteNamespace when a worker holds a
+// live lease on one of the namespace's partitions.
+var ErrNamespaceInUse = errors.New("keylane: a worker holds a live lease on the namespace")
+
+// NamespaceObjects lists the streams of a namespace that exist: its jobs
+// stream and shards, delays and dead-letter streams, and the streams of
+// its buckets (KV_ and the leases, members, results and state bucket
+// names), sorted. Nothing of another namespace is listed, even one whose
+// name begins with this one's ("shop2" for "shop"). Namespaces whose
+// names differ only in "-" and "_" share their object names (Names): a
+// jobs, delays or dead-letter stream whose subjects are not this
+// namespace's is refused with an error, not listed. An empty list means
+// the namespace does not exist. It only reads.
+func NamespaceObjects(ctx context.Context, js jetstream.JetStream, namespace string) ([]string, error) {
+	if !namespaceRE.MatchString(namespace) {
+		return nil, fmt.Errorf("keylane: namespace %q must match %s", namespace, namespaceRE)
+	}
+	names := Names{Namespace: namespace}
+	kv := map[string]bool{}
+	for _, b := range []string{names.Leases(), names.Members(), names.Results(), names.State()} {
+		kv["KV_"+b] = true
+	}
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var out []string
+	lister := js.ListStreams(ctx)
+	for info := range lister.Info() {
+		name := info.Config.Name
+		switch {
+		case kv[name]:
+		case name == names.Jobs(), name == names.Delays(), name == names.Dead(), isShardOf(name, names):
+			for _, s := range info.Config.Subjects {
+				if !strings.HasPrefix(s, namespace+".") {
+					return nil, fmt.Errorf("keylane: stream %s takes subject %s, not namespace %s's: another namespace shares its object names", name, s, namespace)
+				}
+			}
+		default:
+			continue
+		}
+		out = append(out, name)
+	}
+	if err := lister.Err(); err != nil {
+		return nil, fmt.Errorf("keylane: list streams: %w", err)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// isShardOf reports whether stream name is a jobs stream shard above 0 of
+// names (Names.JobsShard).
+func isShardOf(name string, names Names) bool {
+	rest, ok := strings.CutPrefix(name, names.Jobs()+"_")
+	if !ok {
+		return false
+	}
+	n, err := strconv.Atoi(rest)
+	return err == nil && n > 0 && strconv.Itoa(n) == rest
+}
+
+// LiveLeases returns the partitions of namespace whose lease a worker
+// holds, and who holds each, read from the leases bucket; none when the
+// bucket does not exist. It only reads.
+func LiveLeases(ctx context.Context, js jetstream.JetStream, namespace string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, Names{Namespace: namespace}.Leases())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keylane: leases: %w", err)
+	}
+	keys, err := kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("keylane: leases: %w", err)
+	}
+	held := map[string]string{}
+	for _, k := range keys {
+		info, _, err := lease.Read(ctx, kv, k)
+		switch {
+		case err == nil:
+			held[k] = info.Holder
+		case !errors.Is(err, lease.ErrFree):
+			return nil, fmt.Errorf("keylane: lease %s: %w", k, err)
+		}
+	}
+	return held, nil
+}
+
+// DeleteNamespace deletes every stream NamespaceObjects lists for
+// namespace, and with them every job, delayed job, dead letter, lease,
+// member, result and state entry of it: for good. It refuses with
+// ErrNamespaceInUse, and deletes nothing, while a worker holds a live
+// lease on one of its partitions, unless force is set (the workers then
+// fail their next read or write and stop or retry: stop them first). It
+// refuses a namespace that does not exist with an error wrapping
+// ErrNoTopology. It returns the names it deleted; on an error, those
+// deleted before it.
+func DeleteNamespace(ctx context.Context, js jetstream.JetStream, namespace string, force bool) ([]string, error) {
+	objs, err := NamespaceObjects(ctx, js, namespace)
+	if err != nil {
+		return nil, err
+	}
+	if len(objs) == 0 {
+		return nil, fmt.Errorf("keylane: namespace %s has no streams or buckets: %w", namespace, ErrNoTopology)
+	}
+	if !force {
+		held, err := LiveLeases(ctx, js, namespace)
+		if err != nil {
+			return nil, err
+		}
+		if len(held) > 0 {
+			return nil, fmt.Errorf("%w: %s (%d partition leases held, e.g. by %s)", ErrNamespaceInUse, namespace, len(held), slices.Sorted(maps.Values(held))[0])
+		}
+	}
+	var deleted []string
+	for _, name := range objs {
+		dctx, cancel := context.WithTimeout(ctx, requestTimeout)
+		err := js.DeleteStream(dctx, name)
+		cancel()
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return deleted, fmt.Errorf("keylane: delete %s: %w", name, err)
+		}
+		deleted = append(deleted, name)
+	}
+	return deleted, nil
+}
