@@ -16,9 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/keylane/keylane"
@@ -30,7 +28,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cmdutil.SignalContext("keylane", nil) // a second Ctrl-C exits at once
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	cmdutil.Exit("keylane", err)

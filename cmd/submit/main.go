@@ -19,11 +19,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/pprof"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/keylane/keylane"
@@ -40,7 +38,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cmdutil.SignalContext("submit", nil) // a second Ctrl-C exits at once
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	cmdutil.Exit("submit", err)

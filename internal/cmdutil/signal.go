@@ -34,7 +34,7 @@ func SignalContext(name string, log *slog.Logger) (context.Context, func()) {
 		}
 		select {
 		case sig := <-sigs:
-			const why = "second signal while stopping: exiting now, without finishing the drain (unacked jobs go to the next owner after their ack wait; unreleased leases expire after their TTL)"
+			const why = "second signal while stopping: exiting now, without finishing the graceful stop (a worker's unacked jobs go to the next owner after their ack wait, its unreleased leases expire after their TTL)"
 			if log != nil {
 				log.Error(why, "signal", sig.String())
 			} else {
