@@ -207,3 +207,32 @@ func (e *env) waitConsumers(ws ...*Worker) {
 		return true
 	})
 }
+
+// TestRunningWorkerSaysWhenTheMetadataIsRefused: a keylane.batches value
+// other than on or off written under a running worker. It keeps its
+// topology (nothing to act on) and says so at WARN, once: the watcher
+// swallowed the refusal before, so a bad value was silent.
+func TestRunningWorkerSaysWhenTheMetadataIsRefused(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	var buf syncBuffer
+	w := e.worker("w", echo(), func(c *WorkerConfig) {
+		c.Logger = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	e.waitConsumers(w)
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Jobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := s.CachedInfo().Config
+	sc.Metadata = maps.Clone(sc.Metadata)
+	sc.Metadata[MetaBatches] = "yes"
+	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 20*time.Second, "the worker's WARN on the refused metadata", func() bool {
+		return strings.Contains(buf.String(), "metadata unread") && strings.Contains(buf.String(), `\"yes\"`)
+	})
+	if got := w.Owned(); len(got) != 1 {
+		t.Fatalf("the worker owns %v after a refused metadata read, want it to keep partition 0", got)
+	}
+}

@@ -139,6 +139,7 @@ func (w *Worker) watchTopology() {
 	defer close(w.watchDone)
 	t := time.NewTicker(w.cfg.Topology.LeaseTTL)
 	defer t.Stop()
+	lastErr := ""
 	for {
 		select {
 		case <-w.watchStop:
@@ -146,7 +147,19 @@ func (w *Worker) watchTopology() {
 		case <-t.C:
 		case <-w.reload:
 		}
-		meta, ok := w.replacedBy()
+		meta, ok, err := w.replacedBy()
+		if err != nil {
+			// Said once until it changes (every lease TTL otherwise): a
+			// namespace whose metadata is refused (a keylane.batches other
+			// than on or off, shards that disagree) or a server that does
+			// not answer leaves the worker on the topology it has.
+			if msg := err.Error(); msg != lastErr {
+				lastErr = msg
+				w.log.Warn("jobs stream's metadata unread; the topology stays as it is", "err", err)
+			}
+			continue
+		}
+		lastErr = ""
 		if meta.Batches && !w.cfg.Batches {
 			w.stepDown(fmt.Errorf("%w: namespace %s now says %s on (its clients send batch messages) and this worker runs without WorkerConfig.Batches (worker --batches): restart it with Batches, or turn batches off (keylane batches off)", ErrBatchesMismatch, w.cfg.Topology.Namespace, MetaBatches))
 			return
@@ -187,9 +200,10 @@ func (w *Worker) Err() error {
 	return w.failed
 }
 
-// replacedBy reports the jobs streams' metadata when the epoch of any
-// shard is not the worker's.
-func (w *Worker) replacedBy() (Meta, bool) {
+// replacedBy reports the jobs streams' metadata, and whether the epoch of
+// any shard is not the worker's; err when it could not be read or was
+// refused.
+func (w *Worker) replacedBy() (Meta, bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	w.mu.Lock()
@@ -197,13 +211,13 @@ func (w *Worker) replacedBy() (Meta, bool) {
 	w.mu.Unlock()
 	_, metas, err := openShards(ctx, w.js, topo.Names.Namespace)
 	if err != nil {
-		return Meta{}, false
+		return Meta{}, false, err
 	}
 	replaced := len(metas) != len(topo.Epochs)
 	for i := 0; !replaced && i < len(metas); i++ {
 		replaced = metas[i].Epoch != topo.Epochs[i]
 	}
-	return joinMeta(metas), replaced
+	return joinMeta(metas), replaced, nil
 }
 
 // reloadTopology hands every partition over, opens the new jobs stream
