@@ -116,7 +116,8 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 		}
 		l.Server, l.URL = s, s.ClientURL()
 	}
-	if err := l.setBatches(ctx, cfg); err != nil {
+	workerBatches, err := l.setBatches(ctx, cfg)
+	if err != nil {
 		l.Stop(ctx)
 		return nil, err
 	}
@@ -152,7 +153,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			Concurrency:  cfg.Concurrency,
 			OutcomeBatch: outcomeBatch(cfg),
 			StateBatch:   cfg.StateBatch,
-			Batches:      cfg.Batches,
+			Batches:      workerBatches,
 			Logger:       cfg.Logger,
 			Observer:     cfg.WorkerObserver,
 		})
@@ -185,31 +186,48 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 }
 
 // setBatches is the operator's step for the namespace's keylane.batches
-// (keylane.SetBatches), before the workers start: with Batches, every
-// worker will read batches, so on (the namespace set up first); without,
-// off (a namespace left on by an earlier run would refuse the workers).
-// Before, not after: a stream update racing the workers' consumer
-// creations trips a data race inside nats-server 2.15.2 under -race.
-func (l *Local) setBatches(ctx context.Context, cfg LocalConfig) error {
+// (keylane.SetBatches), before the workers start, and tells whether the
+// workers read batches. With Batches, every worker will read batches, so
+// on (the namespace set up first). Without, on a server this Local
+// started, off (a namespace left on by an earlier run in the same store
+// would refuse the workers); on a server given by URL, whose namespace
+// may be shared with other clients and workers, nothing is changed: the
+// workers read batches when it says on, and the clients send one-job
+// messages (ClientConfig.NoBatches). Before, it turned a shared
+// namespace's batches off, under its clients. Before the workers, not
+// after: a stream update racing their consumer creations trips a data
+// race inside nats-server 2.15.2 under -race.
+func (l *Local) setBatches(ctx context.Context, cfg LocalConfig) (bool, error) {
 	nc, err := nats.Connect(l.URL, nats.Name("keylane-operator"))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return err
-	}
-	if cfg.Batches {
-		if _, err := keylane.Setup(ctx, js, cfg.Topology); err != nil {
-			return err
-		}
+		return false, err
 	}
 	ns := cmp.Or(cfg.Topology.Namespace, keylane.DefaultNamespace)
-	if err := keylane.SetBatches(ctx, js, ns, cfg.Batches); err != nil && !errors.Is(err, keylane.ErrNoTopology) {
-		return err
+	if cfg.Batches {
+		if _, err := keylane.Setup(ctx, js, cfg.Topology); err != nil {
+			return false, err
+		}
+		return true, keylane.SetBatches(ctx, js, ns, true)
 	}
-	return nil
+	if cfg.URL != "" {
+		meta, err := keylane.Open(ctx, js, ns, cfg.Topology.Partitions)
+		switch {
+		case errors.Is(err, keylane.ErrNoTopology):
+			return false, nil // the workers create it, batches off
+		case err != nil:
+			return false, err
+		}
+		return meta.Batches, nil
+	}
+	if err := keylane.SetBatches(ctx, js, ns, false); err != nil && !errors.Is(err, keylane.ErrNoTopology) {
+		return false, err
+	}
+	return false, nil
 }
 
 // Client connects a new client to the deployment; it is closed by Stop.
