@@ -65,6 +65,9 @@ func (w *Worker) stateBatchOn() bool { return w.cfg.StateBatch > 0 }
 
 // batchWrites turns s's coalescing of writes on (on nc, the worker's
 // connection) or off. It keeps a batcher already running.
+//
+// Its callers (Worker.Start, reloadTopology) hold the worker's mutex, so
+// two never run at once between the check and the swap below.
 func (s *State) batchWrites(on bool, nc *nats.Conn, bucket string) {
 	s.mu.Lock()
 	if on && s.batched != nil && s.batched.bucket == bucket {

@@ -107,6 +107,9 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	w.state.batchWrites(w.stateBatchOn(), w.nc, topo.Names.State())
 	w.bal, err = startBalancer(ctx, w)
 	if err != nil {
+		cctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		w.state.closeBatches(cctx) // started above, with no Stop to end it
+		cancel()
 		return err
 	}
 	w.started = true
