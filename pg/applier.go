@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/jackc/pgx/v5/pgconn"
+	"strings"
 	"time"
 
 	"github.com/keylane/keylane"
@@ -92,10 +93,16 @@ var _ keylane.GroupApplier = (*Applier)(nil)
 // refusal that no retry cures until an operator acts: SQLSTATE class 42
 // (an undefined table, a privilege revoked), 3F (a schema gone), 28 (the
 // role may not log in) or 0A (a feature the server lacks). Connection
-// failures, shutdowns, serialization failures and deadlocks are not.
+// failures, shutdowns, serialization failures and deadlocks are not, nor
+// is 0A000 "cached plan must not change result type" (a table altered
+// under a prepared statement): pgx drops the statement from its cache on
+// it, so the next try prepares it again and passes.
 func operatorsToFix(err error) bool {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return false
+	}
+	if pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan must not change result type") {
 		return false
 	}
 	switch pe.Code[:2] {
