@@ -343,9 +343,13 @@ func TestRedriveIntoAFullKeyKeepsTheDeadLetter(t *testing.T) {
 		dls, err = DeadLetters(ctx(t), e.js, e.ns, 0, 10)
 		return err == nil && len(dls) == 1
 	})
-	if _, err := e.client.Submit(ctx(t), "seat:1", []byte("block")); err != nil {
-		t.Fatal(err)
-	}
+	// The bad job's message leaves the key's queue at its ack, which may
+	// come after its dead letter is read: until then the cap refuses the
+	// next job (storing nothing), so the test waits for room.
+	testwait.NoError(t, 10*time.Second, "the blocking job stored", func() error {
+		_, err := e.client.Submit(ctx(t), "seat:1", []byte("block"))
+		return err
+	})
 	_, err := e.client.Redrive(ctx(t), dls[0])
 	wantFull(t, "Redrive into a full key", err, "seat:1", 1)
 	if again, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(again) != 1 {

@@ -2,10 +2,12 @@ package keylane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -125,13 +127,13 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	b.memberv = &view{kv: w.topo.Members, reset: func() { clear(b.members) }, apply: b.onMember}
 	b.leasev = &view{kv: w.topo.Leases, reset: b.forgetLeases, apply: b.onLease}
-	mw, mstop, err := b.open(b.memberv)
+	mw, mstop, err := b.openAtStart(ctx, b.memberv)
 	if err != nil {
 		b.cancel()
 		_ = m.Release(ctx)
 		return nil, err
 	}
-	lw, lstop, err := b.open(b.leasev)
+	lw, lstop, err := b.openAtStart(ctx, b.leasev)
 	if err != nil {
 		mstop()
 		b.cancel()
@@ -155,6 +157,32 @@ func (b *balancer) open(v *view) (kw jetstream.KeyWatcher, stop func(), err erro
 		return nil, nil, err
 	}
 	return kw, func() { _ = kw.Stop(); cancel() }, nil
+}
+
+// openAtStart opens v's watch for startBalancer, trying again while the
+// server says no for a passing reason (a cluster electing its meta
+// leader answers "JetStream system temporarily unavailable"), with a
+// doubling pause, until ctx (Start's) ends; a permanent refusal (a
+// permissions violation) ends it at once. Before, Start failed on the
+// first refusal: TestNoJobRunsTwiceWithALaggingFollower's new worker,
+// started on a node right after another node's crash, failed so in CI.
+func (b *balancer) openAtStart(ctx context.Context, v *view) (jetstream.KeyWatcher, func(), error) {
+	pause := 50 * time.Millisecond
+	for {
+		kw, stop, err := b.open(v)
+		if err == nil || natserr.IsPermanent(err) {
+			return kw, stop, err
+		}
+		b.w.log.Warn("watch at start failed; trying again", "bucket", v.kv.Bucket(), "err", err)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, nil, errors.Join(err, ctx.Err())
+		}
+		pause = min(2*pause, time.Second)
+	}
 }
 
 // follow applies v's watch kw until Stop, and watches again whenever the
