@@ -177,9 +177,13 @@ var errTenureEnded = errors.New("keylane: tenure ended")
 // batchStoredResult looks up job id, which names a batch and an index
 // (wire.BatchedJobID), in that batch: open on this owner, or in its entry,
 // read from the results stream's leader. found is false when neither
-// holds it; err is set when the look-up failed (try again). An entry that
-// holds another job at that index, or is garbled, is said at ERROR and
-// counts as none: it is never read as this job's outcome.
+// holds it (no entry, or the batch's entry without an outcome at that
+// index: a job of the batch that keeps none in it). err is an
+// *unreadableOutcomeError when the entry is garbled or not this job's
+// (another batch's, another job at the index): never legit, for only
+// workers write it; it is never read as this job's outcome, nor as none
+// kept (that would run again a job that finished). Any other err: the
+// look-up failed (try again).
 func (o *owner) batchStoredResult(ctx context.Context, id string) (value []byte, found bool, err error) {
 	batchID, index, ok := wire.ParseBatchedJobID(id)
 	if !ok {
@@ -201,9 +205,37 @@ func (o *owner) batchStoredResult(ctx context.Context, id string) (value []byte,
 		return nil, false, nil
 	}
 	v, err := wire.FindBatchOutcome(sm.Data, batchID, index, id)
-	if err != nil {
-		o.log.Error("batch outcomes entry does not hold the job's outcome; not read as it", "job_id", id, "err", err)
+	switch {
+	case errors.Is(err, wire.ErrNoBatchOutcome):
 		return nil, false, nil
+	case err != nil:
+		return nil, false, &unreadableOutcomeError{id: id, err: fmt.Errorf("its batch's entry: %w", err)}
 	}
 	return v, true, nil
+}
+
+// unreadableOutcomeError says job id has a kept outcome that cannot be
+// read: it may have finished, so it must not run again, and no retry
+// makes the outcome readable. The job is dead-lettered (replay).
+type unreadableOutcomeError struct {
+	id  string
+	err error
+}
+
+func (e *unreadableOutcomeError) Error() string {
+	return "keylane: kept outcome of job " + e.id + " is unreadable, so it is not run again: " + e.err.Error()
+}
+
+func (e *unreadableOutcomeError) Unwrap() error { return e.err }
+
+// deadLetterUnreadable dead-letters t, whose kept outcome is unreadable
+// (bad), without running it, and answers its caller so: permanent, for
+// trying again cannot cure the entry.
+func (o *owner) deadLetterUnreadable(t *task, bad *unreadableOutcomeError) {
+	o.w.stats.failed.Add(1)
+	o.log.Error("kept outcome unreadable; dead-lettering the job instead of running it again", "job_id", t.job.ID, "seq", t.job.Seq, "err", bad)
+	err := Permanent(bad)
+	if o.deadLetter(t.msg, t.job, err, t.job.Attempt) {
+		o.finish(t, nil, err, true)
+	}
 }

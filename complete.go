@@ -191,7 +191,9 @@ func messageSize(m *nats.Msg) int64 {
 // the tenure lasts, for running the job on a failed look-up would run
 // again a job that finished (a paid order's side effect, for a Handler).
 // It reports false also when the tenure ended first; the caller then must
-// not run the job (o.ctx is done).
+// not run the job (o.ctx is done). A kept outcome that exists but cannot
+// be read (a garbled batch entry: batchStoredResult) is reported found,
+// its error an *unreadableOutcomeError, which replay dead-letters.
 func (o *owner) storedResult(id string) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
@@ -212,11 +214,17 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 			ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
 			v, found, berr := o.batchStoredResult(ctx, id)
 			cancel()
-			if berr == nil {
-				if res, rerr, ok := decodeResult(v); found && ok {
+			var bad *unreadableOutcomeError
+			switch {
+			case berr == nil && !found:
+				return nil, nil, false
+			case berr == nil:
+				if res, rerr, ok := decodeResult(v); ok {
 					return res, rerr, true
 				}
-				return nil, nil, false
+				return nil, &unreadableOutcomeError{id: id, err: errors.New("its batch's entry holds an outcome that does not decode")}, true
+			case errors.As(berr, &bad):
+				return nil, bad, true
 			}
 			err = berr
 		}
@@ -232,8 +240,13 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 }
 
 // replay answers t from an outcome kept by an earlier run: stored already,
-// and a dead letter's outcome stays a dead letter's.
+// and a dead letter's outcome stays a dead letter's. One that cannot be
+// read (an *unreadableOutcomeError from storedResult) dead-letters t.
 func (o *owner) replay(t *task, res []byte, rerr error) {
+	if bad, ok := rerr.(*unreadableOutcomeError); ok {
+		o.deadLetterUnreadable(t, bad)
+		return
+	}
 	o.w.stats.fromResults.Add(1)
 	t.outcomeKept = true
 	var re *RemoteError
