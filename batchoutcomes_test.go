@@ -482,3 +482,79 @@ func TestBatchEntryWithoutTheJobIsNoOutcome(t *testing.T) {
 		t.Fatal("the outcome kept by ID never answered")
 	}
 }
+
+// TestRedeliveredBatchReadsItsEntryOnce: a batch of Calls on a Reducer's
+// namespace with StoreResults (every job looked up by ID on redelivery),
+// its worker cut off after applying it and before keeping any outcome:
+// the next owner looks each redelivered job up by its ID and, missing
+// there, in its batch's entry, which it reads from the results stream's
+// leader once for the batch, not once per job. Every Call still gets its
+// own result, each job applied once. Before, each job read the entry
+// (4 leader gets of batch/<id> for 4 jobs).
+func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	payloads := []string{"a", "b", "c", "d"}
+	g := &gateLast{tagger: tagger{newCounter()}, n: len(payloads) + 1, hit: make(chan struct{}), release: make(chan struct{})}
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { close(g.release) }) }
+	t.Cleanup(release)
+	storing := func(r Reducer) func(*WorkerConfig) {
+		return func(c *WorkerConfig) { c.Handler, c.Reducer, c.Batches, c.StoreResults = nil, r, true, true }
+	}
+	w1 := e.worker("w1", nil, storing(g))
+	e.waitOwned(w1)
+	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
+	swallow.Remove()
+	select {
+	case <-g.hit:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker never applied the batch")
+	}
+	p.Cut()
+	w1.nc.Close() // the crash: nothing more of w1 reaches the server
+	release()
+	// A copy of every leader get on the results stream.
+	gets, err := e.nc.SubscribeSync("$JS.API.STREAM.MSG.GET.KV_" + e.topo.Names.Results())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = gets.SetPendingLimits(-1, -1)
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	e.worker("w2", nil, storing(g.tagger))
+	testwait.Eventually(t, 20*time.Second, "the redelivered batch acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	if err := p.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	checkOwnResults(t, done, payloads)
+	g.counter.mu.Lock()
+	applied := copyCounts(g.counter.applied)
+	g.counter.mu.Unlock()
+	for id, n := range applied {
+		if n != 1 {
+			t.Fatalf("job %s applied %d times", id, n)
+		}
+	}
+	// Every copy sent before the flush's answer is queued on gets now.
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n, _, _ := gets.Pending()
+	entryGets := 0
+	for range n {
+		m, err := gets.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(m.Data, []byte("."+wire.BatchOutcomesPrefix)) {
+			entryGets++
+		}
+	}
+	if n := entryGets; n != 1 {
+		t.Fatalf("%d leader gets of the batch's entry for %d redelivered jobs, want 1", n, len(payloads))
+	}
+}

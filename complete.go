@@ -193,8 +193,10 @@ func messageSize(m *nats.Msg) int64 {
 // It reports false also when the tenure ended first; the caller then must
 // not run the job (o.ctx is done). A kept outcome that exists but cannot
 // be read (a garbled batch entry: batchStoredResult) is reported found,
-// its error an *unreadableOutcomeError, which replay dead-letters.
-func (o *owner) storedResult(id string) ([]byte, error, bool) {
+// its error an *unreadableOutcomeError, which replay dead-letters. in is
+// the batch message the job came in (nil for a lone one): a redelivered
+// batch's entry is read once for its jobs.
+func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
@@ -212,7 +214,7 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 		if errors.Is(err, errNoEntry) {
 			// None by ID: a batched Call's is kept in its batch's entry.
 			ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-			v, found, berr := o.batchStoredResult(ctx, id)
+			v, found, berr := o.batchStoredResult(ctx, id, in)
 			cancel()
 			var bad *unreadableOutcomeError
 			switch {
@@ -265,7 +267,7 @@ func (o *owner) firstKept(ts []*task) int {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if res, rerr, ok := o.storedResult(t.job.ID); ok {
+				if res, rerr, ok := o.storedResult(t.job.ID, t.batch); ok {
 					t.kept = &keptOutcome{res: res, err: rerr}
 				} else {
 					t.lookedUp = true

@@ -2010,7 +2010,18 @@
 // ResultsTTL the job is answered with its outcome, never applied again,
 // as a per-ID entry did. A batch that is neither open here nor written
 // was redelivered after a crash: its jobs come before the retry in their
-// key's lane and are answered from their held outcomes first.
+// key's lane and are answered from their held outcomes first. The jobs of
+// a redelivered batch looked up by ID (with StoreResults, every
+// redelivered job is) that miss their per-ID entry read the batch's
+// entry once for the batch, not once per job: the first read's answer
+// (the entry, or none) is kept on the batch message for its other jobs
+// (a failed read is not kept). Only for a batch whose entry this tenure
+// never writes (none of its outcomes kept in it here, no batch of its ID
+// open here): every outcome in it was then kept by an earlier owner,
+// whose lease ended before this tenure began, so the first read cannot go
+// stale. Tested by TestRedeliveredBatchReadsItsEntryOnce (a batch of 4
+// Calls redelivered to a StoreResults worker: one leader get of its
+// entry; before, 4).
 //
 // Tested by TestBatchedCallRecoversALostReplyFromItsBatchEntry (the
 // callers' connection cut while a batch of Calls runs: every Call gets
