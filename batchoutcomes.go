@@ -176,34 +176,112 @@ var errTenureEnded = errors.New("keylane: tenure ended")
 
 // batchStoredResult looks up job id, which names a batch and an index
 // (wire.BatchedJobID), in that batch: open on this owner, or in its entry,
-// read from the results stream's leader. found is false when neither
-// holds it; err is set when the look-up failed (try again). An entry that
-// holds another job at that index, or is garbled, is said at ERROR and
-// counts as none: it is never read as this job's outcome.
-func (o *owner) batchStoredResult(ctx context.Context, id string) (value []byte, found bool, err error) {
+// read from the results stream's leader (once for the jobs of batch
+// message in, when id is one of them: batchEntry). found is false when
+// neither holds it (no entry, or the batch's entry without an outcome at
+// that index: a job of the batch that keeps none in it). err is an
+// *unreadableOutcomeError when the entry is garbled or not this job's
+// (another batch's, another job at the index): never legit, for only
+// workers write it; it is never read as this job's outcome, nor as none
+// kept (that would run again a job that finished). Any other err: the
+// look-up failed (try again).
+func (o *owner) batchStoredResult(ctx context.Context, id string, in *batchMsg) (value []byte, found bool, err error) {
 	batchID, index, ok := wire.ParseBatchedJobID(id)
 	if !ok {
 		return nil, false, nil
 	}
-	if b := o.open.get(batchID); b != nil {
-		if v, ok := b.recorded(index, id); ok {
+	open := o.open.get(batchID)
+	if open != nil {
+		if v, ok := open.recorded(index, id); ok {
 			return v, true, nil
 		}
 	}
+	var e *batchEntryRead
+	if in != nil && in.id == batchID && in.keep == nil && open == nil {
+		e, err = o.batchEntry(ctx, in)
+	} else {
+		e, err = o.readBatchEntry(ctx, batchID)
+	}
+	switch {
+	case err != nil:
+		return nil, false, err
+	case e.data == nil:
+		return nil, false, nil
+	}
+	v, err := wire.FindBatchOutcome(e.data, batchID, index, id)
+	switch {
+	case errors.Is(err, wire.ErrNoBatchOutcome):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, &unreadableOutcomeError{id: id, err: fmt.Errorf("its batch's entry: %w", err)}
+	}
+	return v, true, nil
+}
+
+// batchEntryRead is a batch's entry as the results stream's leader held
+// it: data nil when it had none (never written, expired, removed).
+type batchEntryRead struct{ data []byte }
+
+// readBatchEntry reads batch batchID's entry from the results stream's
+// leader; an error means the read failed (try again).
+func (o *owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntryRead, error) {
 	stream, subject := "KV_"+o.w.topo.Names.Results(), "$KV."+o.w.topo.Names.Results()+"."+wire.BatchOutcomesKey(batchID)
 	sm, err := leaderGet(ctx, o.w.nc, stream, subject)
 	switch {
 	case errors.Is(err, errNoEntry):
-		return nil, false, nil
+		return &batchEntryRead{}, nil
 	case err != nil:
-		return nil, false, err
+		return nil, err
 	case kvRemoved(sm.Header):
-		return nil, false, nil
+		return &batchEntryRead{}, nil
 	}
-	v, err := wire.FindBatchOutcome(sm.Data, batchID, index, id)
+	return &batchEntryRead{data: sm.Data}, nil
+}
+
+// batchEntry is readBatchEntry once for the jobs of batch message b (a
+// redelivered batch's, each looked up by ID: one leader get for the
+// batch, not one per job). Only for a batch whose entry this tenure never
+// writes (b keeps none of its outcomes in it, and no batch of its ID is
+// open here): every outcome in it was kept by an earlier owner, whose
+// lease ended before this tenure began, so what the leader held at the
+// first read is what it holds for the batch's life. A failed read is
+// not kept: the next look-up reads again.
+func (o *owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, error) {
+	b.entryMu.Lock()
+	defer b.entryMu.Unlock()
+	if b.entry != nil {
+		return b.entry, nil
+	}
+	e, err := o.readBatchEntry(ctx, b.id)
 	if err != nil {
-		o.log.Error("batch outcomes entry does not hold the job's outcome; not read as it", "job_id", id, "err", err)
-		return nil, false, nil
+		return nil, err
 	}
-	return v, true, nil
+	b.entry = e
+	return e, nil
+}
+
+// unreadableOutcomeError says job id has a kept outcome that cannot be
+// read: it may have finished, so it must not run again, and no retry
+// makes the outcome readable. The job is dead-lettered (replay).
+type unreadableOutcomeError struct {
+	id  string
+	err error
+}
+
+func (e *unreadableOutcomeError) Error() string {
+	return "keylane: kept outcome of job " + e.id + " is unreadable, so it is not run again: " + e.err.Error()
+}
+
+func (e *unreadableOutcomeError) Unwrap() error { return e.err }
+
+// deadLetterUnreadable dead-letters t, whose kept outcome is unreadable
+// (bad), without running it, and answers its caller so: permanent, for
+// trying again cannot cure the entry.
+func (o *owner) deadLetterUnreadable(t *task, bad *unreadableOutcomeError) {
+	o.w.stats.failed.Add(1)
+	o.log.Error("kept outcome unreadable; dead-lettering the job instead of running it again", "job_id", t.job.ID, "seq", t.job.Seq, "err", bad)
+	err := Permanent(bad)
+	if o.deadLetter(t.msg, t.job, err, t.job.Attempt) {
+		o.finish(t, nil, err, true)
+	}
 }

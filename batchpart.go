@@ -43,6 +43,12 @@ type batchMsg struct {
 	id   string
 	outs []wire.BatchOutcome
 	keep func() error
+
+	// entry is the batch's entry as the results stream's leader held it,
+	// read once for the jobs of a redelivered batch looked up by ID
+	// (batchoutcomes.go, batchEntry); entryMu is held across that read.
+	entryMu sync.Mutex
+	entry   *batchEntryRead
 }
 
 // batchPart is one job of a batch message.

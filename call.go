@@ -260,8 +260,10 @@ func (c *Client) awaitOutcome(ctx context.Context, id string) ([]byte, error) {
 // the batch's entry (wire.BatchOutcomesKey) as well as under its ID (a
 // worker keeps a batched Call's outcome by ID where nothing cheaper keeps
 // its promises: "Batches on the wire" in package jetstream's doc). A
-// batch entry that does not hold this job's outcome at its index, bound
-// to its ID, is an error, never another job's outcome.
+// batch entry that is not this batch's, or holds another job at the
+// index, or does not decode, is an error, never another job's outcome;
+// one without an outcome at the index keeps none for this job (it may be
+// kept by ID, or a reply may come): awaitKept waits on.
 func (c *Client) awaitKept(ctx context.Context, id, batchID string, index int) ([]byte, error) {
 	keys := []string{id}
 	if batchID != "" {
@@ -310,7 +312,11 @@ func (c *Client) awaitKept(ctx context.Context, id, batchID string, index int) (
 			v := e.Value()
 			if e.Key() != id {
 				var err error
-				if v, err = wire.FindBatchOutcome(v, batchID, index, id); err != nil {
+				v, err = wire.FindBatchOutcome(v, batchID, index, id)
+				switch {
+				case errors.Is(err, wire.ErrNoBatchOutcome):
+					continue
+				case err != nil:
 					return nil, fmt.Errorf("keylane: stored outcome of %s in its batch's entry: %w", id, err)
 				}
 			}

@@ -191,8 +191,12 @@ func messageSize(m *nats.Msg) int64 {
 // the tenure lasts, for running the job on a failed look-up would run
 // again a job that finished (a paid order's side effect, for a Handler).
 // It reports false also when the tenure ended first; the caller then must
-// not run the job (o.ctx is done).
-func (o *owner) storedResult(id string) ([]byte, error, bool) {
+// not run the job (o.ctx is done). A kept outcome that exists but cannot
+// be read (a garbled batch entry: batchStoredResult) is reported found,
+// its error an *unreadableOutcomeError, which replay dead-letters. in is
+// the batch message the job came in (nil for a lone one): a redelivered
+// batch's entry is read once for its jobs.
+func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
@@ -210,13 +214,19 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 		if errors.Is(err, errNoEntry) {
 			// None by ID: a batched Call's is kept in its batch's entry.
 			ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-			v, found, berr := o.batchStoredResult(ctx, id)
+			v, found, berr := o.batchStoredResult(ctx, id, in)
 			cancel()
-			if berr == nil {
-				if res, rerr, ok := decodeResult(v); found && ok {
+			var bad *unreadableOutcomeError
+			switch {
+			case berr == nil && !found:
+				return nil, nil, false
+			case berr == nil:
+				if res, rerr, ok := decodeResult(v); ok {
 					return res, rerr, true
 				}
-				return nil, nil, false
+				return nil, &unreadableOutcomeError{id: id, err: errors.New("its batch's entry holds an outcome that does not decode")}, true
+			case errors.As(berr, &bad):
+				return nil, bad, true
 			}
 			err = berr
 		}
@@ -232,8 +242,13 @@ func (o *owner) storedResult(id string) ([]byte, error, bool) {
 }
 
 // replay answers t from an outcome kept by an earlier run: stored already,
-// and a dead letter's outcome stays a dead letter's.
+// and a dead letter's outcome stays a dead letter's. One that cannot be
+// read (an *unreadableOutcomeError from storedResult) dead-letters t.
 func (o *owner) replay(t *task, res []byte, rerr error) {
+	if bad, ok := rerr.(*unreadableOutcomeError); ok {
+		o.deadLetterUnreadable(t, bad)
+		return
+	}
 	o.w.stats.fromResults.Add(1)
 	t.outcomeKept = true
 	var re *RemoteError
@@ -252,7 +267,7 @@ func (o *owner) firstKept(ts []*task) int {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if res, rerr, ok := o.storedResult(t.job.ID); ok {
+				if res, rerr, ok := o.storedResult(t.job.ID, t.batch); ok {
 					t.kept = &keptOutcome{res: res, err: rerr}
 				} else {
 					t.lookedUp = true

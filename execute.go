@@ -127,7 +127,7 @@ func (o *owner) process(t *task) {
 	if !t.lookedUp && (t.explicit || t.maybeDup && o.w.cfg.StoreResults) {
 		// A job the caller may retry by ID (or a redelivery) that finished
 		// before is answered from its kept outcome.
-		if res, rerr, ok := o.storedResult(t.job.ID); ok {
+		if res, rerr, ok := o.storedResult(t.job.ID, t.batch); ok {
 			o.replay(t, res, rerr)
 			return
 		}

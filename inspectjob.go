@@ -117,10 +117,14 @@ func InspectJob(ctx context.Context, js jetstream.JetStream, namespace, id, key 
 			switch {
 			case err == nil:
 				v, ferr := wire.FindBatchOutcome(e.Value(), batchID, index, id)
-				if ferr != nil {
+				switch {
+				case errors.Is(ferr, wire.ErrNoBatchOutcome):
+					// The entry keeps none for this job: look on.
+				case ferr != nil:
 					return out, fmt.Errorf("keylane: stored outcome of %s in its batch's entry: %w", id, ferr)
+				default:
+					value, out.Where = v, FoundBatch
 				}
-				value, out.Where = v, FoundBatch
 			case !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyDeleted):
 				return out, fmt.Errorf("keylane: results bucket: %w", err)
 			}

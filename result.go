@@ -36,7 +36,11 @@ func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	}
 	if batchID, index, batched := wire.ParseBatchedJobID(jobID); batched && errors.Is(err, jetstream.ErrKeyNotFound) {
 		if e, err = kv.Get(gctx, wire.BatchOutcomesKey(batchID)); err == nil {
-			if v, err = wire.FindBatchOutcome(e.Value(), batchID, index, jobID); err != nil {
+			v, err = wire.FindBatchOutcome(e.Value(), batchID, index, jobID)
+			switch {
+			case errors.Is(err, wire.ErrNoBatchOutcome):
+				return nil, ErrNoResult // the entry keeps none for this job
+			case err != nil:
 				return nil, fmt.Errorf("keylane: stored outcome of %s in its batch's entry: %w", jobID, err)
 			}
 		}

@@ -1966,16 +1966,29 @@
 // strictly ascending, its index, its job ID and its outcome (the kept
 // result's encoding), every length a shortest-form uvarint, at most
 // wire.MaxBatchJobs outcomes and wire.MaxBatchBytes. The decoder refuses
-// anything else with wire.ErrBadOutcomes (fuzzed:
+// anything else with wire.ErrBadOutcomes (fuzzed, with
+// wire.ErrNoBatchOutcome for an index a decoded entry lacks:
 // FuzzDecodeBatchOutcomes), including a job ID that is not the batch
 // ID's and the index's. A reader looks a job up by (batch ID, index) and
-// checks the job ID found there against its own (wire.FindBatchOutcome):
-// an entry of another batch under the key, another job at the index, no
-// outcome at it, or a garbled entry is a clear error for a Call
-// recovering its reply, and no outcome for a worker deciding whether a
-// job runs (said at ERROR): never another job's outcome. The results
-// bucket stays writable by workers only (docs/security/accounts.conf);
-// clients read the entry with the direct gets they already may.
+// checks the job ID found there against its own (wire.FindBatchOutcome).
+// An entry of another batch under the key, another job at the index, or
+// a garbled entry (wire.ErrBadOutcomes) is never legit, for only workers
+// write the results bucket, and is never another job's outcome: for a
+// Call recovering its reply, Client.Result and InspectJob it is a clear
+// error; for a worker deciding whether a job runs it is an outcome kept
+// but unreadable (so is an outcome in the entry that does not decode):
+// the job may have finished, so it is not run again but dead-lettered,
+// said at ERROR (permanent: no retry makes the entry readable, and
+// retrying would hold the lane), its caller answered with the dead
+// letter's error ("kept outcome of job … is unreadable") and that
+// outcome kept by its ID, which answers a later retry by ID. An entry of
+// the batch without an outcome at the index (wire.ErrNoBatchOutcome) is
+// legit (a job of the batch that keeps none in it, or keeps it by ID):
+// no outcome for the worker, ErrNoResult for Client.Result and
+// InspectJob, and a Call recovering its reply waits on, for its per-ID
+// entry or its reply. The results bucket stays writable by workers only
+// (docs/security/accounts.conf); clients read the entry with the direct
+// gets they already may.
 //
 // The order. Each job of the batch is answered as soon as it is settled
 // (its state written, or dead-lettered alone), its outcome recorded in
@@ -1997,7 +2010,18 @@
 // ResultsTTL the job is answered with its outcome, never applied again,
 // as a per-ID entry did. A batch that is neither open here nor written
 // was redelivered after a crash: its jobs come before the retry in their
-// key's lane and are answered from their held outcomes first.
+// key's lane and are answered from their held outcomes first. The jobs of
+// a redelivered batch looked up by ID (with StoreResults, every
+// redelivered job is) that miss their per-ID entry read the batch's
+// entry once for the batch, not once per job: the first read's answer
+// (the entry, or none) is kept on the batch message for its other jobs
+// (a failed read is not kept). Only for a batch whose entry this tenure
+// never writes (none of its outcomes kept in it here, no batch of its ID
+// open here): every outcome in it was then kept by an earlier owner,
+// whose lease ended before this tenure began, so the first read cannot go
+// stale. Tested by TestRedeliveredBatchReadsItsEntryOnce (a batch of 4
+// Calls redelivered to a StoreResults worker: one leader get of its
+// entry; before, 4).
 //
 // Tested by TestBatchedCallRecoversALostReplyFromItsBatchEntry (the
 // callers' connection cut while a batch of Calls runs: every Call gets
@@ -2011,7 +2035,15 @@
 // TestRetriedBatchedCallIsAnsweredFromItsBatchEntry (retried WithID past
 // the key's held window: answered from the entry; without the worker's
 // look-up there it was applied twice), TestBatchEntryNeverAnswersAnotherJob
-// (a foreign, garbled or incomplete entry is wire.ErrBadOutcomes) and, as
+// (a foreign or garbled entry is wire.ErrBadOutcomes for a recovering
+// Call), TestGarbledBatchEntryNeverRunsTheJobAgain (a Call retried WithID
+// past the held window, its batch's entry cut short: dead-lettered,
+// applied once, its caller told why; before, the worker counted the entry
+// as no outcome and applied the job twice),
+// TestBatchEntryWithoutTheJobIsNoOutcome (an entry lacking the job:
+// Result and InspectJob say ErrNoResult, a recovering Call gets the
+// outcome kept by its ID later; before, all three failed at once with
+// wire.ErrBadOutcomes), TestBatchOutcomesNoneAtIndex (wire) and, as
 // before, TestBatchedCallRecoversALostReply.
 //
 // Dead letters of a batched job are one-job dead letters (its key, type,

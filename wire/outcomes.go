@@ -42,8 +42,15 @@ const (
 const outcomesMagic = "KLO"
 
 // ErrBadOutcomes is returned for a batch entry that does not decode, or
-// that holds no outcome for the job asked for.
+// that is not the one asked for (another batch's, another job at the
+// index): never legit, for only workers write the entries.
 var ErrBadOutcomes = errors.New("wire: malformed batch outcomes entry")
+
+// ErrNoBatchOutcome is returned for a well-formed entry of the batch
+// asked for that holds no outcome at the index asked for: a legit case
+// (a job of the batch that keeps no outcome in it, such as a Submit, or
+// one whose outcome is kept by its ID). It is not ErrBadOutcomes.
+var ErrNoBatchOutcome = errors.New("wire: batch outcomes entry holds no outcome for the job")
 
 // BatchOutcome is one job's kept outcome in a batch entry.
 type BatchOutcome struct {
@@ -190,8 +197,10 @@ func checkOutcomes(batchID string, outs []BatchOutcome) error {
 
 // FindBatchOutcome returns job id's outcome in entry b, the entry of batch
 // batchID, where id is at index. The entry must be that batch's and hold
-// that job at that index: anything else (a garbled or forged entry, an
-// entry without it) is ErrBadOutcomes, never another job's outcome.
+// that job at that index: a garbled or forged entry, another batch's, or
+// another job at that index is ErrBadOutcomes, never another job's
+// outcome; the entry of that batch without an outcome at that index is
+// ErrNoBatchOutcome.
 func FindBatchOutcome(b []byte, batchID string, index int, id string) ([]byte, error) {
 	got, outs, err := DecodeBatchOutcomes(b)
 	if err != nil {
@@ -208,7 +217,7 @@ func FindBatchOutcome(b []byte, batchID string, index int, id string) ([]byte, e
 			return o.Value, nil
 		}
 	}
-	return nil, fmt.Errorf("%w: batch %q holds no outcome at index %d (job %q)", ErrBadOutcomes, batchID, index, clip(id))
+	return nil, fmt.Errorf("%w: batch %q holds none at index %d (job %q)", ErrNoBatchOutcome, batchID, index, clip(id))
 }
 
 func appendUvarint(b []byte, n int) []byte {

@@ -36,10 +36,6 @@ func TestBatchOutcomesRefusals(t *testing.T) {
 			return err
 		},
 		"another job's ID": func() error { _, err := FindBatchOutcome(good, "B1aaaaaaaaaaaaaaaaaaaa", 1, "X.1"); return err },
-		"no outcome at index": func() error {
-			_, err := FindBatchOutcome(good, "B1aaaaaaaaaaaaaaaaaaaa", 0, "B1aaaaaaaaaaaaaaaaaaaa.0")
-			return err
-		},
 		"garbled": func() error {
 			_, err := FindBatchOutcome(append(good, 0), "B1aaaaaaaaaaaaaaaaaaaa", 1, "B1aaaaaaaaaaaaaaaaaaaa.1")
 			return err
@@ -68,8 +64,23 @@ func TestBatchOutcomesRefusals(t *testing.T) {
 		},
 		"no outcomes": func() error { _, err := EncodeBatchOutcomes("B1aaaaaaaaaaaaaaaaaaaa", nil); return err },
 	} {
-		if err := find(); !errors.Is(err, ErrBadOutcomes) {
+		if err := find(); !errors.Is(err, ErrBadOutcomes) || errors.Is(err, ErrNoBatchOutcome) {
 			t.Errorf("%s: %v, want ErrBadOutcomes", name, err)
+		}
+	}
+}
+
+// TestBatchOutcomesNoneAtIndex: the entry of the batch asked for, well
+// formed, without an outcome at the index asked for is ErrNoBatchOutcome
+// (legit: a job of the batch that keeps none in it), not ErrBadOutcomes
+// (never legit). Before, both were ErrBadOutcomes, and a worker could not
+// tell a garbled entry from one that lacks the job.
+func TestBatchOutcomesNoneAtIndex(t *testing.T) {
+	good, _ := EncodeBatchOutcomes("B1aaaaaaaaaaaaaaaaaaaa", []BatchOutcome{{Index: 1, ID: "B1aaaaaaaaaaaaaaaaaaaa.1", Value: []byte{0}}})
+	for _, index := range []int{0, 2, MaxBatchJobs - 1} {
+		_, err := FindBatchOutcome(good, "B1aaaaaaaaaaaaaaaaaaaa", index, BatchedJobID("B1aaaaaaaaaaaaaaaaaaaa", index))
+		if !errors.Is(err, ErrNoBatchOutcome) || errors.Is(err, ErrBadOutcomes) {
+			t.Errorf("index %d: %v, want ErrNoBatchOutcome only", index, err)
 		}
 	}
 }
@@ -86,7 +97,7 @@ func TestParseBatchedJobID(t *testing.T) {
 
 // FuzzDecodeBatchOutcomes: whatever the bytes, the decoder returns an
 // entry that encodes back to the same bytes, or ErrBadOutcomes; never a
-// panic.
+// panic. An index a decoded entry does not hold is ErrNoBatchOutcome.
 func FuzzDecodeBatchOutcomes(f *testing.F) {
 	good, _ := EncodeBatchOutcomes("B1aaaaaaaaaaaaaaaaaaaa", []BatchOutcome{{Index: 0, ID: "B1aaaaaaaaaaaaaaaaaaaa.0", Value: []byte("\x00r")}, {Index: 300, ID: "B1aaaaaaaaaaaaaaaaaaaa.300", Value: []byte("\x01e")}})
 	f.Add(good)
@@ -106,9 +117,19 @@ func FuzzDecodeBatchOutcomes(f *testing.F) {
 		if err != nil || !bytes.Equal(again, b) {
 			t.Fatalf("decoded entry re-encodes to %q, %v; read %q", again, err, b)
 		}
+		held := map[int]bool{}
 		for _, o := range outs {
+			held[o.Index] = true
 			if v, err := FindBatchOutcome(b, id, o.Index, o.ID); err != nil || !bytes.Equal(v, o.Value) {
 				t.Fatalf("find %d: %q %v", o.Index, v, err)
+			}
+		}
+		for _, index := range []int{0, 1, 300, MaxBatchJobs - 1} {
+			if held[index] {
+				continue
+			}
+			if _, err := FindBatchOutcome(b, id, index, BatchedJobID(id, index)); !errors.Is(err, ErrNoBatchOutcome) || errors.Is(err, ErrBadOutcomes) {
+				t.Fatalf("find %d, not held: %v, want ErrNoBatchOutcome", index, err)
 			}
 		}
 	})
