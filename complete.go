@@ -206,7 +206,7 @@ func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 		sm, err := leaderGet(ctx, o.w.nc, stream, subject)
 		cancel()
 		if err == nil {
-			if k := keptValue(sm.Header, sm.Data); k != nil {
+			if k := keptValue(id, sm.Header, sm.Data); k != nil {
 				return k.res, k.err, true
 			}
 			err = errNoEntry

@@ -2,6 +2,7 @@ package keylane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -46,8 +47,12 @@ func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
 	testwait.Eventually(t, 30*time.Second, "the worker acked every job", func() bool { return w.Stats().Succeeded >= queued })
 	for _, r := range reqs {
 		sm, err := leaderGet(ctx(t), nc, "KV_"+topo.Names.Results(), "$KV."+topo.Names.Results()+"."+r.ID)
-		if err != nil || keptValue(sm.Header, sm.Data) == nil {
+		if err != nil {
 			t.Fatalf("outcome of %s on the leader: %v", r.ID, err)
+		}
+		var bad *unreadableOutcomeError
+		if k := keptValue(r.ID, sm.Header, sm.Data); k == nil || errors.As(k.err, &bad) {
+			t.Fatalf("outcome of %s on the leader: %+v", r.ID, k)
 		}
 	}
 	_, batched, commits, _ := kw.counts()

@@ -355,20 +355,23 @@ func keptEntry(m *nats.Msg, prefix string) (string, *keptOutcome, error) {
 	if _, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64); err != nil {
 		return "", nil, fmt.Errorf("keylane: batched look-up answered %s without a sequence", subj)
 	}
-	return id, keptValue(m.Header, m.Data), nil
+	return id, keptValue(id, m.Header, m.Data), nil
 }
 
-// keptValue reads the last entry of a job ID in the results bucket: its
+// keptValue reads the last entry of job id in the results bucket: its
 // outcome, or nil when the entry says none is kept (a delete or purge
-// marker, as kv.Get's ErrKeyDeleted, or a value decodeResult does not
-// read, as storedResult).
-func keptValue(h nats.Header, data []byte) *keptOutcome {
+// marker, as kv.Get's ErrKeyDeleted). A value decodeResult does not read
+// is an outcome too, whose err is an *unreadableOutcomeError: the job may
+// have finished, so replay dead-letters it rather than run it again.
+// Before, it read as none kept and the job ran a second time
+// (TestGarbledKeptOutcomeByIDNeverRunsTheJobAgain).
+func keptValue(id string, h nats.Header, data []byte) *keptOutcome {
 	if kvRemoved(h) {
 		return nil
 	}
 	res, rerr, ok := decodeResult(data)
 	if !ok {
-		return nil
+		return &keptOutcome{err: &unreadableOutcomeError{id: id, err: fmt.Errorf("its entry by ID (%d bytes) does not decode", len(data))}}
 	}
 	return &keptOutcome{res: res, err: rerr}
 }

@@ -813,9 +813,12 @@
 // mark's subject, so a current replica answers an EOB, never a bare 404
 // (an empty stream's mark makes any complete answer current). Only such
 // an answer says "not kept": an EOB with Nats-Num-Pending 0 after which
-// the ID was not among the entries (a DEL or PURGE entry, a marker, or a
-// value that does not decode reads as none, as the per-ID look-up reads
-// them). Anything else — a replica behind the mark, a cut-short EOB (the
+// the ID was not among the entries (a DEL or PURGE entry or a marker
+// reads as none, as the per-ID look-up reads them). A value that does not
+// decode is never "none": the job may have finished, so it is
+// dead-lettered as unreadable rather than run again, by either look-up
+// (the results bucket is written by workers only; before, it read as
+// none and the job ran twice: TestGarbledKeptOutcomeByIDNeverRunsTheJobAgain). Anything else — a replica behind the mark, a cut-short EOB (the
 // server's max bytes), 404 Message Not Found (a load error), 413, 500, an
 // entry for a subject not asked for or twice, no sequence, a timeout —
 // leaves the IDs unknown, and each is then looked up by key from the
