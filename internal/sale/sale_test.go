@@ -12,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -152,6 +153,13 @@ func TestAbortedFireAndForgetSaysWhatWasStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The stream update waits for the worker's consumer: one racing its
+	// creation trips a data race inside nats-server 2.15.2 under -race,
+	// which failed this test in a full run.
+	testwait.Eventually(t, 30*time.Second, "the worker's consumer", func() bool {
+		_, err := s.Consumer(ctx, keylane.Names{Namespace: "abort"}.Consumer(0))
+		return err == nil
+	})
 	cfg := info.Config
 	cfg.MaxMsgs, cfg.Discard = 50, jetstream.DiscardNew
 	if _, err := js.UpdateStream(ctx, cfg); err != nil {
