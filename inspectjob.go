@@ -115,6 +115,10 @@ func InspectJob(ctx context.Context, js jetstream.JetStream, namespace, id, key 
 		if batchID, index, batched := wire.ParseBatchedJobID(id); batched {
 			e, err := kv.Get(gctx, wire.BatchOutcomesKey(batchID))
 			switch {
+			case err == nil && !holdsIndex(e.Value(), index):
+				// Not kept there: a Submit of the batch, or an index it
+				// never had. The held outcomes and dead letters may
+				// still hold it.
 			case err == nil:
 				v, ferr := wire.FindBatchOutcome(e.Value(), batchID, index, id)
 				if ferr != nil {
@@ -163,6 +167,24 @@ func InspectJob(ctx context.Context, js jetstream.JetStream, namespace, id, key 
 		return out.withErrorText(), nil
 	}
 	return out, ErrNoResult
+}
+
+// holdsIndex reports whether batch entry b, when it decodes, holds an
+// outcome at index: a batch's entry keeps only its Calls' outcomes, so a
+// Submit of the batch (dead-lettered, or held in its key's state) is
+// looked for elsewhere. An entry that does not decode holds it, for
+// wire.FindBatchOutcome to say what is wrong with it.
+func holdsIndex(b []byte, index int) bool {
+	_, outs, err := wire.DecodeBatchOutcomes(b)
+	if err != nil {
+		return true
+	}
+	for _, o := range outs {
+		if o.Index == index {
+			return true
+		}
+	}
+	return false
 }
 
 func (o FoundJob) withErrorText() FoundJob {
