@@ -1408,15 +1408,17 @@
 // the batch's Calls: the job, a Submit of the batch or an index the batch
 // never had, is looked for in the places below, not refused as a
 // malformed entry: TestInspectJobOfABatchedJobNotInItsBatchEntry, whose
-// dead-lettered Submit of a batch failed so before); with --key KEY, that key's held outcomes (a Reducer's job
-// without a caller's ID keeps its outcome only there); and NS_DEAD, whose
+// dead-lettered Submit of a batch failed so before); with --key KEY,
+// that key's held outcomes (a Reducer's job without a caller's ID keeps
+// its outcome only there); and NS_DEAD, whose
 // messages it reads headers only, oldest first up to the last one when it
 // began, through an ordered consumer (deleted when the scan ends, else
 // removed by the server after 30s idle: TestInspectJobLeavesNoConsumer
 // found three left after three look-ups before; each pull of the ordered
 // consumer replaces its consumer and deletes the one before on a
-// goroutine, so one may outlive the look-up by a moment), each pull asking for exactly as many
-// messages as remain (NumPending), so it never waits out a pull at the
+// goroutine, so one may outlive the look-up by a moment), each pull
+// asking for exactly as many messages as remain (NumPending), so it never
+// waits out a pull at the
 // stream's end (a pull for a full batch sat out its 5s wait there, past
 // the status page's deadline: TestLookupJSON). It says where it found the
 // outcome; a kept outcome that says dead-lettered comes with its dead
