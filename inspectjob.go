@@ -202,6 +202,10 @@ const deadScanBatch = 256
 // that its scan did not delete (a connection lost mid-scan).
 const deadScanIdle = 30 * time.Second
 
+// deadScanStarted, when set (by a test), runs once findDead has made its
+// consumer, before its first pull.
+var deadScanStarted func()
+
 // findDead reads the dead-letter stream's headers, oldest first up to the
 // last message when it began, for the newest dead letter of job ID id,
 // and returns it whole. A namespace without a dead-letter stream has none.
@@ -228,9 +232,17 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 	// The server removes an idle consumer after InactiveThreshold; the
 	// scan deletes its own when done, so a status page looking a job up on
 	// every reload leaves none behind.
-	cons, err := s.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, InactiveThreshold: deadScanIdle})
+	//
+	// Every Fetch of an ordered consumer makes a new consumer (nats.go's
+	// reset), and by default tries again without end while the server
+	// refuses it (the stream deleted under the scan, JetStream gone),
+	// bound by no context: one try, and the scan fails with why.
+	cons, err := s.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, InactiveThreshold: deadScanIdle, MaxResetAttempts: 1})
 	if err != nil {
 		return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
+	}
+	if deadScanStarted != nil {
+		deadScanStarted()
 	}
 	defer func() {
 		if ci := cons.CachedInfo(); ci != nil {

@@ -47,3 +47,42 @@ func TestInspectJobOfABatchedJobNotInItsBatchEntry(t *testing.T) {
 		t.Fatalf("an index the batch never had: %+v, %v; want ErrNoResult", f, err)
 	}
 }
+
+// TestInspectJobEndsWhenTheDeadStreamGoesMidScan: the dead-letter stream
+// deleted after InspectJob's scan made its consumer (a keylane namespace
+// delete under a status page's look-up): the look-up fails, saying why,
+// instead of waiting for ever. Before, the ordered consumer's first pull
+// tried to make its next consumer again and again (nats.go's default
+// MaxResetAttempts: no end), bound by no context.
+func TestInspectJobEndsWhenTheDeadStreamGoesMidScan(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	r := newCounter()
+	r.poisoned = "bad"
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, r })
+	e.waitOwned(w)
+	id, err := e.client.Submit(ctx(t), "k", []byte("bad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "dead-lettered", func() bool { return e.streamMsgs(e.topo.Names.Dead()) == 1 })
+	deadScanStarted = func() {
+		if err := e.js.DeleteStream(ctx(t), e.topo.Names.Dead()); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() { deadScanStarted = nil })
+	done := make(chan error, 1)
+	go func() {
+		_, err := InspectJob(ctx(t), e.js, e.ns, id+"-other", "")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, ErrNoResult) {
+			t.Fatalf("InspectJob with its dead-letter stream deleted mid-scan: %v; want the read's failure", err)
+		}
+		t.Logf("InspectJob: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("InspectJob did not return within 60s of its dead-letter stream's deletion")
+	}
+}

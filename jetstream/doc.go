@@ -1416,9 +1416,13 @@
 // removed by the server after 30s idle: TestInspectJobLeavesNoConsumer
 // found three left after three look-ups before; each pull of the ordered
 // consumer replaces its consumer and deletes the one before on a
-// goroutine, so one may outlive the look-up by a moment), each pull
-// asking for exactly as many messages as remain (NumPending), so it never
-// waits out a pull at the
+// goroutine, so one may outlive the look-up by a moment; it makes each
+// one once: a refusal, the stream deleted under the scan, fails the
+// look-up with the server's error, where nats.go's default tried again
+// without end, bound by no context, and the look-up never returned:
+// TestInspectJobEndsWhenTheDeadStreamGoesMidScan), each pull asking for
+// exactly as many messages as remain (NumPending), so it never waits out
+// a pull at the
 // stream's end (a pull for a full batch sat out its 5s wait there, past
 // the status page's deadline: TestLookupJSON). It says where it found the
 // outcome; a kept outcome that says dead-lettered comes with its dead
