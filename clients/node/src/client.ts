@@ -620,8 +620,12 @@ export class Client {
     const bound = Math.max(1, Math.min(this.requestTimeout, deadline - Date.now()));
     try {
       if (!this.kv) {
-        const js = jetstream(this.nc, { timeout: bound });
-        this.kv = await new Kvm(js).open(this.names.results());
+        // The handle is kept for every later read: its requests get the
+        // client's request timeout, never what this read had left (a
+        // first read with 400 ms to go bound every read after it to 400
+        // ms); withTimeout bounds each read by its caller's deadline.
+        const js = jetstream(this.nc, { timeout: this.requestTimeout });
+        this.kv = await withTimeout(new Kvm(js).open(this.names.results()), bound);
       }
       const e = await withTimeout(this.kv.get(id), bound);
       if (!e || e.operation !== "PUT") return null;
