@@ -1434,8 +1434,10 @@
 // "not found". Tested by TestStateAndJobCommands,
 // TestInspectJobInItsBatchEntry and TestInspectJobReadsEveryDeadLetter
 // (past the first pull's 256 messages). The status page runs the same
-// look-ups (?job=ID, ?key=KEY; TestLookupJSON, TestLookupsInABrowser);
-// as a worker's user it needs the consumer permissions on NS_DEAD that
+// look-ups (?job=ID, ?key=KEY; TestLookupJSON, TestLookupsInABrowser),
+// each read anew, so a look-up's page does not reload itself (it did
+// every 5s, a dead-letter scan each time, for as long as the tab stayed
+// open: TestLookupPageDoesNotReload); as a worker's user it needs the consumer permissions on NS_DEAD that
 // docs/security/accounts.conf gives (TestStatusPageAsWorker).
 //
 // keylane namespace delete NS deletes NS's streams: NS_JOBS and its

@@ -77,3 +77,23 @@ func TestHostileLookups(t *testing.T) {
 		return runtime.NumGoroutine() <= before+2
 	})
 }
+
+// TestLookupPageDoesNotReload: the page reloads itself, but not with a
+// look-up: each look-up reads anew, the dead-letter stream through, so a
+// tab left open on ?job= would scan the stream every Refresh for as long
+// as it stays open. Before, the look-up page reloaded every 5s as the
+// plain page does.
+func TestLookupPageDoesNotReload(t *testing.T) {
+	s := newScene(t)
+	hs := serve(t, s.js, statuspage.Config{Namespace: ns, Worker: workerID})
+	base := hs.URL + "/keylane/"
+	const reload = `http-equiv="refresh"`
+	if _, body, _ := get(t, http.MethodGet, base); !strings.Contains(body, reload) {
+		t.Fatalf("the plain page does not reload itself:\n%s", body)
+	}
+	for _, q := range []url.Values{{"job": {"never-1"}}, {"key": {"sku:none"}}, {"job": {"never-1"}, "key": {"sku:none"}}} {
+		if _, body, _ := get(t, http.MethodGet, base+"?"+q.Encode()); strings.Contains(body, reload) || strings.Contains(body, "reloads every") {
+			t.Fatalf("the page of look-up ?%s reloads itself, repeating the look-up:\n%s", q.Encode(), body)
+		}
+	}
+}
