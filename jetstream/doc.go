@@ -49,6 +49,16 @@
 //	            key redrive/<job ID>: redrive tickets (# Redrive)
 //	NS_STATE    KV, key = k.<base64url(resource key)>: State entries
 //
+// NS is ns upper-cased with '-' made '_', so "a-b" and "a_b" name the
+// same objects. A jobs stream (or shard) found under ns's name whose
+// subjects are not ns's belongs to the other spelling: Setup, Open,
+// NewClient and SetBatches refuse it at once, changing nothing, with an
+// error wrapping ErrNoTopology (ns is not set up) that says so. Before,
+// Setup of "a-b" (a worker's typo) gave a_b's jobs stream its own
+// subjects, and a_b's clients then found no stream, while a client of
+// "a-b" opened it and waited out every submit
+// (TestNamespaceOfAnotherSpellingKeepsOffAJobsStream).
+//
 // Every client and worker reads N and the hash from the stream's metadata
 // and refuses a mismatch (ErrPartitionMismatch): a job routed with another N
 // would reach the wrong owner and break per-key exclusion. A client that
@@ -1437,8 +1447,9 @@
 // look-ups (?job=ID, ?key=KEY; TestLookupJSON, TestLookupsInABrowser),
 // each read anew, so a look-up's page does not reload itself (it did
 // every 5s, a dead-letter scan each time, for as long as the tab stayed
-// open: TestLookupPageDoesNotReload); as a worker's user it needs the consumer permissions on NS_DEAD that
-// docs/security/accounts.conf gives (TestStatusPageAsWorker).
+// open: TestLookupPageDoesNotReload); as a worker's user it needs the
+// consumer permissions on NS_DEAD that docs/security/accounts.conf gives
+// (TestStatusPageAsWorker).
 //
 // keylane namespace delete NS deletes NS's streams: NS_JOBS and its
 // shards NS_JOBS_<i> (i > 0, digits only), NS_DELAYS, NS_DEAD and the
