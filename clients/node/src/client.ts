@@ -179,6 +179,13 @@ function readMeta(info: StreamInfo, namespace: string): NamespaceInfo & { shard:
   const sc = info.config;
   const md = sc.metadata ?? {};
   const name = sc.name;
+  // "a-b" and "a_b" name the same objects: a stream under this
+  // namespace's name on another's subjects is not this namespace's (Go:
+  // foreignJobsStream).
+  const foreign = (sc.subjects ?? []).find((s) => !s.startsWith(namespace + "."));
+  if (foreign !== undefined) {
+    throw new KeylaneError("no_topology", `keylane: namespace ${namespace} is not set up: the stream named for its jobs, ${name}, takes subject ${foreign}, another namespace's (names that differ only in '-' and '_' share object names); use another namespace name`);
+  }
   const nText = md[Meta.Partitions] ?? "";
   const n = /^[0-9]+$/.test(nText) ? Number(nText) : NaN;
   if (!(n >= 1 && n <= MaxPartitions)) {
@@ -256,6 +263,11 @@ export class Client {
 
   private static async openOn(nc: NatsConnection, opts: OpenOptions, owns: boolean): Promise<Client> {
     const namespace = opts.namespace || DefaultNamespace;
+    if (!/^[a-z][a-z0-9_-]{0,31}$/.test(namespace)) {
+      // Go's namespace rule: an upper-case or dotted name would route
+      // on subjects no jobs stream takes, or name another's objects.
+      throw new KeylaneError("bad_namespace", `keylane: namespace ${JSON.stringify(namespace)} must match ^[a-z][a-z0-9_-]{0,31}$`);
+    }
     const requestTimeout = opts.requestTimeout ?? defaultRequestTimeout;
     const names = new Names(namespace);
     const jsm = await jetstreamManager(nc, { timeout: requestTimeout, checkAPI: false });

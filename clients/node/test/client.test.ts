@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { createServer, connect as tcpConnect, type AddressInfo } from "node:net";
+import { jetstreamManager } from "@nats-io/jetstream";
 import { after, before, describe, test } from "node:test";
 import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
 
@@ -213,6 +214,31 @@ describe("keylane client against a Go worker", { skip }, () => {
 
   test("a namespace that is not set up is refused with no_topology", async () => {
     await expectCode(connect({ servers: url, namespace: uniq("nosuch") }), "no_topology");
+  });
+
+  test("a namespace that is not one, or whose objects are another's, is refused at once", async () => {
+    // Names are lower case: "Shop" is no namespace (its objects would be shop's).
+    await expectCode(Client.open(c.nc, { namespace: namespace!.toUpperCase() }), "bad_namespace");
+    await expectCode(Client.open(c.nc, { namespace: "x.y" }), "bad_namespace");
+    // "rv_x" and "rv-x" share object names: a jobs stream RV_X_JOBS of
+    // rv_x's subjects is not rv-x's. Before, open took it and every
+    // submit waited out its timeout (no responders on rv-x.jobs.*).
+    const jsm = await jetstreamManager(c.nc);
+    const other = `rv_${process.pid}`;
+    const name = `${other.toUpperCase()}_JOBS`;
+    await jsm.streams.add({
+      name,
+      subjects: [`${other}.jobs.0.*`],
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+    });
+    try {
+      const err = await expectCode(Client.open(c.nc, { namespace: other.replace("_", "-") }), "no_topology");
+      assert.match(err.message, /another namespace/);
+      const own = await Client.open(c.nc, { namespace: other });
+      await own.close();
+    } finally {
+      await jsm.streams.delete(name);
+    }
   });
 
   test("a partition count other than the namespace's is refused", async () => {
