@@ -115,6 +115,10 @@ func InspectJob(ctx context.Context, js jetstream.JetStream, namespace, id, key 
 		if batchID, index, batched := wire.ParseBatchedJobID(id); batched {
 			e, err := kv.Get(gctx, wire.BatchOutcomesKey(batchID))
 			switch {
+			case err == nil && !holdsIndex(e.Value(), index):
+				// Not kept there: a Submit of the batch, or an index it
+				// never had. The held outcomes and dead letters may
+				// still hold it.
 			case err == nil:
 				v, ferr := wire.FindBatchOutcome(e.Value(), batchID, index, id)
 				switch {
@@ -169,6 +173,24 @@ func InspectJob(ctx context.Context, js jetstream.JetStream, namespace, id, key 
 	return out, ErrNoResult
 }
 
+// holdsIndex reports whether batch entry b, when it decodes, holds an
+// outcome at index: a batch's entry keeps only its Calls' outcomes, so a
+// Submit of the batch (dead-lettered, or held in its key's state) is
+// looked for elsewhere. An entry that does not decode holds it, for
+// wire.FindBatchOutcome to say what is wrong with it.
+func holdsIndex(b []byte, index int) bool {
+	_, outs, err := wire.DecodeBatchOutcomes(b)
+	if err != nil {
+		return true
+	}
+	for _, o := range outs {
+		if o.Index == index {
+			return true
+		}
+	}
+	return false
+}
+
 func (o FoundJob) withErrorText() FoundJob {
 	if o.Err != nil {
 		o.Error = o.Err.Error()
@@ -183,6 +205,10 @@ const deadScanBatch = 256
 // deadScanIdle is how long the server keeps a dead-letter scan's consumer
 // that its scan did not delete (a connection lost mid-scan).
 const deadScanIdle = 30 * time.Second
+
+// deadScanStarted, when set (by a test), runs once findDead has made its
+// consumer, before its first pull.
+var deadScanStarted func()
 
 // findDead reads the dead-letter stream's headers, oldest first up to the
 // last message when it began, for the newest dead letter of job ID id,
@@ -210,9 +236,17 @@ func findDead(ctx context.Context, js jetstream.JetStream, namespace, id string)
 	// The server removes an idle consumer after InactiveThreshold; the
 	// scan deletes its own when done, so a status page looking a job up on
 	// every reload leaves none behind.
-	cons, err := s.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, InactiveThreshold: deadScanIdle})
+	//
+	// Every Fetch of an ordered consumer makes a new consumer (nats.go's
+	// reset), and by default tries again without end while the server
+	// refuses it (the stream deleted under the scan, JetStream gone),
+	// bound by no context: one try, and the scan fails with why.
+	cons, err := s.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{HeadersOnly: true, InactiveThreshold: deadScanIdle, MaxResetAttempts: 1})
 	if err != nil {
 		return DeadLetter{}, false, fmt.Errorf("keylane: read the dead-letter stream: %w", err)
+	}
+	if deadScanStarted != nil {
+		deadScanStarted()
 	}
 	defer func() {
 		if ci := cons.CachedInfo(); ci != nil {

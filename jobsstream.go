@@ -70,6 +70,9 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 		s, err := js.Stream(ctx, name)
 		if err == nil {
 			info := s.CachedInfo()
+			if err := foreignJobsStream(info.Config, names.Namespace); err != nil {
+				return nil, Meta{}, err
+			}
 			m, err := readMeta(info, m0.Partitions)
 			if err == nil {
 				err = sameShards(m0, m, i, name)
@@ -119,6 +122,9 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	s, err := js.Stream(ctx, names.Jobs())
 	if err == nil {
 		info := s.CachedInfo()
+		if err := foreignJobsStream(info.Config, names.Namespace); err != nil {
+			return Meta{}, err
+		}
 		meta, err := readMeta(info, cfg.Partitions)
 		if err != nil {
 			return Meta{}, err

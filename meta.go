@@ -125,6 +125,9 @@ func openShards(ctx context.Context, js jetstream.JetStream, namespace string) (
 		if err != nil {
 			return nil, nil, err
 		}
+		if err := foreignJobsStream(s.CachedInfo().Config, namespace); err != nil {
+			return nil, nil, err
+		}
 		m, err := readMeta(s.CachedInfo(), m0.Partitions)
 		if err == nil {
 			err = sameShards(m0, m, i, s.CachedInfo().Config.Name)
@@ -162,12 +165,37 @@ func openJobs(ctx context.Context, js jetstream.JetStream, namespace string) (je
 	if err != nil {
 		return nil, Meta{}, err
 	}
+	if err := foreignJobsStream(s.CachedInfo().Config, namespace); err != nil {
+		return nil, Meta{}, err
+	}
 	meta, err := readMeta(s.CachedInfo(), 0)
 	if err != nil {
 		return nil, Meta{}, err
 	}
 	return s, meta, nil
 }
+
+// foreignJobsStream refuses jobs stream sc, found under namespace's name,
+// when it takes another namespace's subjects: namespaces whose names
+// differ only in '-' and '_' share object names (Names), and one must
+// neither use nor change the other's streams (Setup would give them its
+// own subjects). It wraps ErrNoTopology: namespace is not set up.
+func foreignJobsStream(sc jetstream.StreamConfig, namespace string) error {
+	for _, subj := range sc.Subjects {
+		if !strings.HasPrefix(subj, namespace+".") {
+			return &foreignStreamError{namespace: namespace, stream: sc.Name, subject: subj}
+		}
+	}
+	return nil
+}
+
+type foreignStreamError struct{ namespace, stream, subject string }
+
+func (e *foreignStreamError) Error() string {
+	return fmt.Sprintf("keylane: namespace %s is not set up: the stream named for its jobs, %s, takes subject %s, another namespace's (names that differ only in '-' and '_' share object names); use another namespace name", e.namespace, e.stream, e.subject)
+}
+
+func (e *foreignStreamError) Unwrap() error { return ErrNoTopology }
 
 func newEpoch() (uint64, error) {
 	var b [8]byte
@@ -343,6 +371,9 @@ func batchShards(ctx context.Context, js jetstream.JetStream, namespace string) 
 		case errors.Is(err, jetstream.ErrStreamNotFound):
 			return nil, fmt.Errorf("%w: shard %d of %d (%s) is missing", ErrNoTopology, i, m0.Shards, names.JobsShard(i))
 		case err != nil:
+			return nil, err
+		}
+		if err := foreignJobsStream(s.CachedInfo().Config, namespace); err != nil {
 			return nil, err
 		}
 		info := *s.CachedInfo()

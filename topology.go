@@ -272,7 +272,8 @@ const setupAttemptTimeout = 5 * time.Second
 // namespace as made, or a refusal no retry cures. A stream or bucket not
 // found is not one: a concurrent creator may be making it.
 func permanentSetupError(err error) bool {
-	return errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
+	var foreign *foreignStreamError
+	return errors.As(err, &foreign) || errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
 		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig) ||
 		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff) ||
 		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch) || errors.Is(err, ErrBatchesMismatch) ||

@@ -49,6 +49,16 @@
 //	            key redrive/<job ID>: redrive tickets (# Redrive)
 //	NS_STATE    KV, key = k.<base64url(resource key)>: State entries
 //
+// NS is ns upper-cased with '-' made '_', so "a-b" and "a_b" name the
+// same objects. A jobs stream (or shard) found under ns's name whose
+// subjects are not ns's belongs to the other spelling: Setup, Open,
+// NewClient and SetBatches refuse it at once, changing nothing, with an
+// error wrapping ErrNoTopology (ns is not set up) that says so. Before,
+// Setup of "a-b" (a worker's typo) gave a_b's jobs stream its own
+// subjects, and a_b's clients then found no stream, while a client of
+// "a-b" opened it and waited out every submit
+// (TestNamespaceOfAnotherSpellingKeepsOffAJobsStream).
+//
 // Every client and worker reads N and the hash from the stream's metadata
 // and refuses a mismatch (ErrPartitionMismatch): a job routed with another N
 // would reach the wrong owner and break per-key exclusion. A client that
@@ -1407,13 +1417,25 @@
 // (InspectJob): NS_RESULTS under the ID (a caller's ID, a Call, or every
 // job with StoreResults); for an ID that names a batch and an index, its
 // batch's entry (# Kept outcomes in one batch), read as Client.Result
-// reads it; with --key KEY, that key's held outcomes (a Reducer's job
-// without a caller's ID keeps its outcome only there); and NS_DEAD, whose
+// reads it (an entry that holds no outcome at the ID's index keeps only
+// the batch's Calls: the job, a Submit of the batch or an index the batch
+// never had, is looked for in the places below, not refused as a
+// malformed entry: TestInspectJobOfABatchedJobNotInItsBatchEntry, whose
+// dead-lettered Submit of a batch failed so before); with --key KEY,
+// that key's held outcomes (a Reducer's job without a caller's ID keeps
+// its outcome only there); and NS_DEAD, whose
 // messages it reads headers only, oldest first up to the last one when it
 // began, through an ordered consumer (deleted when the scan ends, else
 // removed by the server after 30s idle: TestInspectJobLeavesNoConsumer
-// found three left after three look-ups before), each pull asking for exactly as many
-// messages as remain (NumPending), so it never waits out a pull at the
+// found three left after three look-ups before; each pull of the ordered
+// consumer replaces its consumer and deletes the one before on a
+// goroutine, so one may outlive the look-up by a moment; it makes each
+// one once: a refusal, the stream deleted under the scan, fails the
+// look-up with the server's error, where nats.go's default tried again
+// without end, bound by no context, and the look-up never returned:
+// TestInspectJobEndsWhenTheDeadStreamGoesMidScan), each pull asking for
+// exactly as many messages as remain (NumPending), so it never waits out
+// a pull at the
 // stream's end (a pull for a full batch sat out its 5s wait there, past
 // the status page's deadline: TestLookupJSON). It says where it found the
 // outcome; a kept outcome that says dead-lettered comes with its dead
@@ -1425,9 +1447,12 @@
 // "not found". Tested by TestStateAndJobCommands,
 // TestInspectJobInItsBatchEntry and TestInspectJobReadsEveryDeadLetter
 // (past the first pull's 256 messages). The status page runs the same
-// look-ups (?job=ID, ?key=KEY; TestLookupJSON, TestLookupsInABrowser);
-// as a worker's user it needs the consumer permissions on NS_DEAD that
-// docs/security/accounts.conf gives (TestStatusPageAsWorker).
+// look-ups (?job=ID, ?key=KEY; TestLookupJSON, TestLookupsInABrowser),
+// each read anew, so a look-up's page does not reload itself (it did
+// every 5s, a dead-letter scan each time, for as long as the tab stayed
+// open: TestLookupPageDoesNotReload); as a worker's user it needs the
+// consumer permissions on NS_DEAD that docs/security/accounts.conf gives
+// (TestStatusPageAsWorker).
 //
 // keylane namespace delete NS deletes NS's streams: NS_JOBS and its
 // shards NS_JOBS_<i> (i > 0, digits only), NS_DELAYS, NS_DEAD and the

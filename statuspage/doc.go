@@ -23,7 +23,9 @@
 // returns Page.Lookup), with keylane.InspectJob and keylane.InspectState:
 // what `keylane job ID --key KEY` and `keylane state get KEY` print. A
 // look-up is read for each request, never cached, bounded by its own
-// Config.Timeout; a bad job ID or key, or a failed read, is an error in
+// Config.Timeout, and its page does not reload itself (a tab left open
+// on a job would read the dead-letter stream through every Refresh:
+// TestLookupPageDoesNotReload); a bad job ID or key, or a failed read, is an error in
 // the look-up's box, and the namespace's reading is shown as ever. With
 // dead letters, their table comes above the partitions; keys and job IDs
 // longer than 32 characters are cut, the whole in the cell's title.

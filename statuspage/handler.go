@@ -42,7 +42,8 @@ type Config struct {
 	// anew. Defaults to 1s.
 	MaxAge time.Duration
 	// Refresh is how often the HTML page reloads itself. Defaults to 5s;
-	// a negative Refresh turns reloading off.
+	// a negative Refresh turns reloading off. A page with a look-up
+	// (?job=, ?key=) never reloads: reload it by hand.
 	Refresh time.Duration
 	// DeadLetters is how many dead letters the page lists, oldest first
 	// (the count is always the stream's). Defaults to 20.
@@ -291,7 +292,10 @@ type view struct {
 
 func (h *handler) view(p Page) view {
 	v := view{Page: p, Namespace: h.cfg.Namespace}
-	if h.cfg.Refresh > 0 {
+	// A look-up's page does not reload: each look-up reads anew (the
+	// dead-letter stream through, for a job), and a tab left open on one
+	// would repeat it every Refresh.
+	if h.cfg.Refresh > 0 && p.Lookup == nil {
 		v.Refresh = int(math.Ceil(h.cfg.Refresh.Seconds()))
 	}
 	if p.Status != nil {

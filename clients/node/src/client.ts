@@ -179,6 +179,13 @@ function readMeta(info: StreamInfo, namespace: string): NamespaceInfo & { shard:
   const sc = info.config;
   const md = sc.metadata ?? {};
   const name = sc.name;
+  // "a-b" and "a_b" name the same objects: a stream under this
+  // namespace's name on another's subjects is not this namespace's (Go:
+  // foreignJobsStream).
+  const foreign = (sc.subjects ?? []).find((s) => !s.startsWith(namespace + "."));
+  if (foreign !== undefined) {
+    throw new KeylaneError("no_topology", `keylane: namespace ${namespace} is not set up: the stream named for its jobs, ${name}, takes subject ${foreign}, another namespace's (names that differ only in '-' and '_' share object names); use another namespace name`);
+  }
   const nText = md[Meta.Partitions] ?? "";
   const n = /^[0-9]+$/.test(nText) ? Number(nText) : NaN;
   if (!(n >= 1 && n <= MaxPartitions)) {
@@ -256,6 +263,11 @@ export class Client {
 
   private static async openOn(nc: NatsConnection, opts: OpenOptions, owns: boolean): Promise<Client> {
     const namespace = opts.namespace || DefaultNamespace;
+    if (!/^[a-z][a-z0-9_-]{0,31}$/.test(namespace)) {
+      // Go's namespace rule: an upper-case or dotted name would route
+      // on subjects no jobs stream takes, or name another's objects.
+      throw new KeylaneError("bad_namespace", `keylane: namespace ${JSON.stringify(namespace)} must match ^[a-z][a-z0-9_-]{0,31}$`);
+    }
     const requestTimeout = opts.requestTimeout ?? defaultRequestTimeout;
     const names = new Names(namespace);
     const jsm = await jetstreamManager(nc, { timeout: requestTimeout, checkAPI: false });
@@ -620,8 +632,12 @@ export class Client {
     const bound = Math.max(1, Math.min(this.requestTimeout, deadline - Date.now()));
     try {
       if (!this.kv) {
-        const js = jetstream(this.nc, { timeout: bound });
-        this.kv = await new Kvm(js).open(this.names.results());
+        // The handle is kept for every later read: its requests get the
+        // client's request timeout, never what this read had left (a
+        // first read with 400 ms to go bound every read after it to 400
+        // ms); withTimeout bounds each read by its caller's deadline.
+        const js = jetstream(this.nc, { timeout: this.requestTimeout });
+        this.kv = await withTimeout(new Kvm(js).open(this.names.results()), bound);
       }
       const e = await withTimeout(this.kv.get(id), bound);
       if (!e || e.operation !== "PUT") return null;

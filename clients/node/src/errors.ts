@@ -12,7 +12,10 @@
  * - reserved_header: ErrReservedHeader (nothing sent)
  * - bad_header: ErrBadHeader (nothing sent)
  * - payload_too_large: ErrPayloadTooLarge (nothing sent)
- * - no_topology: ErrNoTopology (the namespace is not set up)
+ * - bad_namespace: a namespace name that is not ^[a-z][a-z0-9_-]{0,31}$
+ *   (the Go client's plain error; nothing sent)
+ * - no_topology: ErrNoTopology (the namespace is not set up, or the
+ *   stream under its name takes another namespace's subjects)
  * - partition_mismatch: ErrPartitionMismatch
  * - shards_mismatch: ErrShardsMismatch
  * - batches_mismatch: ErrBatchesMismatch (a bad keylane.batches value)
@@ -36,6 +39,7 @@ export type ErrorCode =
   | "reserved_header"
   | "bad_header"
   | "payload_too_large"
+  | "bad_namespace"
   | "no_topology"
   | "partition_mismatch"
   | "shards_mismatch"

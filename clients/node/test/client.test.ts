@@ -4,6 +4,8 @@
 // KEYLANE_NAMESPACE set; without them every test here is skipped.
 
 import assert from "node:assert/strict";
+import { createServer, connect as tcpConnect, type AddressInfo } from "node:net";
+import { jetstreamManager } from "@nats-io/jetstream";
 import { after, before, describe, test } from "node:test";
 import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
 
@@ -214,8 +216,72 @@ describe("keylane client against a Go worker", { skip }, () => {
     await expectCode(connect({ servers: url, namespace: uniq("nosuch") }), "no_topology");
   });
 
+  test("a namespace that is not one, or whose objects are another's, is refused at once", async () => {
+    // Names are lower case: "Shop" is no namespace (its objects would be shop's).
+    await expectCode(Client.open(c.nc, { namespace: namespace!.toUpperCase() }), "bad_namespace");
+    await expectCode(Client.open(c.nc, { namespace: "x.y" }), "bad_namespace");
+    // "rv_x" and "rv-x" share object names: a jobs stream RV_X_JOBS of
+    // rv_x's subjects is not rv-x's. Before, open took it and every
+    // submit waited out its timeout (no responders on rv-x.jobs.*).
+    const jsm = await jetstreamManager(c.nc);
+    const other = `rv_${process.pid}`;
+    const name = `${other.toUpperCase()}_JOBS`;
+    await jsm.streams.add({
+      name,
+      subjects: [`${other}.jobs.0.*`],
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+    });
+    try {
+      const err = await expectCode(Client.open(c.nc, { namespace: other.replace("_", "-") }), "no_topology");
+      assert.match(err.message, /another namespace/);
+      const own = await Client.open(c.nc, { namespace: other });
+      await own.close();
+    } finally {
+      await jsm.streams.delete(name);
+    }
+  });
+
   test("a partition count other than the namespace's is refused", async () => {
     await expectCode(Client.open(c.nc, { namespace, partitions: c.partitions + 1 }), "partition_mismatch");
+  });
+
+  test("a short first read does not bound every later read of the results bucket", async () => {
+    // A TCP proxy to the server that delays what the server sends once
+    // slow is set: a real connection getting slower, not a mock.
+    const target = new URL(url!.split(",")[0]);
+    let slow = 0;
+    const proxy = createServer((down) => {
+      const up = tcpConnect(Number(target.port), target.hostname);
+      down.on("data", (b) => up.write(b));
+      up.on("data", (b) => {
+        if (slow === 0) down.write(b);
+        else setTimeout(() => down.destroyed || down.write(b), slow);
+      });
+      const end = () => {
+        up.destroy();
+        down.destroy();
+      };
+      down.on("error", end).on("close", end);
+      up.on("error", end).on("close", end);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+    const c2 = await connect({ servers: `nats://127.0.0.1:${(proxy.address() as AddressInfo).port}`, namespace });
+    try {
+      const sku = uniq("sku");
+      const id = uniq("order");
+      assert.equal(text(await c2.call(sku, "set 4", { id })), "ok 4");
+      // The first read of the bucket, with little time left: none kept.
+      await expectCode(c2.result(uniq("never"), { timeout: 400 }), "no_result");
+      // The server now answers in 800 ms: a read given 10 s finds the
+      // outcome. Before, the bucket was opened with the first read's
+      // 400 ms as its request timeout, and every later read timed out.
+      slow = 800;
+      assert.equal(text(await c2.result(id, { timeout: 10000 })), "ok 4");
+    } finally {
+      slow = 0;
+      await c2.close();
+      proxy.close();
+    }
   });
 
   test("after close, calls reject with closed", async () => {
