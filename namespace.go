@@ -24,8 +24,15 @@ var ErrNamespaceInUse = errors.New("keylane: a worker holds a live lease on the 
 // name begins with this one's ("shop2" for "shop"). Namespaces whose
 // names differ only in "-" and "_" share their object names (Names): a
 // jobs, delays or dead-letter stream whose subjects are not this
-// namespace's is refused with an error, not listed. An empty list means
-// the namespace does not exist. It only reads.
+// namespace's is refused with an error, not listed. The buckets are the
+// namespace's only beside its jobs stream (shard 0, its subjects checked
+// as above): without it a bucket that bears one of its names (a user's
+// ORDERS_STATE on a server with no namespace "orders") is not listed,
+// for a name proves nothing (before, DeleteNamespace deleted such a
+// bucket: TestDeleteNamespaceLeavesBucketsOfNoNamespace). DeleteNamespace
+// removes the jobs stream last, so a delete cut short leaves it to find
+// the rest by. An empty list means the namespace does not exist. It only
+// reads.
 func NamespaceObjects(ctx context.Context, js jetstream.JetStream, namespace string) ([]string, error) {
 	if !namespaceRE.MatchString(namespace) {
 		return nil, fmt.Errorf("keylane: namespace %q must match %s", namespace, namespaceRE)
@@ -37,12 +44,15 @@ func NamespaceObjects(ctx context.Context, js jetstream.JetStream, namespace str
 	}
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var out []string
+	var out, buckets []string
+	jobs := false
 	lister := js.ListStreams(ctx)
 	for info := range lister.Info() {
 		name := info.Config.Name
 		switch {
 		case kv[name]:
+			buckets = append(buckets, name)
+			continue
 		case name == names.Jobs(), name == names.Delays(), name == names.Dead(), isShardOf(name, names):
 			for _, s := range info.Config.Subjects {
 				if !strings.HasPrefix(s, namespace+".") {
@@ -52,10 +62,14 @@ func NamespaceObjects(ctx context.Context, js jetstream.JetStream, namespace str
 		default:
 			continue
 		}
+		jobs = jobs || name == names.Jobs()
 		out = append(out, name)
 	}
 	if err := lister.Err(); err != nil {
 		return nil, fmt.Errorf("keylane: list streams: %w", err)
+	}
+	if jobs {
+		out = append(out, buckets...)
 	}
 	slices.Sort(out)
 	return out, nil
@@ -131,6 +145,19 @@ func DeleteNamespace(ctx context.Context, js jetstream.JetStream, namespace stri
 			return nil, fmt.Errorf("%w: %s (%d partition leases held, e.g. by %s)", ErrNamespaceInUse, namespace, len(held), slices.Sorted(maps.Values(held))[0])
 		}
 	}
+	// The jobs stream last: NamespaceObjects lists the buckets only
+	// beside it, so a delete cut short can be run again.
+	jobs := Names{Namespace: namespace}.Jobs()
+	objs = slices.Clone(objs)
+	slices.SortStableFunc(objs, func(a, b string) int {
+		switch {
+		case a == jobs && b != jobs:
+			return 1
+		case b == jobs && a != jobs:
+			return -1
+		}
+		return 0
+	})
 	var deleted []string
 	for _, name := range objs {
 		dctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -141,5 +168,6 @@ func DeleteNamespace(ctx context.Context, js jetstream.JetStream, namespace stri
 		}
 		deleted = append(deleted, name)
 	}
+	slices.Sort(deleted)
 	return deleted, nil
 }
