@@ -18,13 +18,15 @@ import (
 // attempt is bounded by consumerAttempt, so the partition resumes within
 // moments of the stream's new leader, and the lease stays with this owner
 // meanwhile (its watchdog renews it if the leases bucket answers; if not,
-// the lease lapses and the tenure ends). The bound doubles with every
-// failed attempt, up to consumerAttemptMax: a timeout is not a no, and a
-// meta leader that answers this worker's server slower than the bound
-// (its replies held seconds behind on the route) would otherwise fail
-// every attempt for as long as that lasts, the partition owned and
-// running nothing (TestOwnerCreatesItsConsumerThroughASlowMetaLeader). A
-// replaced or missing stream is returned at once.
+// the lease lapses and the tenure ends). Once attempts have failed for
+// longer than an election takes (consumerGrowAfter), the bound doubles
+// with every further failed attempt, up to consumerAttemptMax: a timeout
+// is not a no, and a meta leader that answers this worker's server
+// slower than the bound (its replies held seconds behind on the route)
+// would otherwise fail every attempt for as long as that lasts, the
+// partition owned and running nothing
+// (TestOwnerCreatesItsConsumerThroughASlowMetaLeader). A replaced or
+// missing stream is returned at once.
 func (o *owner) openConsumer(pause *resyncBackoff) (jetstream.Consumer, error) {
 	start := time.Now()
 	bound := consumerAttempt
@@ -39,7 +41,9 @@ func (o *owner) openConsumer(pause *resyncBackoff) (jetstream.Consumer, error) {
 		if attempt == 1 || attempt%10 == 0 {
 			o.log.Warn("partition consumer not ready; retrying", "attempt", attempt, "bound", bound, "err", err)
 		}
-		bound = min(2*bound, consumerAttemptMax)
+		if time.Since(start) >= consumerGrowAfter {
+			bound = min(2*bound, consumerAttemptMax)
+		}
 		if !pause.wait(o.ctx, o.abortCh, o.handoverCh, o.l.Done()) {
 			return nil, err
 		}
@@ -86,12 +90,16 @@ func (b *resyncBackoff) wait(ctx context.Context, abort, handover, lost <-chan s
 }
 
 // resyncMaxPause caps the pause between re-synchronisations, and
-// consumerAttempt bounds each request of a first attempt to re-create the
+// consumerAttempt bounds each request of an early attempt to re-create the
 // consumer: a request lost in an election is asked again, not waited out.
-// Later attempts double it up to consumerAttemptMax (openConsumer).
+// Attempts made consumerGrowAfter after the first double it, up to
+// consumerAttemptMax (openConsumer): by then no election explains the
+// timeouts (nats-server's election timeout is 4-9s), and a slow answer
+// is waited for.
 const (
 	resyncMaxPause     = time.Second
 	consumerAttempt    = 2 * time.Second
+	consumerGrowAfter  = 10 * time.Second
 	consumerAttemptMax = 16 * time.Second
 	// consumerLeaderWait bounds the wait for a new replicated consumer's
 	// first leader within one attempt. A new group elects its preferred

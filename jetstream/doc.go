@@ -324,13 +324,14 @@
 // timeout, no responders, a 503 "no leader", a connection being
 // re-established) is tried again with the backoff for as long as the
 // tenure lasts; the lease stays with the owner meanwhile, or lapses if the
-// leases bucket is electing too. The deadline doubles with each failed
-// attempt, up to 16s: a meta leader that answers the worker's server
+// leases bucket is electing too. Once attempts have failed for 10s
+// (longer than an election), the deadline doubles with each further
+// failed attempt, up to 16s: a meta leader that answers the worker's server
 // slowly (its replies held 3s behind on the route, the KV requests to
 // the buckets' leaders quick) made every 2s attempt fail for as long as
 // that lasted, the partition owned and running nothing
-// (TestOwnerCreatesItsConsumerThroughASlowMetaLeader; ready at the
-// second attempt now). A missing or replaced stream ends the
+// (TestOwnerCreatesItsConsumerThroughASlowMetaLeader; ready 17-20s after
+// the tenure began now, at the fifth attempt, under -race). A missing or replaced stream ends the
 // tenure at once. (Until this was found, one 10s request covered the whole
 // re-creation: a request lost in the election was waited out, and the
 // tenure then ended, for 5-8s of extra stall: e2e/TestClusterSale
