@@ -14,16 +14,24 @@ import (
 // openConsumer re-creates the partition's consumer (resetConsumer). A
 // failure that waiting may cure (a request lost in a Raft election, a
 // stream or consumer without a leader, a connection down) is retried with
-// backoff for as long as the tenure lasts: each attempt is bounded by
-// consumerAttempt, so the partition resumes within moments of the
-// stream's new leader, and the lease stays with this owner meanwhile (its
-// watchdog renews it if the leases bucket answers; if not, the lease
-// lapses and the tenure ends). A replaced or missing stream is returned at
-// once.
+// backoff for as long as the tenure lasts: each request of the first
+// attempt is bounded by consumerAttempt, so the partition resumes within
+// moments of the stream's new leader, and the lease stays with this owner
+// meanwhile (its watchdog renews it if the leases bucket answers; if not,
+// the lease lapses and the tenure ends). Once attempts have failed for
+// longer than an election takes (consumerGrowAfter), the bound doubles
+// with every further failed attempt, up to consumerAttemptMax: a timeout
+// is not a no, and a meta leader that answers this worker's server
+// slower than the bound (its replies held seconds behind on the route)
+// would otherwise fail every attempt for as long as that lasts, the
+// partition owned and running nothing
+// (TestOwnerCreatesItsConsumerThroughASlowMetaLeader). A replaced or
+// missing stream is returned at once.
 func (o *owner) openConsumer(pause *resyncBackoff) (jetstream.Consumer, error) {
 	start := time.Now()
+	bound := consumerAttempt
 	for attempt := 1; ; attempt++ {
-		cons, err := o.resetConsumer()
+		cons, err := o.resetConsumer(bound)
 		if err == nil && attempt > 1 {
 			o.log.Info("partition consumer ready", "attempts", attempt, "took", time.Since(start).Round(time.Millisecond))
 		}
@@ -31,7 +39,10 @@ func (o *owner) openConsumer(pause *resyncBackoff) (jetstream.Consumer, error) {
 			return cons, err
 		}
 		if attempt == 1 || attempt%10 == 0 {
-			o.log.Warn("partition consumer not ready; retrying", "attempt", attempt, "err", err)
+			o.log.Warn("partition consumer not ready; retrying", "attempt", attempt, "bound", bound, "err", err)
+		}
+		if time.Since(start) >= consumerGrowAfter {
+			bound = min(2*bound, consumerAttemptMax)
 		}
 		if !pause.wait(o.ctx, o.abortCh, o.handoverCh, o.l.Done()) {
 			return nil, err
@@ -79,11 +90,17 @@ func (b *resyncBackoff) wait(ctx context.Context, abort, handover, lost <-chan s
 }
 
 // resyncMaxPause caps the pause between re-synchronisations, and
-// consumerAttempt bounds one attempt to re-create the consumer: a request
-// lost in an election is asked again, not waited out.
+// consumerAttempt bounds each request of an early attempt to re-create the
+// consumer: a request lost in an election is asked again, not waited out.
+// Attempts made consumerGrowAfter after the first double it, up to
+// consumerAttemptMax (openConsumer): by then no election explains the
+// timeouts (nats-server's election timeout is 4-9s), and a slow answer
+// is waited for.
 const (
-	resyncMaxPause  = time.Second
-	consumerAttempt = 2 * time.Second
+	resyncMaxPause     = time.Second
+	consumerAttempt    = 2 * time.Second
+	consumerGrowAfter  = 10 * time.Second
+	consumerAttemptMax = 16 * time.Second
 	// consumerLeaderWait bounds the wait for a new replicated consumer's
 	// first leader within one attempt. A new group elects its preferred
 	// peer at once; the server may prefer a peer that died moments ago
@@ -96,11 +113,11 @@ const (
 	consumerInfoWait = 500 * time.Millisecond
 )
 
-func (o *owner) resetConsumer() (jetstream.Consumer, error) {
-	// Each request gets its own consumerAttempt: a request lost in an
-	// election fails the attempt quickly, and openConsumer asks again.
+func (o *owner) resetConsumer(bound time.Duration) (jetstream.Consumer, error) {
+	// Each request gets its own bound: a request lost in an election
+	// fails the attempt quickly, and openConsumer asks again.
 	req := func() (context.Context, context.CancelFunc) {
-		return context.WithTimeout(o.ctx, consumerAttempt)
+		return context.WithTimeout(o.ctx, bound)
 	}
 	topo := o.w.topo
 	jobs := topo.StreamOf(o.p)
@@ -131,7 +148,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 		// had delivered.
 		inherited, _ := strconv.ParseUint(info.Config.Metadata[metaDelivered], 10, 64)
 		o.prevDelivered = max(o.prevDelivered, info.Delivered.Stream, inherited)
-		if err := o.deleteConsumer(name); err != nil {
+		if err := o.deleteConsumer(name, bound); err != nil {
 			return nil, err
 		}
 	case errors.Is(err, jetstream.ErrConsumerNotFound):
@@ -142,7 +159,7 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 		// gone: nothing it delivered lies above that, and every job up to
 		// it is treated as maybe delivered before (checked against held
 		// outcomes and stored results), which costs lookups, not safety.
-		if err := o.deleteConsumer(name); err != nil {
+		if err := o.deleteConsumer(name, bound); err != nil {
 			return nil, err
 		}
 		ctx, cancel = req()
@@ -168,10 +185,10 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 	}
 	// A replicated consumer answers pulls only once it has a leader; a
 	// pull sent before is lost until it expires.
-	wait, cancelWait := context.WithTimeout(o.ctx, consumerLeaderWait)
+	wait, cancelWait := context.WithTimeout(o.ctx, max(consumerLeaderWait, bound))
 	defer cancelWait()
 	for pause := 10 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
-		ctx, cancel := context.WithTimeout(wait, consumerAttempt)
+		ctx, cancel := context.WithTimeout(wait, bound)
 		info, err := cons.Info(ctx)
 		cancel()
 		if err == nil && info.Cluster != nil && info.Cluster.Leader != "" {
@@ -189,8 +206,8 @@ func (o *owner) resetConsumer() (jetstream.Consumer, error) {
 
 // deleteConsumer deletes the partition's consumer (a meta request: it
 // needs no leader of the consumer's own group). Gone already is success.
-func (o *owner) deleteConsumer(name string) error {
-	ctx, cancel := context.WithTimeout(o.ctx, consumerAttempt)
+func (o *owner) deleteConsumer(name string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(o.ctx, bound)
 	defer cancel()
 	if err := o.w.topo.StreamOf(o.p).DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete old consumer: %w", err)

@@ -126,7 +126,16 @@ func (b *balancer) acquire(p int, orphan bool) {
 	o := newOwner(b.w, p, l)
 	o.orphan, o.since = orphan, time.Now()
 	b.owners[p] = o
-	b.holders[p] = holder{id: b.w.cfg.ID}
+	// Seen now, not never: the stale rule passes over a holder never
+	// seen, so if the lease watch delivered nothing more of p (stalled,
+	// or it delivered our Create before this line), a tenure that ends
+	// without the watch showing its delete or expiry (a lapse) would
+	// leave p held by us in this view for good, and this worker
+	// would never take it again: Owned 0, nothing acquired, nothing lost
+	// or stuck (a run of TestOwnerCreatesItsConsumerThroughASlowMetaLeader
+	// before this fix stalled so for its whole minute: the lapsed
+	// tenure's delete landed, the watch never showed it).
+	b.holders[p] = holder{id: b.w.cfg.ID, seen: time.Now()}
 	b.mu.Unlock()
 	b.w.stats.acquired.Add(1)
 	b.wg.Add(1)

@@ -189,6 +189,23 @@
 // closes is opened again with a jittered backoff, and balancing pauses
 // until both buckets are re-learnt.
 //
+// A lapse (the owner's renews failed for a trust window: its lease
+// expired, not lost to another worker) ends the tenure; the release's
+// delete often fails too, and the entry then expires by TTL. The worker
+// takes p again when its view shows p free: the watch's delete or expiry
+// marker, or, when the watch shows nothing (a watch's ordered consumer
+// can stall while it cannot be re-created, nats.go retrying it on missed
+// heartbeats without closing the channel), the balancer's own stale rule:
+// a holder unrewritten for TTL and a half counts as free. The acquire
+// records the worker as holder seen at that moment; until it did so
+// (recording it as never seen, which the stale rule passes over), a
+// lapsed tenure whose delete the watch never showed left p held by the
+// worker itself, in its own view, for good: Owned 0, nothing acquired,
+// lost or stuck, for as long as the watch stalled (60s in a CI run of
+// TestNoJobRunsTwiceWithALaggingFollower; TestLapsedLeaseIsTakenAgain
+// pins the recovery on one node after a cut, a swallowed or a slowed
+// connection, with and without a running job).
+//
 // On acquiring partition p, the owner deletes and re-creates the durable
 // consumer "p<p>": whatever the previous owner fetched and never acked is
 // delivered again at once and in stream order, instead of after AckWait.
@@ -317,7 +334,14 @@
 // timeout, no responders, a 503 "no leader", a connection being
 // re-established) is tried again with the backoff for as long as the
 // tenure lasts; the lease stays with the owner meanwhile, or lapses if the
-// leases bucket is electing too. A missing or replaced stream ends the
+// leases bucket is electing too. Once attempts have failed for 10s
+// (longer than an election), the deadline doubles with each further
+// failed attempt, up to 16s: a meta leader that answers the worker's server
+// slowly (its replies held 3s behind on the route, the KV requests to
+// the buckets' leaders quick) made every 2s attempt fail for as long as
+// that lasted, the partition owned and running nothing
+// (TestOwnerCreatesItsConsumerThroughASlowMetaLeader; ready 17-20s after
+// the tenure began now, at the fifth attempt, under -race). A missing or replaced stream ends the
 // tenure at once. (Until this was found, one 10s request covered the whole
 // re-creation: a request lost in the election was waited out, and the
 // tenure then ended, for 5-8s of extra stall: e2e/TestClusterSale
