@@ -2,7 +2,10 @@ package keylane
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go"
 )
 
 // Reducer computes a key's next state and a job's result from the job and
@@ -46,6 +49,25 @@ type CommitObserver interface {
 	Committed(job Job, applied bool)
 }
 
+// UncertainCommitObserver is an optional extension of CommitObserver: a
+// Reducer that has it is told CommitUncertain, instead of Committed(job,
+// false), for a run whose group's write failed with an outcome nobody
+// knows: the request was cancelled or timed out (the lease's trust ended
+// under it, a slow server), so the write may have landed, and a
+// redelivery then finds the job held and answers it without a run. A
+// history checker counts such a run as possibly applied.
+type UncertainCommitObserver interface {
+	CommitUncertain(job Job)
+}
+
+// writeUncertain reports whether a failed state write may have landed:
+// the write was sent (a *stateError, not the check before it) and was
+// cancelled or timed out; a conflict or a refusal is a sure no.
+func writeUncertain(err error) bool {
+	var se *stateError
+	return errors.As(err, &se) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
+}
+
 // reduce runs the reducer for one job, turning a panic into an error.
 func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
 	ctx, span := job.trace.run(o.ctx, job)
@@ -76,7 +98,12 @@ func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 		o.logCommitted(jobs[:n])
 	}
 	if obs, ok := o.w.cfg.Reducer.(CommitObserver); ok {
+		unsure, _ := o.w.cfg.Reducer.(UncertainCommitObserver)
 		for _, i := range ran {
+			if unsure != nil && werr != nil && writeUncertain(werr) {
+				unsure.CommitUncertain(jobs[i])
+				continue
+			}
 			obs.Committed(jobs[i], werr == nil && i < n)
 		}
 	}

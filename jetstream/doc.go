@@ -157,6 +157,18 @@
 // republish and the kept-outcome reads taken out, 4 of 80 went
 // unanswered).
 //
+// # A run whose write was never answered
+//
+// A group's state write that was sent and then cancelled or timed out (the
+// lease's trust ended under it, a slow server) may have landed: a
+// redelivery then finds the job held and answers it without running it.
+// A Reducer that implements UncertainCommitObserver is told so
+// (CommitUncertain) instead of Committed(job, false); the e2e history
+// checker counts such a run as possibly applied when its caller got a good
+// reply, the stock check vouching for exactly-once. Before, it read as
+// "not applied" and a loaded run failed TestPausedWorkerBatches on a
+// worker that was not the paused one (TestCheckTraceExcusesAnUnansweredWrite).
+//
 // # Owning a partition
 //
 // A worker registers in NS_MEMBERS (a lease on its ID) and watches both KV

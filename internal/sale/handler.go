@@ -48,6 +48,14 @@ func (h *Handler) Committed(job keylane.Job, applied bool) {
 	}
 }
 
+// CommitUncertain implements keylane's UncertainCommitObserver: the run's
+// write may have landed (its answer never came).
+func (h *Handler) CommitUncertain(job keylane.Job) {
+	if h.Tracker != nil {
+		h.Tracker.OutcomeUnknown(job)
+	}
+}
+
 // Handle implements keylane's Handler.
 func (h *Handler) Handle(ctx context.Context, job keylane.Job) ([]byte, error) {
 	cmd, err := inventory.Parse(job.Payload)

@@ -67,6 +67,10 @@ type Span struct {
 	// Settled is when the run's write outcome was known (wall clock, ns):
 	// after End for a group commit, whose write follows the runs.
 	Settled int64 `json:"settled,omitempty"`
+	// Unknown: the run's write was sent and its answer never came
+	// (cancelled or timed out: keylane.UncertainCommitObserver), so it
+	// may have taken effect though Applied is false.
+	Unknown bool `json:"unknown,omitempty"`
 }
 
 // NewTracker returns a tracker; out, if not nil, receives a JSON line per
@@ -134,6 +138,18 @@ func (t *Tracker) Outcome(job keylane.Job, applied bool) {
 	b, _ := json.Marshal(r)
 	_, _ = t.out.Write(append(b, '\n'))
 	_ = t.out.Flush()
+}
+
+// OutcomeUnknown records that an ended run's state write was sent and
+// its outcome is unknown (it may have landed), and logs the run.
+func (t *Tracker) OutcomeUnknown(job keylane.Job) {
+	t.mu.Lock()
+	r := t.pending[positionOf(job)]
+	if r != nil {
+		r.Unknown = true
+	}
+	t.mu.Unlock()
+	t.Outcome(job, false)
 }
 
 // MaxConcurrent returns the most runs of one key seen at the same time.
