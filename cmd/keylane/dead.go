@@ -44,16 +44,8 @@ const planShown = 20
 // (keylane.DeadLetters, DeadLetterAt, Client.Redrive, DeleteDeadLetter,
 // PurgeDeadLettersThrough).
 func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
-	switch {
-	case len(args) == 0:
-		fmt.Fprintln(errOut, deadUsage)
-		return exitError(2)
-	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
-		fmt.Fprintln(out, deadUsage)
-		return exitError(0)
-	case deadFlags[args[0]] == nil:
-		fmt.Fprintf(errOut, "keylane: unknown dead-letter command %q\n%s\n", args[0], deadUsage)
-		return exitError(2)
+	if err := subcommand(args, "dead-letter", func(c string) bool { return deadFlags[c] != nil }, deadUsage, out, errOut); err != nil {
+		return err
 	}
 	cmd := args[0]
 	fs := flag.NewFlagSet("dead "+cmd, flag.ContinueOnError)

@@ -26,16 +26,8 @@ func stateCmd(ctx context.Context, args []string, out, errOut io.Writer) (err er
 
   get KEY   a key's decoded state entry: value, last job (sequence, batch index, fence, epoch), revision
             and held outcomes; exit 3 when the key has none`
-	switch {
-	case len(args) == 0:
-		fmt.Fprintln(errOut, usage)
-		return exitError(2)
-	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
-		fmt.Fprintln(out, usage)
-		return exitError(0)
-	case args[0] != "get":
-		fmt.Fprintf(errOut, "keylane: unknown state command %q\n%s\n", args[0], usage)
-		return exitError(2)
+	if err := subcommand(args, "state", func(c string) bool { return c == "get" }, usage, out, errOut); err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet("state get", flag.ContinueOnError)
 	var c conn

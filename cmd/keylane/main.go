@@ -85,6 +85,24 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 }
 
 // parse parses a command's flags: cmdutil.Parse.
+// subcommand checks args[0], a command's subcommand: nil when known
+// says it is one; otherwise the usage (on out for -h, exit 0; on errOut,
+// exit 2, naming what kind of command was unknown).
+func subcommand(args []string, kind string, known func(string) bool, usage string, out, errOut io.Writer) error {
+	switch {
+	case len(args) == 0:
+		fmt.Fprintln(errOut, usage)
+		return exitError(2)
+	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
+		fmt.Fprintln(out, usage)
+		return exitError(0)
+	case !known(args[0]):
+		fmt.Fprintf(errOut, "keylane: unknown %s command %q\n%s\n", kind, args[0], usage)
+		return exitError(2)
+	}
+	return nil
+}
+
 func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 	return cmdutil.Parse(fs, args, errOut)
 }

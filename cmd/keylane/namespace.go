@@ -20,16 +20,8 @@ func namespaceCmd(ctx context.Context, args []string, out, errOut io.Writer) (er
               leases, members, results, state): its jobs, dead letters and state are gone for good.
               Without --yes it lists them and deletes nothing; while a worker holds a partition
               lease of NS it refuses unless --force (stop the workers first).`
-	switch {
-	case len(args) == 0:
-		fmt.Fprintln(errOut, usage)
-		return exitError(2)
-	case args[0] == "-h" || args[0] == "--help" || args[0] == "help":
-		fmt.Fprintln(out, usage)
-		return exitError(0)
-	case args[0] != "delete":
-		fmt.Fprintf(errOut, "keylane: unknown namespace command %q\n%s\n", args[0], usage)
-		return exitError(2)
+	if err := subcommand(args, "namespace", func(c string) bool { return c == "delete" }, usage, out, errOut); err != nil {
+		return err
 	}
 	fs := flag.NewFlagSet("namespace delete", flag.ContinueOnError)
 	var c conn
