@@ -18,15 +18,7 @@ import (
 // (Handler).
 func TestSameJobIDAfterDuplicateWindow(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
-	info, err := e.topo.Jobs.Info(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := info.Config
-	sc.Duplicates = time.Second
-	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
-		t.Fatal(err)
-	}
+	e.shortDuplicateWindow()
 	var handled atomic.Int64
 	h := HandlerFunc(func(_ context.Context, job Job) ([]byte, error) {
 		if job.Key == "probe" {
@@ -34,18 +26,6 @@ func TestSameJobIDAfterDuplicateWindow(t *testing.T) {
 		}
 		return []byte("handled " + strconv.FormatInt(handled.Add(1), 10)), nil
 	})
-	// windowPassed publishes a probe with one ID until the stream stores
-	// it again: the duplicate window has passed for anything older.
-	windowPassed := func(t *testing.T, id string) {
-		t.Helper()
-		if _, err := e.client.Submit(ctx(t), "probe", nil, WithID(id)); err != nil {
-			t.Fatal(err)
-		}
-		testwait.Eventually(t, 10*time.Second, "the duplicate window passed", func() bool {
-			_, err := e.client.Submit(ctx(t), "probe", nil, WithID(id))
-			return err == nil
-		})
-	}
 	for _, tc := range []struct {
 		name string
 		mod  func(*WorkerConfig)
@@ -62,7 +42,7 @@ func TestSameJobIDAfterDuplicateWindow(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			windowPassed(t, "probe-"+tc.name)
+			e.duplicateWindowPassed(t, "probe-"+tc.name)
 			for range 2 {
 				again, err := e.client.Call(ctx(t), tc.key, nil, WithID("pay-"+tc.name))
 				if err != nil || string(again) != string(first) {
@@ -124,3 +104,32 @@ func TestSameJobIDAfterServerRestart(t *testing.T) {
 }
 
 func isDuplicate(err error) bool { return err != nil && errors.Is(err, ErrDuplicate) }
+
+// shortDuplicateWindow cuts the jobs stream's duplicate window to a
+// second.
+func (e *env) shortDuplicateWindow() {
+	e.t.Helper()
+	info, err := e.topo.Jobs.Info(ctx(e.t))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	sc := info.Config
+	sc.Duplicates = time.Second
+	if _, err := e.js.UpdateStream(ctx(e.t), sc); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// duplicateWindowPassed publishes a probe (key "probe") with ID id until
+// the stream stores it again: the duplicate window has passed for
+// anything older. The worker must answer key "probe".
+func (e *env) duplicateWindowPassed(t *testing.T, id string) {
+	t.Helper()
+	if _, err := e.client.Submit(ctx(t), "probe", nil, WithID(id)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "the duplicate window passed", func() bool {
+		_, err := e.client.Submit(ctx(t), "probe", nil, WithID(id))
+		return err == nil
+	})
+}

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/keylane/keylane/internal/testwait"
 )
 
 // TestGarbledKeptOutcomeByIDNeverRunsTheJobAgain: a Handler's job kept
@@ -22,15 +20,7 @@ import (
 // TestGarbledBatchEntryNeverRunsTheJobAgain.
 func TestGarbledKeptOutcomeByIDNeverRunsTheJobAgain(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
-	info, err := e.topo.Jobs.Info(ctx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := info.Config
-	sc.Duplicates = time.Second
-	if _, err := e.js.UpdateStream(ctx(t), sc); err != nil {
-		t.Fatal(err)
-	}
+	e.shortDuplicateWindow()
 	var handled atomic.Int64
 	w := e.worker("w", HandlerFunc(func(_ context.Context, job Job) ([]byte, error) {
 		if job.Key == "probe" {
@@ -46,13 +36,7 @@ func TestGarbledKeptOutcomeByIDNeverRunsTheJobAgain(t *testing.T) {
 	if _, err := e.topo.Results.Put(ctx(t), "pay-1", []byte("Zgarbled")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.client.Submit(ctx(t), "probe", nil, WithID("probe-1")); err != nil {
-		t.Fatal(err)
-	}
-	testwait.Eventually(t, 10*time.Second, "the duplicate window passed", func() bool {
-		_, err := e.client.Submit(ctx(t), "probe", nil, WithID("probe-1"))
-		return err == nil
-	})
+	e.duplicateWindowPassed(t, "probe-1")
 	cctx, cancel := context.WithTimeout(ctx(t), 30*time.Second)
 	defer cancel()
 	res, err := e.client.Call(cctx, "order:1", nil, WithID("pay-1"))
