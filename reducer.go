@@ -85,12 +85,16 @@ func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
 func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 	defer o.observeGroup(o.w.now(), &n, &werr)
 	var ran []int
+	failed := -1 // the run whose reduce failed: never in the write
 	n, rerr, werr = o.w.state.group(o.ctx, jobs, out, func(i int, cur []byte) ([]byte, []byte, error) {
 		ran = append(ran, i)
 		o.w.stats.runs.Add(1)
 		start := o.jobClock()
 		state, res, err := o.reduce(jobs[i], cur)
 		o.logRan(&jobs[i], start, err)
+		if err != nil {
+			failed = i
+		}
 		return state, res, err
 	})
 	traceGroup(jobs, n, werr)
@@ -100,7 +104,7 @@ func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 	if obs, ok := o.w.cfg.Reducer.(CommitObserver); ok {
 		unsure, _ := o.w.cfg.Reducer.(UncertainCommitObserver)
 		for _, i := range ran {
-			if unsure != nil && werr != nil && writeUncertain(werr) {
+			if unsure != nil && werr != nil && i != failed && writeUncertain(werr) {
 				unsure.CommitUncertain(jobs[i])
 				continue
 			}
