@@ -22,8 +22,11 @@ import (
 type Applier struct {
 	// DB is the database: a *pgxpool.Pool, typically.
 	DB DB
-	// Handler applies one job inside the group's transaction.
-	Handler Handler
+	// Handler applies one job inside the group's transaction; or
+	// Pipeline queues its statements, sent with the group's others in one
+	// round trip (PipelineHandler). Set exactly one.
+	Handler  Handler
+	Pipeline PipelineHandler
 	// IdleTimeout, if set, is Apply's IdleTimeout: set it below the lease
 	// TTL, so a paused owner's transaction does not hold its successor
 	// for longer than that.
@@ -46,8 +49,8 @@ const DefaultMaxJobs = 64
 
 // ApplyGroup applies g through Apply and maps its outcomes.
 func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error) {
-	if a.DB == nil || a.Handler == nil {
-		return nil, errors.New("keylanepg: Applier needs a DB and a Handler")
+	if a.DB == nil || (a.Handler == nil) == (a.Pipeline == nil) {
+		return nil, keylane.Permanent(errors.New("keylanepg: Applier needs a DB, and a Handler or a Pipeline (one of them)"))
 	}
 	cfg := applyOpts{idle: a.IdleTimeout}
 	limit := a.MaxJobs
@@ -65,7 +68,14 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 	held := make(map[string]bool)
 	for lo := 0; lo < len(g.Jobs); lo += limit {
 		jobs := g.Jobs[lo:min(lo+limit, len(g.Jobs))]
-		out, err := apply(ctx, a.DB, Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: jobs}, a.Handler, cfg, held)
+		grp := Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: jobs}
+		var out []Outcome
+		var err error
+		if a.Pipeline != nil {
+			out, err = applyPipeline(ctx, a.DB, grp, a.Pipeline, cfg, held)
+		} else {
+			out, err = apply(ctx, a.DB, grp, a.Handler, cfg, held)
+		}
 		if err != nil {
 			if operatorsToFix(err) {
 				// keylane's own statements refused for what they are:

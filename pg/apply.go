@@ -151,22 +151,13 @@ func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]
 // theirs failed retriably before): Applier carries it from one
 // transaction of a split group to the next, and adds to it.
 func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
-	if g.Namespace == "" {
-		return nil, errors.New("keylanepg: group without a namespace")
-	}
-	if g.Fence > math.MaxInt64 {
-		return nil, fmt.Errorf("keylanepg: fence %d does not fit a bigint", g.Fence)
+	ids, err := checkGroup(g)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]Outcome, len(g.Jobs))
 	if len(g.Jobs) == 0 {
 		return out, nil
-	}
-	ids := make([]string, len(g.Jobs))
-	for i, j := range g.Jobs {
-		if j.ID == "" {
-			return nil, fmt.Errorf("keylanepg: job %d of the group has no ID", i)
-		}
-		ids[i] = j.ID
 	}
 
 	// One round trip: BEGIN, the fence (and its row lock), then — after the
@@ -176,7 +167,7 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 	var b pgx.Batch
 	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if cfg.idle > 0 {
-		b.Queue(idleSQL, strconv.FormatInt(max(cfg.idle.Milliseconds(), 1), 10))
+		queueIdle(&b, cfg.idle)
 	}
 	var started time.Time
 	fenced := false
@@ -271,6 +262,29 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 		return nil, fmt.Errorf("keylanepg: commit (its fate is unknown: apply again or Lookup): %w", err)
 	}
 	return out, nil
+}
+
+// checkGroup refuses a group Apply cannot apply, and returns its job IDs.
+func checkGroup(g Group) ([]string, error) {
+	if g.Namespace == "" {
+		return nil, errors.New("keylanepg: group without a namespace")
+	}
+	if g.Fence > math.MaxInt64 {
+		return nil, fmt.Errorf("keylanepg: fence %d does not fit a bigint", g.Fence)
+	}
+	ids := make([]string, len(g.Jobs))
+	for i, j := range g.Jobs {
+		if j.ID == "" {
+			return nil, fmt.Errorf("keylanepg: job %d of the group has no ID", i)
+		}
+		ids[i] = j.ID
+	}
+	return ids, nil
+}
+
+// queueIdle queues the transaction's idle_in_transaction_session_timeout.
+func queueIdle(b *pgx.Batch, d time.Duration) {
+	b.Queue(idleSQL, strconv.FormatInt(max(d.Milliseconds(), 1), 10))
 }
 
 // errSavepoint is in Apply's error when a job's savepoint could not be

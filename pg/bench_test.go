@@ -21,30 +21,32 @@ import (
 //
 //	cd pg && go test -run '^$' -bench BenchmarkApplyHotSKU -benchtime 3s .
 func BenchmarkApplyHotSKU(b *testing.B) {
-	for _, n := range []int{1, 16, 128} {
-		b.Run(fmt.Sprintf("group=%d", n), func(b *testing.B) {
-			_, db := startShop(b, 4)
-			setStock(b, db, "hot", 1<<62)
-			ctx := context.Background()
-			jobs := make([]keylane.Job, n)
-			seq := 0
-			b.ReportAllocs()
-			b.ResetTimer()
-			for b.Loop() {
-				for k := range jobs {
-					seq++
-					jobs[k] = buy(fmt.Sprintf("j%d", seq), "hot")
+	for _, kind := range applyKinds {
+		for _, n := range []int{1, 16, 128} {
+			b.Run(fmt.Sprintf("%s/group=%d", kind, n), func(b *testing.B) {
+				_, db := startShop(b, 4)
+				setStock(b, db, "hot", 1<<62)
+				ctx := context.Background()
+				jobs := make([]keylane.Job, n)
+				seq := 0
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					for k := range jobs {
+						seq++
+						jobs[k] = buy(fmt.Sprintf("j%d", seq), "hot")
+					}
+					out, err := applyAs(ctx, kind, db, group(0, 1, jobs...))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if out[n-1].Status != keylanepg.Applied {
+						b.Fatalf("last job: %+v", out[n-1])
+					}
 				}
-				out, err := keylanepg.Apply(ctx, db, group(0, 1, jobs...), shop.Sell)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if out[n-1].Status != keylanepg.Applied {
-					b.Fatalf("last job: %+v", out[n-1])
-				}
-			}
-			b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "jobs/s")
-		})
+				b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "jobs/s")
+			})
+		}
 	}
 }
 
@@ -54,27 +56,29 @@ func BenchmarkApplyHotSKU(b *testing.B) {
 //
 //	cd pg && go test -run '^$' -bench 'BenchmarkApplyManySKUs' -benchtime 3s .
 func BenchmarkApplyManySKUs(b *testing.B) {
-	for _, n := range []int{1, 16, 128} {
-		b.Run(fmt.Sprintf("group=%d", n), func(b *testing.B) {
-			_, db := startShop(b, 4)
-			ctx := context.Background()
-			if _, err := db.Exec(ctx, `INSERT INTO stock SELECT 'sku' || i, 1000000000 FROM generate_series(0, 9999) AS i`); err != nil {
-				b.Fatal(err)
-			}
-			jobs := make([]keylane.Job, n)
-			seq := 0
-			b.ReportAllocs()
-			for b.Loop() {
-				for k := range jobs {
-					seq++
-					jobs[k] = buy(fmt.Sprintf("j%d", seq), fmt.Sprintf("sku%d", (seq*7919)%10000))
-				}
-				if _, err := keylanepg.Apply(ctx, db, group(0, 1, jobs...), shop.Sell); err != nil {
+	for _, kind := range applyKinds {
+		for _, n := range []int{1, 16, 128} {
+			b.Run(fmt.Sprintf("%s/group=%d", kind, n), func(b *testing.B) {
+				_, db := startShop(b, 4)
+				ctx := context.Background()
+				if _, err := db.Exec(ctx, `INSERT INTO stock SELECT 'sku' || i, 1000000000 FROM generate_series(0, 9999) AS i`); err != nil {
 					b.Fatal(err)
 				}
-			}
-			b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "jobs/s")
-		})
+				jobs := make([]keylane.Job, n)
+				seq := 0
+				b.ReportAllocs()
+				for b.Loop() {
+					for k := range jobs {
+						seq++
+						jobs[k] = buy(fmt.Sprintf("j%d", seq), fmt.Sprintf("sku%d", (seq*7919)%10000))
+					}
+					if _, err := applyAs(ctx, kind, db, group(0, 1, jobs...)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(seq)/b.Elapsed().Seconds(), "jobs/s")
+			})
+		}
 	}
 }
 
@@ -111,4 +115,16 @@ func BenchmarkPostgresAloneHotSKU(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 		})
 	}
+}
+
+// applyKinds are the two ways to apply a group: shop.Sell through Apply
+// (a round trip per statement), shop.SellPipeline through ApplyPipeline
+// (the group's statements in one).
+var applyKinds = []string{"handler", "pipeline"}
+
+func applyAs(ctx context.Context, kind string, db keylanepg.DB, g keylanepg.Group) ([]keylanepg.Outcome, error) {
+	if kind == "pipeline" {
+		return keylanepg.ApplyPipeline(ctx, db, g, shop.SellPipeline)
+	}
+	return keylanepg.Apply(ctx, db, g, shop.Sell)
 }

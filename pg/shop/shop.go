@@ -62,7 +62,7 @@ func sell(ctx context.Context, tx pgx.Tx, job keylane.Job) ([]byte, error) {
 		}
 		return []byte("sold " + strconv.FormatInt(left, 10)), nil
 	case "set":
-		if _, err := tx.Exec(ctx, `INSERT INTO stock (sku, n) VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET n = EXCLUDED.n`, job.Key, cmd.N); err != nil {
+		if _, err := tx.Exec(ctx, setSQL, job.Key, cmd.N); err != nil {
 			return nil, err
 		}
 		return []byte("ok " + strconv.FormatInt(cmd.N, 10)), nil
@@ -97,11 +97,75 @@ func Buy(ctx context.Context, tx pgx.Tx, sku, jobID string, qty int64) (left int
 
 func stock(ctx context.Context, tx pgx.Tx, sku string) (int64, error) {
 	var n int64
-	err := tx.QueryRow(ctx, `SELECT n FROM stock WHERE sku = $1`, sku).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
+	err := noRowIsZero(tx.QueryRow(ctx, stockSQL, sku).Scan(&n))
 	return n, err
+}
+
+// SellPipeline is Sell as a keylanepg.PipelineHandler: the same commands,
+// results and rows, each a single statement queued with the group's
+// others, so a transaction of many purchases costs three round trips, not
+// two per purchase. A buy is one statement (QueueBuy).
+var SellPipeline keylanepg.PipelineHandler = keylanepg.PipelineFunc(sellPipeline)
+
+func sellPipeline(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {
+	cmd, err := inventory.Parse(job.Payload)
+	if err != nil {
+		return nil, keylane.Permanent(err)
+	}
+	switch cmd.Op {
+	case "buy":
+		bought := QueueBuy(b, job.Key, job.ID, cmd.N)
+		return func() ([]byte, error) {
+			left, sold := bought()
+			if !sold {
+				return []byte("soldout " + strconv.FormatInt(left, 10)), nil
+			}
+			return []byte("sold " + strconv.FormatInt(left, 10)), nil
+		}, nil
+	case "set":
+		b.Queue(setSQL, job.Key, cmd.N)
+		return func() ([]byte, error) { return []byte("ok " + strconv.FormatInt(cmd.N, 10)), nil }, nil
+	case "get":
+		var n int64
+		b.Queue(stockSQL, job.Key).QueryRow(func(row pgx.Row) error { return noRowIsZero(row.Scan(&n)) })
+		return func() ([]byte, error) { return []byte("stock " + strconv.FormatInt(n, 10)), nil }, nil
+	}
+	return nil, keylane.Permanent(fmt.Errorf("%w: %s is not for the shop", inventory.ErrBadCommand, cmd.Op))
+}
+
+// buySQL is Buy in one statement: the conditional UPDATE, the order row
+// when it sold, and the stock left either way (none without a stock row).
+const buySQL = `WITH u AS (UPDATE stock SET n = n - $2::bigint WHERE sku = $1::text AND n >= $2::bigint RETURNING n),
+o AS (INSERT INTO orders (sku, qty, job_id) SELECT $1::text, $2::bigint, $3::text FROM u)
+SELECT n, true FROM u
+UNION ALL
+SELECT n, false FROM stock WHERE sku = $1::text AND NOT EXISTS (SELECT FROM u)`
+
+const (
+	setSQL   = `INSERT INTO stock (sku, n) VALUES ($1, $2) ON CONFLICT (sku) DO UPDATE SET n = EXCLUDED.n`
+	stockSQL = `SELECT n FROM stock WHERE sku = $1`
+)
+
+// QueueBuy queues Buy's sale of qty units of sku for job jobID as one
+// statement on b, for a PipelineHandler; the function it returns tells,
+// once b ran, the stock left and whether it sold.
+func QueueBuy(b *pgx.Batch, sku, jobID string, qty int64) func() (left int64, sold bool) {
+	var (
+		left int64
+		sold bool
+	)
+	b.Queue(buySQL, sku, qty, jobID).QueryRow(func(row pgx.Row) error {
+		return noRowIsZero(row.Scan(&left, &sold))
+	})
+	return func() (int64, bool) { return left, sold }
+}
+
+// noRowIsZero reads a SKU without a stock row as none left.
+func noRowIsZero(err error) error {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return err
 }
 
 // BuyRequest and BuyResponse are SellJSON's request and response.
@@ -122,4 +186,16 @@ var SellJSON = keylanepg.JSONHandler(func(ctx context.Context, tx pgx.Tx, job ke
 	}
 	left, sold, err := Buy(ctx, tx, job.Key, job.ID, req.Qty)
 	return BuyResponse{Sold: sold, Left: left}, err
+})
+
+// SellJSONPipeline is SellJSON as a keylanepg.PipelineHandler.
+var SellJSONPipeline = keylanepg.JSONPipeline(func(job keylane.Job, req BuyRequest, b *pgx.Batch) (func() (BuyResponse, error), error) {
+	if req.Qty <= 0 {
+		return nil, keylane.Permanent(fmt.Errorf("shop: qty %d is not a quantity", req.Qty))
+	}
+	bought := QueueBuy(b, job.Key, job.ID, req.Qty)
+	return func() (BuyResponse, error) {
+		left, sold := bought()
+		return BuyResponse{Sold: sold, Left: left}, nil
+	}, nil
 })

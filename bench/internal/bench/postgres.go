@@ -100,8 +100,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(),
 		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
-		Applier: &keylanepg.Applier{DB: p.db, Handler: pgshop.Sell, IdleTimeout: keylane.DefaultLeaseTTL / 2,
-			MaxJobs: envInt("KEYLANE_BENCH_PG_MAX_JOBS", 0)},
+		Applier: pgApplier(p.db),
 	})
 	if err != nil {
 		return err
@@ -228,4 +227,17 @@ func pgAvailable() (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// pgApplier is the keylane → Postgres rows' applier: shop.SellPipeline,
+// each transaction's statements in one round trip, unless
+// KEYLANE_BENCH_PG_PIPELINE=0 (shop.Sell, a round trip per statement).
+func pgApplier(db *pgxpool.Pool) *keylanepg.Applier {
+	a := &keylanepg.Applier{DB: db, IdleTimeout: keylane.DefaultLeaseTTL / 2, MaxJobs: envInt("KEYLANE_BENCH_PG_MAX_JOBS", 0)}
+	if envInt("KEYLANE_BENCH_PG_PIPELINE", 1) > 0 {
+		a.Pipeline = pgshop.SellPipeline
+	} else {
+		a.Handler = pgshop.Sell
+	}
+	return a
 }

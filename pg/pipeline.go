@@ -1,0 +1,304 @@
+package keylanepg
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keylane/keylane"
+)
+
+// PipelineHandler is a Handler that queues a job's statements instead of
+// running them: Apply sends the statements of every job of a group in one
+// round trip, behind the fence and the outcomes look-up, so a transaction
+// costs three round trips (that one, the outcomes' record, COMMIT)
+// whatever its number of jobs, where a Handler's costs one per statement.
+// Use it when a job's statements do not depend on one another's results
+// in Go (one statement with data-modifying CTEs can do what several would:
+// see shop.SellPipeline).
+//
+// Queue queues job's statements on b (b.Queue, with the pgx callbacks
+// QueryRow, Query or Exec to read their results) and returns the Result
+// that makes the job's result once they ran. An error of Queue fails the
+// job before anything is sent (the statements it queued are dropped), as a
+// Handler's error does: wrap it with keylane.Permanent to dead-letter the
+// job. A failed statement, a callback's error or an error of the Result
+// fail the job too, and are handled as in "Failures" of the package doc.
+//
+// Queue may be called more than once for a job (see there): it must not
+// have side effects, and its statements' effects must depend only on the
+// job and the database's rows. What a Handler must not do (package doc),
+// a PipelineHandler must not do either.
+type PipelineHandler interface {
+	Queue(job keylane.Job, b *pgx.Batch) (Result, error)
+}
+
+// Result makes a queued job's result once its statements ran (their
+// callbacks were called). A nil Result is an empty result.
+type Result func() ([]byte, error)
+
+// PipelineFunc adapts a function to PipelineHandler.
+type PipelineFunc func(job keylane.Job, b *pgx.Batch) (Result, error)
+
+// Queue calls f.
+func (f PipelineFunc) Queue(job keylane.Job, b *pgx.Batch) (Result, error) { return f(job, b) }
+
+// JSONPipeline makes a PipelineHandler of f, with request and response in
+// JSON, as JSONHandler does for a Handler. A payload that does not decode
+// is a permanent error.
+func JSONPipeline[Req, Resp any](f func(job keylane.Job, req Req, b *pgx.Batch) (func() (Resp, error), error)) PipelineHandler {
+	return PipelineFunc(func(job keylane.Job, b *pgx.Batch) (Result, error) {
+		var req Req
+		if err := json.Unmarshal(job.Payload, &req); err != nil {
+			return nil, keylane.Permanent(fmt.Errorf("keylanepg: payload of job %s is not a %T: %w", job.ID, req, err))
+		}
+		resp, err := f(job, req, b)
+		if err != nil {
+			return nil, err
+		}
+		return func() ([]byte, error) {
+			var r Resp
+			if resp != nil {
+				if r, err = resp(); err != nil {
+					return nil, err
+				}
+			}
+			rb, err := json.Marshal(r)
+			if err != nil {
+				return nil, keylane.Permanent(fmt.Errorf("keylanepg: encode response of job %s: %w", job.ID, err))
+			}
+			return rb, nil
+		}, nil
+	})
+}
+
+// ApplyPipeline is Apply for a PipelineHandler: the same transaction, the
+// same outcomes, with the jobs' statements sent in one round trip.
+func ApplyPipeline(ctx context.Context, db DB, g Group, p PipelineHandler, opts ...ApplyOpt) ([]Outcome, error) {
+	var cfg applyOpts
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	return applyPipeline(ctx, db, g, p, cfg, make(map[string]bool))
+}
+
+// one runs a PipelineHandler's job as a Handler: its statements in one
+// batch, then its Result. The careful path of applyPipeline, where every
+// job has its savepoint.
+type one struct{ p PipelineHandler }
+
+func (o one) Handle(ctx context.Context, tx pgx.Tx, job keylane.Job) ([]byte, error) {
+	var b pgx.Batch
+	res, err := queue(o.p, job, &b)
+	if err != nil {
+		return nil, err
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, &b).Close(); err != nil {
+			return nil, err
+		}
+	}
+	return res()
+}
+
+// queue calls p.Queue for job, turning a panic into an error, dropping
+// what it queued when it fails, and a nil Result into an empty one.
+func queue(p PipelineHandler, job keylane.Job, b *pgx.Batch) (res Result, err error) {
+	n := b.Len()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("keylanepg: handler panicked on job %s: %v", job.ID, r)
+		}
+		if err != nil {
+			clear(b.QueuedQueries[n:])
+			b.QueuedQueries = b.QueuedQueries[:n]
+			return
+		}
+		if res == nil {
+			res = func() ([]byte, error) { return nil, nil }
+		}
+		res = safeResult(job, res)
+	}()
+	return p.Queue(job, b)
+}
+
+// safeResult turns a Result's panic into the job's error.
+func safeResult(job keylane.Job, res Result) Result {
+	return func() (out []byte, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("keylanepg: handler's result panicked on job %s: %v", job.ID, r)
+			}
+		}()
+		return res()
+	}
+}
+
+// errCareful is why applyPipeline rolled its transaction back and applied
+// the group the careful way: a job of the group failed, or was recorded.
+var errCareful = errors.New("keylanepg: the group takes the careful path")
+
+// applyPipeline applies g the fast way, and, when that cannot be, the
+// careful way (apply, each job in its own savepoint):
+//
+//  1. One round trip: BEGIN, the fence, the outcomes look-up, then every
+//     job's statements (but those of held keys), with no savepoint.
+//  2. If the fence was refused: roll back, *StaleFenceError. If a job of
+//     the group is recorded (a redelivery), or a job failed (Queue, a
+//     statement, a callback, its Result): roll back — nothing of the
+//     group is written — and apply the group the careful way, which
+//     answers recorded jobs from the record and fails a failing job
+//     alone.
+//  3. Otherwise: record every job's outcome, and COMMIT.
+func applyPipeline(ctx context.Context, db DB, g Group, p PipelineHandler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
+	out, err := applyFast(ctx, db, g, p, cfg, held)
+	if errors.Is(err, errCareful) && ctx.Err() == nil {
+		return apply(ctx, db, g, one{p}, cfg, held)
+	}
+	return out, err
+}
+
+func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
+	ids, err := checkGroup(g)
+	if err != nil {
+		return nil, err
+	}
+	if len(g.Jobs) == 0 {
+		return []Outcome{}, nil
+	}
+	if len(ids) > 1 {
+		seen := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			if seen[id] {
+				// The same ID twice: the careful path applies the first
+				// and answers the second from it.
+				return nil, errCareful
+			}
+			seen[id] = true
+		}
+	}
+	var b pgx.Batch
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if cfg.idle > 0 {
+		queueIdle(&b, cfg.idle)
+	}
+	var (
+		started  time.Time
+		fenced   bool
+		recorded bool // a job of the group has an outcome already
+	)
+	b.Queue(fenceSQL, g.Namespace, g.Partition, int64(g.Fence)).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&started)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		fenced = err == nil
+		return err
+	})
+	b.Queue(outcomesSQL, g.Namespace, ids).Query(func(rows pgx.Rows) error {
+		recorded = rows.Next()
+		rows.Close()
+		return rows.Err()
+	})
+	var (
+		results = make([]Result, len(g.Jobs))
+		refused = make(map[int]error) // jobs whose Queue failed: nothing sent
+		holding map[string]bool       // keys newly held by a retriable refusal
+		failed  = -1                  // the job whose statement or callback failed
+	)
+	for i, job := range g.Jobs {
+		if held[job.Key] || holding[job.Key] {
+			continue
+		}
+		job.Partition, job.Fence = g.Partition, g.Fence
+		from := b.Len()
+		res, err := queue(p, job, &b)
+		if err != nil {
+			// Nothing of the job is sent: it fails alone, as in its
+			// savepoint, and a retriable failure holds its key's later
+			// jobs.
+			refused[i] = err
+			if !errors.Is(err, keylane.ErrPermanent) {
+				if holding == nil {
+					holding = make(map[string]bool)
+				}
+				holding[job.Key] = true
+			}
+			continue
+		}
+		results[i] = res
+		for _, qq := range b.QueuedQueries[from:] {
+			fn := qq.Fn
+			qq.Fn = func(br pgx.BatchResults) error {
+				var err error
+				if fn != nil {
+					err = fn(br)
+				} else {
+					_, err = br.Exec()
+				}
+				if err != nil && failed < 0 {
+					failed = i
+				}
+				return err
+			}
+		}
+	}
+	br := db.SendBatch(ctx, &b)
+	tx := br.Tx()
+	if tx != nil {
+		defer tx.Rollback(context.WithoutCancel(ctx))
+	}
+	if err := br.Close(); err != nil {
+		if failed >= 0 && ctx.Err() == nil {
+			return nil, errCareful
+		}
+		return nil, fmt.Errorf("keylanepg: begin, fence, outcomes and jobs: %w", err)
+	}
+	if !fenced {
+		return nil, staleFence(ctx, tx, g)
+	}
+	if recorded {
+		return nil, errCareful
+	}
+
+	out := make([]Outcome, len(g.Jobs))
+	var (
+		appIDs  = make([]string, 0, len(g.Jobs))
+		appKeys = make([]string, 0, len(g.Jobs))
+		appRes  = make([][]byte, 0, len(g.Jobs))
+	)
+	for i, job := range g.Jobs {
+		if err, ok := refused[i]; ok {
+			out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Failed, Err: err}
+			continue
+		}
+		if results[i] == nil {
+			out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Held}
+			continue
+		}
+		res, err := results[i]()
+		if err != nil {
+			return nil, errCareful
+		}
+		if res == nil {
+			res = []byte{}
+		}
+		out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Applied, Result: res, Fence: g.Fence, At: started}
+		appIDs, appKeys, appRes = append(appIDs, job.ID), append(appKeys, job.Key), append(appRes, res)
+	}
+	if len(appIDs) > 0 {
+		if _, err := tx.Exec(ctx, recordSQL, g.Namespace, int64(g.Fence), appIDs, appKeys, appRes); err != nil {
+			return nil, fmt.Errorf("keylanepg: record outcomes: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("keylanepg: commit (its fate is unknown: apply again or Lookup): %w", err)
+	}
+	for k := range holding {
+		held[k] = true
+	}
+	return out, nil
+}

@@ -1,0 +1,299 @@
+package keylanepg_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keylane/keylane"
+	keylanepg "github.com/keylane/keylane/pg"
+	"github.com/keylane/keylane/pg/shop"
+)
+
+// roundTrips is a pgx tracer counting what goes to the server: a
+// statement, or a batch (one round trip however many statements).
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// tracedShop is startShop with every round trip of the pool counted.
+func tracedShop(t *testing.T) (*pgxpool.Pool, *roundTrips) {
+	t.Helper()
+	s, _ := startShop(t, 2)
+	cfg, err := pgxpool.ParseConfig(s.URL("postgres", "postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := new(roundTrips)
+	cfg.ConnConfig.Tracer = rt
+	cfg.MaxConns = 2
+	traced, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(traced.Close)
+	return traced, rt
+}
+
+// TestPipelineSendsTheGroupInThreeRoundTrips applies the same group of
+// two SKUs' purchases and the shop's other commands through Apply
+// (shop.Sell) and through ApplyPipeline (shop.SellPipeline): the same
+// outcomes and rows, and the pipeline's transaction costs three round
+// trips (begin, fence, outcomes and every job's statements; the record;
+// COMMIT) where the Handler's costs at least one per statement. Fails if
+// the pipeline answers or writes differently, or sends a job's statements
+// on their own.
+func TestPipelineSendsTheGroupInThreeRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	jobs := []keylane.Job{
+		{ID: "s1", Key: "x", Payload: []byte("set 2")},
+		buy("a1", "a"), buy("b1", "b"), buy("a2", "a"), buy("b2", "b"), buy("a3", "a"),
+		{ID: "s2", Key: "x", Payload: []byte("buy 2")},
+		{ID: "s3", Key: "x", Payload: []byte("get")},
+		{ID: "s4", Key: "y", Payload: []byte("buy 1")},
+		{ID: "s5", Key: "x", Payload: []byte("restock 1")},
+		{ID: "s6", Key: "y", Payload: []byte("get")},
+	}
+	var got [2][]string
+	var trips [2]int64
+	for i, kind := range applyKinds {
+		db, rt := tracedShop(t)
+		for sku, n := range map[string]int64{"a": 3, "b": 1} {
+			if _, err := db.Exec(ctx, `INSERT INTO stock (sku, n) VALUES ($1, $2)`, sku, n); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rt.n.Store(0)
+		out, err := applyAs(ctx, kind, db, group(0, 1, jobs...))
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		trips[i] = rt.n.Load()
+		for _, o := range out {
+			got[i] = append(got[i], fmt.Sprintf("%s %s %s permanent=%v", o.JobID, o.Status, o.Result, errors.Is(o.Err, keylane.ErrPermanent)))
+		}
+		for _, sku := range []string{"a", "b", "x", "y"} {
+			a, err := shop.AuditSKU(ctx, db, ns, sku)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[i] = append(got[i], fmt.Sprintf("sku %s %+v", sku, a))
+		}
+	}
+	want := []string{
+		"s1 applied ok 2 permanent=false",
+		"a1 applied sold 2 permanent=false", "b1 applied sold 0 permanent=false", "a2 applied sold 1 permanent=false",
+		"b2 applied soldout 0 permanent=false", "a3 applied sold 0 permanent=false",
+		"s2 applied sold 0 permanent=false", "s3 applied stock 0 permanent=false", "s4 applied soldout 0 permanent=false",
+		"s5 failed  permanent=true", "s6 applied stock 0 permanent=false",
+		"sku a {Stock:0 Orders:3 Units:3 OrdersWithoutOutcome:0 SoldWithoutOrder:0}",
+		"sku b {Stock:0 Orders:1 Units:1 OrdersWithoutOutcome:0 SoldWithoutOrder:0}",
+		"sku x {Stock:0 Orders:1 Units:2 OrdersWithoutOutcome:0 SoldWithoutOrder:0}",
+		"sku y {Stock:0 Orders:0 Units:0 OrdersWithoutOutcome:0 SoldWithoutOrder:0}",
+	}
+	for i, kind := range applyKinds {
+		if !slices.Equal(got[i], want) {
+			t.Errorf("%s:\n got %q\nwant %q", kind, got[i], want)
+		}
+	}
+	t.Logf("round trips of one transaction of %d jobs: handler %d, pipeline %d", len(jobs), trips[0], trips[1])
+	if trips[1] != 3 {
+		t.Errorf("the pipeline's transaction took %d round trips, want 3", trips[1])
+	}
+}
+
+// TestPipelineFailingJobRollsBackAlone is TestFailingJobRollsBackAlone
+// for a PipelineHandler: jobs fail after their statements ran (the Result
+// errs, a statement fails, the Result panics), before anything was sent
+// (Queue errs, permanently or after queueing, or panics). The fast path
+// cannot undo one job's statements, so it rolls back and applies the
+// group the careful way: each failed job's writes are undone alone, the
+// key's later jobs are held behind a retriable failure and run after a
+// permanent one, every other key's jobs commit, and no job's writes are
+// applied twice. Fails if a failed job's writes commit, or the group's
+// other jobs are lost with it.
+func TestPipelineFailingJobRollsBackAlone(t *testing.T) {
+	_, db := startShop(t, 4)
+	ctx := context.Background()
+	for _, sku := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+		setStock(t, db, sku, 5)
+	}
+	p := keylanepg.PipelineFunc(func(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {
+		switch job.ID {
+		case "e-queue":
+			shop.QueueBuy(b, job.Key, job.ID, 1) // queued, then refused: dropped
+			return nil, errFlaky
+		case "f-perm":
+			return nil, keylane.Permanent(errFlaky)
+		case "g-panic":
+			panic("boom in Queue")
+		}
+		res, err := shop.SellPipeline.Queue(job, b) // writes first
+		if err != nil {
+			return nil, err
+		}
+		switch job.ID {
+		case "a-flaky":
+			return func() ([]byte, error) { return nil, errFlaky }, nil
+		case "b-sql":
+			b.Queue("SELECT 1/0")
+		case "c-panic":
+			return func() ([]byte, error) { panic("boom in Result") }, nil
+		}
+		return res, nil
+	})
+	out, err := keylanepg.ApplyPipeline(ctx, db, group(0, 1,
+		buy("a1", "a"), buy("a-flaky", "a"), buy("b-sql", "b"), buy("a2", "a"), buy("b2", "b"),
+		buy("c-panic", "c"), buy("d1", "d"), buy("c2", "c"), buy("e-queue", "e"), buy("e2", "e"),
+		buy("f-perm", "f"), buy("f2", "f"), buy("g-panic", "g"), buy("g2", "g"),
+	), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]keylanepg.Status{
+		"a1": keylanepg.Applied, "a-flaky": keylanepg.Failed, "a2": keylanepg.Held,
+		"b-sql": keylanepg.Failed, "b2": keylanepg.Held,
+		"c-panic": keylanepg.Failed, "c2": keylanepg.Held,
+		"d1":      keylanepg.Applied,
+		"e-queue": keylanepg.Failed, "e2": keylanepg.Held,
+		"f-perm": keylanepg.Failed, "f2": keylanepg.Applied,
+		"g-panic": keylanepg.Failed, "g2": keylanepg.Held,
+	}
+	for _, o := range out {
+		if o.Status != want[o.JobID] {
+			t.Errorf("%s: %s (err %v), want %s", o.JobID, o.Status, o.Err, want[o.JobID])
+		}
+	}
+	if o := out[10]; !errors.Is(o.Err, keylane.ErrPermanent) {
+		t.Errorf("f-perm's error is not permanent: %v", o.Err)
+	}
+	if o := out[1]; !errors.Is(o.Err, errFlaky) || errors.Is(o.Err, keylane.ErrPermanent) {
+		t.Errorf("a-flaky's error: %v", o.Err)
+	}
+	for sku, units := range map[string]int64{"a": 1, "b": 0, "c": 0, "d": 1, "e": 0, "f": 1, "g": 0} {
+		if a := audit(t, db, sku); a != (shop.Audit{Stock: 5 - units, Orders: units, Units: units}) {
+			t.Errorf("sku %s: %+v, want %d sold", sku, a, units)
+		}
+	}
+	if n := rowCount(t, db, `SELECT count(*) FROM keylane_outcomes`); n != 3 {
+		t.Errorf("%d outcomes recorded, want 3 (a1, d1, f2)", n)
+	}
+}
+
+// TestPipelineAnswersRecordedJobsFromTheRecord redelivers an applied
+// group with a new job in it, and applies a group that names one ID
+// twice: the fast path, which ran every job's statements before it read
+// the record, must roll back and answer the recorded jobs from the record
+// (Recorded), applying only the new ones. Fails if a redelivered or
+// repeated job is applied again (its order row twice, the stock down
+// twice).
+func TestPipelineAnswersRecordedJobsFromTheRecord(t *testing.T) {
+	_, db := startShop(t, 4)
+	ctx := context.Background()
+	setStock(t, db, "a", 10)
+	first, err := keylanepg.ApplyPipeline(ctx, db, group(0, 1, buy("j1", "a"), buy("j2", "a")), shop.SellPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := keylanepg.ApplyPipeline(ctx, db, group(0, 2, buy("j1", "a"), buy("j2", "a"), buy("j3", "a")), shop.SellPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"j1 recorded sold 9", "j2 recorded sold 8", "j3 applied sold 7"}
+	if got := results(again); !slices.Equal(got, want) {
+		t.Errorf("redelivered:\n got %q\nwant %q (first %q)", got, want, results(first))
+	}
+	twice, err := keylanepg.ApplyPipeline(ctx, db, group(0, 2, buy("j4", "a"), buy("j4", "a"), buy("j5", "a")), shop.SellPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"j4 applied sold 6", "j4 recorded sold 6", "j5 applied sold 5"}
+	if got := results(twice); !slices.Equal(got, want) {
+		t.Errorf("one ID twice:\n got %q\nwant %q", got, want)
+	}
+	if a := audit(t, db, "a"); a != (shop.Audit{Stock: 5, Orders: 5, Units: 5}) {
+		t.Errorf("audit: %+v, want 5 sold", a)
+	}
+}
+
+// TestPipelineStaleFenceChangesNothing: a group under an older fence than
+// the partition's committed one, its statements already sent in the
+// fence's round trip, is refused with a StaleFenceError and writes
+// nothing. Fails if the statements that rode with the fence commit.
+func TestPipelineStaleFenceChangesNothing(t *testing.T) {
+	_, db := startShop(t, 4)
+	ctx := context.Background()
+	setStock(t, db, "a", 10)
+	if _, err := keylanepg.ApplyPipeline(ctx, db, group(0, 2, buy("new1", "a")), shop.SellPipeline); err != nil {
+		t.Fatal(err)
+	}
+	_, err := keylanepg.ApplyPipeline(ctx, db, group(0, 1, buy("old1", "a"), buy("old2", "a")), shop.SellPipeline)
+	var sf *keylanepg.StaleFenceError
+	if !errors.As(err, &sf) || sf.Fence != 1 || sf.Committed != 2 || !errors.Is(err, keylane.ErrStaleFence) {
+		t.Fatalf("stale group: %v, want a StaleFenceError of fence 1 against 2", err)
+	}
+	if a := audit(t, db, "a"); a != (shop.Audit{Stock: 9, Orders: 1, Units: 1}) {
+		t.Errorf("audit after the stale group: %+v", a)
+	}
+	if got, _ := keylanepg.Lookup(ctx, db, ns, []string{"old1", "old2"}); len(got) != 0 {
+		t.Errorf("the stale group's jobs are recorded: %v", got)
+	}
+}
+
+// TestPipelineJSON applies the shop's JSON purchase as a pipeline: a good
+// request gets its JSON result, a payload that does not decode fails
+// permanently and writes nothing.
+func TestPipelineJSON(t *testing.T) {
+	_, db := startShop(t, 2)
+	setStock(t, db, "a", 1)
+	out, err := keylanepg.ApplyPipeline(context.Background(), db, group(0, 1,
+		keylane.Job{ID: "j1", Key: "a", Payload: []byte(`{"qty":1}`)},
+		keylane.Job{ID: "j2", Key: "a", Payload: []byte(`not json`)},
+		keylane.Job{ID: "j3", Key: "a", Payload: []byte(`{"qty":1}`)},
+	), shop.SellJSONPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`j1 applied {"sold":true,"left":0}`, `j3 applied {"sold":false,"left":0}`}
+	if got := results([]keylanepg.Outcome{out[0], out[2]}); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if out[1].Status != keylanepg.Failed || !errors.Is(out[1].Err, keylane.ErrPermanent) {
+		t.Errorf("bad payload: %+v", out[1])
+	}
+}
+
+// TestApplierNeedsOneKindOfHandler: an Applier with both a Handler and a
+// Pipeline, or neither, refuses every group permanently (a configuration
+// no retry cures), writing nothing.
+func TestApplierNeedsOneKindOfHandler(t *testing.T) {
+	_, db := startShop(t, 2)
+	setStock(t, db, "a", 1)
+	for name, a := range map[string]*keylanepg.Applier{
+		"both":    {DB: db, Handler: shop.Sell, Pipeline: shop.SellPipeline},
+		"neither": {DB: db},
+	} {
+		_, err := a.ApplyGroup(context.Background(), keylane.JobGroup{Namespace: ns, Fence: 1, Jobs: []keylane.Job{buy("j1", "a")}})
+		if err == nil || !errors.Is(err, keylane.ErrPermanent) {
+			t.Errorf("%s: %v, want a permanent error", name, err)
+		}
+	}
+	if a := audit(t, db, "a"); a.Orders != 0 {
+		t.Errorf("audit: %+v", a)
+	}
+}
