@@ -100,7 +100,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(),
 		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
-		Applier: pgApplier(p.db),
+		Applier:     pgApplier(p.db),
 	})
 	if err != nil {
 		return err
