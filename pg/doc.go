@@ -22,6 +22,17 @@
 //		Applier: &keylanepg.Applier{DB: pool, Handler: shop.Sell, IdleTimeout: keylane.DefaultLeaseTTL / 2},
 //	})
 //
+// A Handler runs each statement as a round trip of its own. A
+// PipelineHandler (Applier.Pipeline, ApplyPipeline) queues a job's
+// statements on a pgx.Batch instead, and the whole group's go in one
+// round trip: a transaction costs three round trips whatever its number
+// of jobs (see "Pipelined handlers"). shop.SellPipeline is the shop's sale
+// that way, one statement a purchase:
+//
+//	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{
+//		Applier: &keylanepg.Applier{DB: pool, Pipeline: shop.SellPipeline, IdleTimeout: keylane.DefaultLeaseTTL / 2},
+//	})
+//
 // Applied and Recorded jobs are Done: the worker replies with their
 // result and acks them. A Failed job is retried alone by the worker, or
 // dead-lettered when its Err is permanent; a Held one runs after it. A
@@ -85,6 +96,55 @@
 // Recorded job and acks it; a Failed job is retried (its key's later jobs
 // with it, as Held ones) or, when errors.Is(err, keylane.ErrPermanent),
 // dead-lettered, and the key's later jobs go on.
+//
+// # Pipelined handlers
+//
+// ApplyPipeline (and Applier with Pipeline set) applies a group through a
+// PipelineHandler in the same transaction, with the same tables, fence,
+// outcomes and statuses as Apply, in two ways:
+//
+// The fast path, tried first, with no savepoint:
+//
+//  1. One round trip: BEGIN; the fence; the outcomes look-up; then every
+//     job's queued statements, in the group's order (a job whose Queue
+//     refused sends nothing and is Failed at once, and a retriable refusal
+//     holds its key's later jobs, as in Apply).
+//  2. The fence refused: roll back, *StaleFenceError; the statements that
+//     rode with it are undone with the transaction. A job of the group
+//     already recorded (a redelivery), one ID twice in the group, or a job
+//     that failed after sending (a failed statement, which aborts the
+//     transaction; a callback's error; its Result's error or panic): roll
+//     back, nothing of the group written, and take the careful path.
+//  3. Otherwise one INSERT records every applied job's outcome, and
+//     COMMIT: three round trips in all.
+//
+// The careful path is Apply's transaction, above, with each job's queued
+// statements sent as one batch in its own savepoint: a recorded job is
+// answered from the record, a failing job is rolled back alone and the
+// rest of the group commits. It costs a round trip or two per job, and
+// runs only for a group in which something failed or came back; the next
+// group tries the fast path again. So a job's statements may run twice
+// (rolled back the first time) before they commit once: Queue must build
+// them from the job alone, without side effects, as a Handler must.
+//
+// What may go in a PipelineHandler: any statements, each with its pgx
+// callback (QueryRow, Query, Exec) to read its results into the job's
+// Result; what one statement cannot know from another's result in Go it
+// can in SQL (a data-modifying WITH; shop's buySQL sells, inserts the
+// order and returns the stock left in one statement). Not: BEGIN, COMMIT,
+// ROLLBACK or SAVEPOINT statements, nor several statements in one string
+// (a batch sends each as a prepared statement). A failed statement aborts
+// the transaction: in the fast path that is expected (the careful path
+// follows), so a statement that is expected to fail (an INSERT that may
+// hit a unique key) costs a careful path every time; write it to succeed
+// (ON CONFLICT DO NOTHING, and read the outcome from its result).
+//
+// TestPipelineSendsTheGroupInThreeRoundTrips counts the round trips with
+// a pgx tracer: a Handler's group of 11 jobs took 20, the pipeline's 3.
+// TestPipelineFailingJobRollsBackAlone,
+// TestPipelineAnswersRecordedJobsFromTheRecord and
+// TestPipelineStaleFenceChangesNothing hold the fast path to Apply's
+// answers in each failure.
 //
 // # What a crash leaves
 //

@@ -6,6 +6,7 @@ import (
 	"log"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keylane/keylane"
 	keylanepg "github.com/keylane/keylane/pg"
@@ -51,5 +52,43 @@ func ExampleApply() {
 	}
 	for _, o := range out {
 		fmt.Println(o.JobID, o.Status, string(o.Result)) // reply and ack the Done ones
+	}
+}
+
+// readmeSell is the README's PipelineHandler ("keylane in front of your
+// database"): the sale as one statement, queued with the group's others.
+// TestREADMEPipelineSell runs it against a real database.
+var readmeSell = keylanepg.PipelineFunc(func(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {
+	var sold bool
+	b.Queue(`WITH u AS (UPDATE stock SET n = n - 1 WHERE sku = $1 AND n > 0 RETURNING sku)
+		INSERT INTO orders (sku, job_id) SELECT sku, $2 FROM u`, job.Key, job.ID).
+		Exec(func(tag pgconn.CommandTag) error { sold = tag.RowsAffected() == 1; return nil })
+	return func() ([]byte, error) {
+		if !sold {
+			return []byte("soldout"), nil
+		}
+		return []byte("sold"), nil
+	}, nil
+})
+
+// A PipelineHandler: the same sale, its statements sent with the group's
+// others in one round trip (three a transaction, whatever its jobs).
+// (Compiled, not run: TestREADMEPipelineSell runs readmeSell.)
+func ExampleApplyPipeline() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, "postgres://shop@127.0.0.1:5432/shop")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	out, err := keylanepg.ApplyPipeline(ctx, pool, keylanepg.Group{
+		Namespace: "shop", Partition: 3, Fence: 7,
+		Jobs: []keylane.Job{{ID: "order-1", Key: "sku-a"}, {ID: "order-2", Key: "sku-a"}},
+	}, readmeSell)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, o := range out {
+		fmt.Println(o.JobID, o.Status, string(o.Result))
 	}
 }

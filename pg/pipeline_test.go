@@ -297,3 +297,24 @@ func TestApplierNeedsOneKindOfHandler(t *testing.T) {
 		t.Errorf("audit: %+v", a)
 	}
 }
+
+// TestREADMEPipelineSell runs the README's PipelineHandler (readmeSell, in
+// example_test.go) against a real database: two SKUs' purchases in one
+// group, sold until the stock runs out, one order row a sale.
+func TestREADMEPipelineSell(t *testing.T) {
+	_, db := startShop(t, 2)
+	ctx := context.Background()
+	setStock(t, db, "a", 2)
+	setStock(t, db, "b", 1)
+	out, err := keylanepg.ApplyPipeline(ctx, db, group(0, 1, buy("a1", "a"), buy("b1", "b"), buy("a2", "a"), buy("b2", "b"), buy("a3", "a")), readmeSell)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a1 applied sold", "b1 applied sold", "a2 applied sold", "b2 applied soldout", "a3 applied soldout"}
+	if got := results(out); !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if n := rowCount(t, db, `SELECT count(*) FROM orders`); n != 3 {
+		t.Errorf("%d order rows, want 3", n)
+	}
+}

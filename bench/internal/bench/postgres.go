@@ -98,7 +98,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
 	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
 		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(),
-		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", 0)},
+		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", pgPartitions), StreamShards: envInt("KEYLANE_BENCH_PG_SHARDS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
 		Applier:     pgApplier(p.db),
 	})
@@ -228,6 +228,16 @@ func pgAvailable() (string, error) {
 	}
 	return dir, nil
 }
+
+// pgPartitions is the keylane → Postgres rows' partitions. In front of a
+// database a partition is one transaction at a time (its fence row), and
+// with fewer partitions a transaction, a batch message and its fsync carry
+// more jobs: the skewed durable Call did 5,438 jobs/s with 4 partitions,
+// 4,329 with 3, 4,088 with 6, 3,574 with 8 and 2,228 with 16, in runs of
+// one row each on a quiet machine (KEYLANE_BENCH_PG_PARTITIONS=N bench
+// --only 'skewed b=64 fsync,keylane → Postgres' --buyers 64 --runs 1
+// --placement embedded, 2026-11-26).
+const pgPartitions = 4
 
 // pgApplier is the keylane → Postgres rows' applier: shop.SellPipeline,
 // each transaction's statements in one round trip, unless
