@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -317,4 +319,34 @@ func TestREADMEPipelineSell(t *testing.T) {
 	if n := rowCount(t, db, `SELECT count(*) FROM orders`); n != 3 {
 		t.Errorf("%d order rows, want 3", n)
 	}
+	// The README and docs/database.md show readmeSell as written.
+	src, err := os.ReadFile("example_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []string{pipelineFunc(t, "example_test.go", string(src))}
+	for _, doc := range []string{"../README.md", "../docs/database.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := pipelineFunc(t, doc, string(text)); got != want[0] {
+			t.Errorf("%s's PipelineFunc is not readmeSell:\n%s\nwant\n%s", doc, got, want[0])
+		}
+	}
+}
+
+// pipelineFunc returns the first keylanepg.PipelineFunc of text, its
+// blanks squeezed.
+func pipelineFunc(t *testing.T, name, text string) string {
+	t.Helper()
+	i := strings.Index(text, "keylanepg.PipelineFunc(func(")
+	if i < 0 {
+		t.Fatalf("%s has no keylanepg.PipelineFunc", name)
+	}
+	j := strings.Index(text[i:], "\n})")
+	if j < 0 {
+		t.Fatalf("%s: its PipelineFunc does not end", name)
+	}
+	return strings.Join(strings.Fields(text[i:i+j]), " ")
 }
