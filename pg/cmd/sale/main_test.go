@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/sale"
 )
 
 // TestSaleLocalPostgres runs the command against a throwaway postgres:
@@ -49,4 +52,53 @@ func TestSaleNeedsPostgres(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--postgres") {
 		t.Fatalf("got %v, want an error naming --postgres", err)
 	}
+}
+
+// TestTrackedGroupsSeesOverlapAndOrder: trackedGroups, the pipeline's
+// tracking, counts a key in two calls at once as two concurrent runs, a
+// key's jobs of one call as one, and a call of a key's earlier job after
+// a later one as out of order. Fails if the verdict's per-key checks
+// could not see the pipeline break keylane's promises.
+func TestTrackedGroupsSeesOverlapAndOrder(t *testing.T) {
+	job := func(key string, seq uint64) keylane.Job {
+		return keylane.Job{ID: key + string(rune('0'+seq)), Key: key, Seq: seq}
+	}
+	tr := sale.NewTracker(nil, "")
+	in, release := make(chan struct{}), make(chan struct{})
+	a := trackedGroups{tr: tr, app: applierFunc(func(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error) {
+		if g.Jobs[0].Seq == 1 {
+			in <- struct{}{}
+			<-release
+		}
+		return make([]keylane.JobOutcome, len(g.Jobs)), nil
+	})}
+	ctx := context.Background()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = a.ApplyGroup(ctx, keylane.JobGroup{Jobs: []keylane.Job{job("a", 1), job("b", 2), job("a", 3), job("a", 4)}})
+	}()
+	<-in
+	if got := tr.MaxConcurrent(); got != 1 {
+		t.Errorf("one call with three jobs of a key: %d concurrent runs, want 1", got)
+	}
+	_, _ = a.ApplyGroup(ctx, keylane.JobGroup{Jobs: []keylane.Job{job("a", 5)}}) // while the first call is in
+	close(release)
+	<-done
+	if got := tr.MaxConcurrent(); got != 2 {
+		t.Errorf("a key in two calls at once: %d concurrent runs, want 2", got)
+	}
+	if got := tr.OrderViolations(); got != 0 {
+		t.Errorf("%d out-of-order runs, want 0", got)
+	}
+	_, _ = a.ApplyGroup(ctx, keylane.JobGroup{Jobs: []keylane.Job{job("a", 2)}})
+	if got := tr.OrderViolations(); got != 1 {
+		t.Errorf("a key's job 2 after its job 5: %d out-of-order runs, want 1", got)
+	}
+}
+
+type applierFunc func(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error)
+
+func (f applierFunc) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error) {
+	return f(ctx, g)
 }
