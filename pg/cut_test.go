@@ -18,12 +18,17 @@ import (
 
 // TestConnectionCutMidGroup cuts the connection of a group's transaction
 // right after one of its statements reached the server (the statement
-// ran, its reply is lost): in the middle of the group, nothing is written;
-// at COMMIT, the group committed and Apply cannot know it. Either way
-// Apply fails, and applying the group again (a redelivery) leaves each job
-// applied once: nothing the first time and everything now, or everything
-// the first time and answers from the record now.
-func TestConnectionCutMidGroup(t *testing.T) {
+// ran, its reply is lost): in the middle of the group (a purchase's
+// UPDATE; for a PipelineHandler, the one batch of BEGIN, fence, outcomes
+// and every job's statements) or at the outcomes' record, nothing is
+// written; at COMMIT, the group committed and Apply cannot know it.
+// Either way Apply fails, and applying the group again (a redelivery)
+// leaves each job applied once: nothing the first time and everything
+// now, or everything the first time and answers from the record now. Run
+// for both kinds of handler (applyAs).
+func TestConnectionCutMidGroup(t *testing.T) { forKinds(t, testConnectionCutMidGroup) }
+
+func testConnectionCutMidGroup(t *testing.T, kind string) {
 	s, direct := startShop(t, 4)
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -31,6 +36,8 @@ func TestConnectionCutMidGroup(t *testing.T) {
 		committed    bool
 	}{
 		{"MidGroup", "UPDATE stock", false},
+		// The outcomes' record ran, COMMIT was never sent.
+		{"AtRecord", "INSERT INTO keylane_outcomes", false},
 		// pgx's COMMIT, a simple query message: 'Q', its length, the text
 		// ("commit" alone would match BEGIN's "read committed").
 		{"AtCommit", "Q\x00\x00\x00\x0bcommit\x00", true},
@@ -45,17 +52,21 @@ func TestConnectionCutMidGroup(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// Every statement's text goes with its execution (no prepared
+			// statement cache): the marker's message is the one that runs
+			// the statement, not a Parse sent on its own before it.
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 			db, err := pgxpool.NewWithConfig(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			sku := "cut-" + tc.name
+			sku := "cut-" + kind + "-" + tc.name
 			setStock(t, direct, sku, 10)
 			g := group(20, 1, buy(sku+"-1", sku), buy(sku+"-2", sku))
 
 			proxy.CutAfter(tc.marker)
-			if out, err := keylanepg.Apply(ctx, db, g, shop.Sell); err == nil {
+			if out, err := applyAs(ctx, kind, db, g); err == nil {
 				t.Fatalf("Apply with its connection cut after %q: %+v, want an error", tc.marker, out)
 			} else {
 				t.Logf("cut after %q: %v", tc.marker, err)
@@ -73,7 +84,7 @@ func TestConnectionCutMidGroup(t *testing.T) {
 				t.Fatalf("after the cut: %+v, want %+v", a, want)
 			}
 
-			out, err := keylanepg.Apply(ctx, db, g, shop.Sell)
+			out, err := applyAs(ctx, kind, db, g)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,8 +112,13 @@ func TestConnectionCutMidGroup(t *testing.T) {
 // and have the record answer what committed: every buyer answered as
 // recorded, nothing applied twice, stock = start - sold, one order row
 // per sale. Fails if a group whose commit's fate is unknown is acked,
-// dead-lettered (a buyer gets an error) or applied again.
-func TestWorkerConnectionCutAtCommit(t *testing.T) {
+// dead-lettered (a buyer gets an error) or applied again. Run for both
+// kinds of handler (for shop.SellPipeline the UPDATE rides in the fast
+// path's one batch: TestPipelineConnectionCut cuts each of its round
+// trips).
+func TestWorkerConnectionCutAtCommit(t *testing.T) { forKinds(t, testWorkerConnectionCutAtCommit) }
+
+func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
 	s, direct := startShop(t, 4)
 	proxy, err := redistest.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port))
 	if err != nil {
@@ -125,7 +141,7 @@ func TestWorkerConnectionCutAtCommit(t *testing.T) {
 	ns := natstest.Start(t)
 	hist := newHistory()
 	var failed atomic.Int64
-	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app := shopApplier(kind, db, hist)
 	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
 		if err != nil {
 			failed.Add(1)
@@ -153,4 +169,85 @@ func TestWorkerConnectionCutAtCommit(t *testing.T) {
 	if failed.Load() < 2 {
 		t.Errorf("%d transactions failed, want the 2 cut", failed.Load())
 	}
+}
+
+// TestPipelineConnectionCut: a worker sells a SKU with shop.SellPipeline
+// through a pool whose connections go through a proxy that cuts one right
+// after a message reached the server, at each round trip of the fast
+// path in turn: the one batch (BEGIN, fence, outcomes look-up and every
+// job's statements: they ran, in a transaction the cut rolls back), the
+// outcomes' record (ran, rolled back: COMMIT never sent) and COMMIT (the
+// group committed, and the worker cannot know it). The worker must
+// neither reply nor ack the cut group, try it again, and have the record
+// answer what committed: the group cut at COMMIT comes back Recorded (the
+// fast path finds it in the record and gives way to the careful one).
+// The history check holds: nothing applied twice, every buyer answered as
+// recorded, stock = start - sold, one order row per sale. Fails if a cut
+// group is acked or dead-lettered (a buyer gets an error), applied twice,
+// or committed where it should have been rolled back (an order row or
+// outcome no buyer was told).
+func TestPipelineConnectionCut(t *testing.T) {
+	s, direct := startShop(t, 4)
+	proxy, err := redistest.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", proxy.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every statement's text goes with its execution, so the proxy sees
+	// the marker in the message that runs it, on any connection.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	setStock(t, direct, "k", 60)
+	nsrv := natstest.Start(t)
+	hist := newHistory()
+	var failed, recorded atomic.Int64
+	app := shopApplier("pipeline", db, hist)
+	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
+		if err != nil {
+			failed.Add(1)
+		}
+		for _, o := range out {
+			if o.Status == keylanepg.Recorded {
+				recorded.Add(1)
+			}
+		}
+	}
+	w, _ := startWorker(t, nsrv.ClientURL(), keylane.TopologyConfig{Namespace: ns, Partitions: 1}, app, "w")
+	owned(t, 1, w)
+	c := newClient(t, nsrv.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	b := newBuyers()
+	b.buy(ctx, c, 1, "warm", []string{"k"}) // the pool's connection is open
+	for i, cut := range []struct{ name, marker string }{
+		// shop.SellPipeline's buy, in the batch with BEGIN and the fence.
+		{"batch", "UPDATE stock"},
+		{"record", "INSERT INTO keylane_outcomes"},
+		// pgx's COMMIT, a simple query message (see TestConnectionCutMidGroup).
+		{"commit", "Q\x00\x00\x00\x0bcommit\x00"},
+	} {
+		before := failed.Load()
+		proxy.CutAfter(cut.marker)
+		b.buy(ctx, c, 8, "cut-"+cut.name, sale(12, "k"))
+		if proxy.Cuts() != i+1 {
+			t.Fatalf("cut at the %s: %d cuts in all, want %d", cut.name, proxy.Cuts(), i+1)
+		}
+		if failed.Load() == before {
+			t.Errorf("cut at the %s: no transaction failed", cut.name)
+		}
+	}
+	b.check(t, direct, hist, []string{"k"}, 60)
+	if recorded.Load() == 0 {
+		t.Error("no job answered from the record: the group cut at COMMIT was not found committed")
+	}
+	t.Logf("%d transactions failed, %d jobs answered from the record", failed.Load(), recorded.Load())
 }

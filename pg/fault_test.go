@@ -11,8 +11,6 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/testwait"
-	keylanepg "github.com/keylane/keylane/pg"
-	"github.com/keylane/keylane/pg/shop"
 )
 
 // TestKilledDatabaseLeavesOutcomesMatchingRows has 8 owners sell 4 SKUs
@@ -21,8 +19,13 @@ import (
 // again, as a redelivery would, until it is answered. After the run every
 // recorded outcome matches the rows: nothing applied without its outcome,
 // nothing recorded without its rows, stock = start - sold, no job applied
-// twice, and every answer, first or from the record, the same.
+// twice, and every answer, first or from the record, the same. Run for
+// both kinds of handler (applyAs).
 func TestKilledDatabaseLeavesOutcomesMatchingRows(t *testing.T) {
+	forKinds(t, testKilledDatabaseLeavesOutcomesMatchingRows)
+}
+
+func testKilledDatabaseLeavesOutcomesMatchingRows(t *testing.T, kind string) {
 	s, db := startShop(t, 16)
 	const start = 60
 	skus := []string{"k0", "k1", "k2", "k3"}
@@ -55,7 +58,7 @@ func TestKilledDatabaseLeavesOutcomesMatchingRows(t *testing.T) {
 				}
 				mu.Unlock()
 				for {
-					out, err := keylanepg.Apply(ctx, db, group(i, 1, jobs...), shop.Sell)
+					out, err := applyAs(ctx, kind, db, group(i, 1, jobs...))
 					if err == nil {
 						hist.add(out)
 						progress.Add(1)

@@ -117,7 +117,11 @@ type dbQuerier interface {
 // redelivering the goroutine's previous group. The history holds: no job
 // applied twice, stock = start - sold, one order row per sale, a serial
 // history of stock levels, outcomes recorded for exactly the applied jobs.
-func TestConcurrentHotSKU(t *testing.T) {
+// Run for both kinds of handler (applyAs): the pipeline's groups that
+// redeliver take its careful path, the others its fast one.
+func TestConcurrentHotSKU(t *testing.T) { forKinds(t, testConcurrentHotSKU) }
+
+func testConcurrentHotSKU(t *testing.T, kind string) {
 	_, db := startShop(t, 64)
 	const start = 100
 	setStock(t, db, "hot", start)
@@ -144,7 +148,7 @@ func TestConcurrentHotSKU(t *testing.T) {
 					all = append(all, j.ID)
 				}
 				idsMu.Unlock()
-				out, err := keylanepg.Apply(context.Background(), db, group(i%8, uint64(1+i/8), jobs...), shop.Sell)
+				out, err := applyAs(context.Background(), kind, db, group(i%8, uint64(1+i/8), jobs...))
 				if errors.Is(err, keylane.ErrStaleFence) {
 					hist.mu.Lock()
 					hist.stale++

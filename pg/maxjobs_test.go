@@ -18,8 +18,15 @@ import (
 // DefaultMaxJobs jobs (each its savepoint: PostgreSQL's subtransaction
 // cache holds 64), every purchase must be applied once, each SKU's in
 // order; and a SKU whose job fails retriably in one transaction holds its
-// later jobs in the next ones too, while the other SKUs go on.
+// later jobs in the next ones too, while the other SKUs go on. Run for
+// both kinds of Applier: with Handler, and with Pipeline (whose fast path
+// has no savepoint, but whose careful path has, and which must hold a
+// failed key's later jobs all the same).
 func TestApplierCapsJobsPerTransaction(t *testing.T) {
+	forKinds(t, testApplierCapsJobsPerTransaction)
+}
+
+func testApplierCapsJobsPerTransaction(t *testing.T, kind string) {
 	_, db := startShop(t, 4)
 	ctx := context.Background()
 	if _, err := db.Exec(ctx, `CREATE TABLE jobtx (job_id text PRIMARY KEY, tx bigint NOT NULL, seq bigserial)`); err != nil {
@@ -44,7 +51,20 @@ func TestApplierCapsJobsPerTransaction(t *testing.T) {
 		}
 		return shop.Sell.Handle(ctx, tx, job)
 	})
+	// The pipeline's b070 fails as the handler's does, before any of its
+	// statements is sent (Queue's error): the fast path fails it alone
+	// and must hold b's later jobs, in this transaction and the next.
+	p := keylanepg.PipelineFunc(func(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {
+		if job.ID == failAt {
+			return nil, fmt.Errorf("a retriable failure of %s", job.ID)
+		}
+		b.Queue(`INSERT INTO jobtx (job_id, tx) VALUES ($1, txid_current())`, job.ID)
+		return shop.SellPipeline.Queue(job, b)
+	})
 	app := &keylanepg.Applier{DB: db, Handler: h}
+	if kind == "pipeline" {
+		app = &keylanepg.Applier{DB: db, Pipeline: p}
+	}
 	out, err := app.ApplyGroup(ctx, keylane.JobGroup{Namespace: ns, Partition: 0, Fence: 1, Jobs: jobs})
 	if err != nil {
 		t.Fatal(err)

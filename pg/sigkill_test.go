@@ -15,7 +15,6 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
 	keylanepg "github.com/keylane/keylane/pg"
-	"github.com/keylane/keylane/pg/shop"
 )
 
 // TestWorkerSIGKILLedBetweenCommitAndAck: a worker in a child process
@@ -27,13 +26,18 @@ import (
 // buyer told what the record says. Fails if a redelivered job is applied
 // twice (history: "applied twice"; the order row's UNIQUE job_id would
 // also refuse it), if the record's answers differ from the buyers', or if
-// none of the killed worker's commits came back as Recorded.
+// none of the killed worker's commits came back as Recorded. Run for both
+// kinds of handler; the child learns its kind from KEYLANEPG_KIND.
 func TestWorkerSIGKILLedBetweenCommitAndAck(t *testing.T) {
+	forKinds(t, testWorkerSIGKILLedBetweenCommitAndAck)
+}
+
+func testWorkerSIGKILLedBetweenCommitAndAck(t *testing.T, kind string) {
 	pg, db := startShop(t, 8)
 	s := natstest.Start(t)
 	setStock(t, db, "k", 50)
 	child := exec.Command(os.Args[0], "-test.run=^TestHelperWorkerProcess$")
-	child.Env = append(os.Environ(), "KEYLANEPG_HELPER=1", "KEYLANEPG_NATS="+s.ClientURL(), "KEYLANEPG_PG="+pg.URL("postgres", "postgres"))
+	child.Env = append(os.Environ(), "KEYLANEPG_HELPER=1", "KEYLANEPG_KIND="+kind, "KEYLANEPG_NATS="+s.ClientURL(), "KEYLANEPG_PG="+pg.URL("postgres", "postgres"))
 	stdout, err := child.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +105,7 @@ func TestWorkerSIGKILLedBetweenCommitAndAck(t *testing.T) {
 
 	hist := newHistory()
 	var recorded atomic.Int64
-	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app := shopApplier(kind, db, hist)
 	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
 		for _, o := range out {
 			if o.Status == keylanepg.Recorded {
@@ -131,7 +135,7 @@ func TestHelperWorkerProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	app := &histApplier{db: db, h: shop.Sell, hist: newHistory()}
+	app := shopApplier(os.Getenv("KEYLANEPG_KIND"), db, newHistory())
 	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
 		n := 0
 		for _, o := range out {

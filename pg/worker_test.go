@@ -25,9 +25,12 @@ import (
 
 // histApplier is keylanepg.Applier with the history of what Apply
 // answered (applied or recorded), and hooks around each call for faults.
+// It applies through ApplyPipeline with p when p is set, else through
+// Apply with h.
 type histApplier struct {
 	db    keylanepg.DB
 	h     keylanepg.Handler
+	p     keylanepg.PipelineHandler
 	hist  *history
 	calls atomic.Int64
 	// before runs before Apply and returns the ctx Apply gets.
@@ -41,7 +44,16 @@ func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]key
 	if a.before != nil {
 		ctx = a.before(ctx, g)
 	}
-	out, err := keylanepg.Apply(ctx, a.db, keylanepg.Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: g.Jobs}, a.h)
+	grp := keylanepg.Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: g.Jobs}
+	var (
+		out []keylanepg.Outcome
+		err error
+	)
+	if a.p != nil {
+		out, err = keylanepg.ApplyPipeline(ctx, a.db, grp, a.p)
+	} else {
+		out, err = keylanepg.Apply(ctx, a.db, grp, a.h)
+	}
 	if err == nil {
 		a.hist.add(out)
 	}
@@ -56,6 +68,23 @@ func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]key
 		res[i] = keylane.JobOutcome{Result: o.Result, Err: o.Err, Done: o.Done()}
 	}
 	return res, nil
+}
+
+// shopApplier is a histApplier selling with the shop's handler of kind
+// (one of applyKinds): shop.Sell, or shop.SellPipeline.
+func shopApplier(kind string, db keylanepg.DB, hist *history) *histApplier {
+	if kind == "pipeline" {
+		return &histApplier{db: db, p: shop.SellPipeline, hist: hist}
+	}
+	return &histApplier{db: db, h: shop.Sell, hist: hist}
+}
+
+// forKinds runs test once for each of applyKinds, as subtests named after
+// them: a fault must leave the same history whichever kind applies.
+func forKinds(t *testing.T, test func(t *testing.T, kind string)) {
+	for _, kind := range applyKinds {
+		t.Run(kind, func(t *testing.T) { test(t, kind) })
+	}
 }
 
 // startWorker starts a worker on its own connection to url, stopped when
@@ -216,13 +245,17 @@ func sale(n int, skus ...string) []string {
 // buyer told "sold", none extra, every job applied once, every answer the
 // recorded one; and the hot SKU's jobs must have gone in groups (fewer
 // transactions than jobs). Fails if the worker acks without the commit,
-// applies a job twice, or runs a key's jobs one transaction each.
-func TestWorkerSellsOutOfPostgres(t *testing.T) {
+// applies a job twice, or runs a key's jobs one transaction each. Run for
+// both kinds of handler (forKinds): shop.Sell through Apply, and
+// shop.SellPipeline through ApplyPipeline.
+func TestWorkerSellsOutOfPostgres(t *testing.T) { forKinds(t, testWorkerSellsOutOfPostgres) }
+
+func testWorkerSellsOutOfPostgres(t *testing.T, kind string) {
 	_, db := startShop(t, 8)
 	s := natstest.Start(t)
 	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 4}
 	hist := newHistory()
-	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app := shopApplier(kind, db, hist)
 	w1, _ := startWorker(t, s.ClientURL(), topo, app, "w1")
 	w2, _ := startWorker(t, s.ClientURL(), topo, app, "w2")
 	owned(t, 4, w1, w2)
@@ -261,8 +294,15 @@ func TestWorkerSellsOutOfPostgres(t *testing.T) {
 // applied again, and each buyer told what the record says. Fails if a
 // redelivered job is applied twice (history: "applied twice"; the UNIQUE
 // job_id of orders would also refuse it, failing the job), or if the
-// first worker acked or replied after its connection was gone.
+// first worker acked or replied after its connection was gone. Run for
+// both kinds: the pipeline's fast path sends the redelivered jobs'
+// statements before it reads the record, so it must roll them back and
+// answer the jobs from the record the careful way.
 func TestWorkerKilledBetweenCommitAndAck(t *testing.T) {
+	forKinds(t, testWorkerKilledBetweenCommitAndAck)
+}
+
+func testWorkerKilledBetweenCommitAndAck(t *testing.T, kind string) {
 	_, db := startShop(t, 8)
 	s := natstest.Start(t)
 	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: time.Second}
@@ -275,7 +315,7 @@ func TestWorkerKilledBetweenCommitAndAck(t *testing.T) {
 		ncA       *nats.Conn
 		ready     = make(chan struct{})
 	)
-	appA := &histApplier{db: db, h: shop.Sell, hist: hist}
+	appA := shopApplier(kind, db, hist)
 	appA.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
 		<-ready
 		return ctx
@@ -310,7 +350,7 @@ func TestWorkerKilledBetweenCommitAndAck(t *testing.T) {
 		b.buy(ctx, c, 16, "crash", sale(40, "k"))
 	}()
 	testwait.Eventually(t, time.Minute, "worker a committed a group and died", crashed.Load)
-	appB := &histApplier{db: db, h: shop.Sell, hist: hist}
+	appB := shopApplier(kind, db, hist)
 	var recorded atomic.Int64
 	appB.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
 		for _, o := range out {
@@ -332,18 +372,33 @@ func TestWorkerKilledBetweenCommitAndAck(t *testing.T) {
 // pauses before its transaction (a stopped process, a long GC: it does not
 // notice that its lease lapsed, since its connection goes through a proxy
 // that is cut meanwhile). Worker b takes the partition over with a newer
-// fence and sells the same jobs, redelivered. Then a resumes and runs its
-// transaction under the old fence: the database must refuse it
-// (StaleFenceError, nothing written), and nothing is applied twice. Fails
-// if a's transaction commits (history: "applied twice", or the job's
-// order row refused as a duplicate), or if it is refused for anything but
-// the fence.
-func TestPausedWorkerRefusedByFence(t *testing.T) {
+// fence. Then a resumes and runs its transaction under the old fence: the
+// database must refuse it (StaleFenceError, nothing written), and nothing
+// is applied twice. Two cases, for both kinds of handler: "applied", b
+// has sold a's jobs, redelivered, before a resumes (a's jobs are in the
+// record); "unapplied", b holds them until a's transaction ended and
+// first commits its fence with another SKU's purchase, so only the fence
+// can refuse a's group (the pipeline's fast path has sent a's statements
+// with the fence in one round trip, and must not commit them). Fails if
+// a's transaction commits (it ends without error; or history: "applied
+// twice", or the job's order row refused as a duplicate), or if it is
+// refused for anything but the fence.
+func TestPausedWorkerRefusedByFence(t *testing.T) { forKinds(t, testPausedWorkerRefusedByFence) }
+
+func testPausedWorkerRefusedByFence(t *testing.T, kind string) {
+	t.Run("applied", func(t *testing.T) { pausedWorkerRefusedByFence(t, kind, false) })
+	t.Run("unapplied", func(t *testing.T) { pausedWorkerRefusedByFence(t, kind, true) })
+}
+
+// pausedWorkerRefusedByFence is TestPausedWorkerRefusedByFence; with
+// hold, worker b holds the paused group's key until a's transaction ended.
+func pausedWorkerRefusedByFence(t *testing.T, kind string, hold bool) {
 	_, db := startShop(t, 8)
 	s := natstest.Start(t)
 	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: time.Second}
 	hist := newHistory()
 	setStock(t, db, "k", 50)
+	setStock(t, db, "k2", 50)
 	proxy := newProxy(t, s.ClientURL())
 
 	var (
@@ -352,9 +407,10 @@ func TestPausedWorkerRefusedByFence(t *testing.T) {
 		once    sync.Once
 		aErr    = make(chan error, 1)
 		aFence  atomic.Uint64
+		aIDs    []string // the paused group's jobs
 		isPause atomic.Bool
 	)
-	appA := &histApplier{db: db, h: shop.Sell, hist: hist}
+	appA := shopApplier(kind, db, hist)
 	appA.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
 		first := false
 		once.Do(func() { first = true })
@@ -363,6 +419,9 @@ func TestPausedWorkerRefusedByFence(t *testing.T) {
 		}
 		isPause.Store(true)
 		aFence.Store(g.Fence)
+		for _, j := range g.Jobs {
+			aIDs = append(aIDs, j.ID)
+		}
 		close(paused)
 		<-resume
 		// A paused process runs on as if nothing happened: its lease's
@@ -392,9 +451,36 @@ func TestPausedWorkerRefusedByFence(t *testing.T) {
 		t.Fatal("worker a never applied a group")
 	}
 	proxy.Cut() // a's lease lapses while it is paused
-	appB := &histApplier{db: db, h: shop.Sell, hist: hist}
+	appB := shopApplier(kind, db, hist)
+	var holding atomic.Bool
+	holding.Store(hold)
+	defer holding.Store(false)
+	appB.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
+		if !holding.Load() {
+			return ctx
+		}
+		for _, j := range g.Jobs {
+			if j.Key == "k" {
+				// Not now: the call fails, the worker tries it again
+				// later (no attempt counted), and k's jobs stay unapplied.
+				ctx, cancel := context.WithCancel(ctx)
+				cancel()
+				return ctx
+			}
+		}
+		return ctx
+	}
 	startWorker(t, s.ClientURL(), topo, appB, "b")
-	<-done // every buyer answered, by b
+	if hold {
+		// b commits its fence with another SKU's purchase; the paused
+		// group's jobs are not recorded yet.
+		b.buy(ctx, c, 1, "pause-k2", []string{"k2"})
+		if rec, err := keylanepg.Lookup(ctx, db, ns, aIDs); err != nil || len(rec) > 0 {
+			t.Fatalf("before a resumes, %d of its group's %d jobs are recorded (%v): the fence would not be all that refuses it", len(rec), len(aIDs), err)
+		}
+	} else {
+		<-done // every buyer answered, by b
+	}
 	close(resume)
 	select {
 	case err := <-aErr:
@@ -406,10 +492,16 @@ func TestPausedWorkerRefusedByFence(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the paused worker's transaction never ended")
 	}
+	holding.Store(false)
+	<-done
 	if err := proxy.Restore(); err != nil { // so a stops in time
 		t.Fatal(err)
 	}
-	b.check(t, db, hist, []string{"k"}, 50)
+	skus := []string{"k"}
+	if hold {
+		skus = append(skus, "k2")
+	}
+	b.check(t, db, hist, skus, 50)
 }
 
 // TestPostgresRestartMidSale: two workers sell 12 SKUs through Calls while
@@ -421,14 +513,16 @@ func TestPausedWorkerRefusedByFence(t *testing.T) {
 // twice, nothing acknowledged that the database lacks (each "sold" answer
 // has its order row and recorded outcome). Fails if a failed transaction
 // is acked or dead-lettered (a buyer gets an error, or an answer with no
-// row), or a job is applied twice.
-func TestPostgresRestartMidSale(t *testing.T) {
+// row), or a job is applied twice. Run for both kinds of handler.
+func TestPostgresRestartMidSale(t *testing.T) { forKinds(t, testPostgresRestartMidSale) }
+
+func testPostgresRestartMidSale(t *testing.T, kind string) {
 	pg, db := startShop(t, 8)
 	s := natstest.Start(t)
 	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 4}
 	hist := newHistory()
 	var failures atomic.Int64
-	app := &histApplier{db: db, h: shop.Sell, hist: hist}
+	app := shopApplier(kind, db, hist)
 	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
 		if err != nil {
 			failures.Add(1)

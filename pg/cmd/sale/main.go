@@ -1,7 +1,9 @@
 // Command sale runs the flash sale of `submit sale` with the stock and the
 // orders in PostgreSQL: an embedded NATS server and workers in this
 // process, each applying a SKU's queued purchases in one transaction
-// through keylanepg (WorkerConfig.Applier, shop.Sell). It prints submit
+// through keylanepg (WorkerConfig.Applier): with shop.SellPipeline, the
+// transaction's statements in one round trip (--pipeline, the default), or
+// with shop.Sell, a round trip per statement (--pipeline=false). It prints submit
 // sale's verdict lines, then checks them against the database's own rows:
 // per SKU, stock = start − sold, one order row per purchase a buyer was
 // told "sold", none extra, every order with its recorded outcome.
@@ -65,6 +67,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	partitions := fs.Int("partitions", 0, "partitions (0: 16)")
 	conns := fs.Int("conns", 0, "the workers' pool of database connections (0: workers × 8)")
 	idle := fs.Duration("idle-timeout", 5*time.Second, "keylanepg.Applier's IdleTimeout: a paused owner's transaction is ended after this (below the lease TTL, 10s)")
+	pipeline := fs.Bool("pipeline", true, "sell with shop.SellPipeline (a PipelineHandler: a transaction's statements in one round trip); false: with shop.Sell (a Handler: a round trip per statement)")
 	verbose := fs.Bool("v", false, "log worker events to stderr")
 	fs.IntVar(&cfg.SKUs, "skus", 5, "SKUs on sale")
 	fs.Int64Var(&cfg.Stock, "stock", 1000, "starting stock of each SKU")
@@ -126,7 +129,12 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	_ = db.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sync)
 
 	tr := sale.NewTracker(nil, "")
-	app := &keylanepg.Applier{DB: db, Handler: tracked(shop.Sell, tr), IdleTimeout: *idle}
+	var app keylane.GroupApplier = &keylanepg.Applier{DB: db, Handler: tracked(shop.Sell, tr), IdleTimeout: *idle}
+	kind := "shop.Sell, a round trip per statement"
+	if *pipeline {
+		app = trackedGroups{app: &keylanepg.Applier{DB: db, Pipeline: shop.SellPipeline, IdleTimeout: *idle}, tr: tr}
+		kind = "shop.SellPipeline, a transaction's statements in one round trip"
+	}
 	var log *slog.Logger
 	if *verbose {
 		log = slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -152,7 +160,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	}
 	defer cl.Close()
 	fmt.Fprintf(out, "keylane: embedded NATS at %s, %d workers in this process, %d partitions\n", local.URL, len(local.Workers), cl.Partitions())
-	fmt.Fprintf(out, "postgres: %s, synchronous_commit=%s; each key's queued purchases in one transaction (keylanepg)\n", where, sync)
+	fmt.Fprintf(out, "postgres: %s, synchronous_commit=%s; each key's queued purchases in one transaction (keylanepg, %s)\n", where, sync, kind)
 
 	v, err := sale.Run(ctx, cl, cfg, tr)
 	if err != nil {
@@ -217,4 +225,33 @@ func tracked(h keylanepg.Handler, tr *sale.Tracker) keylanepg.Handler {
 		defer tr.End(job)
 		return h.Handle(ctx, tx, job)
 	})
+}
+
+// trackedGroups has the tracker see the jobs of each of app's calls, for
+// the verdict's per-key concurrency and order checks, where a
+// PipelineHandler's own calls cannot tell: it queues a key's jobs one
+// after another before any statement runs, and its fast path may queue a
+// job again on the careful path. A key's run spans the call: each of its
+// jobs starts, in the group's order, when the one before it ends, and the
+// last ends when the call returns.
+type trackedGroups struct {
+	app keylane.GroupApplier
+	tr  *sale.Tracker
+}
+
+func (a trackedGroups) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error) {
+	last := make(map[string]keylane.Job)
+	for _, j := range g.Jobs {
+		if prev, ok := last[j.Key]; ok {
+			a.tr.End(prev)
+		}
+		a.tr.Start(j)
+		last[j.Key] = j
+	}
+	defer func() {
+		for _, j := range last {
+			a.tr.End(j)
+		}
+	}()
+	return a.app.ApplyGroup(ctx, g)
 }
