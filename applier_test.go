@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,5 +112,63 @@ func TestApplierBreakingItsContractIsSaidForGood(t *testing.T) {
 	testwait.Eventually(t, 20*time.Second, "the broken contract counted", func() bool { return w.Stats().ApplierRefusals >= 2 })
 	if dls, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(dls) != 0 {
 		t.Fatalf("dead letters %+v, %v; want none", dls, err)
+	}
+}
+
+// gatedApplier holds its first call until open is closed, and records how
+// many jobs each call carried.
+type gatedApplier struct {
+	open  chan struct{}
+	first atomic.Bool
+	sizes chan int
+}
+
+func (a *gatedApplier) ApplyGroup(_ context.Context, g JobGroup) ([]JobOutcome, error) {
+	if a.first.CompareAndSwap(false, true) {
+		<-a.open
+	}
+	a.sizes <- len(g.Jobs)
+	out := make([]JobOutcome, len(g.Jobs))
+	for i := range out {
+		out[i] = JobOutcome{Result: []byte("ok"), Done: true}
+	}
+	return out, nil
+}
+
+// TestApplierJoinsManyKeysInOneTransaction: while a partition's
+// transaction is in flight, the ready groups of its other keys queue for
+// the next one, as many keys as Concurrency lets run at once; with an
+// Applier that defaults to DefaultApplierConcurrency, not the Handler's 8.
+// 40 keys' jobs arrive behind a held transaction and must all go in the
+// next call. Failed before: only 8 keys ever reached the applier at once
+// (Stats.Runs stayed at 8), so a skewed sale's transactions carried 8
+// keys at most.
+func TestApplierJoinsManyKeysInOneTransaction(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	a := &gatedApplier{open: make(chan struct{}), sizes: make(chan int, 100)}
+	var release sync.Once
+	open := func() { release.Do(func() { close(a.open) }) }
+	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Applier, c.Concurrency = nil, a, 0 })
+	t.Cleanup(open) // after the worker's: a failed wait must not leave its stop waiting on the held call
+	e.waitOwned(w)
+	if _, err := e.client.Submit(ctx(t), "sku:held", []byte("buy")); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 20*time.Second, "the first transaction in flight", func() bool { return w.Stats().Runs >= 1 })
+	const keys = 40
+	for i := range keys {
+		if _, err := e.client.Submit(ctx(t), fmt.Sprintf("sku:%d", i), []byte("buy")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testwait.Eventually(t, 20*time.Second, fmt.Sprintf("%d keys queued behind the held transaction (Concurrency caps them)", keys), func() bool {
+		return w.Stats().Runs >= keys+1
+	})
+	open()
+	if n := <-a.sizes; n != 1 {
+		t.Fatalf("the held call carried %d jobs, want 1", n)
+	}
+	if n := <-a.sizes; n != keys {
+		t.Fatalf("the next call carried %d jobs, want all %d queued keys'", n, keys)
 	}
 }

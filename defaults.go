@@ -14,9 +14,13 @@ const (
 	DefaultReplyPrefix     = "_INBOX."
 
 	DefaultConcurrency = 8
-	DefaultMaxInFlight = 1024
-	DefaultMaxDeliver  = 5
-	DefaultAckWait     = 30 * time.Second
+	// DefaultApplierConcurrency is Concurrency's default for a worker
+	// with an Applier: the ready groups of that many keys of a partition
+	// share its next transaction, and a key's group is often one job.
+	DefaultApplierConcurrency = 64
+	DefaultMaxInFlight        = 1024
+	DefaultMaxDeliver         = 5
+	DefaultAckWait            = 30 * time.Second
 
 	DefaultClientMaxPending = 4096
 

@@ -44,7 +44,11 @@ type WorkerConfig struct {
 	// retry's backoff does not count: its runner steps aside meanwhile,
 	// and waits for a free place once the backoff is over (see
 	// jetstream/doc.go, "A failing key does not hold its partition").
-	// Defaults to 8.
+	// Defaults to 8 (DefaultConcurrency), and to 64 with an Applier
+	// (DefaultApplierConcurrency): an Applier joins the groups of the
+	// keys that are ready while a transaction is in flight into the next
+	// one, and this caps how many keys that is; with many keys a key's
+	// group is often one job, so 8 would cap a transaction at 8 jobs.
 	Concurrency int
 	// MaxInFlight is how many fetched, unfinished jobs one partition holds
 	// in memory, not counting the head job of each key that retries it
@@ -155,6 +159,9 @@ func (c *WorkerConfig) setDefaults() error {
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultConcurrency
+		if c.Applier != nil {
+			c.Concurrency = DefaultApplierConcurrency
+		}
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
