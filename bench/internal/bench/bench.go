@@ -209,7 +209,7 @@ limits (not ranked): Lua EVALSHA = one atomic check-and-decrement script per pur
 fsync: nats sync_interval always, redis appendonly yes + appendfsync always; otherwise nats default sync, redis appendonly no
 Postgres rows: a throwaway postgres per run (pgtest: initdb, 127.0.0.1, max_connections=300, shared_buffers=256MB, fsync on),
   synchronous_commit=on with fsync, off otherwise; tables stock(sku, n) and orders(sku, job_id), one order row per unit sold (checked);
-  keylane → Postgres: embedded NATS (fsync: sync always), 4 partitions, 3 workers in this process, keylanepg.Applier with
+  keylane → Postgres: embedded NATS (fsync: sync always), 1 partition (64 keys at once), 3 workers in this process, keylanepg.Applier with
   shop.SellPipeline (conditional UPDATE + order INSERT per purchase as one statement, a partition's ready keys in one transaction
   of at most 64 jobs whose statements go in one round trip: 3 round trips a transaction), Calls without
   a caller's ID, in batch messages (Submit: SubmitMany without IDs, in batch messages, then wait until the stream is empty);

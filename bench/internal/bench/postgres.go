@@ -230,14 +230,19 @@ func pgAvailable() (string, error) {
 }
 
 // pgPartitions is the keylane → Postgres rows' partitions. In front of a
-// database a partition is one transaction at a time (its fence row), and
-// with fewer partitions a transaction, a batch message and its fsync carry
-// more jobs: the skewed durable Call did 5,438 jobs/s with 4 partitions,
-// 4,329 with 3, 4,088 with 6, 3,574 with 8 and 2,228 with 16, in runs of
-// one row each on a quiet machine (KEYLANE_BENCH_PG_PARTITIONS=N bench
-// --only 'skewed b=64 fsync,keylane → Postgres' --buyers 64 --runs 1
-// --placement embedded, 2026-11-26).
-const pgPartitions = 4
+// database a partition is a stream of transactions (one at a time: its
+// fence row), and with fewer partitions every batch message, its fsync
+// and every transaction carry more jobs; the workers' Applier runs 64
+// keys of a partition at once (DefaultApplierConcurrency). One-row runs
+// on a quiet machine, 2026-11-26, skewed durable, jobs/s (Call; Submit):
+// 1 partition 10,802 and 10,825 (19,843; 18,768), 2 partitions 8,284 and
+// 7,620 (24,893; 24,111), 4 partitions 5,315 and 5,402 (28,407; 30,342):
+//
+//	KEYLANE_BENCH_PG_PARTITIONS=N bench --only 'skewed b=64 fsync,keylane → Postgres' --buyers 64 --runs 1 --placement embedded
+//
+// One partition is the Calls' best, which the targets are about; Submit
+// would rather have four.
+const pgPartitions = 1
 
 // pgApplier is the keylane → Postgres rows' applier: shop.SellPipeline,
 // each transaction's statements in one round trip, unless
