@@ -41,13 +41,15 @@
 // backoff: the record answers what did commit. So exactly once across a
 // worker's crash rests on keylane_outcomes: a redelivered job is answered
 // from there, never applied again. cmd/sale runs submit sale's flash sale
-// this way and checks the verdict against the rows:
+// this way (shop.SellPipeline; --pipeline=false for shop.Sell) and checks
+// the verdict against the rows:
 //
 //	go run -C pg ./cmd/sale --postgres local
 //
 // The worker joins the groups of a partition's keys that are ready while
-// a transaction is in flight into its next Apply: one transaction, one
-// commit, for several keys (their transactions would wait on the fence
+// a transaction is in flight into its next Apply, as many keys as
+// WorkerConfig.Concurrency lets run at once (64 by default with an
+// Applier): one transaction, one commit, for several keys (their transactions would wait on the fence
 // row's lock one after another anyway). Applier caps a transaction at
 // MaxJobs jobs (DefaultMaxJobs, 64: the subtransactions below): a larger
 // call (a hot key's queue, the groups of up to the worker's Concurrency
@@ -139,12 +141,26 @@
 // hit a unique key) costs a careful path every time; write it to succeed
 // (ON CONFLICT DO NOTHING, and read the outcome from its result).
 //
+// The recorded check is what lets a redelivered group commit at all, not
+// what stops a double apply: without it the group's second record of a
+// job would break keylane_outcomes' primary key (and the shop's order,
+// its UNIQUE job_id), so the group would fail on every try instead.
+//
 // TestPipelineSendsTheGroupInThreeRoundTrips counts the round trips with
 // a pgx tracer: a Handler's group of 11 jobs took 20, the pipeline's 3.
 // TestPipelineFailingJobRollsBackAlone,
 // TestPipelineAnswersRecordedJobsFromTheRecord and
 // TestPipelineStaleFenceChangesNothing hold the fast path to Apply's
-// answers in each failure.
+// answers in each failure. Every worker-level fault test of this package
+// (a worker SIGKILLed or cut off between commit and ack, a paused owner
+// refused by the fence, a Postgres restart, a connection cut mid-group,
+// the database killed) runs for both kinds, as subtests "handler" and
+// "pipeline"; TestPipelineConnectionCut cuts the connection after the
+// fast path's batch, after the record and after COMMIT, and
+// TestPausedWorkerRefusedByFence/pipeline/unapplied has the paused owner's
+// jobs unrecorded when it resumes, so only the fence refuses them (with
+// the fast path's fence check removed it failed: "paused worker's
+// transaction ... ended with <nil>, want a StaleFenceError").
 //
 // # What a crash leaves
 //
