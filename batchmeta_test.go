@@ -236,3 +236,14 @@ func TestRunningWorkerSaysWhenTheMetadataIsRefused(t *testing.T) {
 		t.Fatalf("the worker owns %v after a refused metadata read, want it to keep partition 0", got)
 	}
 }
+
+// TestBatchCorkMustNotBeNegative: a negative BatchCork is refused by
+// NewClient with an error naming it, whatever the namespace says of
+// batches (it would otherwise be ignored until batches were turned on).
+func TestBatchCorkMustNotBeNegative(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	_, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, BatchCork: -time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "BatchCork") {
+		t.Fatalf("NewClient with a negative BatchCork: %v, want an error naming BatchCork", err)
+	}
+}

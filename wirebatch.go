@@ -37,7 +37,7 @@ const (
 
 type wireBatcher = jobbatcher.Batcher[*nats.Msg, bool]
 
-func newWireBatcher(c *Client) (*wireBatcher, error) {
+func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
 	room := int(c.nc.MaxPayload()) - DeadLetterReserve - 1024 - wire.BatchHeaderSize
 	return jobbatcher.New(jobbatcher.Config[*nats.Msg, bool]{
 		Send:     c.sendWireBatch,
@@ -45,6 +45,7 @@ func newWireBatcher(c *Client) (*wireBatcher, error) {
 		MaxCount: wireBatchMaxJobs,
 		MaxBytes: max(room, 1),
 		Seal:     func(_ int, ms []*nats.Msg) { sealBatch(ms) },
+		Cork:     cork,
 	})
 }
 

@@ -6,7 +6,13 @@
 // The discipline:
 //
 //   - A job for a partition with nothing in flight is sent at once,
-//     alone: a lone job is never delayed.
+//     alone: a lone job after a quiet spell is never delayed. With a
+//     Cork, a job for a busy partition (its previous send returned less
+//     than 4×Cork ago) waits up to Cork for company first, and goes as
+//     soon as the batch is full: the callers of a busy partition come
+//     back in a burst once their batch is answered, and a job sent alone
+//     ahead of them would cost the burst a second send (and, on a server
+//     that syncs every write, a second fsync) for nothing.
 //   - Jobs that arrive while that partition's send is in flight queue, in
 //     arrival order. When the send returns, the queue goes as the next
 //     batch, cut at MaxCount jobs or MaxBytes (by Size), whichever first;
@@ -72,6 +78,11 @@ type Config[T, R any] struct {
 	// after the partition's previous send returned. Defaults to 0: only
 	// the jobs that queued meanwhile.
 	Linger time.Duration
+	// Cork is how long a job for a busy partition with nothing in flight
+	// waits for more jobs before it is sent: busy when the partition's
+	// previous send returned less than 4×Cork ago. Defaults to 0: a job
+	// for a partition with nothing in flight goes at once.
+	Cork time.Duration
 	// Seal, if set, is called with a batch's jobs as it is cut, before
 	// any caller can see them sent: what it writes into them is what a
 	// caller whose context ends then (ErrUnknown) reads. It must not
@@ -97,7 +108,8 @@ type part[T, R any] struct {
 	inflight bool
 	queue    []*pending[T, R]
 	bytes    int         // of the queue, by Size
-	linger   *time.Timer // set while a short batch lingers
+	linger   *time.Timer // set while a short batch lingers (or corks)
+	lastSent time.Time   // when the partition's previous send returned
 }
 
 // pending is one caller's job.
@@ -113,8 +125,8 @@ func New[T, R any](cfg Config[T, R]) (*Batcher[T, R], error) {
 	if cfg.Send == nil {
 		return nil, errors.New("batcher: Config.Send is required")
 	}
-	if cfg.MaxCount < 0 || cfg.MaxBytes < 0 || cfg.Linger < 0 {
-		return nil, fmt.Errorf("batcher: MaxCount %d, MaxBytes %d and Linger %s must not be negative", cfg.MaxCount, cfg.MaxBytes, cfg.Linger)
+	if cfg.MaxCount < 0 || cfg.MaxBytes < 0 || cfg.Linger < 0 || cfg.Cork < 0 {
+		return nil, fmt.Errorf("batcher: MaxCount %d, MaxBytes %d, Linger %s and Cork %s must not be negative", cfg.MaxCount, cfg.MaxBytes, cfg.Linger, cfg.Cork)
 	}
 	if cfg.MaxCount == 0 {
 		cfg.MaxCount = 256
@@ -197,7 +209,30 @@ func (b *Batcher[T, R]) maybeSendLocked(partition int, p *part[T, R]) {
 	if p.linger != nil && !b.full(p) {
 		return // lingering: the timer or a full queue sends it
 	}
+	if p.linger == nil && b.cfg.Cork > 0 && !b.full(p) && time.Since(p.lastSent) < 4*b.cfg.Cork {
+		b.waitLocked(partition, p, b.cfg.Cork) // busy: corked
+		return
+	}
 	b.sendLocked(partition, p)
+}
+
+// waitLocked holds partition's short batch for up to d: a full queue, or
+// the timer, sends it.
+func (b *Batcher[T, R]) waitLocked(partition int, p *part[T, R], d time.Duration) {
+	// (t is set before the timer's func can take mu, held here.)
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if p.linger != t { // sent full meanwhile, or closed
+			return
+		}
+		p.linger = nil
+		if !p.inflight && len(p.queue) > 0 && !b.closed {
+			b.sendLocked(partition, p)
+		}
+	})
+	p.linger = t
 }
 
 // afterSendLocked is maybeSendLocked once a send returned: a short batch
@@ -207,18 +242,7 @@ func (b *Batcher[T, R]) afterSendLocked(partition int, p *part[T, R]) {
 		return
 	}
 	if b.cfg.Linger > 0 && !b.full(p) {
-		// (t is set before the timer's func can take mu, held here.)
-		var t *time.Timer
-		t = time.AfterFunc(b.cfg.Linger, func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			if p.linger != t { // sent full meanwhile, or closed
-				return
-			}
-			p.linger = nil
-			b.maybeSendLocked(partition, p)
-		})
-		p.linger = t
+		b.waitLocked(partition, p, b.cfg.Linger)
 		return
 	}
 	b.sendLocked(partition, p)
@@ -268,6 +292,7 @@ func (b *Batcher[T, R]) sendLocked(partition int, p *part[T, R]) {
 		}
 		b.mu.Lock()
 		p.inflight = false
+		p.lastSent = time.Now()
 		b.afterSendLocked(partition, p)
 		b.mu.Unlock()
 	}()

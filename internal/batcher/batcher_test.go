@@ -414,7 +414,7 @@ func TestCloseCancelsSendsWhenItsContextEnds(t *testing.T) {
 
 func TestNewRefusesABadConfig(t *testing.T) {
 	send := func(context.Context, int, []int) []Outcome[int] { return nil }
-	for _, cfg := range []Config[int, int]{{}, {Send: send, MaxCount: -1}, {Send: send, Linger: -1}} {
+	for _, cfg := range []Config[int, int]{{}, {Send: send, MaxCount: -1}, {Send: send, Linger: -1}, {Send: send, Cork: -1}} {
 		if _, err := New(cfg); err == nil {
 			t.Fatalf("New(%+v) accepted", cfg)
 		}
@@ -521,4 +521,67 @@ func TestSealBeforeAnyCallerSeesItsJobSent(t *testing.T) {
 	if lead.sealed != "0/1" || len(sealed) != 2 {
 		t.Fatalf("lead sealed %q, %d seals; want 0/1 and 2", lead.sealed, len(sealed))
 	}
+}
+
+// TestCorkHoldsALoneJobOfABusyPartition: with a Cork, a job for a
+// partition whose previous send just returned waits for company, and goes
+// with it as one batch once full; a partition's first job (no send
+// before: a quiet spell) goes at once, alone. Without the Cork the second
+// job would go alone at once, and the third in a send of its own.
+func TestCorkHoldsALoneJobOfABusyPartition(t *testing.T) {
+	s := newSender()
+	b := newBatcher(t, s, Config[int, int]{MaxCount: 2, Cork: time.Hour})
+	first, r1 := start(t, s, b, 0) // quiet partition: at once, alone
+	if !reflect.DeepEqual(first.jobs, []int{1}) {
+		t.Fatalf("first batch %v, want [1]", first.jobs)
+	}
+	first.echo()
+	if got := get(t, r1); got.v != 10 {
+		t.Fatalf("job 1: %+v", got)
+	}
+	returned(t, b, 0)
+	r2 := do(context.Background(), b, 0, 2) // busy now: corked
+	queued(t, b, 0, 1)
+	s.none(t)
+	r3 := do(context.Background(), b, 0, 3) // full: both go
+	c := s.next(t)
+	if !reflect.DeepEqual(c.jobs, []int{2, 3}) {
+		t.Fatalf("batch %v, want [2 3] as one", c.jobs)
+	}
+	c.echo()
+	for _, r := range []<-chan result{r2, r3} {
+		if got := get(t, r); got.v != 10*got.job || got.err != nil {
+			t.Fatalf("outcome %+v", got)
+		}
+	}
+}
+
+// TestCorkSendsInTime: a corked job goes once the Cork is over, alone if
+// nothing joined it.
+func TestCorkSendsInTime(t *testing.T) {
+	s := newSender()
+	b := newBatcher(t, s, Config[int, int]{MaxCount: 3, Cork: time.Millisecond})
+	first, _ := start(t, s, b, 0)
+	first.echo()
+	returned(t, b, 0)
+	r := do(context.Background(), b, 0, 2)
+	c := s.next(t)
+	if !reflect.DeepEqual(c.jobs, []int{2}) {
+		t.Fatalf("batch %v, want [2]", c.jobs)
+	}
+	c.echo()
+	if got := get(t, r); got.v != 20 {
+		t.Fatalf("job 2: %+v", got)
+	}
+}
+
+// returned waits until partition part's send has returned (nothing in
+// flight).
+func returned(t *testing.T, b *Batcher[int, int], part int) {
+	t.Helper()
+	testwait.Eventually(t, wait, "the send returned", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return !b.parts[part].inflight
+	})
 }

@@ -48,6 +48,8 @@ type LocalConfig struct {
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
 	Topology keylane.TopologyConfig
+	// BatchCork is the clients' ClientConfig.BatchCork (with Batches).
+	BatchCork time.Duration
 	// Concurrency per partition. Defaults as in WorkerConfig.
 	Concurrency int
 	// Hold is the handler's pause inside the critical section.
@@ -82,7 +84,8 @@ type Local struct {
 	tmp     string
 	ns      string
 	group   bool
-	batches bool // clients send batch messages (LocalConfig.Batches)
+	batches bool          // clients send batch messages (LocalConfig.Batches)
+	cork    time.Duration // the clients' BatchCork (LocalConfig.BatchCork)
 	obs     *keylane.ClientObserver
 }
 
@@ -95,7 +98,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Tracker == nil {
 		cfg.Tracker = NewTracker(nil, "")
 	}
-	l := &Local{URL: cfg.URL, Tracker: cfg.Tracker, ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, batches: cfg.Batches, obs: cfg.ClientObserver}
+	l := &Local{URL: cfg.URL, Tracker: cfg.Tracker, ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, batches: cfg.Batches, cork: cfg.BatchCork, obs: cfg.ClientObserver}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -237,7 +240,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, NoBatches: !l.batches, Observer: l.obs})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, NoBatches: !l.batches, BatchCork: l.cork, Observer: l.obs})
 }
 
 // Stop stops the workers gracefully, then the server.

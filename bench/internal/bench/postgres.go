@@ -97,7 +97,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 	}
 	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
 	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
-		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(),
+		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(), BatchCork: pgCork(natsSync),
 		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", pgPartitions), StreamShards: envInt("KEYLANE_BENCH_PG_SHARDS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
 		Applier:     pgApplier(p.db),
@@ -255,4 +255,26 @@ func pgApplier(db *pgxpool.Pool) *keylanepg.Applier {
 		a.Handler = pgshop.Sell
 	}
 	return a
+}
+
+// pgCork is the keylane → Postgres clients' BatchCork: a millisecond when
+// keylane's NATS server syncs every write, none otherwise;
+// KEYLANE_BENCH_PG_CORK (a duration) overrides it. Corked, the buyers
+// that come back together once their batch is answered go as one batch
+// message (one fsync, one transaction) instead of a lone job and then the
+// rest: one-row runs on a quiet machine, durable Call jobs/s, hot and
+// skewed, no cork 11,400 and 9,654, 10,878 and 10,139; a 300µs cork
+// 11,997 and 10,934, 13,200 and 11,146; a 1ms cork 13,534 and 10,598,
+// 13,097 and 11,017 (2026-11-26, --only 'fsync,keylane → Postgres'
+// --buyers 64 --runs 1 --placement embedded).
+func pgCork(natsSync bool) time.Duration {
+	if v := os.Getenv("KEYLANE_BENCH_PG_CORK"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	if natsSync {
+		return time.Millisecond
+	}
+	return 0
 }
