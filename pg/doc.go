@@ -259,37 +259,35 @@
 //
 //	cd bench && go run . --only postgres --markdown
 //
-// keylane's rows send batch messages and no caller's ID (so the worker
-// keeps no outcome in NATS: the database has it); the bench showed both
-// pay (docs/speed.md, "keylane → Postgres"). On a 2-core VM shared with other
-// jobs (2026-11-26, load 7 to 15: compare rows of one run only), 64
-// buyers, durable (synchronous_commit=on, and keylane's NATS server
-// syncing every write), jobs/s:
+// keylane's rows apply through shop.SellPipeline (three round trips a
+// transaction), on one partition whose Applier runs 64 keys at once, and
+// send batch messages and no caller's ID (the database keeps the
+// outcome), corked 1 ms when NATS syncs (keylane.ClientConfig.BatchCork);
+// docs/speed.md, "keylane → Postgres", measures each of these alone. On
+// a quiet 2-core VM (2026-11-26), 64 buyers, durable
+// (synchronous_commit=on, and keylane's NATS server syncing every
+// write), jobs/s, the medians of 3 interleaved runs:
 //
 //	                 keylane Call   keylane Submit   UPDATE   FOR UPDATE tx
-//	hot SKU           2749           6932             1772     803
-//	10k SKUs zipf      718           5900             8974     3279
+//	hot SKU          12,204         19,238           2,212    1,012
+//	10k SKUs zipf    10,314         16,279           11,199   4,245
 //
-// The targets, with 64 buyers' Calls, are not met: hot SKU 3.4× the FOR
-// UPDATE transaction (target 10×) and 1.55× the UPDATE (target 5×);
-// skewed 0.08× the UPDATE (target 1.5×). Submit, which no buyer waits
-// on, reaches 8.6× and 3.9× on the hot SKU and 0.66× skewed. Zero
-// oversell and one order row per unit sold held in every run of every
-// row.
+// The hot SKU's targets are met: 12.1× the FOR UPDATE transaction
+// (target 10×) and 5.5× the UPDATE (target 5×). The skewed one is not:
+// 0.92× the UPDATE (target 1.5×); Submit, which no buyer waits on, does
+// 1.45×. Zero oversell and one order row per unit sold held in every run
+// of every row.
 //
-// What bounds keylane → Postgres here is keylane's own path per purchase
-// (publish, fetch, apply, reply, ack: with a syncing server each write
-// waits for its fsync), not the database: in the full bench run of
-// 2026-11-26 (docs/bench-2026-11-26.md, its command in its header)
-// keylane's skewed Call with no database, batched, did 13,717 jobs/s,
-// below PostgreSQL's own UPDATE in the same run (34,375), which waits on
-// no lock there. Joining a partition's ready keys
-// into one transaction pays only where PostgreSQL waits on a row lock
-// (the hot SKU). Tried by the knobs KEYLANE_BENCH_PG_PARTITIONS and
-// KEYLANE_BENCH_PG_MAX_JOBS on a loaded machine, and not kept: 4 or 1
-// partitions instead of 16, 256 jobs a transaction instead of 64 showed
-// no gain beyond the noise (those runs' output was not kept: a claim
-// without its table, to measure again).
+// What bounds the skewed durable Call is fsyncs: the syncing NATS server
+// and PostgreSQL share the disk's (about 4,500 a second here), and a
+// Call costs a stored batch message, its removal on ack and a commit,
+// each shared by its batch's jobs (about 17 skewed, 30 on the hot SKU),
+// where PostgreSQL's UPDATE groups the commits of its 64 connections
+// into one WAL flush. Partitions are transaction streams: 16 of them
+// (the namespace default) made the skewed Call 2,228 jobs/s against
+// 10,825 with one. Tried and not kept (docs/speed.md): a worker-side
+// cork on the transaction, several transactions in flight per partition
+// (they serialize on the fence row), more jobs streams.
 //
 // # Another SQL database
 //
