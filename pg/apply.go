@@ -218,7 +218,7 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 			continue
 		}
 		// The savepoint rolls on to this job with its first statement.
-		jt := &jobTx{Tx: tx, state: rollDone}
+		jt := &jobTx{Tx: tx, state: rollDone, jobID: job.ID}
 		if dirty {
 			jt.state = rollPending
 		}

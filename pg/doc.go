@@ -133,9 +133,12 @@
 // callback (QueryRow, Query, Exec) to read its results into the job's
 // Result; what one statement cannot know from another's result in Go it
 // can in SQL (a data-modifying WITH; shop's buySQL sells, inserts the
-// order and returns the stock left in one statement). Not: BEGIN, COMMIT,
-// ROLLBACK or SAVEPOINT statements, nor several statements in one string
-// (a batch sends each as a prepared statement). A failed statement aborts
+// order and returns the stock left in one statement). Not: statements
+// that end or reshape the transaction (BEGIN, START, COMMIT, END,
+// ROLLBACK, ABORT, SAVEPOINT, RELEASE, PREPARE TRANSACTION): Queue's job
+// is refused with them, before anything is sent, failing for good with
+// ErrTxOwned (TestTransactionControlIsRefused); nor several statements in
+// one string (a batch sends each as a prepared statement). A failed statement aborts
 // the transaction: in the fast path that is expected (the careful path
 // follows), so a statement that is expected to fail (an INSERT that may
 // hit a unique key) costs a careful path every time; write it to succeed
@@ -216,8 +219,10 @@
 //
 // It must not:
 //   - commit or roll back the transaction (the tx refuses: ErrTxOwned), nor
-//     send COMMIT or ROLLBACK through it, nor touch the savepoint
-//     keylane_job, nor escape it through tx.Conn();
+//     send COMMIT, ROLLBACK, BEGIN, SAVEPOINT, RELEASE or the like through
+//     it (refused before they are sent, wherever they sit in the string,
+//     with a permanent ErrTxOwned: TestTransactionControlIsRefused; its own
+//     savepoints go through tx.Begin), nor escape it through tx.Conn();
 //   - write through another connection or pool: such writes are not in the
 //     transaction, so not undone with it, not fenced, not exactly once;
 //   - have side effects outside the database that must happen once (mail,

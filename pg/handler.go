@@ -71,6 +71,7 @@ var ErrTxOwned = errors.New("keylanepg: the group's transaction is keylanepg's t
 type jobTx struct {
 	pgx.Tx
 	state rollState
+	jobID string
 }
 
 // rollState tells where a job's savepoint stands.
@@ -135,6 +136,9 @@ func (t *jobTx) roll(ctx context.Context, sql string, args []any) (pgx.BatchResu
 }
 
 func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := refuseTxControl(t.jobID, sql); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	if t.state != rollPending || !rides(args) {
 		if err := t.flush(ctx); err != nil {
 			return pgconn.CommandTag{}, err
@@ -153,6 +157,9 @@ func (t *jobTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comma
 }
 
 func (t *jobTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := refuseTxControl(t.jobID, sql); err != nil {
+		return nil, err
+	}
 	if t.state != rollPending || !rides(args) {
 		if err := t.flush(ctx); err != nil {
 			return nil, err
@@ -180,6 +187,11 @@ func (t *jobTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 }
 
 func (t *jobTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, qq := range b.QueuedQueries {
+		if err := refuseTxControl(t.jobID, qq.SQL); err != nil {
+			return errBatch{err}
+		}
+	}
 	if err := t.flush(ctx); err != nil {
 		return errBatch{err}
 	}

@@ -122,7 +122,15 @@ func queue(p PipelineHandler, job keylane.Job, b *pgx.Batch) (res Result, err er
 		}
 		res = safeResult(job, res)
 	}()
-	return p.Queue(job, b)
+	if res, err = p.Queue(job, b); err != nil {
+		return nil, err
+	}
+	for _, qq := range b.QueuedQueries[n:] {
+		if err := refuseTxControl(job.ID, qq.SQL); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 // safeResult turns a Result's panic into the job's error.

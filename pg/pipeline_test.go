@@ -350,3 +350,60 @@ func pipelineFunc(t *testing.T, name, text string) string {
 	}
 	return strings.Join(strings.Fields(text[i:i+j]), " ")
 }
+
+// TestTransactionControlIsRefused: a job whose statements would end or
+// reshape keylanepg's transaction (COMMIT, ROLLBACK, a savepoint of its
+// own outside tx.Begin, BEGIN...), queued by a PipelineHandler or sent
+// through a Handler's tx, is refused before anything is sent: the job
+// fails permanently with ErrTxOwned and the group's other jobs commit
+// with their outcomes. Failed before: the pipeline's COMMIT committed the
+// fence and the jobs before it without their outcomes (a redelivery would
+// have applied them again), and the Handler's went to the server.
+func TestTransactionControlIsRefused(t *testing.T) {
+	for _, kind := range applyKinds {
+		t.Run(kind, func(t *testing.T) {
+			_, db := startShop(t, 4)
+			ctx := context.Background()
+			setStock(t, db, "a", 10)
+			setStock(t, db, "b", 10)
+			sqls := []string{"COMMIT", "  commit", "/* hi */ ROLLBACK", "-- x\nend", "begin", "SAVEPOINT s", "release savepoint keylane_job", "rollback to savepoint keylane_job", "START TRANSACTION", "abort"}
+			var jobs []keylane.Job
+			for i := range sqls {
+				jobs = append(jobs, buy(fmt.Sprintf("a%d", i), "a"), keylane.Job{ID: fmt.Sprintf("x%d", i), Key: "b", Payload: []byte(sqls[i])})
+			}
+			var out []keylanepg.Outcome
+			var err error
+			if kind == "pipeline" {
+				out, err = keylanepg.ApplyPipeline(ctx, db, group(0, 1, jobs...), keylanepg.PipelineFunc(func(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {
+					if job.Key == "b" {
+						b.Queue(string(job.Payload))
+						return nil, nil
+					}
+					return shop.SellPipeline.Queue(job, b)
+				}))
+			} else {
+				out, err = keylanepg.Apply(ctx, db, group(0, 1, jobs...), keylanepg.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job keylane.Job) ([]byte, error) {
+					if job.Key == "b" {
+						_, err := tx.Exec(ctx, string(job.Payload))
+						return nil, err
+					}
+					return shop.Sell.Handle(ctx, tx, job)
+				}))
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range out {
+				switch {
+				case o.Key == "a" && o.Status != keylanepg.Applied:
+					t.Errorf("%s: %s %v, want applied", o.JobID, o.Status, o.Err)
+				case o.Key == "b" && (o.Status != keylanepg.Failed || !errors.Is(o.Err, keylanepg.ErrTxOwned) || !errors.Is(o.Err, keylane.ErrPermanent)):
+					t.Errorf("%s: %s %v, want failed for good with ErrTxOwned", o.JobID, o.Status, o.Err)
+				}
+			}
+			if a := audit(t, db, "a"); a.Orders != int64(len(sqls)) || a.OrdersWithoutOutcome != 0 {
+				t.Errorf("sku a: %+v, want %d orders, each with its outcome", a, len(sqls))
+			}
+		})
+	}
+}
