@@ -84,7 +84,6 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	return exitError(2)
 }
 
-// parse parses a command's flags: cmdutil.Parse.
 // subcommand checks args[0], a command's subcommand: nil when known
 // says it is one; otherwise the usage (on out for -h, exit 0; on errOut,
 // exit 2, naming what kind of command was unknown).
@@ -103,6 +102,7 @@ func subcommand(args []string, kind string, known func(string) bool, usage strin
 	return nil
 }
 
+// parse parses a command's flags: cmdutil.Parse.
 func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 	return cmdutil.Parse(fs, args, errOut)
 }
