@@ -213,9 +213,9 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 	})
 	var (
 		results = make([]Result, len(g.Jobs))
-		refused = make(map[int]error) // jobs whose Queue failed: nothing sent
-		holding map[string]bool       // keys newly held by a retriable refusal
-		failed  = -1                  // the job whose statement or callback failed
+		refused map[int]error   // jobs whose Queue failed: nothing sent
+		holding map[string]bool // keys newly held by a retriable refusal
+		failed  = -1            // the job whose statement or callback failed
 	)
 	for i, job := range g.Jobs {
 		if held[job.Key] || holding[job.Key] {
@@ -228,6 +228,9 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 			// Nothing of the job is sent: it fails alone, as in its
 			// savepoint, and a retriable failure holds its key's later
 			// jobs.
+			if refused == nil {
+				refused = make(map[int]error)
+			}
 			refused[i] = err
 			if !errors.Is(err, keylane.ErrPermanent) {
 				if holding == nil {

@@ -7,12 +7,13 @@ import (
 	"github.com/keylane/keylane"
 )
 
-// txKeywords start the statements that would end or reshape keylanepg's
-// transaction from inside a job: commit or roll it back (COMMIT, END,
-// ROLLBACK, ABORT, PREPARE TRANSACTION), begin another (BEGIN, START), or
-// move its savepoints (SAVEPOINT, RELEASE; a Handler nests its own with
-// tx.Begin, which keylanepg sends).
-var txKeywords = []string{"abort", "begin", "commit", "end", "prepare transaction", "release", "rollback", "savepoint", "start"}
+// txWords are the first words of the statements that would end or
+// reshape keylanepg's transaction from inside a job: commit or roll it
+// back (COMMIT, END, ROLLBACK, ABORT, and PREPARE TRANSACTION, matched
+// with its second word), begin another (BEGIN, START), or move its
+// savepoints (SAVEPOINT, RELEASE; a Handler nests its own with tx.Begin,
+// which keylanepg sends).
+var txWords = []string{"abort", "begin", "commit", "end", "release", "rollback", "savepoint", "start"}
 
 // refuseTxControl returns a permanent error wrapping ErrTxOwned when a
 // statement of sql ends or reshapes the transaction: such a statement is
@@ -21,14 +22,42 @@ var txKeywords = []string{"abort", "begin", "commit", "end", "prepare transactio
 // text.
 func refuseTxControl(jobID, sql string) error {
 	for _, stmt := range statements(sql) {
-		s := strings.ToLower(stmt)
-		for _, kw := range txKeywords {
-			if strings.HasPrefix(s, kw) && (len(s) == len(kw) || !isWordByte(s[len(kw)])) {
-				return keylane.Permanent(fmt.Errorf("%w: job %s sent %s", ErrTxOwned, jobID, strings.ToUpper(kw)))
+		first, rest := word(stmt)
+		kw := ""
+		if strings.EqualFold(first, "prepare") {
+			if second, _ := word(rest); strings.EqualFold(second, "transaction") {
+				kw = "PREPARE TRANSACTION"
 			}
+		} else {
+			for _, w := range txWords {
+				if strings.EqualFold(first, w) {
+					kw = strings.ToUpper(w)
+				}
+			}
+		}
+		if kw != "" {
+			return keylane.Permanent(fmt.Errorf("%w: job %s sent %s", ErrTxOwned, jobID, kw))
 		}
 	}
 	return nil
+}
+
+// word splits s, past leading blanks, into its first word (letters,
+// digits, '_' and bytes of multi-byte runes) and the rest.
+func word(s string) (string, string) {
+	s = strings.TrimLeft(s, " \t\n\r\f")
+	i := 0
+	for i < len(s) && isWordByte(lower(s[i])) {
+		i++
+	}
+	return s[:i], s[i:]
+}
+
+func lower(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 func isWordByte(c byte) bool {
@@ -104,7 +133,7 @@ func statements(sql string) []string {
 // isTag tells whether s can be a dollar quote's tag (empty, or a word).
 func isTag(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i] | 0x20; !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && s[i] >= '0' && s[i] <= '9') {
+		if c := lower(s[i]); !(c == '_' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
 			return false
 		}
 	}

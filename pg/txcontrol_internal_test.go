@@ -16,13 +16,13 @@ func TestRefuseTxControl(t *testing.T) {
 	refused := []string{
 		"COMMIT", "commit;", "  Commit  ", "END", "end work", "ROLLBACK", "rollback to savepoint keylane_job",
 		"ABORT", "BEGIN", "begin isolation level serializable", "START TRANSACTION", "SAVEPOINT s",
-		"RELEASE SAVEPOINT keylane_job", "prepare transaction 'x'", "/* c */ commit", "-- c\ncommit",
+		"RELEASE SAVEPOINT keylane_job", "prepare transaction 'x'", "PREPARE\n  Transaction 'x'", "/* c */ commit", "-- c\ncommit",
 		"select 1; commit", "update t set a = 'x;'; rollback", "select $$;$$; end", "select $t$ ' $t$;commit",
 	}
 	allowed := []string{
 		"", ";", "SELECT 'commit'", "select 1 -- ; commit", "select 1 /* ; commit */", "update t set note = 'x; commit'",
 		`select "end" from t`, "select endpoint from t", "UPDATE stock SET n = n - 1", "select $$;commit$$",
-		"select $tag$ ; rollback $tag$", "insert into orders (committed) values (true)", "select 1; select 2",
+		"select $tag$ ; rollback $tag$", "prepare q as select 1", "begin_date", "select $my_tag$ ; commit $my_tag$", "insert into orders (committed) values (true)", "select 1; select 2",
 		"WITH u AS (UPDATE stock SET n = n - 1 RETURNING n) SELECT n FROM u", "select 'it''s; commit'",
 	}
 	for _, sql := range refused {
