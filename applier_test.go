@@ -165,10 +165,20 @@ func TestApplierJoinsManyKeysInOneTransaction(t *testing.T) {
 		return w.Stats().Runs >= keys+1
 	})
 	open()
-	if n := <-a.sizes; n != 1 {
+	next := func() int {
+		return testwait.Until(t, 20*time.Second, "the next call", func() (int, bool) {
+			select {
+			case n := <-a.sizes:
+				return n, true
+			default:
+				return 0, false
+			}
+		})
+	}
+	if n := next(); n != 1 {
 		t.Fatalf("the held call carried %d jobs, want 1", n)
 	}
-	if n := <-a.sizes; n != keys {
+	if n := next(); n != keys {
 		t.Fatalf("the next call carried %d jobs, want all %d queued keys'", n, keys)
 	}
 }

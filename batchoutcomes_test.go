@@ -166,8 +166,8 @@ func TestBatchRedeliveredBeforeItsOutcomesWereKept(t *testing.T) {
 	g := &gateLast{tagger: tagger{newCounter()}, n: len(payloads) + 1, hit: make(chan struct{}), release: make(chan struct{})}
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(g.release) }) }
-	t.Cleanup(release)
 	w1 := batchWorker(e, "w1", g)
+	t.Cleanup(release) // after w1's own: its Stop waits on a gated Committed
 	e.waitOwned(w1)
 	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
@@ -497,11 +497,11 @@ func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
 	g := &gateLast{tagger: tagger{newCounter()}, n: len(payloads) + 1, hit: make(chan struct{}), release: make(chan struct{})}
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(g.release) }) }
-	t.Cleanup(release)
 	storing := func(r Reducer) func(*WorkerConfig) {
 		return func(c *WorkerConfig) { c.Handler, c.Reducer, c.Batches, c.StoreResults = nil, r, true, true }
 	}
 	w1 := e.worker("w1", nil, storing(g))
+	t.Cleanup(release) // after w1's own: its Stop waits on a gated Committed
 	e.waitOwned(w1)
 	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
