@@ -177,17 +177,27 @@ func TestFailingJobRollsBackAlone(t *testing.T) {
 	}
 }
 
-// TestJSONHandler applies the shop's JSON purchase: a good request is
-// applied with a JSON result, a payload that does not decode fails
-// permanently and writes nothing.
-func TestJSONHandler(t *testing.T) {
+// TestJSONHandler applies the shop's JSON purchase, through Apply
+// (shop.SellJSON) and ApplyPipeline (shop.SellJSONPipeline): a good
+// request is applied with a JSON result, a payload that does not decode
+// fails permanently and writes nothing.
+func TestJSONHandler(t *testing.T) { forKinds(t, testJSONHandler) }
+
+func testJSONHandler(t *testing.T, kind string) {
 	_, db := startShop(t, 2)
 	setStock(t, db, "a", 1)
-	out, err := keylanepg.Apply(context.Background(), db, group(0, 1,
+	g := group(0, 1,
 		keylane.Job{ID: "j1", Key: "a", Payload: []byte(`{"qty":1}`)},
 		keylane.Job{ID: "j2", Key: "a", Payload: []byte(`not json`)},
 		keylane.Job{ID: "j3", Key: "a", Payload: []byte(`{"qty":1}`)},
-	), shop.SellJSON)
+	)
+	var out []keylanepg.Outcome
+	var err error
+	if kind == "pipeline" {
+		out, err = keylanepg.ApplyPipeline(context.Background(), db, g, shop.SellJSONPipeline)
+	} else {
+		out, err = keylanepg.Apply(context.Background(), db, g, shop.SellJSON)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/redistest"
 	keylanepg "github.com/keylane/keylane/pg"
+	"github.com/keylane/keylane/pg/pgtest"
 	"github.com/keylane/keylane/pg/shop"
 )
 
@@ -43,24 +44,7 @@ func testConnectionCutMidGroup(t *testing.T, kind string) {
 		{"AtCommit", "Q\x00\x00\x00\x0bcommit\x00", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			proxy, err := redistest.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer proxy.Close()
-			cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", proxy.Addr))
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Every statement's text goes with its execution (no prepared
-			// statement cache): the marker's message is the one that runs
-			// the statement, not a Parse sent on its own before it.
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-			db, err := pgxpool.NewWithConfig(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
+			proxy, db := cutPool(t, s)
 			sku := "cut-" + kind + "-" + tc.name
 			setStock(t, direct, sku, 10)
 			g := group(20, 1, buy(sku+"-1", sku), buy(sku+"-2", sku))
@@ -120,23 +104,7 @@ func TestWorkerConnectionCutAtCommit(t *testing.T) { forKinds(t, testWorkerConne
 
 func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
 	s, direct := startShop(t, 4)
-	proxy, err := redistest.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", proxy.Addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every statement's text on the wire each time (no prepared statement
-	// cache), so the proxy sees the marker on any connection.
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	proxy, db := cutPool(t, s)
 	setStock(t, direct, "k", 30)
 	ns := natstest.Start(t)
 	hist := newHistory()
@@ -188,23 +156,7 @@ func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
 // outcome no buyer was told).
 func TestPipelineConnectionCut(t *testing.T) {
 	s, direct := startShop(t, 4)
-	proxy, err := redistest.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", proxy.Addr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every statement's text goes with its execution, so the proxy sees
-	// the marker in the message that runs it, on any connection.
-	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
-	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	proxy, db := cutPool(t, s)
 	setStock(t, direct, "k", 60)
 	nsrv := natstest.Start(t)
 	hist := newHistory()
@@ -250,4 +202,29 @@ func TestPipelineConnectionCut(t *testing.T) {
 		t.Error("no job answered from the record: the group cut at COMMIT was not found committed")
 	}
 	t.Logf("%d transactions failed, %d jobs answered from the record", failed.Load(), recorded.Load())
+}
+
+// cutPool connects a pool to s through a fault proxy, both closed when
+// the test ends. Every statement's text goes with its execution (no
+// prepared statement cache): the message that carries a marker is the
+// one that runs its statement, on any connection, not a Parse sent on
+// its own before it.
+func cutPool(t testing.TB, s *pgtest.Server) (*redistest.Proxy, *pgxpool.Pool) {
+	t.Helper()
+	proxy, err := redistest.NewProxy(fmt.Sprintf("127.0.0.1:%d", s.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	cfg, err := pgxpool.ParseConfig(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", proxy.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	db, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return proxy, db
 }

@@ -117,6 +117,9 @@ func TestPipelineSendsTheGroupInThreeRoundTrips(t *testing.T) {
 	if trips[1] != 3 {
 		t.Errorf("the pipeline's transaction took %d round trips, want 3", trips[1])
 	}
+	if trips[0] <= int64(len(jobs)) {
+		t.Errorf("the Handler's transaction took %d round trips for %d jobs, want one a statement at least", trips[0], len(jobs))
+	}
 }
 
 // TestPipelineFailingJobRollsBackAlone is TestFailingJobRollsBackAlone
@@ -254,29 +257,6 @@ func TestPipelineStaleFenceChangesNothing(t *testing.T) {
 	}
 	if got, _ := keylanepg.Lookup(ctx, db, ns, []string{"old1", "old2"}); len(got) != 0 {
 		t.Errorf("the stale group's jobs are recorded: %v", got)
-	}
-}
-
-// TestPipelineJSON applies the shop's JSON purchase as a pipeline: a good
-// request gets its JSON result, a payload that does not decode fails
-// permanently and writes nothing.
-func TestPipelineJSON(t *testing.T) {
-	_, db := startShop(t, 2)
-	setStock(t, db, "a", 1)
-	out, err := keylanepg.ApplyPipeline(context.Background(), db, group(0, 1,
-		keylane.Job{ID: "j1", Key: "a", Payload: []byte(`{"qty":1}`)},
-		keylane.Job{ID: "j2", Key: "a", Payload: []byte(`not json`)},
-		keylane.Job{ID: "j3", Key: "a", Payload: []byte(`{"qty":1}`)},
-	), shop.SellJSONPipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{`j1 applied {"sold":true,"left":0}`, `j3 applied {"sold":false,"left":0}`}
-	if got := results([]keylanepg.Outcome{out[0], out[2]}); !slices.Equal(got, want) {
-		t.Errorf("got %q, want %q", got, want)
-	}
-	if out[1].Status != keylanepg.Failed || !errors.Is(out[1].Err, keylane.ErrPermanent) {
-		t.Errorf("bad payload: %+v", out[1])
 	}
 }
 
