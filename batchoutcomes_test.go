@@ -258,29 +258,7 @@ func TestRetriedBatchedCallIsAnsweredFromItsBatchEntry(t *testing.T) {
 	r := tagger{newCounter()}
 	w := batchWorker(e, "w", r)
 	e.waitOwned(w)
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
-	payloads := []string{"a", "b", "c", "d"}
-	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
-	swallow.Remove()
-	checkOwnResults(t, done, payloads)
-	testwait.Eventually(t, 10*time.Second, "the batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
-	_, batches := e.resultsKeys()
-	if len(batches) != 1 {
-		t.Fatalf("batch entries %v, want one", batches)
-	}
-	var first wire.BatchOutcome
-	for _, outs := range batches {
-		first = outs[0]
-	}
-	reqs := make([]Request, HeldJobs+10)
-	for i := range reqs {
-		reqs[i] = Request{Key: "seat:a", Payload: []byte("later")}
-	}
-	if _, err := c.SubmitMany(ctx(t), reqs); err != nil {
-		t.Fatal(err)
-	}
-	want := strconv.Itoa(len(payloads) + 1 + len(reqs))
-	testwait.Eventually(t, 30*time.Second, "the later jobs applied", func() bool { return e.stateOf("seat:a") == want })
+	first, want, c := batchPastItsHeldWindow(t, e)
 	kept, _, _ := decodeResult(first.Value)
 	if res, err := c.Result(ctx(t), first.ID); err != nil || string(res) != string(kept) {
 		t.Fatalf("Result(%s) = %q, %v; want %q", first.ID, res, err, kept)
