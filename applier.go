@@ -34,6 +34,13 @@ import (
 //     The worker neither replies nor acks, and applies the group again
 //     with backoff for as long as its lease lasts (the record tells what
 //     did commit). Such errors never dead-letter a job.
+//
+// An Applier that has a configuration to check implements
+// Validate() error (keylanepg.Applier does): NewWorker calls it and
+// refuses the worker with its error, so a misconfiguration is an error at
+// start, not a worker that takes partitions and then holds every job on
+// a refusal for good (TestWorkerRefusesAMisconfiguredApplier, in
+// keylanepg).
 type GroupApplier interface {
 	ApplyGroup(ctx context.Context, g JobGroup) ([]JobOutcome, error)
 }

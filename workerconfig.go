@@ -32,6 +32,7 @@ type WorkerConfig struct {
 	// in one transaction that also records their outcomes and checks the
 	// partition's fence (see GroupApplier; keylanepg is one for
 	// PostgreSQL). Exactly once then rests on the database's record.
+	// NewWorker refuses one whose Validate method (if it has one) fails.
 	Applier GroupApplier
 	// ID names this worker in the members bucket, on lease entries and on
 	// dead letters. Defaults to "<hostname>-<pid>-<random>". Letters,
@@ -147,6 +148,11 @@ func DefaultWorkerID() string {
 func (c *WorkerConfig) setDefaults() error {
 	if n := btoi(c.Handler != nil) + btoi(c.Reducer != nil) + btoi(c.Applier != nil); n != 1 {
 		return fmt.Errorf("keylane: WorkerConfig needs exactly one of Handler, Reducer and Applier (%d set)", n)
+	}
+	if v, ok := c.Applier.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("keylane: WorkerConfig.Applier: %w", err)
+		}
 	}
 	if err := c.Topology.setDefaults(); err != nil {
 		return err

@@ -47,10 +47,21 @@ type Applier struct {
 // (PGPROC_MAX_CACHED_SUBXIDS), so that a group never overflows it.
 const DefaultMaxJobs = 64
 
+// Validate reports what is wrong with a's configuration: a DB, and
+// exactly one of Handler and Pipeline. keylane.NewWorker calls it and
+// refuses an Applier it fails, so a worker never starts to hold its
+// first jobs on a refusal for good.
+func (a *Applier) Validate() error {
+	if a.DB == nil || (a.Handler == nil) == (a.Pipeline == nil) {
+		return errors.New("keylanepg: Applier needs a DB, and a Handler or a Pipeline (one of them)")
+	}
+	return nil
+}
+
 // ApplyGroup applies g through Apply and maps its outcomes.
 func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane.JobOutcome, error) {
-	if a.DB == nil || (a.Handler == nil) == (a.Pipeline == nil) {
-		return nil, keylane.Permanent(errors.New("keylanepg: Applier needs a DB, and a Handler or a Pipeline (one of them)"))
+	if err := a.Validate(); err != nil {
+		return nil, keylane.Permanent(err)
 	}
 	cfg := applyOpts{idle: a.IdleTimeout}
 	limit := a.MaxJobs

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/nats-io/nats.go"
 	"os"
 	"slices"
 	"strings"
@@ -277,6 +279,30 @@ func TestApplierNeedsOneKindOfHandler(t *testing.T) {
 	}
 	if a := audit(t, db, "a"); a.Orders != 0 {
 		t.Errorf("audit: %+v", a)
+	}
+}
+
+// TestWorkerRefusesAMisconfiguredApplier: NewWorker refuses an Applier
+// without a DB or without exactly one of Handler and Pipeline, naming
+// what is wrong, before it starts. Before, NewWorker took it, the worker
+// started, and the first job's apply was refused for good: held at ERROR
+// until an operator read the log.
+func TestWorkerRefusesAMisconfiguredApplier(t *testing.T) {
+	_, db := startShop(t, 2)
+	nc, err := nats.Connect(natstest.Start(t).ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for name, a := range map[string]*keylanepg.Applier{
+		"both":    {DB: db, Handler: shop.Sell, Pipeline: shop.SellPipeline},
+		"neither": {DB: db},
+		"no DB":   {Pipeline: shop.SellPipeline},
+	} {
+		_, err := keylane.NewWorker(nc, keylane.WorkerConfig{Topology: keylane.TopologyConfig{Namespace: ns}, Applier: a})
+		if err == nil || !strings.Contains(err.Error(), "keylanepg: Applier needs a DB") {
+			t.Errorf("%s: NewWorker took the Applier (err %v); want its refusal", name, err)
+		}
 	}
 }
 
