@@ -36,6 +36,7 @@ type pgSale struct {
 	db     *pgxpool.Pool
 	local  *sale.Local     // keylane → Postgres
 	client *keylane.Client // keylane → Postgres
+	stages *stages         // KEYLANE_BENCH_STAGES
 }
 
 func (p *pgSale) Name() string { return p.name }
@@ -96,7 +97,9 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 		return nil
 	}
 	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
+	p.stages = newStages()
 	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
+		WorkerObserver: p.stages.worker(), ClientObserver: p.stages.client(),
 		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(), BatchCork: pgCork(natsSync),
 		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", pgPartitions), StreamShards: envInt("KEYLANE_BENCH_PG_SHARDS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
@@ -138,6 +141,7 @@ func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 		sh = pgBulkShop{s, q}
 	}
 	res, err := sell(ctx, w, sh, p.name == pgSubmitRow, 0, worker)
+	p.stages.report(os.Stderr, w.Label()+" | "+p.name)
 	if err != nil || p.name == pgUpdateRow {
 		return res, err
 	}
