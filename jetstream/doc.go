@@ -1484,7 +1484,8 @@
 // TestInspectJobInItsBatchEntry and TestInspectJobReadsEveryDeadLetter
 // (past the first pull's 256 messages). The status page runs the same
 // look-ups (?job=ID, ?key=KEY; TestLookupJSON, TestLookupsInABrowser),
-// each read anew, so a look-up's page does not reload itself (it did
+// each read anew, at most statuspage.Config.MaxLookups (2) at once (one
+// beyond is refused at once, saying so: TestLookupsAreCapped), so a look-up's page does not reload itself (it did
 // every 5s, a dead-letter scan each time, for as long as the tab stayed
 // open: TestLookupPageDoesNotReload); as a worker's user it needs the
 // consumer permissions on NS_DEAD that docs/security/accounts.conf gives

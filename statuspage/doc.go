@@ -23,7 +23,10 @@
 // returns Page.Lookup), with keylane.InspectJob and keylane.InspectState:
 // what `keylane job ID --key KEY` and `keylane state get KEY` print. A
 // look-up is read for each request, never cached, bounded by its own
-// Config.Timeout, and its page does not reload itself (a tab left open
+// Config.Timeout; at most Config.MaxLookups (2) read NATS at once, and
+// one beyond them is refused at once in its box, reading nothing (a job's
+// look-up scans the dead-letter stream: many at once were as many scans,
+// TestLookupsAreCapped); its page does not reload itself (a tab left open
 // on a job would read the dead-letter stream through every Refresh:
 // TestLookupPageDoesNotReload); a bad job ID or key, or a failed read, is an error in
 // the look-up's box, and the namespace's reading is shown as ever. With

@@ -26,6 +26,7 @@ const (
 	DefaultMaxAge      = time.Second
 	DefaultRefresh     = 5 * time.Second
 	DefaultDeadLetters = 20
+	DefaultMaxLookups  = 2
 )
 
 // Config configures Handler. The zero value serves the default namespace.
@@ -48,6 +49,12 @@ type Config struct {
 	// DeadLetters is how many dead letters the page lists, oldest first
 	// (the count is always the stream's). Defaults to 20.
 	DeadLetters int
+	// MaxLookups is how many look-ups (?job=, ?key=) may read NATS at
+	// once: each reads anew, a job's look-up scans the dead-letter
+	// stream, and a reload-happy browser or a script must not turn the
+	// page into that many scans. One beyond it is refused at once, in
+	// its look-up's box, and reads nothing. Defaults to 2.
+	MaxLookups int
 }
 
 // Page is one reading of a namespace: what the HTML page shows and what
@@ -104,8 +111,8 @@ func Handler(js jetstream.JetStream, cfg Config) (http.Handler, error) {
 	if js == nil {
 		return nil, errors.New("statuspage: a JetStream context is required")
 	}
-	if cfg.Timeout < 0 || cfg.MaxAge < 0 || cfg.DeadLetters < 0 {
-		return nil, fmt.Errorf("statuspage: Timeout %s, MaxAge %s and DeadLetters %d must not be negative", cfg.Timeout, cfg.MaxAge, cfg.DeadLetters)
+	if cfg.Timeout < 0 || cfg.MaxAge < 0 || cfg.DeadLetters < 0 || cfg.MaxLookups < 0 {
+		return nil, fmt.Errorf("statuspage: Timeout %s, MaxAge %s, DeadLetters %d and MaxLookups %d must not be negative", cfg.Timeout, cfg.MaxAge, cfg.DeadLetters, cfg.MaxLookups)
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = keylane.DefaultNamespace
@@ -122,7 +129,10 @@ func Handler(js jetstream.JetStream, cfg Config) (http.Handler, error) {
 	if cfg.DeadLetters == 0 {
 		cfg.DeadLetters = DefaultDeadLetters
 	}
-	return &handler{js: js, cfg: cfg, sem: make(chan struct{}, 1)}, nil
+	if cfg.MaxLookups == 0 {
+		cfg.MaxLookups = DefaultMaxLookups
+	}
+	return &handler{js: js, cfg: cfg, sem: make(chan struct{}, 1), lookups: make(chan struct{}, cfg.MaxLookups)}, nil
 }
 
 type handler struct {
@@ -134,6 +144,8 @@ type handler struct {
 	sem    chan struct{}
 	last   Page
 	lastAt time.Time
+	// lookups holds a token per look-up reading NATS (MaxLookups).
+	lookups chan struct{}
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -150,9 +162,16 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	p := h.read(ctx)
 	if q := r.URL.Query(); q.Has("job") || q.Has("key") {
-		lctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
-		p.Lookup = h.lookup(lctx, q.Get("job"), q.Get("key"), q.Has("job"))
-		cancel()
+		select {
+		case h.lookups <- struct{}{}:
+			lctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+			p.Lookup = h.lookup(lctx, q.Get("job"), q.Get("key"), q.Has("job"))
+			cancel()
+			<-h.lookups
+		default:
+			p.Lookup = &Lookup{JobID: q.Get("job"), Key: q.Get("key"),
+				Error: fmt.Sprintf("statuspage: %d look-ups are running (Config.MaxLookups); try again in a moment", h.cfg.MaxLookups)}
+		}
 	}
 	code := http.StatusOK
 	if p.Status == nil {

@@ -23,7 +23,9 @@ import (
 // consumer on it and no goroutine behind once answered.
 func TestHostileLookups(t *testing.T) {
 	s := newScene(t)
-	hs := serve(t, s.js, statuspage.Config{Namespace: ns, Worker: workerID, Refresh: -1})
+	// As many look-ups may run at once as the test makes (the default
+	// MaxLookups would refuse most: TestLookupsAreCapped).
+	hs := serve(t, s.js, statuspage.Config{Namespace: ns, Worker: workerID, Refresh: -1, MaxLookups: 24})
 	base := hs.URL + "/keylane/"
 	const evil = `"><script>alert(1)</script><img src=x onerror=alert(2)>`
 	for _, q := range []url.Values{

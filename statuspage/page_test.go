@@ -152,6 +152,7 @@ func TestRoutesAndConfig(t *testing.T) {
 		"negative Timeout":     {js, statuspage.Config{Timeout: -time.Second}},
 		"negative MaxAge":      {js, statuspage.Config{MaxAge: -time.Second}},
 		"negative DeadLetters": {js, statuspage.Config{DeadLetters: -1}},
+		"negative MaxLookups":  {js, statuspage.Config{MaxLookups: -1}},
 	} {
 		if h, err := statuspage.Handler(c.js, c.cfg); err == nil || h != nil {
 			t.Errorf("%s: Handler returned %v, %v; want an error and no handler", name, h, err)
