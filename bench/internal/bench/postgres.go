@@ -84,6 +84,12 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	cfg.MaxConns = 280 // a connection per buyer, below max_connections
+	if p.keylane() {
+		p.stages = newStages()
+		if t := p.stages.tracer(); t != nil {
+			cfg.ConnConfig.Tracer = t
+		}
+	}
 	if p.db, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
 		return err
 	}
@@ -97,7 +103,6 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 		return nil
 	}
 	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
-	p.stages = newStages()
 	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
 		WorkerObserver: p.stages.worker(), ClientObserver: p.stages.client(),
 		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(), BatchCork: pgCork(natsSync),
@@ -113,7 +118,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 }
 
 func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
-	s := pgShop{db: p.db}
+	s := pgShop{db: p.db, stages: p.stages}
 	q := queueShop{keylaneQueue{c: p.client, callIDs: envInt("KEYLANE_BENCH_CALL_IDS", 0) != 0, submitIDs: envInt("KEYLANE_BENCH_SUBMIT_IDS", 0) != 0}}
 	switch p.name {
 	case pgKeylaneRow, pgSubmitRow:
@@ -181,11 +186,14 @@ func (p *pgSale) Teardown(ctx context.Context) {
 // purchase.
 type pgShop struct {
 	db       *pgxpool.Pool
+	stages   *stages // KEYLANE_BENCH_STAGES, keylane's rows
 	purchase func(ctx context.Context, sku, id string) (bool, int, error)
 }
 
 func (s pgShop) stock(ctx context.Context, skus []string, n int64) error {
-	return pgshop.SetStock(ctx, s.db, skus, n)
+	err := pgshop.SetStock(ctx, s.db, skus, n)
+	s.stages.reset() // stocking is not the sale
+	return err
 }
 
 func (s pgShop) buy(ctx context.Context, sku, id string) (bool, int, error) {
