@@ -283,16 +283,22 @@
 // 1.45×. Zero oversell and one order row per unit sold held in every run
 // of every row.
 //
-// What bounds the skewed durable Call is fsyncs: the syncing NATS server
-// and PostgreSQL share the disk's (about 4,500 a second here), and a
-// Call costs a stored batch message, its removal on ack and a commit,
-// each shared by its batch's jobs (about 17 skewed, 30 on the hot SKU),
-// where PostgreSQL's UPDATE groups the commits of its 64 connections
-// into one WAL flush. Partitions are transaction streams: 16 of them
-// (the namespace default) made the skewed Call 2,228 jobs/s against
-// 10,825 with one. Tried and not kept (docs/speed.md): a worker-side
-// cork on the transaction, several transactions in flight per partition
-// (they serialize on the fence row), more jobs streams.
+// What bounds the skewed durable Call is a partition's transaction cycle,
+// and behind it the machine's CPU (docs/speed.md measures each stage with
+// the bench's KEYLANE_BENCH_STAGES): a transaction costs about 0.7 ms
+// and 50 µs a job (BenchmarkApplyManySKUs), so one partition tops out
+// near 20,000 jobs a second, and 64 buyers leave it about 18 jobs a
+// transaction: 10,700 a second. More partitions run transactions at
+// once, but a durable Call costs about 120 µs of CPU (79 in the NATS
+// server, workers and clients, 40 in its PostgreSQL backend): 16,800 a
+// second would take the machine's two cores whole. The disk is not the
+// bound: it syncs 3,758 writes a second with one writer and 9,952 with
+// four. Partitions are transaction streams: 16 of them (the namespace
+// default) made the skewed Call 2,228 jobs/s against 10,825 with one.
+// Tried and not kept (docs/speed.md): a worker-side cork on the
+// transaction, several transactions in flight per partition (they
+// serialize on the fence row; with a shared lock on it, smaller
+// transactions and more commits), more jobs streams.
 //
 // # Another SQL database
 //
