@@ -36,8 +36,8 @@ type Link struct {
 // either is wrong for some peer. The proxy in front of node 2 (the link
 // 0-2), gossiped to node 1 while node 1's own route to node 2 was still
 // being made, gave node 1 a route to node 2 through the link: what node 1
-// sent node 2 was delayed with what node 0 sent, and TestProxiedLink-
-// DelaysReplication's direct gets from node 1 reached node 2 as late as
+// sent node 2 was delayed with what node 0 sent, and the direct gets of
+// TestProxiedLinkDelaysReplication from node 1 reached node 2 as late as
 // node 0's replication did, always answered current (about one start in
 // six on a loaded machine, each pooled or per-account route a separate
 // race). Node 2's own address, gossiped to node 0, gives node 0 a route
