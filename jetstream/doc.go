@@ -907,7 +907,8 @@
 // again, and hands each request to a random member: with one follower's
 // replication 8 s behind (TestNoJobRunsTwiceWithALaggingFollower: R3, the
 // route from the results leader to node 2 delayed through the fault
-// proxy; a worker crashes after keeping 24 handler outcomes and before
+// proxy, which natscluster checks every route of the pair goes through
+// and no other node's does; a worker crashes after keeping 24 handler outcomes and before
 // acking; a new owner gets the 24 again), 10 and 11 of 24 jobs ran a
 // second time with per-ID direct gets, none with leader gets. Even with
 // no fault, a follower applies an entry only when it learns the commit,

@@ -43,8 +43,10 @@ type Options struct {
 	// ProxiedLinks lists pairs of node indexes whose route connections go
 	// through fault proxies (internal/faultproxy), whichever side dials,
 	// so a test can delay the replication between two nodes (Link) while
-	// every other pair talks directly. A node in a proxied link gossips
-	// the proxy its first proxied peer dials as its route address.
+	// every other pair talks directly. With any link, every node
+	// advertises a route address that refuses connections (deadRoute), so
+	// that no route is made from gossip: each is one of the configured
+	// routes, and Launch checks that none escapes its link (CheckRoutes).
 	// Defaults to none.
 	ProxiedLinks [][2]int
 }
@@ -172,6 +174,11 @@ func Launch(ctx context.Context, dir string, opts Options) (*Cluster, error) {
 	if err := c.WaitHealthy(hctx); err != nil {
 		return fail(fmt.Errorf("natscluster: %w", err))
 	}
+	if len(c.links) > 0 {
+		if err := c.CheckRoutes(hctx); err != nil {
+			return fail(err)
+		}
+	}
 	return c, nil
 }
 
@@ -204,12 +211,18 @@ func (c *Cluster) launch(ctx context.Context, opts Options) error {
 	for i := range c.nodes {
 		routes = append(routes, "nats-route://127.0.0.1:"+strconv.Itoa(ports[3*i+1]))
 	}
-	// via[a][b] is the route URL node a dials for node b; advertise[b]
-	// the route URL node b gossips.
+	// via[a][b] is the route URL node a dials for node b; advertise the
+	// route address every node gossips.
 	via := make([][]string, opts.Nodes)
-	advertise := make([]string, opts.Nodes)
+	advertise := ""
 	for a := range via {
 		via[a] = slices.Clone(routes)
+	}
+	if len(opts.ProxiedLinks) > 0 {
+		if err := checkDeadRoute(); err != nil {
+			return err
+		}
+		advertise = deadRoute
 	}
 	for _, pair := range opts.ProxiedLinks {
 		a, b := pair[0], pair[1]
@@ -223,12 +236,6 @@ func (c *Cluster) launch(ctx context.Context, opts Options) error {
 		c.links = append(c.links, l)
 		via[a][b] = "nats-route://" + l.toB.Addr()
 		via[b][a] = "nats-route://" + l.toA.Addr()
-		if advertise[b] == "" {
-			advertise[b] = l.toB.Addr()
-		}
-		if advertise[a] == "" {
-			advertise[a] = l.toA.Addr()
-		}
 	}
 	for i := range c.nodes {
 		dir := filepath.Join(c.dir, "n"+strconv.Itoa(i))
@@ -240,7 +247,7 @@ func (c *Cluster) launch(ctx context.Context, opts Options) error {
 			conf: filepath.Join(dir, "nats.conf"), log: filepath.Join(dir, "nats.log"),
 			clientPort: ports[3*i], routePort: ports[3*i+1], httpPort: ports[3*i+2],
 		}
-		if err := os.WriteFile(n.conf, []byte(n.config(opts.Name, via[i], advertise[i])), 0o644); err != nil {
+		if err := os.WriteFile(n.conf, []byte(n.config(opts.Name, via[i], advertise)), 0o644); err != nil {
 			return err
 		}
 		c.nodes[i] = n
