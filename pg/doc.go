@@ -292,8 +292,8 @@
 // once, but a durable Call costs about 120 µs of CPU (79 in the NATS
 // server, workers and clients, 40 in its PostgreSQL backend): 16,800 a
 // second would take the machine's two cores whole. The disk is not the
-// bound: it syncs 3,758 writes a second with one writer and 9,952 with
-// four. Partitions are transaction streams: 16 of them (the namespace
+// bound: it syncs 4,569 writes a second with one writer and 9,285 with
+// four (BenchmarkFsync in the bench module). Partitions are transaction streams: 16 of them (the namespace
 // default) made the skewed Call 2,228 jobs/s against 10,825 with one.
 // Tried and not kept (docs/speed.md): a worker-side cork on the
 // transaction, several transactions in flight per partition (they
