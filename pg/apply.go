@@ -302,7 +302,9 @@ func handle(ctx context.Context, tx pgx.Tx, job keylane.Job, h Handler) (res []b
 }
 
 // staleFence reads the newer fence that refused g, for the error.
-func staleFence(ctx context.Context, tx pgx.Tx, g Group) error {
+func staleFence(ctx context.Context, tx interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, g Group) error {
 	e := &StaleFenceError{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence}
 	var committed int64
 	if err := tx.QueryRow(ctx, committedFenceSQL, g.Namespace, g.Partition).Scan(&committed); err != nil {

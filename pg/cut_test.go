@@ -21,8 +21,10 @@ import (
 // right after one of its statements reached the server (the statement
 // ran, its reply is lost): in the middle of the group (a purchase's
 // UPDATE; for a PipelineHandler, the one batch of BEGIN, fence, outcomes
-// and every job's statements) or at the outcomes' record, nothing is
-// written; at COMMIT, the group committed and Apply cannot know it.
+// and every job's statements) or at the outcomes' record (a Handler's),
+// nothing is written; at COMMIT (and, for a PipelineHandler on a pool, at
+// the record, which goes with COMMIT), the group committed and Apply
+// cannot know it.
 // Either way Apply fails, and applying the group again (a redelivery)
 // leaves each job applied once: nothing the first time and everything
 // now, or everything the first time and answers from the record now. Run
@@ -37,11 +39,10 @@ func testConnectionCutMidGroup(t *testing.T, kind string) {
 		committed    bool
 	}{
 		{"MidGroup", "UPDATE stock", false},
-		// The outcomes' record ran, COMMIT was never sent.
-		{"AtRecord", "INSERT INTO keylane_outcomes", false},
-		// pgx's COMMIT, a simple query message: 'Q', its length, the text
-		// ("commit" alone would match BEGIN's "read committed").
-		{"AtCommit", "Q\x00\x00\x00\x0bcommit\x00", true},
+		// A Handler's outcomes' record ran, COMMIT was never sent; a
+		// pipeline's went with its COMMIT (recordAndCommit).
+		{"AtRecord", "INSERT INTO keylane_outcomes", kind == "pipeline"},
+		{"AtCommit", commitMarker(kind), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proxy, db := cutPool(t, s)
@@ -123,7 +124,7 @@ func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
 
 	b := newBuyers()
 	b.buy(ctx, c, 1, "warm", []string{"k"}) // the pool's connection is open
-	proxy.CutAfter("Q\x00\x00\x00\x0bcommit\x00")
+	proxy.CutAfter(commitMarker(kind))
 	b.buy(ctx, c, 8, "cut1", sale(12, "k"))
 	if proxy.Cuts() != 1 {
 		t.Fatalf("%d cuts at COMMIT, want 1", proxy.Cuts())
@@ -143,9 +144,9 @@ func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
 // through a pool whose connections go through a proxy that cuts one right
 // after a message reached the server, at each round trip of the fast
 // path in turn: the one batch (BEGIN, fence, outcomes look-up and every
-// job's statements: they ran, in a transaction the cut rolls back), the
-// outcomes' record (ran, rolled back: COMMIT never sent) and COMMIT (the
-// group committed, and the worker cannot know it). The worker must
+// job's statements: they ran, in a transaction the cut rolls back), and
+// the outcomes' record with COMMIT, one message (the group committed,
+// and the worker cannot know it), cut after either. The worker must
 // neither reply nor ack the cut group, try it again, and have the record
 // answer what committed: the group cut at COMMIT comes back Recorded (the
 // fast path finds it in the record and gives way to the careful one).
@@ -183,9 +184,10 @@ func TestPipelineConnectionCut(t *testing.T) {
 	for i, cut := range []struct{ name, marker string }{
 		// shop.SellPipeline's buy, in the batch with BEGIN and the fence.
 		{"batch", "UPDATE stock"},
+		// The record and COMMIT go in one message: either marker cuts
+		// after both ran.
 		{"record", "INSERT INTO keylane_outcomes"},
-		// pgx's COMMIT, a simple query message (see TestConnectionCutMidGroup).
-		{"commit", "Q\x00\x00\x00\x0bcommit\x00"},
+		{"commit", commitMarker("pipeline")},
 	} {
 		before := failed.Load()
 		proxy.CutAfter(cut.marker)
@@ -202,6 +204,19 @@ func TestPipelineConnectionCut(t *testing.T) {
 		t.Error("no job answered from the record: the group cut at COMMIT was not found committed")
 	}
 	t.Logf("%d transactions failed, %d jobs answered from the record", failed.Load(), recorded.Load())
+}
+
+// commitMarker is what the proxy sees of the COMMIT of a group applied
+// by kind through a pool ("commit" alone would match BEGIN's "read
+// committed"): a Handler's transaction is a pgx.Tx, whose Commit is a
+// simple query message ('Q', its length, the text); a PipelineHandler's
+// fast path queues COMMIT behind the record (recordAndCommit), an
+// unnamed statement's Parse: its empty name, then the text.
+func commitMarker(kind string) string {
+	if kind == "pipeline" {
+		return "\x00commit\x00"
+	}
+	return "Q\x00\x00\x00\x0bcommit\x00"
 }
 
 // cutPool connects a pool to s through a fault proxy, both closed when

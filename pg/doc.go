@@ -25,8 +25,9 @@
 // A Handler runs each statement as a round trip of its own. A
 // PipelineHandler (Applier.Pipeline, ApplyPipeline) queues a job's
 // statements on a pgx.Batch instead, and the whole group's go in one
-// round trip: a transaction costs three round trips whatever its number
-// of jobs (see "Pipelined handlers"). shop.SellPipeline is the shop's sale
+// round trip: a transaction costs two round trips on a *pgxpool.Pool
+// (three on another DB) whatever its number of jobs (see "Pipelined
+// handlers"). shop.SellPipeline is the shop's sale
 // that way, one statement a purchase:
 //
 //	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{
@@ -118,7 +119,17 @@
 //     transaction; a callback's error; its Result's error or panic): roll
 //     back, nothing of the group written, and take the careful path.
 //  3. Otherwise one INSERT records every applied job's outcome, and
-//     COMMIT: three round trips in all.
+//     COMMIT. On a DB that lends connections (a *pgxpool.Pool: the fast
+//     path runs its transaction on a connection it acquires) the INSERT
+//     and COMMIT go in one message: two round trips in all. A failed
+//     INSERT makes the server skip the COMMIT, and the transaction is
+//     rolled back whole, the error the record's
+//     (TestPipelineFailedRecordCommitsNothing); a cut connection after
+//     the message leaves the commit's fate unknown, as a cut COMMIT does
+//     (TestConnectionCutMidGroup, TestPipelineConnectionCut). On another
+//     DB (a *pgx.Conn, a pgx.Tx) the transaction is a pgx.Tx, whose
+//     Commit is a round trip of its own: three round trips
+//     (TestPipelineSendsTheGroupInTwoRoundTrips counts both).
 //
 // The careful path is Apply's transaction, above, with each job's queued
 // statements sent as one batch in its own savepoint: a recorded job is
@@ -264,8 +275,8 @@
 //
 //	cd bench && go run . --only postgres --markdown
 //
-// keylane's rows apply through shop.SellPipeline (three round trips a
-// transaction), on one partition whose Applier runs 64 keys at once, and
+// keylane's rows apply through shop.SellPipeline (two round trips a
+// transaction, on a pool), on one partition whose Applier runs 64 keys at once, and
 // send batch messages and no caller's ID (the database keeps the
 // outcome), corked 1 ms when NATS syncs (keylane.ClientConfig.BatchCork);
 // docs/speed.md, "keylane → Postgres", measures each of these alone. On

@@ -8,14 +8,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keylane/keylane"
 )
 
 // PipelineHandler is a Handler that queues a job's statements instead of
 // running them: Apply sends the statements of every job of a group in one
 // round trip, behind the fence and the outcomes look-up, so a transaction
-// costs three round trips (that one, the outcomes' record, COMMIT)
-// whatever its number of jobs, where a Handler's costs one per statement.
+// costs two round trips (that one; the outcomes' record with COMMIT) on a
+// *pgxpool.Pool, three on another DB (the record, then COMMIT), whatever
+// its number of jobs, where a Handler's costs one per statement.
 // Use it when a job's statements do not depend on one another's results
 // in Go (one statement with data-modifying CTEs can do what several would:
 // see shop.SellPipeline).
@@ -160,7 +163,9 @@ var errCareful = errors.New("keylanepg: the group takes the careful path")
 //     group is written — and apply the group the careful way, which
 //     answers recorded jobs from the record and fails a failing job
 //     alone.
-//  3. Otherwise: record every job's outcome, and COMMIT.
+//  3. Otherwise: record every job's outcome, and COMMIT: in one round
+//     trip on a connection the DB lends (a *pgxpool.Pool: lender), in two
+//     through a pgx.Tx (whose Commit is a round trip of its own).
 func applyPipeline(ctx context.Context, db DB, g Group, p PipelineHandler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
 	out, err := applyFast(ctx, db, g, p, cfg, held)
 	if errors.Is(err, errCareful) && ctx.Err() == nil {
@@ -257,11 +262,11 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 			}
 		}
 	}
-	br := db.SendBatch(ctx, &b)
-	tx := br.Tx()
-	if tx != nil {
-		defer tx.Rollback(context.WithoutCancel(ctx))
+	tx, br, err := beginFast(ctx, db, &b)
+	if err != nil {
+		return nil, err
 	}
+	defer tx.end(context.WithoutCancel(ctx))
 	if err := br.Close(); err != nil {
 		if failed >= 0 && ctx.Err() == nil {
 			return nil, errCareful
@@ -300,16 +305,121 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 		out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Applied, Result: res, Fence: g.Fence, At: started}
 		appIDs, appKeys, appRes = append(appIDs, job.ID), append(appKeys, job.Key), append(appRes, res)
 	}
+	var record []any // none when no job applied: COMMIT alone
 	if len(appIDs) > 0 {
-		if _, err := tx.Exec(ctx, recordSQL, g.Namespace, int64(g.Fence), appIDs, appKeys, appRes); err != nil {
-			return nil, fmt.Errorf("keylanepg: record outcomes: %w", err)
-		}
+		record = []any{g.Namespace, int64(g.Fence), appIDs, appKeys, appRes}
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("keylanepg: commit (its fate is unknown: apply again or Lookup): %w", err)
+	if err := tx.recordAndCommit(ctx, record); err != nil {
+		return nil, err
 	}
 	for k := range holding {
 		held[k] = true
 	}
 	return out, nil
+}
+
+// lender is a DB that lends a connection of its own: a *pgxpool.Pool. On
+// one, the fast path runs its transaction on the lent connection and sends
+// the outcomes' record and COMMIT in one round trip (a pgx.Tx's Commit is
+// a round trip of its own).
+type lender interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// fastTx is the fast path's transaction, begun by its first batch: a
+// pgx.Tx's, or one run by hand on a lent connection.
+type fastTx interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	// recordAndCommit runs recordSQL with record (unless nil) and commits.
+	recordAndCommit(ctx context.Context, record []any) error
+	// end rolls back what did not commit and gives back what was lent.
+	end(ctx context.Context)
+}
+
+// beginFast sends b, which begins the transaction (b.BeginTx), on a
+// connection db lends if it is a lender, else through db.SendBatch.
+func beginFast(ctx context.Context, db DB, b *pgx.Batch) (fastTx, pgx.BatchResults, error) {
+	l, ok := db.(lender)
+	if !ok {
+		br := db.SendBatch(ctx, b)
+		return pgxFastTx{br.Tx()}, br, nil
+	}
+	c, err := l.Acquire(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("keylanepg: acquire a connection: %w", err)
+	}
+	// (The pgx.Tx its BatchResults carry is left unused: lentTx commits
+	// and rolls back itself.)
+	return &lentTx{c: c}, c.SendBatch(ctx, b), nil
+}
+
+// pgxFastTx is the fast path's transaction through a pgx.Tx.
+type pgxFastTx struct{ tx pgx.Tx }
+
+func (t pgxFastTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.tx.QueryRow(ctx, sql, args...)
+}
+
+func (t pgxFastTx) recordAndCommit(ctx context.Context, record []any) error {
+	if record != nil {
+		if _, err := t.tx.Exec(ctx, recordSQL, record...); err != nil {
+			return fmt.Errorf("keylanepg: record outcomes: %w", err)
+		}
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("keylanepg: commit (its fate is unknown: apply again or Lookup): %w", err)
+	}
+	return nil
+}
+
+func (t pgxFastTx) end(ctx context.Context) {
+	if t.tx != nil {
+		_ = t.tx.Rollback(ctx)
+	}
+}
+
+// lentTx is the fast path's transaction on a lent connection, begun by the
+// batch's BEGIN and ended by hand.
+type lentTx struct {
+	c *pgxpool.Conn
+}
+
+func (t *lentTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.c.QueryRow(ctx, sql, args...)
+}
+
+// recordAndCommit sends the record and COMMIT in one batch: a failed
+// record skips the COMMIT (the server skips the rest of a pipeline after
+// an error) and leaves the transaction for end to roll back.
+func (t *lentTx) recordAndCommit(ctx context.Context, record []any) error {
+	var b pgx.Batch
+	if record != nil {
+		b.Queue(recordSQL, record...)
+	}
+	commit := b.Queue("commit")
+	var tag pgconn.CommandTag
+	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
+	if err := t.c.SendBatch(ctx, &b).Close(); err != nil {
+		if record != nil && t.c.Conn().PgConn().TxStatus() == 'E' {
+			// The record failed: nothing committed.
+			return fmt.Errorf("keylanepg: record outcomes: %w", err)
+		}
+		return fmt.Errorf("keylanepg: record outcomes and commit (its fate is unknown: apply again or Lookup): %w", err)
+	}
+	if tag.String() == "ROLLBACK" {
+		return fmt.Errorf("keylanepg: commit: %w", pgx.ErrTxCommitRollback)
+	}
+	return nil
+}
+
+// end rolls back a transaction still open (a refused fence, the careful
+// path, a failed record) and gives the connection back; the pool closes
+// one whose state is unknown.
+func (t *lentTx) end(ctx context.Context) {
+	if pc := t.c.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
+		if _, err := t.c.Exec(ctx, "rollback"); err != nil {
+			_ = t.c.Conn().Close(ctx)
+		}
+	}
+	t.c.Release()
 }

@@ -54,15 +54,17 @@ func tracedShop(t *testing.T) (*pgxpool.Pool, *roundTrips) {
 	return traced, rt
 }
 
-// TestPipelineSendsTheGroupInThreeRoundTrips applies the same group of
+// TestPipelineSendsTheGroupInTwoRoundTrips applies the same group of
 // two SKUs' purchases and the shop's other commands through Apply
 // (shop.Sell) and through ApplyPipeline (shop.SellPipeline): the same
-// outcomes and rows, and the pipeline's transaction costs three round
-// trips (begin, fence, outcomes and every job's statements; the record;
-// COMMIT) where the Handler's costs at least one per statement. Fails if
-// the pipeline answers or writes differently, or sends a job's statements
-// on their own.
-func TestPipelineSendsTheGroupInThreeRoundTrips(t *testing.T) {
+// outcomes and rows, and the pipeline's transaction costs two round
+// trips on a pool (begin, fence, outcomes and every job's statements;
+// the record with COMMIT), three on one connection (a pgx.Tx commits in
+// a round trip of its own), where the Handler's costs at least one per
+// statement. Fails if the pipeline answers or writes differently, sends
+// a job's statements on their own, or commits apart from the record on a
+// pool (three round trips before the lent connection).
+func TestPipelineSendsTheGroupInTwoRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	jobs := []keylane.Job{
 		{ID: "s1", Key: "x", Payload: []byte("set 2")},
@@ -73,14 +75,25 @@ func TestPipelineSendsTheGroupInThreeRoundTrips(t *testing.T) {
 		{ID: "s5", Key: "x", Payload: []byte("restock 1")},
 		{ID: "s6", Key: "y", Payload: []byte("get")},
 	}
-	var got [2][]string
-	var trips [2]int64
-	for i, kind := range applyKinds {
-		db, rt := tracedShop(t)
+	// The pipeline again on one connection (a DB that lends none).
+	runs := append(slices.Clone(applyKinds), "pipeline on a connection")
+	got := make([][]string, len(runs))
+	trips := make([]int64, len(runs))
+	for i, kind := range runs {
+		pool, rt := tracedShop(t)
 		for sku, n := range map[string]int64{"a": 3, "b": 1} {
-			if _, err := db.Exec(ctx, `INSERT INTO stock (sku, n) VALUES ($1, $2)`, sku, n); err != nil {
+			if _, err := pool.Exec(ctx, `INSERT INTO stock (sku, n) VALUES ($1, $2)`, sku, n); err != nil {
 				t.Fatal(err)
 			}
+		}
+		var db keylanepg.DB = pool
+		if kind == "pipeline on a connection" {
+			c, err := pool.Acquire(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Release()
+			db, kind = c.Conn(), "pipeline"
 		}
 		rt.n.Store(0)
 		out, err := applyAs(ctx, kind, db, group(0, 1, jobs...))
@@ -92,7 +105,7 @@ func TestPipelineSendsTheGroupInThreeRoundTrips(t *testing.T) {
 			got[i] = append(got[i], fmt.Sprintf("%s %s %s permanent=%v", o.JobID, o.Status, o.Result, errors.Is(o.Err, keylane.ErrPermanent)))
 		}
 		for _, sku := range []string{"a", "b", "x", "y"} {
-			a, err := shop.AuditSKU(ctx, db, ns, sku)
+			a, err := shop.AuditSKU(ctx, pool, ns, sku)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,14 +123,17 @@ func TestPipelineSendsTheGroupInThreeRoundTrips(t *testing.T) {
 		"sku x {Stock:0 Orders:1 Units:2 OrdersWithoutOutcome:0 SoldWithoutOrder:0}",
 		"sku y {Stock:0 Orders:0 Units:0 OrdersWithoutOutcome:0 SoldWithoutOrder:0}",
 	}
-	for i, kind := range applyKinds {
+	for i, kind := range runs {
 		if !slices.Equal(got[i], want) {
 			t.Errorf("%s:\n got %q\nwant %q", kind, got[i], want)
 		}
 	}
-	t.Logf("round trips of one transaction of %d jobs: handler %d, pipeline %d", len(jobs), trips[0], trips[1])
-	if trips[1] != 3 {
-		t.Errorf("the pipeline's transaction took %d round trips, want 3", trips[1])
+	t.Logf("round trips of one transaction of %d jobs: handler %d, pipeline %d, pipeline on a connection %d", len(jobs), trips[0], trips[1], trips[2])
+	if trips[1] != 2 {
+		t.Errorf("the pipeline's transaction took %d round trips on a pool, want 2", trips[1])
+	}
+	if trips[2] != 3 {
+		t.Errorf("the pipeline's transaction took %d round trips on a connection, want 3", trips[2])
 	}
 	if trips[0] <= int64(len(jobs)) {
 		t.Errorf("the Handler's transaction took %d round trips for %d jobs, want one a statement at least", trips[0], len(jobs))
@@ -411,5 +427,48 @@ func TestTransactionControlIsRefused(t *testing.T) {
 				t.Errorf("sku a: %+v, want %d orders, each with its outcome", a, len(sqls))
 			}
 		})
+	}
+}
+
+// TestPipelineFailedRecordCommitsNothing: on a pool the fast path sends
+// the outcomes' record and COMMIT in one message; when the record fails
+// (here a trigger refuses one job's outcome), the server skips the COMMIT
+// and the transaction is rolled back whole: Apply fails saying the record
+// failed (not that the commit's fate is unknown), no order row and no
+// outcome is left, the pool's connection is good for the next group, and
+// applying the group again once the record can be written applies it
+// once.
+func TestPipelineFailedRecordCommitsNothing(t *testing.T) {
+	_, db := startShop(t, 1) // one connection: the next group reuses it
+	ctx := context.Background()
+	setStock(t, db, "r", 5)
+	if _, err := db.Exec(ctx, `CREATE FUNCTION refuse_boom() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	IF NEW.job_id = 'boom' THEN RAISE EXCEPTION 'the test refuses boom''s outcome'; END IF;
+	RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_boom BEFORE INSERT ON keylane_outcomes FOR EACH ROW EXECUTE FUNCTION refuse_boom()`); err != nil {
+		t.Fatal(err)
+	}
+	g := group(0, 1, buy("r1", "r"), buy("boom", "r"))
+	_, err := keylanepg.ApplyPipeline(ctx, db, g, shop.SellPipeline)
+	if err == nil || !strings.Contains(err.Error(), "keylanepg: record outcomes: ") || strings.Contains(err.Error(), "fate is unknown") {
+		t.Fatalf("ApplyPipeline with a refused record: %v; want the record's error, its fate known", err)
+	}
+	if a := audit(t, db, "r"); a != (shop.Audit{Stock: 5}) {
+		t.Fatalf("after the refused record: %+v, want nothing written", a)
+	}
+	if _, err := db.Exec(ctx, `DROP TRIGGER refuse_boom ON keylane_outcomes`); err != nil {
+		t.Fatal(err) // the connection was given back in a transaction
+	}
+	out, err := keylanepg.ApplyPipeline(ctx, db, g, shop.SellPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := results(out); !slices.Equal(got, []string{"r1 applied sold 4", "boom applied sold 3"}) {
+		t.Errorf("applied again: %q", got)
+	}
+	if a := audit(t, db, "r"); a != (shop.Audit{Stock: 3, Orders: 2, Units: 2}) {
+		t.Errorf("applied again: %+v", a)
 	}
 }

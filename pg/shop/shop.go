@@ -103,8 +103,8 @@ func stock(ctx context.Context, tx pgx.Tx, sku string) (int64, error) {
 
 // SellPipeline is Sell as a keylanepg.PipelineHandler: the same commands,
 // results and rows, each a single statement queued with the group's
-// others, so a transaction of many purchases costs three round trips, not
-// two per purchase. A buy is one statement (QueueBuy).
+// others, so a transaction of many purchases costs two round trips (on a
+// pool; see keylanepg's "Pipelined handlers"), not two per purchase. A buy is one statement (QueueBuy).
 var SellPipeline keylanepg.PipelineHandler = keylanepg.PipelineFunc(sellPipeline)
 
 func sellPipeline(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {

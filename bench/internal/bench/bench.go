@@ -211,7 +211,7 @@ Postgres rows: a throwaway postgres per run (pgtest: initdb, 127.0.0.1, max_conn
   synchronous_commit=on with fsync, off otherwise; tables stock(sku, n) and orders(sku, job_id), one order row per unit sold (checked);
   keylane → Postgres: embedded NATS (fsync: sync always), 1 partition (64 keys at once), 3 workers in this process, keylanepg.Applier with
   shop.SellPipeline (conditional UPDATE + order INSERT per purchase as one statement, a partition's ready keys in one transaction
-  of at most 64 jobs whose statements go in one round trip: 3 round trips a transaction), Calls without
+  of at most 64 jobs whose statements go in one round trip, the record with COMMIT: 2 round trips a transaction), Calls without
   a caller's ID, in batch messages (with fsync the clients cork a busy partition's batch 1ms: ClientConfig.BatchCork)
   (Submit: SubmitMany without IDs, in batch messages, then wait until the stream is empty);
   Postgres UPDATE: UPDATE stock SET n = n-1 WHERE sku = $1 AND n > 0, no order row; Postgres FOR UPDATE tx: BEGIN; SELECT n … FOR UPDATE;

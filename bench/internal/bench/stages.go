@@ -28,9 +28,10 @@ import (
 //	         the store (the server timestamps a message before it syncs
 //	         it), the reply's way back
 //
-// and, as a pgx tracer on the workers' pool, a transaction's three round
-// trips: the batch (BEGIN, the fence, the outcomes look-up and the jobs'
-// statements), the record INSERT and the COMMIT.
+// and, as a pgx tracer on the workers' pool, a transaction's round trips:
+// the batch (BEGIN, the fence, the outcomes look-up and the jobs'
+// statements) and the COMMIT, with the record INSERT in it on a pool
+// (keylanepg's fast path) or apart (record).
 //
 // It prints the means of a run to stderr after the run.
 type stages struct {
@@ -83,9 +84,17 @@ func (s *stages) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQuer
 	}
 }
 
-// TraceBatchStart times a batch, from its send to its Close.
-func (s *stages) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
-	return context.WithValue(ctx, stageKey{}, stageStart{time.Now(), &s.batch})
+// TraceBatchStart times a batch, from its send to its Close: the
+// transaction's first, or (on a pool) its record with COMMIT, or its
+// COMMIT alone.
+func (s *stages) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	what := &s.batch
+	if d.Batch != nil && len(d.Batch.QueuedQueries) > 0 {
+		if q := d.Batch.QueuedQueries[len(d.Batch.QueuedQueries)-1]; strings.EqualFold(strings.TrimSpace(q.SQL), "commit") {
+			what = &s.commit
+		}
+	}
+	return context.WithValue(ctx, stageKey{}, stageStart{time.Now(), what})
 }
 
 func (s *stages) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
