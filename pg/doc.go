@@ -280,18 +280,18 @@
 // send batch messages and no caller's ID (the database keeps the
 // outcome), corked 1 ms when NATS syncs (keylane.ClientConfig.BatchCork);
 // docs/speed.md, "keylane → Postgres", measures each of these alone. On
-// a quiet 2-core VM (2026-11-26), 64 buyers, durable
+// a quiet 2-core VM (2026-11-27), 64 buyers, durable
 // (synchronous_commit=on, and keylane's NATS server syncing every
 // write), jobs/s, the medians of 3 interleaved runs:
 //
 //	                 keylane Call   keylane Submit   UPDATE   FOR UPDATE tx
-//	hot SKU          12,204         19,238           2,212    1,012
-//	10k SKUs zipf    10,314         16,279           11,199   4,245
+//	hot SKU          11,709         18,525           1,982    943
+//	10k SKUs zipf    9,720          14,804           9,726    4,019
 //
-// The hot SKU's targets are met: 12.1× the FOR UPDATE transaction
-// (target 10×) and 5.5× the UPDATE (target 5×). The skewed one is not:
-// 0.92× the UPDATE (target 1.5×); Submit, which no buyer waits on, does
-// 1.45×. Zero oversell and one order row per unit sold held in every run
+// The hot SKU's targets are met: 12.4× the FOR UPDATE transaction
+// (target 10×) and 5.9× the UPDATE (target 5×). The skewed one is not:
+// 1.00× the UPDATE (target 1.5×); Submit, which no buyer waits on, does
+// 1.52×. Zero oversell and one order row per unit sold held in every run
 // of every row.
 //
 // What bounds the skewed durable Call is a partition's transaction cycle,
