@@ -815,7 +815,27 @@ func (g *conformanceGen) outcomes() any {
 		}
 		ls = append(ls, lv)
 	}
-	return map[string]any{"protocol": protocolVersion, "kept": ks, "batch_entries": es, "bad_batch_entries": bs, "lookups": ls}
+	// Job IDs a reader looks for in a batch's entry, and those it does
+	// not (wire.ParseBatchedJobID).
+	var ids []batchedIDVector
+	for _, id := range []string{
+		id1 + ".0", id1 + ".1023", id1 + ".17",
+		id1 + ".1024", id1 + ".01", id1 + ".-1", id1 + ".", id1 + ".1x", id1 + ".+1",
+		id1[:21] + ".0", id1 + "A.0", "order-1.0", "order-1", "." + id1, id1[:21] + "-.0", id1 + ".0.0",
+	} {
+		v := batchedIDVector{ID: id}
+		v.BatchID, v.Index, v.OK = wire.ParseBatchedJobID(id)
+		ids = append(ids, v)
+	}
+	return map[string]any{"protocol": protocolVersion, "kept": ks, "batch_entries": es, "bad_batch_entries": bs, "lookups": ls, "batched_ids": ids}
+}
+
+// batchedIDVector is a job ID and how wire.ParseBatchedJobID reads it.
+type batchedIDVector struct {
+	ID      string `json:"id"`
+	OK      bool   `json:"ok"`
+	BatchID string `json:"batch_id"`
+	Index   int    `json:"index"`
 }
 
 // ---- replies.json

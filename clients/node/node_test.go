@@ -28,6 +28,7 @@ import (
 	"github.com/keylane/keylane/internal/sale"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -343,7 +344,8 @@ func heldNamespace(t *testing.T, url, ns string) {
 
 // TestNodeClient runs the Node client's own tests (node --test) against a
 // real server and real Go workers: submit, call, JSON helpers, retries by
-// ID, refusals and bounded timeouts, and the conformance vectors.
+// ID, refusals and bounded timeouts, result(id) of a Go client's batched
+// Call (batchedCall), and the conformance vectors.
 func TestNodeClient(t *testing.T) {
 	node, npm := needNode(t)
 	build(t, npm)
@@ -352,8 +354,10 @@ func TestNodeClient(t *testing.T) {
 	capNamespace(t, l.URL, "nodecap")
 	perm := permServer(t)
 	heldNamespace(t, l.URL, "nodeheld")
+	batchedID, batchedResult, garbledID := batchedCall(t, l, "nodetest")
 	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap", "KEYLANE_BATCHES=on",
-		"KEYLANE_HELD_NAMESPACE=nodeheld", "KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret"}
+		"KEYLANE_HELD_NAMESPACE=nodeheld", "KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret",
+		"KEYLANE_BATCHED_ID=" + batchedID, "KEYLANE_BATCHED_RESULT=" + batchedResult, "KEYLANE_GARBLED_BATCHED_ID=" + garbledID}
 	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {
 		t.Fatal(err)
 	}
@@ -647,4 +651,80 @@ func TestNodeBuyersThroughCuts(t *testing.T) {
 	if by["node"] != buyers*purchases {
 		t.Errorf("%d sold, want all %d purchases (stock was enough)", by["node"], buyers*purchases)
 	}
+}
+
+// batchedCall makes Calls from a Go client (batches on) on one SKU of
+// namespace ns at once, so that they go in batch messages whose outcomes
+// the workers keep per batch (wire.BatchOutcomesKey), and returns the job
+// ID of one (wire.BatchedJobID: the ID a Go NoReplyError names) with its
+// result as the Go side reads it (keylane.InspectJob): what the Node
+// client's result(id) must answer. garbledID names a batch whose entry
+// this puts garbled: result(garbledID) must refuse it, not answer.
+func batchedCall(t *testing.T, l *sale.Local, ns string) (id, result, garbledID string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl, err := l.Client(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Call(ctx, "batched", []byte("set 100")); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(l.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, keylane.Names{Namespace: ns}.Results())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A lone Call goes alone (a one-job message): buy in rounds of 16 at
+	// once until an entry holds a batch's outcomes.
+	entry := testwait.Until(t, time.Minute, "a batch entry in the results bucket", func() (string, bool) {
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() { _, _ = cl.Call(ctx, "batched", []byte("buy 1")) })
+		}
+		wg.Wait()
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			return err.Error(), false
+		}
+		for k := range keys.Keys() {
+			if strings.HasPrefix(k, wire.BatchOutcomesPrefix) {
+				_ = keys.Stop()
+				return k, true
+			}
+		}
+		return "none yet", false
+	})
+	e, err := kv.Get(ctx, entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batchID, outs, err := wire.DecodeBatchOutcomes(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id = outs[len(outs)-1].ID
+	f, err := keylane.InspectJob(ctx, js, ns, id, "")
+	if err != nil || f.Where != keylane.FoundBatch || f.Err != nil {
+		t.Fatalf("InspectJob(%s) = %+v, %v; want its result from the batch entry", id, f, err)
+	}
+	// Another batch's entry, garbled: the job IDs it names point here.
+	garbled := "Zz9Zz9Zz9Zz9Zz9Zz9Zz9Z"
+	if batchID == garbled {
+		t.Fatal("the test's garbled batch ID is the real one's")
+	}
+	if _, err := kv.Put(ctx, wire.BatchOutcomesKey(garbled), []byte("KLO\x01garbage")); err != nil {
+		t.Fatal(err)
+	}
+	return id, string(f.Result), wire.BatchedJobID(garbled, 0)
 }

@@ -20,6 +20,9 @@ import {
   Names,
   SubjectsVersion,
   decodeKept,
+  batchOutcomesKey,
+  findBatchOutcome,
+  parseBatchedJobID,
   backlogFull,
   buildJob,
   parseStreamAck,
@@ -495,7 +498,9 @@ export class Client {
 
   /**
    * result reads a finished job's kept outcome from the results bucket:
-   * its result, or a RemoteError; no_result when none is kept.
+   * its result, or a RemoteError; no_result when none is kept. A Go
+   * client's batched Call (a job ID "<batch ID>.<index>", as a Go
+   * NoReplyError names it) is read from its batch's entry too.
    */
   async result(id: string, opts: { timeout?: number } = {}): Promise<Uint8Array> {
     validateJobID(id);
@@ -640,8 +645,26 @@ export class Client {
         this.kv = await withTimeout(new Kvm(js).open(this.names.results()), bound);
       }
       const e = await withTimeout(this.kv.get(id), bound);
-      if (!e || e.operation !== "PUT") return null;
-      const o = decodeKept(e.value, id);
+      let value: Uint8Array | null = e && e.operation === "PUT" ? e.value : null;
+      // A Go client's batched Call (its ID names its batch and index) may
+      // have its outcome kept in its batch's entry instead: read there, as
+      // the Go client does. An entry that is not this batch's, or holds
+      // another job at the index, or does not decode, is an error, never
+      // another job's outcome; one with no outcome at the index keeps
+      // none for this job.
+      const batched = value ? null : parseBatchedJobID(id);
+      if (batched) {
+        const be = await withTimeout(this.kv.get(batchOutcomesKey(batched.batchID)), bound);
+        if (be && be.operation === "PUT") {
+          try {
+            value = findBatchOutcome(be.value, batched.batchID, batched.index, id);
+          } catch (err) {
+            throw new KeylaneError("refused", `keylane: stored outcome of ${id} in its batch's entry: ${(err as Error).message}`, id, { cause: err });
+          }
+        }
+      }
+      if (!value) return null;
+      const o = decodeKept(value, id);
       if (!o) throw new KeylaneError("refused", `keylane: malformed stored result for ${id}`, id);
       return o;
     } catch (err) {

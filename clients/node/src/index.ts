@@ -26,6 +26,11 @@ export {
   validateKey,
   validateType,
   validateUserHeader,
+  batchOutcomesKey,
+  decodeBatchOutcomes,
+  findBatchOutcome,
+  parseBatchedJobID,
+  validBatchID,
 } from "./wire.js";
-export type { JobInput, JobMessage, NamespaceSettings, Outcome, StreamAck } from "./wire.js";
+export type { BatchOutcome, JobInput, JobMessage, NamespaceSettings, Outcome, StreamAck } from "./wire.js";
 export { xxhash64 } from "./xxhash64.js";

@@ -404,3 +404,138 @@ export function heldSubject(reply: string): string {
   if (dot < 0 || dot === reply.length - 1) return "";
   return reply.slice(0, dot + 1) + "=" + reply.slice(dot + 1);
 }
+
+// Batch outcome entries (package wire, outcomes.go): a Go client's
+// batched Calls have their outcomes kept per batch, in one results-bucket
+// entry under batchOutcomesKey(batch ID), and their job IDs name the
+// batch and the index (batchedJobID). This client never sends batches,
+// but result(id) reads such a job's outcome from its batch's entry.
+
+/** The most jobs a batch holds (wire.MaxBatchJobs). */
+export const MaxBatchJobs = 1024;
+/** The most bytes a batch, or a batch entry, holds (wire.MaxBatchBytes). */
+export const MaxBatchBytes = 8 << 20;
+/** A batch ID's length: a nuid's (wire.BatchIDLen). */
+export const BatchIDLen = 22;
+export const BatchOutcomesPrefix = "batch/";
+const outcomesMagic = "KLO";
+const OutcomesVersion = 1;
+
+/** batchOutcomesKey is the results-bucket key of a batch's entry. */
+export function batchOutcomesKey(batchID: string): string {
+  return BatchOutcomesPrefix + batchID;
+}
+
+/** validBatchID: BatchIDLen ASCII letters and digits. */
+export function validBatchID(id: string): boolean {
+  return id.length === BatchIDLen && /^[A-Za-z0-9]+$/.test(id);
+}
+
+/**
+ * parseBatchedJobID splits a batched Call's job ID (the batch ID, '.',
+ * the index in shortest decimal below MaxBatchJobs); null for any other.
+ */
+export function parseBatchedJobID(id: string): { batchID: string; index: number } | null {
+  const dot = id.lastIndexOf(".");
+  if (dot <= 0) return null;
+  const batchID = id.slice(0, dot);
+  const digits = id.slice(dot + 1);
+  if (!/^(0|[1-9][0-9]{0,3})$/.test(digits)) return null;
+  const index = Number(digits);
+  if (index >= MaxBatchJobs || !validBatchID(batchID)) return null;
+  return { batchID, index };
+}
+
+/** A batch entry's outcome: the job's index, its ID and its kept outcome. */
+export interface BatchOutcome {
+  index: number;
+  id: string;
+  value: Uint8Array;
+}
+
+function badOutcomes(why: string): KeylaneError {
+  return new KeylaneError("refused", "keylane: malformed batch outcomes entry: " + why);
+}
+
+/**
+ * decodeBatchOutcomes reads a batch entry as wire.DecodeBatchOutcomes
+ * does, refusing (KeylaneError "refused") what it refuses: a wrong magic
+ * or version, over MaxBatchBytes, a count of 0 or over MaxBatchJobs,
+ * indexes not strictly ascending, a job ID other than its batched one, an
+ * empty outcome, a length past the end, a uvarint not in its shortest
+ * form, bytes after the last outcome.
+ */
+export function decodeBatchOutcomes(b: Uint8Array): { batchID: string; outcomes: BatchOutcome[] } {
+  if (b.length > MaxBatchBytes) throw badOutcomes(`${b.length} bytes, limit ${MaxBatchBytes}`);
+  if (b.length < outcomesMagic.length + 1 || Buffer.from(b.subarray(0, outcomesMagic.length)).toString("latin1") !== outcomesMagic) {
+    throw badOutcomes(`no "${outcomesMagic}" magic`);
+  }
+  if (b[outcomesMagic.length] !== OutcomesVersion) throw badOutcomes(`version ${b[outcomesMagic.length]}, this client reads ${OutcomesVersion}`);
+  let i = outcomesMagic.length + 1;
+  // uvarint reads a shortest-form uvarint of at most max.
+  const uvarint = (what: string, max: number): number => {
+    let n = 0;
+    let shift = 1;
+    for (let w = 0; ; w++) {
+      if (i + w >= b.length || w >= 10) throw badOutcomes(`bad ${what} at byte ${i}`);
+      const c = b[i + w];
+      n += (c & 0x7f) * shift;
+      shift *= 128;
+      if (c < 0x80) {
+        if ((w > 0 && c === 0) || n > max) throw badOutcomes(`bad ${what} at byte ${i}`);
+        i += w + 1;
+        return n;
+      }
+    }
+  };
+  const field = (what: string): Uint8Array => {
+    const at = i;
+    let n: number;
+    try {
+      n = uvarint("length of the " + what, MaxBatchBytes);
+    } catch {
+      throw badOutcomes(`bad length of the ${what} at byte ${at}`);
+    }
+    if (n > b.length - i) throw badOutcomes(`bad length of the ${what} at byte ${at}`);
+    const f = b.subarray(i, i + n);
+    i += n;
+    return f;
+  };
+  const text = (f: Uint8Array) => Buffer.from(f).toString("latin1");
+  const batchID = text(field("batch ID"));
+  const n = uvarint("outcome count", MaxBatchJobs);
+  if (n === 0) throw badOutcomes(`no outcome at byte ${i}`);
+  const outcomes: BatchOutcome[] = [];
+  for (let k = 0; k < n; k++) {
+    const index = uvarint("index", MaxBatchJobs - 1);
+    const id = text(field("job ID"));
+    const value = field("outcome");
+    outcomes.push({ index, id, value });
+  }
+  if (i !== b.length) throw badOutcomes(`bytes after the last outcome at byte ${i}`);
+  if (!validBatchID(batchID)) throw badOutcomes(`batch ID ${JSON.stringify(batchID)} is not ${BatchIDLen} letters and digits`);
+  outcomes.forEach((o, k) => {
+    if (k > 0 && o.index <= outcomes[k - 1].index) throw badOutcomes(`index ${o.index} out of order or range`);
+    if (o.id !== `${batchID}.${o.index}`) throw badOutcomes(`job ID ${JSON.stringify(o.id)} at index ${o.index} of batch ${JSON.stringify(batchID)}`);
+    if (o.value.length === 0) throw badOutcomes(`empty outcome at index ${o.index}`);
+  });
+  return { batchID, outcomes };
+}
+
+/**
+ * findBatchOutcome returns job id's kept outcome in b, the entry of batch
+ * batchID, where id is at index: null when the entry holds none at the
+ * index (the job's outcome may be kept by ID, or not yet). An entry that
+ * does not decode, is another batch's, or holds another job at the index
+ * throws (KeylaneError "refused"): never another job's outcome.
+ */
+export function findBatchOutcome(b: Uint8Array, batchID: string, index: number, id: string): Uint8Array | null {
+  const e = decodeBatchOutcomes(b);
+  if (e.batchID !== batchID) throw badOutcomes(`entry of batch ${JSON.stringify(e.batchID)} read for batch ${JSON.stringify(batchID)}`);
+  for (const o of e.outcomes) {
+    if (o.index !== index) continue;
+    if (o.id !== id) throw badOutcomes(`job ${JSON.stringify(o.id)} at index ${index}, not ${JSON.stringify(id)}`);
+    return o.value;
+  }
+  return null;
+}

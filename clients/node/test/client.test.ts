@@ -57,6 +57,19 @@ describe("keylane client against a Go worker", { skip }, () => {
     assert.equal(text(await c.call(sku, "get")), "stock 3");
   });
 
+  test("result(id) of a Go client's batched Call reads its batch's entry", async () => {
+    // node_test.go's batchedCall: a Go client's Calls went in batch
+    // messages, whose outcomes the workers kept per batch.
+    const id = process.env.KEYLANE_BATCHED_ID;
+    assert.ok(id, "KEYLANE_BATCHED_ID not set");
+    assert.equal(text(await c.result(id)), process.env.KEYLANE_BATCHED_RESULT);
+    // Another batch's entry, garbled: refused, never read as an answer.
+    const err = await expectCode(c.result(process.env.KEYLANE_GARBLED_BATCHED_ID!, { timeout: 5000 }), "refused");
+    assert.match(err.message, /in its batch's entry: keylane: malformed batch outcomes entry/);
+    // A batch with no entry keeps nothing for the job.
+    await expectCode(c.result("Aa1Aa1Aa1Aa1Aa1Aa1Aa1A.3", { timeout: 2000 }), "no_result");
+  });
+
   test("submit stores the job, which then runs", async () => {
     const sku = uniq("sku");
     await c.call(sku, "set 10");

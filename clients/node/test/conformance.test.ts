@@ -2,7 +2,8 @@
 // root, written from the Go code by TestConformanceVectors): this client
 // must hash, route, validate, build and read exactly as the Go code does.
 // Vectors for what this client never does (batch messages, grouped
-// replies, batch outcome entries) are checked only where they concern it.
+// replies) are checked only where they concern it; batch outcome entries
+// it reads (result(id) of a Go client's batched Call).
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -10,6 +11,10 @@ import { test } from "node:test";
 import {
   HashName,
   KeylaneError,
+  batchOutcomesKey,
+  decodeBatchOutcomes,
+  findBatchOutcome,
+  parseBatchedJobID,
   RemoteError,
   buildJob,
   decodeKept,
@@ -166,6 +171,76 @@ test("outcomes.json: kept outcomes", () => {
     }
   }
   assert.equal(decodeKept(new Uint8Array(0)), null, "an empty value is no outcome");
+});
+
+test("outcomes.json: batch entries, their refusals, look-ups and batched job IDs", () => {
+  const { batch_entries, bad_batch_entries, lookups, batched_ids } = load("outcomes.json");
+  assert.ok(batch_entries.length > 0 && bad_batch_entries.length > 0 && lookups.length > 0 && batched_ids.length > 0);
+  for (const v of batch_entries) {
+    const e = decodeBatchOutcomes(hex(v.entry_hex));
+    assert.equal(e.batchID, v.batch_id, v.name);
+    assert.equal(batchOutcomesKey(e.batchID), v.key, v.name);
+    assert.deepEqual(
+      e.outcomes.map((o) => ({ index: o.index, id: o.id, value_hex: toHex(o.value) })),
+      v.outcomes,
+      v.name,
+    );
+  }
+  for (const v of bad_batch_entries) {
+    assert.equal(throwsCode(() => decodeBatchOutcomes(hex(v.entry_hex))), "refused", `${v.name}: Go refuses it (${v.error})`);
+  }
+  for (const v of lookups) {
+    const none = !v.found && v.error.startsWith("wire: batch outcomes entry holds no outcome");
+    let got: Uint8Array | null = null;
+    const code = throwsCode(() => {
+      got = findBatchOutcome(hex(v.entry_hex), v.batch_id, v.index, v.id);
+    });
+    if (v.found) {
+      assert.equal(code, null, v.name);
+      assert.equal(toHex(got!), v.value_hex, v.name);
+    } else if (none) {
+      assert.equal(code, null, v.name);
+      assert.equal(got, null, `${v.name}: no outcome at the index is none, not an error`);
+    } else {
+      assert.equal(code, "refused", `${v.name}: Go refuses it (${v.error})`);
+    }
+  }
+  for (const v of batched_ids) {
+    const p = parseBatchedJobID(v.id);
+    assert.deepEqual(p, v.ok ? { batchID: v.batch_id, index: v.index } : null, v.id);
+  }
+});
+
+test("batch entries, mutated: refused or read whole, never a throw of another kind", () => {
+  // The decoder's fuzz: a fixed-seed walk of one- to three-byte
+  // mutations and cuts of each good entry.
+  const { batch_entries } = load("outcomes.json");
+  let seed = 0x2545f491;
+  const rand = (n: number) => {
+    seed ^= seed << 13;
+    seed ^= seed >>> 17;
+    seed ^= seed << 5;
+    return (seed >>> 0) % n;
+  };
+  let refused = 0;
+  for (const v of batch_entries) {
+    const good = hex(v.entry_hex);
+    for (let k = 0; k < 3000; k++) {
+      const b = good.slice(0, good.length - (rand(4) === 0 ? rand(good.length) : 0));
+      for (let m = 0; m <= rand(3) && b.length > 0; m++) b[rand(b.length)] = rand(256);
+      try {
+        const e = decodeBatchOutcomes(b);
+        for (const o of e.outcomes) {
+          assert.equal(o.id, `${e.batchID}.${o.index}`, "a decoded outcome's ID is its batch and index");
+          assert.ok(o.value.length > 0);
+        }
+      } catch (err) {
+        assert.ok(err instanceof KeylaneError && err.code === "refused", String(err));
+        refused++;
+      }
+    }
+  }
+  assert.ok(refused > 0);
 });
 
 test("replies.json: single replies, held notices, stream acks", () => {
