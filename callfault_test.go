@@ -21,16 +21,7 @@ func (e *env) proxiedClient() (*Client, *nats.Conn, *faultproxy.Proxy) {
 // proxiedClientWith is proxiedClient with cfg (its Namespace is the env's).
 func (e *env) proxiedClientWith(cfg ClientConfig) (*Client, *nats.Conn, *faultproxy.Proxy) {
 	e.t.Helper()
-	p, err := faultproxy.New(e.srv.ClientURL())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(p.Close)
-	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(nc.Close)
+	nc, p := proxiedConn(e.t, e.srv.ClientURL())
 	cfg.Namespace = e.ns
 	c, err := NewClient(ctx(e.t), nc, cfg)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/embedded"
+	"github.com/keylane/keylane/internal/faultproxy"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
@@ -109,19 +110,49 @@ func (e *env) worker(id string, h Handler, mod func(*WorkerConfig)) *Worker {
 			e.t.Fatal(err)
 		}
 	}
+	return startWorker(e.t, nc, cfg)
+}
+
+// startWorker starts a worker on nc with cfg (with -v and no Logger, a
+// debug logger naming it), stopped gracefully when the test ends unless
+// the test stopped it.
+func startWorker(t *testing.T, nc *nats.Conn, cfg WorkerConfig) *Worker {
+	t.Helper()
+	if cfg.Logger == nil && testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", cfg.ID)
+	}
 	w, err := NewWorker(nc, cfg)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	if err := w.Start(ctx(e.t)); err != nil {
-		e.t.Fatal(err)
+	if err := w.Start(ctx(t)); err != nil {
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() {
+	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = w.Stop(sctx)
 	})
 	return w
+}
+
+// proxiedConn connects to url through a fault proxy, reconnecting at
+// once and for ever (opts add to that); both are closed when the test
+// ends.
+func proxiedConn(t *testing.T, url string, opts ...nats.Option) (*nats.Conn, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.New(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond), nats.ReconnectJitter(0, 0)}, opts...)
+	nc, err := nats.Connect(p.URL(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, p
 }
 
 // waitOwned waits until the workers together own every partition.

@@ -297,18 +297,7 @@ func TestKeptLookUpFallsBackWhenBatchRefused(t *testing.T) {
 	c := e.client
 	g := newKeptGroup(t)
 	wnc := natstest.Connect(t, srv, nats.UserInfo("worker", "w"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
-	w, err := NewWorker(wnc, WorkerConfig{Topology: e.topo.Config, Reducer: ReducerFunc(g.reduce), ID: "w", AckWait: 5 * time.Second, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	w := startWorker(t, wnc, WorkerConfig{Topology: e.topo.Config, Reducer: ReducerFunc(g.reduce), ID: "w", AckWait: 5 * time.Second, Backoff: func(int) time.Duration { return 10 * time.Millisecond }})
 	e.waitOwned(w)
 	ids, kept, deleted := keptIDs("order", 30)
 	keepEarlier(t, e.topo.Results, kept, deleted)

@@ -3,8 +3,6 @@ package keylane
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -20,34 +18,9 @@ import (
 // proxy; it is stopped when the test ends.
 func (e *env) proxiedWorker(id string, h Handler) (*Worker, *faultproxy.Proxy) {
 	e.t.Helper()
-	p, err := faultproxy.New(e.srv.ClientURL())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(p.Close)
-	nc, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(nc.Close)
-	cfg := WorkerConfig{Topology: e.topo.Config, Handler: h, ID: id, AckWait: 5 * time.Second,
-		Backoff: func(int) time.Duration { return 10 * time.Millisecond }}
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", id)
-	}
-	w, err := NewWorker(nc, cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := w.Start(ctx(e.t)); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
-	return w, p
+	nc, p := proxiedConn(e.t, e.srv.ClientURL())
+	return startWorker(e.t, nc, WorkerConfig{Topology: e.topo.Config, Handler: h, ID: id, AckWait: 5 * time.Second,
+		Backoff: func(int) time.Duration { return 10 * time.Millisecond }}), p
 }
 
 // TestLapsedLeaseIsTakenAgain: the only worker's renews fail for about
@@ -222,32 +195,8 @@ func TestOwnerCreatesItsConsumerThroughASlowMetaLeader(t *testing.T) {
 		mu.Unlock()
 		return nil, nil
 	})
-	p, err := faultproxy.New(c.Node(2).URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	nc2, err := nats.Connect(p.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.IgnoreDiscoveredServers())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc2.Close)
-	cfg := WorkerConfig{Topology: topo.Config, Handler: h, ID: "w", Concurrency: 8, Backoff: func(int) time.Duration { return 50 * time.Millisecond }}
-	if testing.Verbose() {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", "w")
-	}
-	w, err := NewWorker(nc2, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx(t)); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	})
+	nc2, p := proxiedConn(t, c.Node(2).URL(), nats.IgnoreDiscoveredServers())
+	w := startWorker(t, nc2, WorkerConfig{Topology: topo.Config, Handler: h, ID: "w", Concurrency: 8, Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
 	testwait.Eventually(t, 30*time.Second, "the worker owns partition 0", func() bool { return len(w.Owned()) == 1 })
 
 	remove, err := c.Link(0, 2).Delay(0, 2, 3*time.Second)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"maps"
-	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -100,23 +98,7 @@ func TestNoJobRunsTwiceWithALaggingFollower(t *testing.T) {
 		return distinct, twice
 	}
 	newWorker := func(nc *nats.Conn, id string) *Worker {
-		cfg := WorkerConfig{Topology: topo.Config, Handler: h, ID: id, StoreResults: true, Concurrency: 32, Backoff: func(int) time.Duration { return 50 * time.Millisecond }}
-		if testing.Verbose() {
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("worker", id)
-		}
-		w, err := NewWorker(nc, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := w.Start(ctx(t)); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = w.Stop(sctx)
-		})
-		return w
+		return startWorker(t, nc, WorkerConfig{Topology: topo.Config, Handler: h, ID: id, StoreResults: true, Concurrency: 32, Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
 	}
 
 	ncOld := connect(2)
