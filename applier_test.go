@@ -51,11 +51,7 @@ func (a *refusingApplier) ApplyGroup(_ context.Context, g JobGroup) ([]JobOutcom
 	if a.calls.Add(1); !a.fixed.Load() {
 		return nil, Permanent(errors.New("ERROR: permission denied for table keylane_outcomes (SQLSTATE 42501)"))
 	}
-	out := make([]JobOutcome, len(g.Jobs))
-	for i := range out {
-		out[i] = JobOutcome{Result: []byte("ok"), Done: true}
-	}
-	return out, nil
+	return allOK(len(g.Jobs)), nil
 }
 
 // TestApplierRefusingForGoodHoldsTheJob: an Applier whose whole call is
@@ -128,11 +124,7 @@ func (a *gatedApplier) ApplyGroup(_ context.Context, g JobGroup) ([]JobOutcome, 
 		<-a.open
 	}
 	a.sizes <- len(g.Jobs)
-	out := make([]JobOutcome, len(g.Jobs))
-	for i := range out {
-		out[i] = JobOutcome{Result: []byte("ok"), Done: true}
-	}
-	return out, nil
+	return allOK(len(g.Jobs)), nil
 }
 
 // TestApplierJoinsManyKeysInOneTransaction: while a partition's
@@ -181,4 +173,13 @@ func TestApplierJoinsManyKeysInOneTransaction(t *testing.T) {
 	if n := next(); n != keys {
 		t.Fatalf("the next call carried %d jobs, want all %d queued keys'", n, keys)
 	}
+}
+
+// allOK is n outcomes, each done with result "ok".
+func allOK(n int) []JobOutcome {
+	out := make([]JobOutcome, n)
+	for i := range out {
+		out[i] = JobOutcome{Result: []byte("ok"), Done: true}
+	}
+	return out
 }

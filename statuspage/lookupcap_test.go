@@ -9,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/statuspage"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestLookupsAreCapped: look-ups each read NATS anew (a dead-letter scan
@@ -22,19 +19,8 @@ import (
 // hold their slots for the whole Timeout: of 10 at once, MaxLookups (2)
 // wait it out and 8 are refused. Before, all 10 went to NATS.
 func TestLookupsAreCapped(t *testing.T) {
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	sub, err := nc.Subscribe("silent.API.>", func(*nats.Msg) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	js, err := jetstream.NewWithAPIPrefix(nc, "silent.API")
-	if err != nil {
-		t.Fatal(err)
-	}
 	const timeout = 3 * time.Second
-	hs := serve(t, js, statuspage.Config{Namespace: ns, Timeout: timeout, MaxLookups: 2})
+	hs := serve(t, silentJS(t), statuspage.Config{Namespace: ns, Timeout: timeout, MaxLookups: 2})
 	const n = 10
 	errs := make([]string, n)
 	var wg sync.WaitGroup

@@ -74,19 +74,7 @@ func TestJSON(t *testing.T) {
 // Timeout, a 503 page that says so; not a hang until keylane's own
 // request timeout (5s).
 func TestSilentNATSShowsAnErrorInTime(t *testing.T) {
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	// A JetStream API nobody answers: requests go out, no reply comes.
-	sub, err := nc.Subscribe("silent.API.>", func(*nats.Msg) {})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	js, err := jetstream.NewWithAPIPrefix(nc, "silent.API")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := serve(t, js, statuspage.Config{Namespace: ns, Timeout: 300 * time.Millisecond})
+	hs := serve(t, silentJS(t), statuspage.Config{Namespace: ns, Timeout: 300 * time.Millisecond})
 	for _, path := range []string{"/keylane/", "/keylane/status.json"} {
 		code, body, took := get(t, http.MethodGet, hs.URL+path)
 		if took > 3*time.Second {
@@ -96,6 +84,23 @@ func TestSilentNATSShowsAnErrorInTime(t *testing.T) {
 			t.Fatalf("%s: %d, want 503 saying NATS gave no answer within 300ms:\n%s", path, code, body)
 		}
 	}
+}
+
+// silentJS is a JetStream API nobody answers: requests go out, no reply
+// comes.
+func silentJS(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nc := natstest.Connect(t, natstest.Start(t))
+	sub, err := nc.Subscribe("silent.API.>", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	js, err := jetstream.NewWithAPIPrefix(nc, "silent.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
 
 // A connection that is down gives a page that says so at once.

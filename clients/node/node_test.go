@@ -192,15 +192,7 @@ func jsonWorker(t *testing.T, url, ns string) {
 // the job is stored (the Node client must read the key's queue to tell).
 func capNamespace(t *testing.T, url, ns string) {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	topo, err := keylane.Setup(ctx, js, keylane.TopologyConfig{Namespace: ns, Partitions: 2, MaxKeyBacklog: 2})
@@ -216,7 +208,7 @@ func capNamespace(t *testing.T, url, ns string) {
 	if _, err := js.UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: ns})
+	c, err := keylane.NewClient(ctx, js.Conn(), keylane.ClientConfig{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,15 +242,7 @@ func permServer(t *testing.T) string {
   ]
 }
 `)
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("admin", "admin-secret"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, s.ClientURL(), nats.UserInfo("admin", "admin-secret"))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := keylane.Setup(ctx, js, keylane.TopologyConfig{Namespace: "perm", Partitions: 2}); err != nil {
@@ -274,15 +258,7 @@ func permServer(t *testing.T) string {
 // tells the job's call so.
 func heldNamespace(t *testing.T, url, ns string) {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	tc := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: 2 * time.Second}
@@ -312,7 +288,7 @@ func heldNamespace(t *testing.T, url, ns string) {
 		return w
 	}
 	w1 := start("held-1")
-	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: ns})
+	c, err := keylane.NewClient(ctx, js.Conn(), keylane.ClientConfig{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,15 +648,7 @@ func batchedCall(t *testing.T, l *sale.Local, ns string) (id, result, garbledID 
 	if _, err := cl.Call(ctx, "batched", []byte("set 100")); err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(l.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStreamAt(t, l.URL)
 	kv, err := js.KeyValue(ctx, keylane.Names{Namespace: ns}.Results())
 	if err != nil {
 		t.Fatal(err)
@@ -727,4 +695,20 @@ func batchedCall(t *testing.T, l *sale.Local, ns string) (id, result, garbledID 
 		t.Fatal(err)
 	}
 	return id, string(f.Result), wire.BatchedJobID(garbled, 0)
+}
+
+// jetStreamAt connects to url (with opts) for the test's own requests; the
+// connection is closed when the test ends.
+func jetStreamAt(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
 }
