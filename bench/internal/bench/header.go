@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -48,7 +49,7 @@ func (h *header) print(out io.Writer, cfg *Config) {
 	fmt.Fprintf(out, "workloads: hot = 1 SKU (stock 3/4 of the purchases); skewed = %d SKUs, zipf s=%.2f, stock %d each; slow = skewed with %s of I/O inside the critical section\n",
 		cfg.SKUs, cfg.Skew, max(1, cfg.Purchases/20), cfg.Hold)
 	fmt.Fprintln(out, settings)
-	for _, k := range knobs {
+	for _, k := range append(slices.Clone(knobs), durationKnobs...) {
 		if v := os.Getenv(k); v != "" {
 			fmt.Fprintf(out, "EXPERIMENT: %s=%s overrides the setting above\n", k, v)
 		}

@@ -289,19 +289,33 @@ func outcomeBatch(durable bool) int {
 // knobs are the environment variables of the bench's experiments; the
 // header names any that is set, and Run refuses one that is not a number.
 var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_STATE_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS",
-	"KEYLANE_BENCH_PG_PARTITIONS", "KEYLANE_BENCH_PG_CONCURRENCY", "KEYLANE_BENCH_PG_MAX_JOBS", "KEYLANE_BENCH_PG_NATS_SYNC"}
+	"KEYLANE_BENCH_PG_PARTITIONS", "KEYLANE_BENCH_PG_CONCURRENCY", "KEYLANE_BENCH_PG_MAX_JOBS", "KEYLANE_BENCH_PG_NATS_SYNC",
+	"KEYLANE_BENCH_PG_SHARDS", "KEYLANE_BENCH_PG_PIPELINE"}
+
+// durationKnobs are the knobs that are durations ("1ms"): the header
+// names them too, and Run refuses one that is not a duration of 0 or more.
+var durationKnobs = []string{"KEYLANE_BENCH_PG_CORK"}
 
 // batches reports whether keylane's workers read and its clients send
 // batch messages (ClientConfig.Batches, WorkerConfig.Batches):
 // KEYLANE_BENCH_BATCHES=1. Off by default.
 func batches() bool { return envInt("KEYLANE_BENCH_BATCHES", 0) > 0 }
 
-// checkKnobs refuses a knob that is set but not an integer.
+// checkKnobs refuses a knob that is set but not an integer (a duration
+// for durationKnobs): a typo must not run the default and be read as the
+// experiment.
 func checkKnobs() error {
 	for _, k := range knobs {
 		if v := os.Getenv(k); v != "" {
 			if _, err := strconv.Atoi(v); err != nil {
 				return fmt.Errorf("%s=%q is not an integer", k, v)
+			}
+		}
+	}
+	for _, k := range durationKnobs {
+		if v := os.Getenv(k); v != "" {
+			if d, err := time.ParseDuration(v); err != nil || d < 0 {
+				return fmt.Errorf("%s=%q is not a duration of 0 or more", k, v)
 			}
 		}
 	}

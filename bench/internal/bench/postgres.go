@@ -281,7 +281,7 @@ func pgApplier(db *pgxpool.Pool) *keylanepg.Applier {
 // --buyers 64 --runs 1 --placement embedded).
 func pgCork(natsSync bool) time.Duration {
 	if v := os.Getenv("KEYLANE_BENCH_PG_CORK"); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
+		if d, err := time.ParseDuration(v); err == nil { // checkKnobs refused any other
 			return d
 		}
 	}
