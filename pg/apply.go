@@ -194,7 +194,7 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 	b.Queue(savepointSQL)
 	br := db.SendBatch(ctx, &b)
 	tx := br.Tx()
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer rollback(ctx, tx.Rollback)
 	if err := br.Close(); err != nil {
 		return nil, fmt.Errorf("keylanepg: begin, fence and outcomes: %w", err)
 	}
@@ -301,6 +301,22 @@ func handle(ctx context.Context, tx pgx.Tx, job keylane.Job, h Handler) (res []b
 	return h.Handle(ctx, tx, job)
 }
 
+// rollbackWait bounds the ROLLBACK that ends a transaction which did not
+// commit: a server that takes it and never answers must not hold the
+// apply, and with it the worker's lane, for ever. Past it pgx closes the
+// connection, and the server rolls the transaction back when it sees the
+// connection go (TestRollbackIsBounded).
+const rollbackWait = 5 * time.Second
+
+// rollback runs end (a transaction's Rollback) on the way out, bounded by
+// rollbackWait whether or not ctx has ended (it runs after a cancelled
+// ctx too: the transaction must still be ended).
+func rollback(ctx context.Context, end func(context.Context) error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackWait)
+	defer cancel()
+	_ = end(rctx)
+}
+
 // staleFence reads the newer fence that refused g, for the error.
 func staleFence(ctx context.Context, tx interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
@@ -349,7 +365,7 @@ func Prune(ctx context.Context, db DB, namespace string, before time.Time) (int6
 	if err != nil {
 		return 0, fmt.Errorf("keylanepg: prune: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer rollback(ctx, tx.Rollback)
 	tag, err := tx.Exec(ctx, `DELETE FROM keylane_outcomes WHERE namespace = $1 AND at < $2`, namespace, before)
 	if err != nil {
 		return 0, fmt.Errorf("keylanepg: prune: %w", err)

@@ -2,6 +2,7 @@ package keylanepg_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -242,4 +243,48 @@ func cutPool(t testing.TB, s *pgtest.Server) (*redistest.Proxy, *pgxpool.Pool) {
 	}
 	t.Cleanup(db.Close)
 	return proxy, db
+}
+
+// TestRollbackIsBounded: a group refused by its fence is rolled back, and
+// a server that takes the ROLLBACK and never answers it (the proxy holds
+// its reply) must not hold the apply, and with it the worker's lane, for
+// ever: Apply returns the StaleFenceError once keylanepg's bound on a
+// rollback passed (pgx then closes the connection, and the server rolls
+// the transaction back when it sees it go), nothing of the refused group
+// written. Before, the rollback ran under no deadline (the caller's
+// context without its cancel) and Apply never returned. Run for both
+// kinds of handler.
+func TestRollbackIsBounded(t *testing.T) { forKinds(t, testRollbackIsBounded) }
+
+func testRollbackIsBounded(t *testing.T, kind string) {
+	s, direct := startShop(t, 4)
+	proxy, db := cutPool(t, s)
+	ctx := context.Background()
+	setStock(t, direct, "rb", 5)
+	if _, err := applyAs(ctx, kind, db, group(30, 2, buy("rb-new", "rb"))); err != nil {
+		t.Fatal(err)
+	}
+	proxy.HoldAfter("rollback")
+	done := make(chan error, 1)
+	go func() {
+		_, err := applyAs(ctx, kind, db, group(30, 1, buy("rb-old", "rb")))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if sf := (*keylanepg.StaleFenceError)(nil); !errors.As(err, &sf) {
+			t.Fatalf("stale group: %v, want a StaleFenceError", err)
+		}
+	case <-time.After(30 * time.Second):
+		// Closing the proxy ends the held connection, so the pool can
+		// close when the test ends.
+		_ = proxy.Close()
+		t.Fatal("Apply of a stale group still waits on its ROLLBACK's answer after 30s")
+	}
+	if proxy.Cuts() != 1 {
+		t.Fatalf("%d held, want the ROLLBACK", proxy.Cuts())
+	}
+	if a := audit(t, direct, "rb"); a != (shop.Audit{Stock: 4, Orders: 1, Units: 1}) {
+		t.Errorf("after the stale group: %+v, want only rb-new's sale", a)
+	}
 }

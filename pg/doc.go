@@ -183,6 +183,13 @@
 // session ends. Nothing of the group is written, no outcome recorded, and
 // the redelivered jobs run again from the start: once.
 //
+// A transaction that does not commit (a stale fence, the careful path's
+// turn, a failed job or record) ends with a ROLLBACK bounded by 5s
+// whatever the caller's context says: a server that takes it and never
+// answers does not hold Apply, and the worker's lane, for ever; pgx then
+// closes the connection and the server rolls back when it sees it go
+// (TestRollbackIsBounded).
+//
 // During COMMIT (the reply lost): the group committed or not, and Apply
 // cannot tell; it returns an error, and the worker must neither reply nor
 // ack. The redelivery (or Apply of the same group) finds the outcomes if

@@ -266,7 +266,7 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 	if err != nil {
 		return nil, err
 	}
-	defer tx.end(context.WithoutCancel(ctx))
+	defer rollback(ctx, tx.end)
 	if err := br.Close(); err != nil {
 		if failed >= 0 && ctx.Err() == nil {
 			return nil, errCareful
@@ -333,7 +333,7 @@ type fastTx interface {
 	// recordAndCommit runs recordSQL with record (unless nil) and commits.
 	recordAndCommit(ctx context.Context, record []any) error
 	// end rolls back what did not commit and gives back what was lent.
-	end(ctx context.Context)
+	end(ctx context.Context) error
 }
 
 // beginFast sends b, which begins the transaction (b.BeginTx), on a
@@ -372,10 +372,11 @@ func (t pgxFastTx) recordAndCommit(ctx context.Context, record []any) error {
 	return nil
 }
 
-func (t pgxFastTx) end(ctx context.Context) {
-	if t.tx != nil {
-		_ = t.tx.Rollback(ctx)
+func (t pgxFastTx) end(ctx context.Context) error {
+	if t.tx == nil {
+		return nil
 	}
+	return t.tx.Rollback(ctx)
 }
 
 // lentTx is the fast path's transaction on a lent connection, begun by the
@@ -415,11 +416,12 @@ func (t *lentTx) recordAndCommit(ctx context.Context, record []any) error {
 // end rolls back a transaction still open (a refused fence, the careful
 // path, a failed record) and gives the connection back; the pool closes
 // one whose state is unknown.
-func (t *lentTx) end(ctx context.Context) {
+func (t *lentTx) end(ctx context.Context) (err error) {
+	defer t.c.Release()
 	if pc := t.c.Conn().PgConn(); !pc.IsClosed() && pc.TxStatus() != 'I' {
-		if _, err := t.c.Exec(ctx, "rollback"); err != nil {
+		if _, err = t.c.Exec(ctx, "rollback"); err != nil {
 			_ = t.c.Conn().Close(ctx)
 		}
 	}
-	t.c.Release()
+	return err
 }

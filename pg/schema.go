@@ -70,7 +70,7 @@ func Ensure(ctx context.Context, db DB) error {
 	if err != nil {
 		return fmt.Errorf("keylanepg: ensure schema: %w", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer rollback(ctx, tx.Rollback)
 	var role, schema string
 	if err := tx.QueryRow(ctx, "SELECT current_user, coalesce(current_schema(), '')").Scan(&role, &schema); err != nil {
 		return fmt.Errorf("keylanepg: ensure schema: %w", err)

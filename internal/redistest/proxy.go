@@ -18,6 +18,7 @@ type Proxy struct {
 
 	mu     sync.Mutex
 	marker []byte
+	hold   bool // the armed marker holds, not cuts
 	cuts   int
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
@@ -38,9 +39,27 @@ func NewProxy(target string) (*Proxy, error) {
 // CutAfter arms the proxy once for marker (e.g. "evalsha").
 func (p *Proxy) CutAfter(marker string) {
 	p.mu.Lock()
-	p.marker = []byte(marker)
+	p.marker, p.hold = []byte(marker), false
 	p.mu.Unlock()
 }
+
+// HoldAfter arms the proxy once for marker like CutAfter, but holds the
+// connection instead of closing it: the command reaches the server, and
+// from then on nothing the server sends reaches the client, which waits
+// for a reply that never comes (a server that stopped answering), until
+// the proxy is closed. Cuts counts it.
+func (p *Proxy) HoldAfter(marker string) {
+	p.mu.Lock()
+	p.marker, p.hold = []byte(marker), true
+	p.mu.Unlock()
+}
+
+// Swallow states of a connection.
+const (
+	passing int32 = iota
+	cutting       // drop the reply and close
+	holding       // drop every reply, keep the connection open
+)
 
 // Cuts reports how many connections were cut.
 func (p *Proxy) Cuts() int {
@@ -64,7 +83,7 @@ func (p *Proxy) accept() {
 		p.mu.Lock()
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()
-		var swallow atomic.Bool
+		var swallow atomic.Int32
 		p.wg.Add(2)
 		go p.upstream(c, s, &swallow)
 		go p.downstream(c, s, &swallow)
@@ -74,7 +93,7 @@ func (p *Proxy) accept() {
 // upstream copies client to server. When armed, a write that contains the
 // marker sets swallow before it goes on to the server: the server's next
 // reply is then thrown away by downstream.
-func (p *Proxy) upstream(c, s net.Conn, swallow *atomic.Bool) {
+func (p *Proxy) upstream(c, s net.Conn, swallow *atomic.Int32) {
 	defer p.wg.Done()
 	defer s.Close()
 	defer c.Close()
@@ -86,7 +105,11 @@ func (p *Proxy) upstream(c, s net.Conn, swallow *atomic.Bool) {
 			if p.marker != nil && bytes.Contains(bytes.ToLower(buf[:n]), bytes.ToLower(p.marker)) {
 				p.marker = nil
 				p.cuts++
-				swallow.Store(true)
+				if p.hold {
+					swallow.Store(holding)
+				} else {
+					swallow.Store(cutting)
+				}
 			}
 			p.mu.Unlock()
 			// The whole command goes on, even if it spans several reads:
@@ -106,7 +129,7 @@ func (p *Proxy) upstream(c, s net.Conn, swallow *atomic.Bool) {
 // downstream copies server to client. Once swallow is set, the server's
 // reply — proof that the command ran — is dropped and both sides closed:
 // the client never learns the command ran.
-func (p *Proxy) downstream(c, s net.Conn, swallow *atomic.Bool) {
+func (p *Proxy) downstream(c, s net.Conn, swallow *atomic.Int32) {
 	defer p.wg.Done()
 	defer s.Close()
 	defer c.Close()
@@ -114,8 +137,11 @@ func (p *Proxy) downstream(c, s net.Conn, swallow *atomic.Bool) {
 	for {
 		n, err := s.Read(buf)
 		if n > 0 {
-			if swallow.Load() {
+			switch swallow.Load() {
+			case cutting:
 				return
+			case holding:
+				continue
 			}
 			if _, werr := c.Write(buf[:n]); werr != nil {
 				return
