@@ -81,9 +81,11 @@ func TestQuick(t *testing.T) {
 			t.Skip(err)
 		}
 		check(t, pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow)
-		for _, name := range []string{pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow} {
-			if inv := got["skewed b=64 fsync/"+name+"/-"]; inv != "ok" {
-				t.Errorf("row skewed b=64 fsync/%s: invariant %q", name, inv)
+		for _, w := range []string{"skewed b=64 fsync", "skewed-ample b=64 fsync"} {
+			for _, name := range []string{pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow} {
+				if inv := got[w+"/"+name+"/-"]; inv != "ok" {
+					t.Errorf("row %s/%s: invariant %q", w, name, inv)
+				}
 			}
 		}
 	})

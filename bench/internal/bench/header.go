@@ -46,8 +46,8 @@ func (h *header) print(out io.Writer, cfg *Config) {
 	}
 	fmt.Fprintf(out, "runs: %d, interleaved (every row's run r before any run r+1, order rotated each round); each run at most %d purchases or %s of starting them, whichever first\n",
 		cfg.Runs, cfg.Purchases, cfg.Duration)
-	fmt.Fprintf(out, "workloads: hot = 1 SKU (stock 3/4 of the purchases); skewed = %d SKUs, zipf s=%.2f, stock %d each; slow = skewed with %s of I/O inside the critical section\n",
-		cfg.SKUs, cfg.Skew, max(1, cfg.Purchases/20), cfg.Hold)
+	fmt.Fprintf(out, "workloads: hot = 1 SKU (stock 3/4 of the purchases); skewed = %d SKUs, zipf s=%.2f, stock %d each; slow = skewed with %s of I/O inside the critical section;\n  skewed-ample = skewed with stock %d each (no SKU sells out: its hot rows stay contended all run), Postgres rows only, fsync\n",
+		cfg.SKUs, cfg.Skew, max(1, cfg.Purchases/20), cfg.Hold, cfg.Purchases)
 	fmt.Fprintln(out, settings)
 	for _, k := range append(slices.Clone(knobs), durationKnobs...) {
 		if v := os.Getenv(k); v != "" {
