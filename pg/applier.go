@@ -24,9 +24,12 @@ type Applier struct {
 	DB DB
 	// Handler applies one job inside the group's transaction; or
 	// Pipeline queues its statements, sent with the group's others in one
-	// round trip (PipelineHandler). Set exactly one.
+	// round trip (PipelineHandler); or Set reads and writes the
+	// transaction's jobs together, a few statements for all of them
+	// (SetHandler). Set exactly one.
 	Handler  Handler
 	Pipeline PipelineHandler
+	Set      SetHandler
 	// IdleTimeout, if set, is Apply's IdleTimeout: set it below the lease
 	// TTL, so a paused owner's transaction does not hold its successor
 	// for longer than that.
@@ -48,12 +51,18 @@ type Applier struct {
 const DefaultMaxJobs = 64
 
 // Validate reports what is wrong with a's configuration: a DB, and
-// exactly one of Handler and Pipeline. keylane.NewWorker calls it and
-// refuses an Applier it fails, so a worker never starts to hold its
+// exactly one of Handler, Pipeline and Set. keylane.NewWorker calls it
+// and refuses an Applier it fails, so a worker never starts to hold its
 // first jobs on a refusal for good.
 func (a *Applier) Validate() error {
-	if a.DB == nil || (a.Handler == nil) == (a.Pipeline == nil) {
-		return errors.New("keylanepg: Applier needs a DB, and a Handler or a Pipeline (one of them)")
+	n := 0
+	for _, set := range []bool{a.Handler != nil, a.Pipeline != nil, a.Set != nil} {
+		if set {
+			n++
+		}
+	}
+	if a.DB == nil || n != 1 {
+		return errors.New("keylanepg: Applier needs a DB, and a Handler, a Pipeline or a Set (one of them)")
 	}
 	return nil
 }
@@ -82,9 +91,12 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 		grp := Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: jobs}
 		var out []Outcome
 		var err error
-		if a.Pipeline != nil {
+		switch {
+		case a.Pipeline != nil:
 			out, err = applyPipeline(ctx, a.DB, grp, a.Pipeline, cfg, held)
-		} else {
+		case a.Set != nil:
+			out, err = applySet(ctx, a.DB, grp, a.Set, cfg, held)
+		default:
 			out, err = apply(ctx, a.DB, grp, a.Handler, cfg, held)
 		}
 		if err != nil {

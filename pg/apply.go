@@ -140,11 +140,16 @@ func IdleTimeout(d time.Duration) ApplyOpt { return func(o *applyOpts) { o.idle 
 // nothing and ack nothing; applying the group again, or Lookup, tells. A
 // job that failed is reported in its Outcome, not as an error.
 func Apply(ctx context.Context, db DB, g Group, h Handler, opts ...ApplyOpt) ([]Outcome, error) {
+	return apply(ctx, db, g, h, options(opts), make(map[string]bool))
+}
+
+// options applies opts.
+func options(opts []ApplyOpt) applyOpts {
 	var cfg applyOpts
 	for _, opt := range opts {
 		opt(&cfg)
 	}
-	return apply(ctx, db, g, h, cfg, make(map[string]bool))
+	return cfg
 }
 
 // apply is Apply, with held the keys whose jobs are not to run (a job of

@@ -117,14 +117,19 @@ func BenchmarkPostgresAloneHotSKU(b *testing.B) {
 	}
 }
 
-// applyKinds are the two ways to apply a group: shop.Sell through Apply
+// applyKinds are the three ways to apply a group: shop.Sell through Apply
 // (a round trip per statement), shop.SellPipeline through ApplyPipeline
-// (the group's statements in one).
-var applyKinds = []string{"handler", "pipeline"}
+// (the group's statements in one), shop.SellSet through ApplySet (the
+// group's reads in one round trip, its writes, a few statements for all
+// its jobs, in the next).
+var applyKinds = []string{"handler", "pipeline", "set"}
 
 func applyAs(ctx context.Context, kind string, db keylanepg.DB, g keylanepg.Group) ([]keylanepg.Outcome, error) {
-	if kind == "pipeline" {
+	switch kind {
+	case "pipeline":
 		return keylanepg.ApplyPipeline(ctx, db, g, shop.SellPipeline)
+	case "set":
+		return keylanepg.ApplySet(ctx, db, g, shop.SellSet)
 	}
 	return keylanepg.Apply(ctx, db, g, shop.Sell)
 }

@@ -29,7 +29,7 @@ import (
 // Either way Apply fails, and applying the group again (a redelivery)
 // leaves each job applied once: nothing the first time and everything
 // now, or everything the first time and answers from the record now. Run
-// for both kinds of handler (applyAs).
+// for every kind of handler (applyAs).
 func TestConnectionCutMidGroup(t *testing.T) { forKinds(t, testConnectionCutMidGroup) }
 
 func testConnectionCutMidGroup(t *testing.T, kind string) {
@@ -39,10 +39,10 @@ func testConnectionCutMidGroup(t *testing.T, kind string) {
 		name, marker string
 		committed    bool
 	}{
-		{"MidGroup", "UPDATE stock", false},
+		{"MidGroup", midGroupMarker(kind), false},
 		// A Handler's outcomes' record ran, COMMIT was never sent; a
-		// pipeline's went with its COMMIT (recordAndCommit).
-		{"AtRecord", "INSERT INTO keylane_outcomes", kind == "pipeline"},
+		// pipeline's or a set's went with its COMMIT (recordAndCommit).
+		{"AtRecord", "INSERT INTO keylane_outcomes", kind != "handler"},
 		{"AtCommit", commitMarker(kind), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -98,10 +98,10 @@ func testConnectionCutMidGroup(t *testing.T, kind string) {
 // and have the record answer what committed: every buyer answered as
 // recorded, nothing applied twice, stock = start - sold, one order row
 // per sale. Fails if a group whose commit's fate is unknown is acked,
-// dead-lettered (a buyer gets an error) or applied again. Run for both
-// kinds of handler (for shop.SellPipeline the UPDATE rides in the fast
+// dead-lettered (a buyer gets an error) or applied again. Run for every
+// kind of handler (for shop.SellPipeline the UPDATE rides in the fast
 // path's one batch: TestPipelineConnectionCut cuts each of its round
-// trips).
+// trips; for shop.SellSet the cut mid-group follows its stock read).
 func TestWorkerConnectionCutAtCommit(t *testing.T) { forKinds(t, testWorkerConnectionCutAtCommit) }
 
 func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
@@ -130,7 +130,7 @@ func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
 	if proxy.Cuts() != 1 {
 		t.Fatalf("%d cuts at COMMIT, want 1", proxy.Cuts())
 	}
-	proxy.CutAfter("UPDATE stock")
+	proxy.CutAfter(midGroupMarker(kind))
 	b.buy(ctx, c, 8, "cut2", sale(12, "k"))
 	if proxy.Cuts() != 2 {
 		t.Fatalf("%d cuts in all, want 2", proxy.Cuts())
@@ -155,15 +155,22 @@ func testWorkerConnectionCutAtCommit(t *testing.T, kind string) {
 // recorded, stock = start - sold, one order row per sale. Fails if a cut
 // group is acked or dead-lettered (a buyer gets an error), applied twice,
 // or committed where it should have been rolled back (an order row or
-// outcome no buyer was told).
+// outcome no buyer was told). Run for shop.SellSet too, whose first batch
+// carries its stock read and whose writes go with the record and COMMIT.
 func TestPipelineConnectionCut(t *testing.T) {
+	for _, kind := range []string{"pipeline", "set"} {
+		t.Run(kind, func(t *testing.T) { testPipelineConnectionCut(t, kind) })
+	}
+}
+
+func testPipelineConnectionCut(t *testing.T, kind string) {
 	s, direct := startShop(t, 4)
 	proxy, db := cutPool(t, s)
 	setStock(t, direct, "k", 60)
 	nsrv := natstest.Start(t)
 	hist := newHistory()
 	var failed, recorded atomic.Int64
-	app := shopApplier("pipeline", db, hist)
+	app := shopApplier(kind, db, hist)
 	app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
 		if err != nil {
 			failed.Add(1)
@@ -183,12 +190,16 @@ func TestPipelineConnectionCut(t *testing.T) {
 	b := newBuyers()
 	b.buy(ctx, c, 1, "warm", []string{"k"}) // the pool's connection is open
 	for i, cut := range []struct{ name, marker string }{
-		// shop.SellPipeline's buy, in the batch with BEGIN and the fence.
-		{"batch", "UPDATE stock"},
-		// The record and COMMIT go in one message: either marker cuts
-		// after both ran.
+		// shop.SellPipeline's buy, or shop.SellSet's stock read, in the
+		// batch with BEGIN and the fence.
+		{"batch", midGroupMarker(kind)},
+		// The record and COMMIT go in one message (a set's writes before
+		// them): any of its markers cuts after all ran.
 		{"record", "INSERT INTO keylane_outcomes"},
-		{"commit", commitMarker("pipeline")},
+		{"commit", commitMarker(kind)},
+		// The order row's INSERT: in the pipeline's first batch, in the
+		// set's last.
+		{"orders", "INSERT INTO orders"},
 	} {
 		before := failed.Load()
 		proxy.CutAfter(cut.marker)
@@ -214,10 +225,20 @@ func TestPipelineConnectionCut(t *testing.T) {
 // fast path queues COMMIT behind the record (recordAndCommit), an
 // unnamed statement's Parse: its empty name, then the text.
 func commitMarker(kind string) string {
-	if kind == "pipeline" {
+	if kind != "handler" {
 		return "\x00commit\x00"
 	}
 	return "Q\x00\x00\x00\x0bcommit\x00"
+}
+
+// midGroupMarker is a statement sent before the group's COMMIT and after
+// its BEGIN, in a message of its own: a buy's conditional UPDATE, or a
+// set's read of the stock rows (its writes go with the COMMIT).
+func midGroupMarker(kind string) string {
+	if kind == "set" {
+		return "FOR UPDATE"
+	}
+	return "UPDATE stock"
 }
 
 // cutPool connects a pool to s through a fault proxy, both closed when

@@ -34,6 +34,16 @@
 //		Applier: &keylanepg.Applier{DB: pool, Pipeline: shop.SellPipeline, IdleTimeout: keylane.DefaultLeaseTTL / 2},
 //	})
 //
+// A SetHandler (Applier.Set, ApplySet) reads and writes a transaction's
+// jobs together: its reads in the first round trip, its writes — a few
+// statements for all the jobs, whatever their number — with the record
+// and COMMIT in the second (see "Set handlers"). shop.SellSet sells that
+// way, and is the fastest of the shop's three:
+//
+//	w, _ := keylane.NewWorker(nc, keylane.WorkerConfig{
+//		Applier: &keylanepg.Applier{DB: pool, Set: shop.SellSet, IdleTimeout: keylane.DefaultLeaseTTL / 2},
+//	})
+//
 // Applied and Recorded jobs are Done: the worker replies with their
 // result and acks them. A Failed job is retried alone by the worker, or
 // dead-lettered when its Err is permanent; a Held one runs after it. A
@@ -42,7 +52,8 @@
 // backoff: the record answers what did commit. So exactly once across a
 // worker's crash rests on keylane_outcomes: a redelivered job is answered
 // from there, never applied again. cmd/sale runs submit sale's flash sale
-// this way (shop.SellPipeline; --pipeline=false for shop.Sell) and checks
+// this way (shop.SellSet; --handler pipeline or handler for
+// shop.SellPipeline or shop.Sell) and checks
 // the verdict against the rows:
 //
 //	go run -C pg ./cmd/sale --postgres local
@@ -168,13 +179,67 @@
 // answers in each failure. Every worker-level fault test of this package
 // (a worker SIGKILLed or cut off between commit and ack, a paused owner
 // refused by the fence, a Postgres restart, a connection cut mid-group,
-// the database killed) runs for both kinds, as subtests "handler" and
-// "pipeline"; TestPipelineConnectionCut cuts the connection after the
+// the database killed) runs for every kind, as subtests "handler",
+// "pipeline" and "set"; TestPipelineConnectionCut cuts the connection after the
 // fast path's batch, after the record and after COMMIT, and
 // TestPausedWorkerRefusedByFence/pipeline/unapplied has the paused owner's
 // jobs unrecorded when it resumes, so only the fence refuses them (with
 // the fast path's fence check removed it failed: "paused worker's
 // transaction ... ended with <nil>, want a StaleFenceError").
+//
+// # Set handlers
+//
+// A PipelineHandler's statements are one or more a job, and the server
+// parses, plans and executes each: a transaction's work grows by a
+// statement's overhead a job. A SetHandler's are a few a transaction: Read
+// queues what the jobs need to know (shop.SellSet: one SELECT … FOR UPDATE
+// of every SKU's stock row), and the Write it returns, called once those
+// ran, decides every job in Go, in order, from what was read (the stock
+// left after each purchase, so a sold-out SKU refuses the next buyer) and
+// queues the writes of all of them (shop.SellSet: one INSERT … SELECT
+// FROM unnest … ON CONFLICT DO UPDATE of the changed stock rows, one
+// INSERT … SELECT FROM unnest of the order rows). ApplySet runs, on a
+// *pgxpool.Pool:
+//
+//  1. One round trip: BEGIN; the fence; the outcomes look-up; Read's
+//     statements, for the jobs of the group that run (not those of held
+//     keys).
+//  2. The fence refused: roll back, *StaleFenceError. A job recorded, one
+//     ID twice, Read's error or panic, or a read that failed: roll back
+//     and take the careful path.
+//  3. Write: its error or panic, or a job's SetResult.Err: roll back, the
+//     careful path. Otherwise one message: Write's statements, the record
+//     of every job's outcome, COMMIT. A write that fails at the server
+//     skips the rest (the transaction is aborted, nothing commits) and the
+//     careful path follows; a cut connection after the message leaves the
+//     commit's fate unknown, an error as for any group
+//     (TestPipelineConnectionCut/set cuts after the read, the writes, the
+//     record and COMMIT).
+//
+// On another DB, three round trips: the writes and the record in one,
+// COMMIT in its own. The careful path is Apply's, with each job a set of
+// one (Read, its statements, Write, its statements) in its own savepoint:
+// a failing job fails alone, the rest commit. Read and Write may so run
+// more than once for a job; like a PipelineHandler's Queue, they must be
+// free of side effects and depend only on the jobs and the rows. A Read
+// that returns no Write, or a Write that returns a result count other
+// than its jobs', fails the job for good (keylane.ErrPermanent): no retry
+// returns another answer (TestSetHandlerBugsFailForGood).
+//
+// Write decides from the rows Read locked: keylane serializes the keys'
+// jobs, and FOR UPDATE makes a writer outside keylane wait, so no
+// decision rests on a row that changes before COMMIT. A Write that
+// decided without locking its rows would sell stock another writer
+// already sold; lock what you read, or write conditionally.
+//
+// TestSetSendsTheGroupInTwoRoundTrips holds a set of 44 jobs to 2 round
+// trips and 8 statements on a pool, 3 round trips on a connection, with
+// the pipeline's outcomes and rows; TestSetMatchesSell applies random
+// groups of the shop's commands through Sell and SellSet and compares
+// every outcome and row (seeded: KEYLANE_SEED); TestSetFailingJobFailsAlone
+// fails a job at each step of Read and Write. Every worker-level fault
+// test of this package runs for "set" too, beside "handler" and
+// "pipeline".
 //
 // # What a crash leaves
 //

@@ -71,6 +71,40 @@ var readmeSell = keylanepg.PipelineFunc(func(job keylane.Job, b *pgx.Batch) (key
 	}, nil
 })
 
+// readmeSetSell is the README's SetHandler: the same sale, a
+// transaction's jobs read and written together, two statements for all
+// their writes. TestREADMESetSell runs it against a real database.
+var readmeSetSell = keylanepg.SetFunc(func(jobs []keylane.Job, b *pgx.Batch) (keylanepg.Write, error) {
+	skus := make([]string, len(jobs))
+	for i, job := range jobs {
+		skus[i] = job.Key
+	}
+	stock := map[string]int64{}
+	b.Queue(`SELECT sku, n FROM stock WHERE sku = ANY($1) FOR UPDATE`, skus).Query(func(rows pgx.Rows) error {
+		var sku string
+		var n int64
+		_, err := pgx.ForEachRow(rows, []any{&sku, &n}, func() error { stock[sku] = n; return nil })
+		return err
+	})
+	return func(b *pgx.Batch) ([]keylanepg.SetResult, error) {
+		res := make([]keylanepg.SetResult, len(jobs))
+		var sold, ids []string
+		for i, job := range jobs {
+			if stock[job.Key] == 0 {
+				res[i].Result = []byte("soldout")
+				continue
+			}
+			stock[job.Key]--
+			sold, ids = append(sold, job.Key), append(ids, job.ID)
+			res[i].Result = []byte("sold")
+		}
+		b.Queue(`UPDATE stock SET n = n - s.c FROM (SELECT sku, count(*) AS c FROM unnest($1::text[]) AS sku GROUP BY sku) s
+			WHERE stock.sku = s.sku`, sold)
+		b.Queue(`INSERT INTO orders (sku, job_id) SELECT * FROM unnest($1::text[], $2::text[])`, sold, ids)
+		return res, nil
+	}, nil
+})
+
 // A PipelineHandler: the same sale, its statements sent with the group's
 // others in one round trip (three a transaction, whatever its jobs).
 // (Compiled, not run: TestREADMEPipelineSell runs readmeSell.)

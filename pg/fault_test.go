@@ -20,7 +20,7 @@ import (
 // recorded outcome matches the rows: nothing applied without its outcome,
 // nothing recorded without its rows, stock = start - sold, no job applied
 // twice, and every answer, first or from the record, the same. Run for
-// both kinds of handler (applyAs).
+// every kind of handler (applyAs).
 func TestKilledDatabaseLeavesOutcomesMatchingRows(t *testing.T) {
 	forKinds(t, testKilledDatabaseLeavesOutcomesMatchingRows)
 }

@@ -117,7 +117,7 @@ type dbQuerier interface {
 // redelivering the goroutine's previous group. The history holds: no job
 // applied twice, stock = start - sold, one order row per sale, a serial
 // history of stock levels, outcomes recorded for exactly the applied jobs.
-// Run for both kinds of handler (applyAs): the pipeline's groups that
+// Run for every kind of handler (applyAs): the pipeline's groups that
 // redeliver take its careful path, the others its fast one.
 func TestConcurrentHotSKU(t *testing.T) { forKinds(t, testConcurrentHotSKU) }
 

@@ -19,7 +19,7 @@ import (
 // cache holds 64), every purchase must be applied once, each SKU's in
 // order; and a SKU whose job fails retriably in one transaction holds its
 // later jobs in the next ones too, while the other SKUs go on. Run for
-// both kinds of Applier: with Handler, and with Pipeline (whose fast path
+// every kind of Applier: with Handler, and with Pipeline (whose fast path
 // has no savepoint, but whose careful path has, and which must hold a
 // failed key's later jobs all the same).
 func TestApplierCapsJobsPerTransaction(t *testing.T) {
@@ -61,9 +61,25 @@ func testApplierCapsJobsPerTransaction(t *testing.T, kind string) {
 		b.Queue(`INSERT INTO jobtx (job_id, tx) VALUES ($1, txid_current())`, job.ID)
 		return shop.SellPipeline.Queue(job, b)
 	})
+	// A set with b070 in it is refused whole by Read: the careful path
+	// then fails b070 alone, and holds b's later jobs as the others do.
+	s := keylanepg.SetFunc(func(jobs []keylane.Job, b *pgx.Batch) (keylanepg.Write, error) {
+		ids := make([]string, len(jobs))
+		for i, job := range jobs {
+			if job.ID == failAt {
+				return nil, fmt.Errorf("a retriable failure of %s", job.ID)
+			}
+			ids[i] = job.ID
+		}
+		b.Queue(`INSERT INTO jobtx (job_id, tx) SELECT unnest($1::text[]), txid_current()`, ids)
+		return shop.SellSet.Read(jobs, b)
+	})
 	app := &keylanepg.Applier{DB: db, Handler: h}
-	if kind == "pipeline" {
+	switch kind {
+	case "pipeline":
 		app = &keylanepg.Applier{DB: db, Pipeline: p}
+	case "set":
+		app = &keylanepg.Applier{DB: db, Set: s}
 	}
 	out, err := app.ApplyGroup(ctx, keylane.JobGroup{Namespace: ns, Partition: 0, Fence: 1, Jobs: jobs})
 	if err != nil {

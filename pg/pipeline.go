@@ -81,11 +81,7 @@ func JSONPipeline[Req, Resp any](f func(job keylane.Job, req Req, b *pgx.Batch) 
 // ApplyPipeline is Apply for a PipelineHandler: the same transaction, the
 // same outcomes, with the jobs' statements sent in one round trip.
 func ApplyPipeline(ctx context.Context, db DB, g Group, p PipelineHandler, opts ...ApplyOpt) ([]Outcome, error) {
-	var cfg applyOpts
-	for _, opt := range opts {
-		opt(&cfg)
-	}
-	return applyPipeline(ctx, db, g, p, cfg, make(map[string]bool))
+	return applyPipeline(ctx, db, g, p, options(opts), make(map[string]bool))
 }
 
 // one runs a PipelineHandler's job as a Handler: its statements in one
@@ -148,6 +144,12 @@ func safeResult(job keylane.Job, res Result) Result {
 	}
 }
 
+// errFateUnknown is in recordAndCommit's error when its COMMIT went out
+// and no answer came back: the transaction may have committed, so only a
+// new transaction behind the fence's lock (the worker's next try, or
+// Lookup) can tell, never an assumption either way.
+var errFateUnknown = errors.New("its fate is unknown: apply again or Lookup")
+
 // errCareful is why applyPipeline rolled its transaction back and applied
 // the group the careful way: a job of the group failed, or was recorded.
 var errCareful = errors.New("keylanepg: the group takes the careful path")
@@ -175,52 +177,18 @@ func applyPipeline(ctx context.Context, db DB, g Group, p PipelineHandler, cfg a
 }
 
 func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
-	ids, err := checkGroup(g)
+	b, st, err := fastBatch(g, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if len(g.Jobs) == 0 {
+	if b == nil {
 		return []Outcome{}, nil
 	}
-	if len(ids) > 1 {
-		seen := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			if seen[id] {
-				// The same ID twice: the careful path applies the first
-				// and answers the second from it.
-				return nil, errCareful
-			}
-			seen[id] = true
-		}
-	}
-	var b pgx.Batch
-	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
-	if cfg.idle > 0 {
-		queueIdle(&b, cfg.idle)
-	}
-	var (
-		started  time.Time
-		fenced   bool
-		recorded bool // a job of the group has an outcome already
-	)
-	b.Queue(fenceSQL, g.Namespace, g.Partition, int64(g.Fence)).QueryRow(func(row pgx.Row) error {
-		err := row.Scan(&started)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		fenced = err == nil
-		return err
-	})
-	b.Queue(outcomesSQL, g.Namespace, ids).Query(func(rows pgx.Rows) error {
-		recorded = rows.Next()
-		rows.Close()
-		return rows.Err()
-	})
 	var (
 		results = make([]Result, len(g.Jobs))
 		refused map[int]error   // jobs whose Queue failed: nothing sent
 		holding map[string]bool // keys newly held by a retriable refusal
-		failed  = -1            // the job whose statement or callback failed
+		failed  bool            // a job's statement or callback failed
 	)
 	for i, job := range g.Jobs {
 		if held[job.Key] || holding[job.Key] {
@@ -228,7 +196,7 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 		}
 		job.Partition, job.Fence = g.Partition, g.Fence
 		from := b.Len()
-		res, err := queue(p, job, &b)
+		res, err := queue(p, job, b)
 		if err != nil {
 			// Nothing of the job is sent: it fails alone, as in its
 			// savepoint, and a retriable failure holds its key's later
@@ -246,39 +214,13 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 			continue
 		}
 		results[i] = res
-		for _, qq := range b.QueuedQueries[from:] {
-			fn := qq.Fn
-			qq.Fn = func(br pgx.BatchResults) error {
-				var err error
-				if fn != nil {
-					err = fn(br)
-				} else {
-					_, err = br.Exec()
-				}
-				if err != nil && failed < 0 {
-					failed = i
-				}
-				return err
-			}
-		}
+		flagFailures(b, from, &failed)
 	}
-	tx, br, err := beginFast(ctx, db, &b)
+	tx, err := sendFast(ctx, db, b, st, g, &failed, "jobs")
 	if err != nil {
 		return nil, err
 	}
 	defer rollback(ctx, tx.end)
-	if err := br.Close(); err != nil {
-		if failed >= 0 && ctx.Err() == nil {
-			return nil, errCareful
-		}
-		return nil, fmt.Errorf("keylanepg: begin, fence, outcomes and jobs: %w", err)
-	}
-	if !fenced {
-		return nil, staleFence(ctx, tx, g)
-	}
-	if recorded {
-		return nil, errCareful
-	}
 
 	out := make([]Outcome, len(g.Jobs))
 	var (
@@ -302,20 +244,106 @@ func applyFast(ctx context.Context, db DB, g Group, p PipelineHandler, cfg apply
 		if res == nil {
 			res = []byte{}
 		}
-		out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Applied, Result: res, Fence: g.Fence, At: started}
+		out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Applied, Result: res, Fence: g.Fence, At: st.started}
 		appIDs, appKeys, appRes = append(appIDs, job.ID), append(appKeys, job.Key), append(appRes, res)
 	}
 	var record []any // none when no job applied: COMMIT alone
 	if len(appIDs) > 0 {
 		record = []any{g.Namespace, int64(g.Fence), appIDs, appKeys, appRes}
 	}
-	if err := tx.recordAndCommit(ctx, record); err != nil {
+	if err := tx.recordAndCommit(ctx, nil, record); err != nil {
 		return nil, err
 	}
 	for k := range holding {
 		held[k] = true
 	}
 	return out, nil
+}
+
+// fastState is what the fast path's first round trip tells besides the
+// jobs' results.
+type fastState struct {
+	started  time.Time // the transaction's timestamp
+	fenced   bool      // the fence was taken
+	recorded bool      // a job of the group has an outcome already
+}
+
+// fastBatch checks g for the fast path and returns its first batch up to
+// the jobs' statements: BEGIN, the idle timeout, the fence and the
+// outcomes look-up, whose results fill the fastState once the batch ran.
+// No batch for a group without jobs, or with an error: errCareful when an
+// ID is in the group twice (the careful path applies the first and
+// answers the second from it).
+func fastBatch(g Group, cfg applyOpts) (*pgx.Batch, *fastState, error) {
+	ids, err := checkGroup(g)
+	if err != nil || len(g.Jobs) == 0 {
+		return nil, nil, err
+	}
+	if hasDuplicate(ids) {
+		return nil, nil, errCareful
+	}
+	b := &pgx.Batch{}
+	st := &fastState{}
+	b.BeginTx(pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if cfg.idle > 0 {
+		queueIdle(b, cfg.idle)
+	}
+	b.Queue(fenceSQL, g.Namespace, g.Partition, int64(g.Fence)).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&st.started)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		st.fenced = err == nil
+		return err
+	})
+	b.Queue(outcomesSQL, g.Namespace, ids).Query(func(rows pgx.Rows) error {
+		st.recorded = rows.Next()
+		rows.Close()
+		return rows.Err()
+	})
+	return b, st, nil
+}
+
+// hasDuplicate reports whether an ID is in ids twice.
+func hasDuplicate(ids []string) bool {
+	if len(ids) < 2 {
+		return false
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+	}
+	return false
+}
+
+// sendFast sends the fast path's first batch, b, and reads what it told:
+// the transaction, for the caller to end (rollback(ctx, tx.end)), or an
+// error, the transaction ended: errCareful when a job's statement or
+// callback failed (*failed) or a job of g is recorded, a
+// *StaleFenceError when the fence was refused.
+func sendFast(ctx context.Context, db DB, b *pgx.Batch, st *fastState, g Group, failed *bool, what string) (fastTx, error) {
+	tx, br, err := beginFast(ctx, db, b)
+	if err != nil {
+		return nil, err
+	}
+	err = br.Close()
+	switch {
+	case err != nil && *failed && ctx.Err() == nil:
+		err = errCareful
+	case err != nil:
+		err = fmt.Errorf("keylanepg: begin, fence, outcomes and %s: %w", what, err)
+	case !st.fenced:
+		err = staleFence(ctx, tx, g)
+	case st.recorded:
+		err = errCareful
+	default:
+		return tx, nil
+	}
+	rollback(ctx, tx.end)
+	return nil, err
 }
 
 // lender is a DB that lends a connection of its own: a *pgxpool.Pool. On
@@ -330,8 +358,9 @@ type lender interface {
 // pgx.Tx's, or one run by hand on a lent connection.
 type fastTx interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-	// recordAndCommit runs recordSQL with record (unless nil) and commits.
-	recordAndCommit(ctx context.Context, record []any) error
+	// recordAndCommit runs the statements queued on writes (a set's; nil
+	// or empty: none), recordSQL with record (unless nil) and commits.
+	recordAndCommit(ctx context.Context, writes *pgx.Batch, record []any) error
 	// end rolls back what did not commit and gives back what was lent.
 	end(ctx context.Context) error
 }
@@ -360,14 +389,24 @@ func (t pgxFastTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Ro
 	return t.tx.QueryRow(ctx, sql, args...)
 }
 
-func (t pgxFastTx) recordAndCommit(ctx context.Context, record []any) error {
+func (t pgxFastTx) recordAndCommit(ctx context.Context, writes *pgx.Batch, record []any) error {
+	if writes != nil && writes.Len() > 0 {
+		// The writes and the record in one round trip, COMMIT in its own.
+		if record != nil {
+			writes.Queue(recordSQL, record...)
+		}
+		if err := t.tx.SendBatch(ctx, writes).Close(); err != nil {
+			return fmt.Errorf("keylanepg: writes and record outcomes: %w", err)
+		}
+		record = nil
+	}
 	if record != nil {
 		if _, err := t.tx.Exec(ctx, recordSQL, record...); err != nil {
 			return fmt.Errorf("keylanepg: record outcomes: %w", err)
 		}
 	}
 	if err := t.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("keylanepg: commit (its fate is unknown: apply again or Lookup): %w", err)
+		return fmt.Errorf("keylanepg: commit (%w): %w", errFateUnknown, err)
 	}
 	return nil
 }
@@ -389,23 +428,31 @@ func (t *lentTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	return t.c.QueryRow(ctx, sql, args...)
 }
 
-// recordAndCommit sends the record and COMMIT in one batch: a failed
-// record skips the COMMIT (the server skips the rest of a pipeline after
-// an error) and leaves the transaction for end to roll back.
-func (t *lentTx) recordAndCommit(ctx context.Context, record []any) error {
-	var b pgx.Batch
+// recordAndCommit sends the writes, the record and COMMIT in one batch:
+// a failed write or record skips the COMMIT (the server skips the rest of
+// a pipeline after an error) and leaves the transaction for end to roll
+// back.
+func (t *lentTx) recordAndCommit(ctx context.Context, writes *pgx.Batch, record []any) error {
+	b := writes
+	if b == nil {
+		b = &pgx.Batch{}
+	}
+	wrote := b.Len() > 0
 	if record != nil {
 		b.Queue(recordSQL, record...)
 	}
 	commit := b.Queue("commit")
 	var tag pgconn.CommandTag
 	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
-	if err := t.c.SendBatch(ctx, &b).Close(); err != nil {
-		if record != nil && t.c.Conn().PgConn().TxStatus() == 'E' {
-			// The record failed: nothing committed.
+	if err := t.c.SendBatch(ctx, b).Close(); err != nil {
+		if (wrote || record != nil) && t.c.Conn().PgConn().TxStatus() == 'E' {
+			// A write or the record failed: nothing committed.
+			if wrote {
+				return fmt.Errorf("keylanepg: writes and record outcomes: %w", err)
+			}
 			return fmt.Errorf("keylanepg: record outcomes: %w", err)
 		}
-		return fmt.Errorf("keylanepg: record outcomes and commit (its fate is unknown: apply again or Lookup): %w", err)
+		return fmt.Errorf("keylanepg: record outcomes and commit (%w): %w", errFateUnknown, err)
 	}
 	if tag.String() == "ROLLBACK" {
 		return fmt.Errorf("keylanepg: commit: %w", pgx.ErrTxCommitRollback)

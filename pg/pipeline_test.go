@@ -38,25 +38,32 @@ func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEnd
 // tracedShop is startShop with every round trip of the pool counted.
 func tracedShop(t *testing.T) (*pgxpool.Pool, *roundTrips) {
 	t.Helper()
+	rt := new(roundTrips)
+	return tracedShopWith(t, rt), rt
+}
+
+// tracedShopWith is startShop with tr tracing the pool's statements.
+func tracedShopWith(t *testing.T, tr pgx.QueryTracer) *pgxpool.Pool {
+	t.Helper()
 	s, _ := startShop(t, 2)
 	cfg, err := pgxpool.ParseConfig(s.URL("postgres", "postgres"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := new(roundTrips)
-	cfg.ConnConfig.Tracer = rt
+	cfg.ConnConfig.Tracer = tr
 	cfg.MaxConns = 2
 	traced, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(traced.Close)
-	return traced, rt
+	return traced
 }
 
 // TestPipelineSendsTheGroupInTwoRoundTrips applies the same group of
 // two SKUs' purchases and the shop's other commands through Apply
-// (shop.Sell) and through ApplyPipeline (shop.SellPipeline): the same
+// (shop.Sell), through ApplyPipeline (shop.SellPipeline) and through
+// ApplySet (shop.SellSet, whose careful path runs: s5 fails): the same
 // outcomes and rows, and the pipeline's transaction costs two round
 // trips on a pool (begin, fence, outcomes and every job's statements;
 // the record with COMMIT), three on one connection (a pgx.Tx commits in
@@ -128,12 +135,12 @@ func TestPipelineSendsTheGroupInTwoRoundTrips(t *testing.T) {
 			t.Errorf("%s:\n got %q\nwant %q", kind, got[i], want)
 		}
 	}
-	t.Logf("round trips of one transaction of %d jobs: handler %d, pipeline %d, pipeline on a connection %d", len(jobs), trips[0], trips[1], trips[2])
+	t.Logf("round trips of one transaction of %d jobs: handler %d, pipeline %d, set %d (its careful path: s5 fails), pipeline on a connection %d", len(jobs), trips[0], trips[1], trips[2], trips[3])
 	if trips[1] != 2 {
 		t.Errorf("the pipeline's transaction took %d round trips on a pool, want 2", trips[1])
 	}
-	if trips[2] != 3 {
-		t.Errorf("the pipeline's transaction took %d round trips on a connection, want 3", trips[2])
+	if trips[3] != 3 {
+		t.Errorf("the pipeline's transaction took %d round trips on a connection, want 3", trips[3])
 	}
 	if trips[0] <= int64(len(jobs)) {
 		t.Errorf("the Handler's transaction took %d round trips for %d jobs, want one a statement at least", trips[0], len(jobs))
@@ -362,13 +369,20 @@ func TestREADMEPipelineSell(t *testing.T) {
 // blanks squeezed.
 func pipelineFunc(t *testing.T, name, text string) string {
 	t.Helper()
-	i := strings.Index(text, "keylanepg.PipelineFunc(func(")
+	return funcLiteral(t, name, text, "keylanepg.PipelineFunc(func(")
+}
+
+// funcLiteral returns the first function literal of text that starts
+// with start, up to its closing "\n})", its blanks squeezed.
+func funcLiteral(t *testing.T, name, text, start string) string {
+	t.Helper()
+	i := strings.Index(text, start)
 	if i < 0 {
-		t.Fatalf("%s has no keylanepg.PipelineFunc", name)
+		t.Fatalf("%s has no %s", name, start)
 	}
 	j := strings.Index(text[i:], "\n})")
 	if j < 0 {
-		t.Fatalf("%s: its PipelineFunc does not end", name)
+		t.Fatalf("%s: its %s does not end", name, start)
 	}
 	return strings.Join(strings.Fields(text[i:i+j]), " ")
 }
@@ -395,7 +409,47 @@ func TestTransactionControlIsRefused(t *testing.T) {
 			}
 			var out []keylanepg.Outcome
 			var err error
-			if kind == "pipeline" {
+			switch kind {
+			case "set":
+				// A b job's statement goes in Read's batch or, for every
+				// other one, in Write's: both are refused.
+				out, err = keylanepg.ApplySet(ctx, db, group(0, 1, jobs...), keylanepg.SetFunc(func(jobs []keylane.Job, b *pgx.Batch) (keylanepg.Write, error) {
+					var sells []keylane.Job
+					var late []string
+					for i, job := range jobs {
+						switch {
+						case job.Key != "b":
+							sells = append(sells, job)
+						case i%4 == 1:
+							b.Queue(string(job.Payload))
+						default:
+							late = append(late, string(job.Payload))
+						}
+					}
+					w, err := shop.SellSet.Read(sells, b)
+					if err != nil {
+						return nil, err
+					}
+					return func(b *pgx.Batch) ([]keylanepg.SetResult, error) {
+						rs, err := w(b)
+						if err != nil {
+							return nil, err
+						}
+						for _, sql := range late {
+							b.Queue(sql)
+						}
+						out := make([]keylanepg.SetResult, 0, len(jobs))
+						for _, job := range jobs {
+							if job.Key == "b" {
+								out = append(out, keylanepg.SetResult{})
+								continue
+							}
+							out, rs = append(out, rs[0]), rs[1:]
+						}
+						return out, nil
+					}, nil
+				}))
+			case "pipeline":
 				out, err = keylanepg.ApplyPipeline(ctx, db, group(0, 1, jobs...), keylanepg.PipelineFunc(func(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {
 					if job.Key == "b" {
 						b.Queue(string(job.Payload))
@@ -403,7 +457,7 @@ func TestTransactionControlIsRefused(t *testing.T) {
 					}
 					return shop.SellPipeline.Queue(job, b)
 				}))
-			} else {
+			default:
 				out, err = keylanepg.Apply(ctx, db, group(0, 1, jobs...), keylanepg.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job keylane.Job) ([]byte, error) {
 					if job.Key == "b" {
 						_, err := tx.Exec(ctx, string(job.Payload))

@@ -31,6 +31,7 @@ type histApplier struct {
 	db    keylanepg.DB
 	h     keylanepg.Handler
 	p     keylanepg.PipelineHandler
+	s     keylanepg.SetHandler
 	hist  *history
 	calls atomic.Int64
 	// before runs before Apply and returns the ctx Apply gets.
@@ -49,9 +50,12 @@ func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]key
 		out []keylanepg.Outcome
 		err error
 	)
-	if a.p != nil {
+	switch {
+	case a.p != nil:
 		out, err = keylanepg.ApplyPipeline(ctx, a.db, grp, a.p)
-	} else {
+	case a.s != nil:
+		out, err = keylanepg.ApplySet(ctx, a.db, grp, a.s)
+	default:
 		out, err = keylanepg.Apply(ctx, a.db, grp, a.h)
 	}
 	if err == nil {
@@ -71,10 +75,13 @@ func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]key
 }
 
 // shopApplier is a histApplier selling with the shop's handler of kind
-// (one of applyKinds): shop.Sell, or shop.SellPipeline.
+// (one of applyKinds): shop.Sell, shop.SellPipeline or shop.SellSet.
 func shopApplier(kind string, db keylanepg.DB, hist *history) *histApplier {
-	if kind == "pipeline" {
+	switch kind {
+	case "pipeline":
 		return &histApplier{db: db, p: shop.SellPipeline, hist: hist}
+	case "set":
+		return &histApplier{db: db, s: shop.SellSet, hist: hist}
 	}
 	return &histApplier{db: db, h: shop.Sell, hist: hist}
 }
@@ -246,8 +253,8 @@ func sale(n int, skus ...string) []string {
 // recorded one; and the hot SKU's jobs must have gone in groups (fewer
 // transactions than jobs). Fails if the worker acks without the commit,
 // applies a job twice, or runs a key's jobs one transaction each. Run for
-// both kinds of handler (forKinds): shop.Sell through Apply, and
-// shop.SellPipeline through ApplyPipeline.
+// every kind of handler (forKinds): shop.Sell through Apply,
+// shop.SellPipeline through ApplyPipeline, shop.SellSet through ApplySet.
 func TestWorkerSellsOutOfPostgres(t *testing.T) { forKinds(t, testWorkerSellsOutOfPostgres) }
 
 func testWorkerSellsOutOfPostgres(t *testing.T, kind string) {
@@ -295,7 +302,7 @@ func testWorkerSellsOutOfPostgres(t *testing.T, kind string) {
 // redelivered job is applied twice (history: "applied twice"; the UNIQUE
 // job_id of orders would also refuse it, failing the job), or if the
 // first worker acked or replied after its connection was gone. Run for
-// both kinds: the pipeline's fast path sends the redelivered jobs'
+// every kind: the pipeline's fast path sends the redelivered jobs'
 // statements before it reads the record, so it must roll them back and
 // answer the jobs from the record the careful way.
 func TestWorkerKilledBetweenCommitAndAck(t *testing.T) {
@@ -374,7 +381,7 @@ func testWorkerKilledBetweenCommitAndAck(t *testing.T, kind string) {
 // that is cut meanwhile). Worker b takes the partition over with a newer
 // fence. Then a resumes and runs its transaction under the old fence: the
 // database must refuse it (StaleFenceError, nothing written), and nothing
-// is applied twice. Two cases, for both kinds of handler: "applied", b
+// is applied twice. Two cases, for every kind of handler: "applied", b
 // has sold a's jobs, redelivered, before a resumes (a's jobs are in the
 // record); "unapplied", b holds them until a's transaction ended and
 // first commits its fence with another SKU's purchase, so only the fence
@@ -513,7 +520,7 @@ func pausedWorkerRefusedByFence(t *testing.T, kind string, hold bool) {
 // twice, nothing acknowledged that the database lacks (each "sold" answer
 // has its order row and recorded outcome). Fails if a failed transaction
 // is acked or dead-lettered (a buyer gets an error, or an answer with no
-// row), or a job is applied twice. Run for both kinds of handler.
+// row), or a job is applied twice. Run for every kind of handler.
 func TestPostgresRestartMidSale(t *testing.T) { forKinds(t, testPostgresRestartMidSale) }
 
 func testPostgresRestartMidSale(t *testing.T, kind string) {

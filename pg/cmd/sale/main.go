@@ -1,9 +1,12 @@
 // Command sale runs the flash sale of `submit sale` with the stock and the
 // orders in PostgreSQL: an embedded NATS server and workers in this
 // process, each applying a SKU's queued purchases in one transaction
-// through keylanepg (WorkerConfig.Applier): with shop.SellPipeline, the
-// transaction's statements in one round trip (--pipeline, the default), or
-// with shop.Sell, a round trip per statement (--pipeline=false). It prints submit
+// through keylanepg (WorkerConfig.Applier): with shop.SellSet, a
+// transaction's reads in one round trip and its writes, a few statements
+// for all its jobs, in the next (--handler set, the default); with
+// shop.SellPipeline, a statement a job, all in one round trip (--handler
+// pipeline); or with shop.Sell, a round trip per statement (--handler
+// handler). It prints submit
 // sale's verdict lines, then checks them against the database's own rows:
 // per SKU, stock = start − sold, one order row per purchase a buyer was
 // told "sold", none extra, every order with its recorded outcome.
@@ -67,7 +70,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	partitions := fs.Int("partitions", 0, "partitions (0: 16)")
 	conns := fs.Int("conns", 0, "the workers' pool of database connections (0: workers × 8)")
 	idle := fs.Duration("idle-timeout", 5*time.Second, "keylanepg.Applier's IdleTimeout: a paused owner's transaction is ended after this (below the lease TTL, 10s)")
-	pipeline := fs.Bool("pipeline", true, "sell with shop.SellPipeline (a PipelineHandler: a transaction's statements in one round trip); false: with shop.Sell (a Handler: a round trip per statement)")
+	handler := fs.String("handler", "set", "sell with shop.SellSet (set: a SetHandler, a transaction's reads in one round trip, its writes in a few statements for all its jobs in the next), shop.SellPipeline (pipeline: a PipelineHandler, a statement a job, all in one round trip) or shop.Sell (handler: a Handler, a round trip per statement)")
 	verbose := fs.Bool("v", false, "log worker events to stderr")
 	fs.IntVar(&cfg.SKUs, "skus", 5, "SKUs on sale")
 	fs.Int64Var(&cfg.Stock, "stock", 1000, "starting stock of each SKU")
@@ -129,11 +132,22 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	_ = db.QueryRow(ctx, "SHOW synchronous_commit").Scan(&sync)
 
 	tr := sale.NewTracker(nil, "")
-	var app keylane.GroupApplier = &keylanepg.Applier{DB: db, Handler: tracked(shop.Sell, tr), IdleTimeout: *idle}
-	kind := "shop.Sell, a round trip per statement"
-	if *pipeline {
+	var (
+		app  keylane.GroupApplier
+		kind string
+	)
+	switch *handler {
+	case "set":
+		app = trackedGroups{app: &keylanepg.Applier{DB: db, Set: shop.SellSet, IdleTimeout: *idle}, tr: tr}
+		kind = "shop.SellSet, a transaction's reads in one round trip and its writes in the next"
+	case "pipeline":
 		app = trackedGroups{app: &keylanepg.Applier{DB: db, Pipeline: shop.SellPipeline, IdleTimeout: *idle}, tr: tr}
 		kind = "shop.SellPipeline, a transaction's statements in one round trip"
+	case "handler":
+		app = &keylanepg.Applier{DB: db, Handler: tracked(shop.Sell, tr), IdleTimeout: *idle}
+		kind = "shop.Sell, a round trip per statement"
+	default:
+		return fmt.Errorf("--handler %q: want set, pipeline or handler", *handler)
 	}
 	var log *slog.Logger
 	if *verbose {
@@ -229,9 +243,9 @@ func tracked(h keylanepg.Handler, tr *sale.Tracker) keylanepg.Handler {
 
 // trackedGroups has the tracker see the jobs of each of app's calls, for
 // the verdict's per-key concurrency and order checks, where a
-// PipelineHandler's own calls cannot tell: it queues a key's jobs one
-// after another before any statement runs, and its fast path may queue a
-// job again on the careful path. A key's run spans the call: each of its
+// PipelineHandler's or a SetHandler's own calls cannot tell: they queue a
+// key's jobs before any statement runs, and the fast path may queue a job
+// again on the careful path. A key's run spans the call: each of its
 // jobs starts, in the group's order, when the one before it ends, and the
 // last ends when the call returns.
 type trackedGroups struct {

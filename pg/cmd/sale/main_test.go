@@ -13,16 +13,17 @@ import (
 
 // TestSaleLocalPostgres runs the command against a throwaway postgres:
 // a zipf sale over 3 SKUs, checked against the database's rows, with
-// each kind of handler: --pipeline (the default, shop.SellPipeline) and
-// --pipeline=false (shop.Sell). Fails if a verdict line is missing or
+// each kind of handler: --handler set (the default, shop.SellSet),
+// pipeline (shop.SellPipeline) and handler (shop.Sell). Fails if a verdict line is missing or
 // says FAILED (per-key concurrency, order, oversell, the database's rows
 // against the buyers' answers), or if the sale did not use the kind asked.
 func TestSaleLocalPostgres(t *testing.T) {
 	for _, tc := range []struct {
 		name, flag, kind string
 	}{
-		{"pipeline", "--pipeline", "shop.SellPipeline"},
-		{"handler", "--pipeline=false", "shop.Sell,"},
+		{"set", "--handler=set", "shop.SellSet"},
+		{"pipeline", "--handler=pipeline", "shop.SellPipeline"},
+		{"handler", "--handler=handler", "shop.Sell,"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
