@@ -290,7 +290,7 @@ func outcomeBatch(durable bool) int {
 // header names any that is set, and Run refuses one that is not a number.
 var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_STATE_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS",
 	"KEYLANE_BENCH_PG_PARTITIONS", "KEYLANE_BENCH_PG_CONCURRENCY", "KEYLANE_BENCH_PG_MAX_JOBS", "KEYLANE_BENCH_PG_NATS_SYNC",
-	"KEYLANE_BENCH_PG_SHARDS", "KEYLANE_BENCH_PG_PIPELINE"}
+	"KEYLANE_BENCH_PG_SHARDS", "KEYLANE_BENCH_PG_PIPELINE", "KEYLANE_BENCH_PG_SET"}
 
 // durationKnobs are the knobs that are durations ("1ms"): the header
 // names them too, and Run refuses one that is not a duration of 0 or more.
