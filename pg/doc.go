@@ -347,41 +347,49 @@
 //
 //	cd bench && go run . --only postgres --markdown
 //
-// keylane's rows apply through shop.SellPipeline (two round trips a
-// transaction, on a pool), on one partition whose Applier runs 64 keys at once, and
-// send batch messages and no caller's ID (the database keeps the
-// outcome), corked 1 ms when NATS syncs (keylane.ClientConfig.BatchCork);
-// docs/speed.md, "keylane → Postgres", measures each of these alone. On
-// a quiet 2-core VM (2026-11-27), 64 buyers, durable
-// (synchronous_commit=on, and keylane's NATS server syncing every
-// write), jobs/s, the medians of 3 interleaved runs:
+// keylane's rows apply through shop.SellSet (two round trips and 9
+// statements a transaction, on a pool), on one partition whose Applier
+// runs 64 keys at once, and send batch messages and no caller's ID (the
+// database keeps the outcome), corked 1 ms when NATS syncs
+// (keylane.ClientConfig.BatchCork); docs/speed.md, "keylane → Postgres",
+// measures each of these alone. On a quiet 2-core VM (2026-11-27), 64
+// buyers, durable (synchronous_commit=on, and keylane's NATS server
+// syncing every write), jobs/s, the medians of 3 interleaved runs:
 //
-//	                 keylane Call   keylane Submit   UPDATE   FOR UPDATE tx
-//	hot SKU          11,709         18,525           1,982    943
-//	10k SKUs zipf    9,720          14,804           9,726    4,019
+//	                          keylane Call   keylane Submit   UPDATE   FOR UPDATE tx
+//	hot SKU                   14,793         31,992           2,103    979
+//	10k SKUs zipf, in stock   10,823         20,940           6,867    3,338
+//	10k SKUs zipf, sell-out   10,918         21,452           10,777   4,092
 //
-// The hot SKU's targets are met: 12.4× the FOR UPDATE transaction
-// (target 10×) and 5.9× the UPDATE (target 5×). The skewed one is not:
-// 1.00× the UPDATE (target 1.5×); Submit, which no buyer waits on, does
-// 1.52×. Zero oversell and one order row per unit sold held in every run
-// of every row.
+// The targets are met: the hot SKU's Call does 15.1× the FOR UPDATE
+// transaction (target 10×) and 7.0× the UPDATE (target 5×); the skewed
+// catalog's, 1.58× the UPDATE (target 1.5×) on the set-up, the
+// skewed-ample sale, whose SKUs stay in stock and whose hot rows stay
+// contended all run (pgbench, docs/pgbench.sh, gives the UPDATE 6,203 to
+// 7,085 here on the same sale). On the sale whose hottest SKUs sell out
+// in its first third, the UPDATE of a sold-out SKU writes and flushes
+// nothing while keylane records every purchase's outcome, and the Call
+// only draws level (1.01×). Zero oversell and one order row per unit
+// sold held in every run of every row.
 //
 // What bounds the skewed durable Call is a partition's transaction cycle,
 // and behind it the machine's CPU (docs/speed.md measures each stage with
-// the bench's KEYLANE_BENCH_STAGES): a transaction costs about 0.7 ms
-// and 50 µs a job (BenchmarkApplyManySKUs), so one partition tops out
-// near 20,000 jobs a second, and 64 buyers leave it about 18 jobs a
-// transaction: 10,700 a second. More partitions run transactions at
-// once, but a durable Call costs about 120 µs of CPU (79 in the NATS
-// server, workers and clients, 40 in its PostgreSQL backend): 16,800 a
-// second would take the machine's two cores whole. The disk is not the
-// bound: it syncs 4,569 writes a second with one writer and 9,285 with
-// four (BenchmarkFsync in the bench module). Partitions are transaction streams: 16 of them (the namespace
-// default) made the skewed Call 2,228 jobs/s against 10,825 with one.
-// Tried and not kept (docs/speed.md): a worker-side cork on the
-// transaction, several transactions in flight per partition (they
-// serialize on the fence row; with a shared lock on it, smaller
-// transactions and more commits), more jobs streams.
+// the bench's KEYLANE_BENCH_STAGES): two round trips, the second with the
+// commit's WAL flush (469 µs and 795 µs with shop.SellSet), one after
+// another, and 64 buyers leave a transaction about 17 jobs. A set handler
+// cut the server's work a job (BenchmarkApplyManySKUs: a transaction of
+// 128 jobs 4.19 ms as a pipeline, 2.54 ms as a set), not the cycle. More
+// partitions run transactions at once, but each sends its own batch
+// messages, which the jobs stream syncs one after another: two made the
+// skewed-ample Call 7,672 jobs/s against 11,093 with one (one-row runs);
+// 16 (the namespace
+// default) made it 2,228 against 10,825 before set handlers. The disk is
+// not the bound: it syncs 4,569 writes a second with one writer and
+// 9,285 with four (BenchmarkFsync in the bench module). Tried and not
+// kept (docs/speed.md): a worker-side cork on the transaction, several
+// transactions in flight per partition (they serialize on the fence row;
+// with a shared lock on it, smaller transactions and more commits), more
+// jobs streams.
 //
 // # Another SQL database
 //
