@@ -10,7 +10,7 @@ import (
 // Every aggregation of docs/alerts.yml keeps the series of different
 // namespaces apart: it groups by namespace (the namespace gauges) or by
 // worker (a worker serves one namespace, and the per-worker metrics carry
-// no namespace label). A sum by partition alone adds partition 3 of one
+// a namespace label only when the worker command exports them). A sum by partition alone adds partition 3 of one
 // namespace to partition 3 of another: one namespace's steady backlog of
 // 2000 and another's growing backlog of 10 page as one growing backlog
 // of 2010.

@@ -54,6 +54,10 @@ var (
 // keywords, label names (in matchers or grouping clauses), strings,
 // durations or numbers. label_values(metric, label) yields its metric.
 func metricNames(expr string) []string {
+	if rest, ok := strings.CutPrefix(strings.TrimSpace(expr), "label_values("); ok {
+		metric, _, _ := strings.Cut(rest, ",")
+		return metricNames(metric)
+	}
 	e := promStrings.ReplaceAllString(expr, `""`)
 	e = promBraces.ReplaceAllString(e, " ")
 	e = promGrouping.ReplaceAllString(e, " ")
@@ -73,6 +77,7 @@ func TestMetricNames(t *testing.T) {
 		`histogram_quantile(0.99, sum by (le, op) (rate(keylane_client_request_seconds_bucket{op="call"}[$__rate_interval])))`: {"keylane_client_request_seconds_bucket"},
 		`sum(rate(a_sum[5m])) / sum(rate(a_count[5m])) > 1e3`:                                                                  {"a_sum", "a_count"},
 		`min by (partition) (keylane_lease_trusted_for_seconds{worker=~"w.*"}) and on(partition) up offset 5m`:                 {"keylane_lease_trusted_for_seconds", "up"},
+		`label_values(keylane_partitions_owned, namespace)`:                                                                    {"keylane_partitions_owned"},
 	} {
 		if got := metricNames(expr); !slices.Equal(got, want) {
 			t.Errorf("metricNames(%s) = %q, want %q", expr, got, want)
@@ -135,5 +140,43 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 		if !used[must] {
 			t.Errorf("the dashboard shows no %s", must)
 		}
+	}
+}
+
+// TestDashboardKeepsNamespacesApart: every query of a worker's series
+// (all keylane_ series but the clients', which carry no namespace) selects
+// the dashboard's $namespace, and no query sums by partition alone: the
+// worker command labels its series with its namespace, and partition 3 of
+// one namespace is not partition 3 of another. Failed before the
+// dashboard had the variable: "keylane_jobs_succeeded_total does not
+// select $namespace".
+func TestDashboardKeepsNamespacesApart(t *testing.T) {
+	raw, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d any
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatal(err)
+	}
+	worker := regexp.MustCompile(`\bkeylane_[a-z_]+(\{[^}]*\})?`)
+	for _, q := range exprs(d) {
+		if strings.HasPrefix(q, "label_values(") {
+			continue
+		}
+		for _, m := range worker.FindAllStringSubmatch(q, -1) {
+			if strings.HasPrefix(m[0], "keylane_client_") {
+				continue
+			}
+			if !strings.Contains(m[1], `namespace=~"$namespace"`) {
+				t.Errorf("%s does not select $namespace (in %s)", m[0], q)
+			}
+		}
+		if strings.Contains(q, "by (partition)") {
+			t.Errorf("%s sums by partition alone: add namespace", q)
+		}
+	}
+	if !strings.Contains(string(raw), `"name": "namespace"`) {
+		t.Error("the dashboard has no namespace variable")
 	}
 }

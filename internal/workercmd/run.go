@@ -180,7 +180,11 @@ func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Work
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.New(w), m, metrics.NewNamespace(js, namespace), metrics.Connected(nc, w.ID()), metrics.BuildInfo(),
+	// The worker's own series carry its namespace (the namespace's gauges
+	// have it already): a dashboard or a rule over the workers of several
+	// namespaces can then sum by namespace.
+	prometheus.WrapRegistererWith(prometheus.Labels{"namespace": namespace}, reg).MustRegister(metrics.New(w), m, metrics.Connected(nc, w.ID()))
+	reg.MustRegister(metrics.NewNamespace(js, namespace), metrics.BuildInfo(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	page, err := statuspage.Handler(js, statuspage.Config{Namespace: namespace, Worker: w.ID()})
 	if err != nil {

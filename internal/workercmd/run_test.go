@@ -240,15 +240,19 @@ func TestRunServesMetrics(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
+	// The worker's own series carry its namespace, so that a dashboard
+	// scraping the workers of several namespaces can tell them apart.
 	want := []string{
-		"keylane_job_end_to_end_seconds_count 3",
-		"keylane_job_queue_wait_seconds_count 3",
-		"keylane_group_jobs_sum 3",
-		`keylane_partition_backlog{partition="0",worker="w1"} 0`,
-		`keylane_partition_in_flight{partition="1",worker="w1"} 0`,
-		`keylane_lease_trusted_for_seconds{partition="1",worker="w1"}`,
-		`keylane_jobs_succeeded_total{worker="w1"} 3`,
-		"keylane_lease_renew_seconds_bucket",
+		`keylane_job_end_to_end_seconds_count{namespace="ops"} 3`,
+		`keylane_job_queue_wait_seconds_count{namespace="ops"} 3`,
+		`keylane_group_jobs_sum{namespace="ops"} 3`,
+		`keylane_partition_backlog{namespace="ops",partition="0",worker="w1"} 0`,
+		`keylane_partition_in_flight{namespace="ops",partition="1",worker="w1"} 0`,
+		`keylane_lease_trusted_for_seconds{namespace="ops",partition="1",worker="w1"}`,
+		`keylane_jobs_succeeded_total{namespace="ops",worker="w1"} 3`,
+		`keylane_nats_connected{namespace="ops",worker="w1"} 1`,
+		`keylane_lease_renew_seconds_bucket{namespace="ops",`,
+		`keylane_dead_letters{namespace="ops"} 0`,
 	}
 	testwait.Until(t, 10*time.Second, "the metrics show the 3 jobs", func() (string, bool) {
 		body := scrape()
@@ -308,7 +312,7 @@ func TestRunServesTheStatusPage(t *testing.T) {
 	if code, body, err := get("/"); err != nil || code != http.StatusOK || !strings.Contains(body, `<td class="owner">w1</td>`) {
 		t.Fatalf("GET /: %d %v\n%s", code, err, body)
 	}
-	if code, body, err := get("/metrics"); err != nil || code != http.StatusOK || !strings.Contains(body, `keylane_partitions_owned{worker="w1"} 2`) {
+	if code, body, err := get("/metrics"); err != nil || code != http.StatusOK || !strings.Contains(body, `keylane_partitions_owned{namespace="ops",worker="w1"} 2`) {
 		t.Fatalf("GET /metrics: %d %v\n%s", code, err, body)
 	}
 }
