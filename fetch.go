@@ -19,6 +19,20 @@ import (
 // every half of it and a missed pair re-synchronises the partition.
 const pullExpiry = 5 * time.Second
 
+// pullNudge is how long fetch waits for a job before it asks the
+// iterator again, with the missed-heartbeat watch, for as long as it
+// takes. nats.go v1.55.0's pull iterator decides on a new pull only when
+// Next is called, and skips it while the goroutine that sent the last
+// pull has not yet marked it sent: with a small pull batch (MaxInFlight
+// 1 or 2) and jobs waiting, the pull's job can arrive and be taken first,
+// and the iterator then sits with no pull out until its missed-heartbeat
+// error, 5 s later, which fetch must read as a broken delivery and
+// re-synchronise (TestSmallWindowKeepsPulling). The second Next, after
+// the nudge, makes the pull the first one skipped; being a Next without a
+// deadline, it keeps nats.go's heartbeat watch, which a Next that
+// returns every pullNudge would restart each time and never fire.
+const pullNudge = 100 * time.Millisecond
+
 // errTopologyChanged is why an owner does not consume a replaced stream.
 var errTopologyChanged = errors.New("the jobs stream was replaced (repartition): reloading the topology")
 
@@ -122,7 +136,10 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 		for _, t := range stalledBack {
 			o.handBack(t, true)
 		}
-		msg, err := it.Next()
+		msg, err := it.Next(jetstream.NextMaxWait(pullNudge))
+		if errors.Is(err, nats.ErrTimeout) {
+			msg, err = it.Next()
+		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			break
 		}

@@ -337,6 +337,22 @@
 // in stream order. Re-synchronisations of one tenure are spaced by a
 // backoff (20ms doubling to 1s) and counted in Stats.Resyncs.
 //
+// The pull nudge. nats.go v1.55.0's pull iterator decides on its next pull
+// only inside Next, and skips it while the goroutine that sent the last
+// one has not yet marked it sent. With a small pull batch (MaxInFlight 1
+// or 2) and jobs waiting, the pull's job can arrive and be taken before
+// that mark clears; the iterator then has no pull out and waits, silent,
+// until its missed-heartbeat error 5s later, which must re-synchronise
+// (a stored backlog at MaxInFlight 1, beside spinning processes, under
+// -race: 2 of 4 runs re-synchronised, TestSmallWindowKeepsPulling). The
+// owner therefore waits for a job at most 100ms (pullNudge) and then calls
+// Next again without a deadline: that call makes the skipped pull, and,
+// having no deadline, keeps nats.go's heartbeat watch, which restarts with
+// every Next — a Next with a deadline each time would never see two
+// heartbeats missed, and a silent connection would leave the owner with no
+// pull out for as long as the silence lasts (TestMissedHeartbeatsStillResync
+// failed so: no re-synchronisation within 15s).
+//
 // Re-creating the consumer in a cluster. After a node dies, the jobs
 // stream, the buckets, the meta group and the consumers it led elect new
 // leaders; nats-server's election timeout is 4-9s (randomised, not
@@ -1534,9 +1550,9 @@
 //     how many keys can be stalled. A re-synchronisation of the partition
 //     (see "No gaps") ends the backoff at once and leaves the head to the
 //     new consumer instead of waiting for it to settle. (With MaxInFlight
-//     1, a pull batch of 1, the nats.go iterator now and then stops asking
-//     for messages until the missed-heartbeat re-sync 5s later; seen on
-//     main too.)
+//     1 or 2, a pull batch as small, nats.go's iterator used to stop asking
+//     for messages now and then until the missed-heartbeat re-sync 5s
+//     later: see "The pull nudge" below.)
 //   - Its lane keeps keep = min(16, MaxInFlight/2) queued jobs and hands
 //     the rest back with a NAK delayed by 1s (the server sends
 //     redeliveries before new messages; a short delay would let a stalled
