@@ -37,9 +37,10 @@ func TestSmallWindowKeepsPulling(t *testing.T) {
 
 	// Processes that spin beside the test, as other jobs do on a loaded
 	// machine: the OS, not Go's scheduler, takes a thread away between
-	// two statements of a goroutine.
+	// two statements of a goroutine. Each ends after 60 s by itself, so a
+	// test binary killed before its cleanup leaves none spinning.
 	for range runtime.NumCPU() {
-		hog := exec.Command("sh", "-c", "while :; do :; done")
+		hog := exec.Command("timeout", "60", "sh", "-c", "while :; do :; done")
 		if err := hog.Start(); err != nil {
 			t.Fatal(err)
 		}
