@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,10 +42,11 @@ func TestSmallWindowKeepsPulling(t *testing.T) {
 	// test binary killed before its cleanup leaves none spinning.
 	for range runtime.NumCPU() {
 		hog := exec.Command("timeout", "60", "sh", "-c", "while :; do :; done")
+		hog.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the kill reaches timeout's child too
 		if err := hog.Start(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = hog.Process.Kill(); _ = hog.Wait() })
+		t.Cleanup(func() { _ = syscall.Kill(-hog.Process.Pid, syscall.SIGKILL); _ = hog.Wait() })
 	}
 
 	const jobs = 400
