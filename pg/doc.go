@@ -171,8 +171,9 @@
 // job would break keylane_outcomes' primary key (and the shop's order,
 // its UNIQUE job_id), so the group would fail on every try instead.
 //
-// TestPipelineSendsTheGroupInThreeRoundTrips counts the round trips with
-// a pgx tracer: a Handler's group of 11 jobs took 20, the pipeline's 3.
+// TestPipelineSendsTheGroupInTwoRoundTrips counts the round trips with
+// a pgx tracer: a Handler's group of 11 jobs took 20 or more, the
+// pipeline's 2 on a pool and 3 on one connection.
 // TestPipelineFailingJobRollsBackAlone,
 // TestPipelineAnswersRecordedJobsFromTheRecord and
 // TestPipelineStaleFenceChangesNothing hold the fast path to Apply's
