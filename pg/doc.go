@@ -231,7 +231,15 @@
 // jobs, and FOR UPDATE makes a writer outside keylane wait, so no
 // decision rests on a row that changes before COMMIT. A Write that
 // decided without locking its rows would sell stock another writer
-// already sold; lock what you read, or write conditionally.
+// already sold: lock what you read. Writing conditionally is no way out:
+// Write's results are fixed before its statements run, they go with
+// COMMIT, and a write that matches no row commits the job's result all
+// the same; so Write's statements may carry no pgx callback (refused for
+// good with ErrWriteCallback, TestSetWriteCallbacksAreRefused), and only
+// a write the server refuses fails the job
+// (TestSetWriteFailureTakesTheCarefulPath). A panic in a read's callback
+// fails its job alone and leaves no session in the transaction
+// (TestCallbackPanicFailsTheJobAlone, for pipelines too).
 //
 // TestSetSendsTheGroupInTwoRoundTrips holds a set of 44 jobs to 2 round
 // trips and 8 statements on a pool, 3 round trips on a connection, with

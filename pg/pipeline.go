@@ -129,6 +129,7 @@ func queue(p PipelineHandler, job keylane.Job, b *pgx.Batch) (res Result, err er
 			return nil, err
 		}
 	}
+	guardCallbacks(b, n, job.ID)
 	return res, nil
 }
 
@@ -142,6 +143,15 @@ func safeResult(job keylane.Job, res Result) Result {
 		}()
 		return res()
 	}
+}
+
+// notRun reports whether err says that pgx ran none of a batch's
+// statements: it could not encode a statement's arguments ("build") or
+// prepare one ("prepare") before sending the batch, so nothing of it, and
+// no COMMIT in it, reached the server's executor.
+func notRun(err error) bool {
+	var pe pgx.ErrPreprocessingBatch
+	return errors.As(err, &pe)
 }
 
 // errFateUnknown is in recordAndCommit's error when its COMMIT went out
@@ -329,9 +339,15 @@ func sendFast(ctx context.Context, db DB, b *pgx.Batch, st *fastState, g Group, 
 	if err != nil {
 		return nil, err
 	}
+	ok := false
+	defer func() {
+		if !ok { // an error below, or a panic: the transaction ends here
+			rollback(ctx, tx.end)
+		}
+	}()
 	err = br.Close()
 	switch {
-	case err != nil && *failed && ctx.Err() == nil:
+	case err != nil && (*failed || notRun(err)) && ctx.Err() == nil:
 		err = errCareful
 	case err != nil:
 		err = fmt.Errorf("keylanepg: begin, fence, outcomes and %s: %w", what, err)
@@ -340,9 +356,9 @@ func sendFast(ctx context.Context, db DB, b *pgx.Batch, st *fastState, g Group, 
 	case st.recorded:
 		err = errCareful
 	default:
+		ok = true
 		return tx, nil
 	}
-	rollback(ctx, tx.end)
 	return nil, err
 }
 
@@ -445,6 +461,9 @@ func (t *lentTx) recordAndCommit(ctx context.Context, writes *pgx.Batch, record 
 	var tag pgconn.CommandTag
 	commit.Exec(func(ct pgconn.CommandTag) error { tag = ct; return nil })
 	if err := t.c.SendBatch(ctx, b).Close(); err != nil {
+		if notRun(err) {
+			return fmt.Errorf("keylanepg: writes and record outcomes not run, nothing committed: %w", err)
+		}
 		if (wrote || record != nil) && t.c.Conn().PgConn().TxStatus() == 'E' {
 			// A write or the record failed: nothing committed.
 			if wrote {

@@ -24,11 +24,20 @@ import (
 // outcomes look-up, and Write's in its second, ahead of the outcomes'
 // record and COMMIT: two round trips a transaction on a *pgxpool.Pool,
 // three on another DB. Read is given the jobs of the transaction that
-// run (not those of held keys, not recorded ones), in order, with their
-// Partition and Fence set.
+// run (not those of held keys), in order, with their Partition and Fence
+// set; if one of them turns out recorded, its reads are rolled back with
+// the rest and the careful path answers it from the record.
 //
-// An error of Read or of Write, a job's SetResult.Err, a failed statement
-// or a callback's error sends the transaction the careful way: rolled
+// Write's statements go in the message that commits: nothing they return
+// can change a result, so they carry no pgx callback (a Write that
+// queues one fails its jobs for good, ErrWriteCallback), and a write that
+// matches no row still commits the job's result. Decide in Write from
+// what Read locked; only a write the server refuses (an error) fails the
+// job.
+//
+// An error of Read or of Write, a job's SetResult.Err, a failed statement,
+// or an error or panic of a read's callback sends the transaction the
+// careful way: rolled
 // back, then applied one job at a time, each in its own savepoint (Read
 // and Write called with that one job), so that a failing job fails alone
 // — wrap its Err with keylane.Permanent to dead-letter it — and the rest
@@ -123,12 +132,17 @@ func readSet(h SetHandler, jobs []keylane.Job, b *pgx.Batch) (w Write, err error
 	if w, err = h.Read(jobs, b); err != nil {
 		return nil, err
 	}
-	return w, refuseSetTxControl(jobs, b, n)
+	if err := refuseSetTxControl(jobs, b, n); err != nil {
+		return nil, err
+	}
+	guardCallbacks(b, n, jobs[0].ID)
+	return w, nil
 }
 
 // writeSet calls w, turning a panic into an error, refusing a statement
-// that ends or reshapes the transaction and, for good (no retry returns
-// another count), a result count that is not the jobs'.
+// that ends or reshapes the transaction and, for good (no retry gives
+// another answer), a result count that is not the jobs' and a statement
+// with a callback (ErrWriteCallback).
 func writeSet(w Write, jobs []keylane.Job, b *pgx.Batch) (rs []SetResult, err error) {
 	n := b.Len()
 	defer func() {
@@ -142,8 +156,20 @@ func writeSet(w Write, jobs []keylane.Job, b *pgx.Batch) (rs []SetResult, err er
 	if len(rs) != len(jobs) {
 		return nil, keylane.Permanent(fmt.Errorf("keylanepg: set handler's Write returned %d results for %d jobs from %s", len(rs), len(jobs), jobs[0].ID))
 	}
+	for _, qq := range b.QueuedQueries[n:] {
+		if qq.Fn != nil {
+			return nil, keylane.Permanent(fmt.Errorf("%w: set handler's Write queued a statement with a callback (jobs from %s): its statements go with COMMIT, so nothing they return can change a result; read in Read", ErrWriteCallback, jobs[0].ID))
+		}
+	}
 	return rs, refuseSetTxControl(jobs, b, n)
 }
+
+// ErrWriteCallback is in the error of a job whose set handler's Write
+// queued a statement with a pgx callback (QueryRow, Query, Exec): Write's
+// statements run in the message that commits, so a callback could only
+// fail after the server committed, and the job would be answered as
+// applied. Such a job fails for good.
+var ErrWriteCallback = errors.New("keylanepg: a Write's statement has a callback")
 
 // refuseSetTxControl is refuseTxControl for the statements queued on b
 // from its n-th, for a set: a single job's refusal is that job's; a
@@ -155,6 +181,27 @@ func refuseSetTxControl(jobs []keylane.Job, b *pgx.Batch, n int) error {
 		}
 	}
 	return nil
+}
+
+// guardCallbacks makes a panic in the pgx callback of a statement queued
+// on b from its n-th that statement's error, so that the batch's results
+// are still read to the end (a panic out of BatchResults.Close leaves the
+// connection mid-pipeline, in the transaction, holding the fence row).
+func guardCallbacks(b *pgx.Batch, n int, jobID string) {
+	for _, qq := range b.QueuedQueries[n:] {
+		fn := qq.Fn
+		if fn == nil {
+			continue
+		}
+		qq.Fn = func(br pgx.BatchResults) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("keylanepg: a statement's callback panicked (job %s): %v", jobID, r)
+				}
+			}()
+			return fn(br)
+		}
+	}
 }
 
 // flagFailures wraps the callbacks of the statements queued on b from its
@@ -251,7 +298,7 @@ func applySetFast(ctx context.Context, db DB, g Group, h SetHandler, cfg applyOp
 		// and nothing committed: the careful path finds the job. A cut
 		// connection fails the writes' callbacks too, but may have
 		// committed: that is the caller's to find out, as for any group.
-		if failed && ctx.Err() == nil && !errors.Is(err, errFateUnknown) {
+		if (failed || notRun(err)) && ctx.Err() == nil && !errors.Is(err, errFateUnknown) {
 			return nil, errCareful
 		}
 		return nil, err

@@ -8,11 +8,13 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/keylane/keylane"
 	keylanepg "github.com/keylane/keylane/pg"
 	"github.com/keylane/keylane/pg/shop"
@@ -354,5 +356,150 @@ func TestREADMESetSell(t *testing.T) {
 	}
 	if got, want := funcLiteral(t, "README.md", string(readme), start), funcLiteral(t, "example_test.go", string(src), start); got != want {
 		t.Errorf("README.md's SetFunc is not readmeSetSell:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestCallbackPanicFailsTheJobAlone: a job's statement whose pgx callback
+// panics (a row it cannot decode) fails that job alone, for a set's Read
+// and for a pipeline's statement, and leaves no session idle in its
+// transaction: the partition's next transaction takes the fence row at
+// once. Failed before: the panic left the lent connection idle in the
+// transaction, holding the fence row's lock, and the next apply of the
+// partition waited on it until its deadline.
+func TestCallbackPanicFailsTheJobAlone(t *testing.T) {
+	for _, kind := range []string{"pipeline", "set"} {
+		t.Run(kind, func(t *testing.T) {
+			_, db := startShop(t, 2)
+			setStock(t, db, "a", 5)
+			setStock(t, db, "b", 5)
+			jobs := []keylane.Job{buy("a1", "a"), buy("p1", "b"), buy("a2", "a")}
+			apply := func(ctx context.Context, g keylanepg.Group) ([]keylanepg.Outcome, error) {
+				if kind == "set" {
+					return keylanepg.ApplySet(ctx, db, g, keylanepg.SetFunc(func(jobs []keylane.Job, b *pgx.Batch) (keylanepg.Write, error) {
+						if slices.ContainsFunc(jobs, func(j keylane.Job) bool { return j.ID == "p1" }) {
+							b.Queue(`SELECT 1`).QueryRow(func(pgx.Row) error { panic("a row it cannot decode") })
+						}
+						return shop.SellSet.Read(jobs, b)
+					}))
+				}
+				return keylanepg.ApplyPipeline(ctx, db, g, keylanepg.PipelineFunc(func(job keylane.Job, b *pgx.Batch) (keylanepg.Result, error) {
+					if job.ID == "p1" {
+						b.Queue(`SELECT 1`).QueryRow(func(pgx.Row) error { panic("a row it cannot decode") })
+					}
+					return shop.SellPipeline.Queue(job, b)
+				}))
+			}
+			out, err := func() (out []keylanepg.Outcome, err error) {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("apply panicked: %v", r)
+					}
+				}()
+				return apply(context.Background(), group(0, 1, jobs...))
+			}()
+			if err != nil {
+				t.Logf("apply: %v", err)
+			} else if got, want := fmt.Sprint(out[0].Status, out[1].Status, out[2].Status), "applied failed applied"; got != want {
+				t.Errorf("outcomes %s, want %s (p1 failed alone): %+v", got, want, out)
+			}
+			if n := rowCount(t, db, `SELECT count(*) FROM pg_stat_activity WHERE state LIKE 'idle in transaction%'`); n != 0 {
+				t.Errorf("%d sessions idle in a transaction after the panic", n)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if _, err := keylanepg.ApplySet(ctx, db, group(0, 1, buy("a3", "a")), shop.SellSet); err != nil {
+				t.Fatalf("the partition's next transaction: %v", err)
+			}
+		})
+	}
+}
+
+// TestSetWriteFailureTakesTheCarefulPath: in a set that reads fine, one
+// job's write fails at the server (the fast path's writes go with the
+// record and COMMIT: the server skips them all), or one job's SetResult
+// has an Err: the fast path must roll back and take the careful path, so
+// that the job fails alone and the rest commit. Each case is a group of
+// its own, so nothing else sends the group the careful way. Failed with
+// the careful fallback after the writes removed: the whole group failed
+// ("writes and record outcomes: division by zero").
+func TestSetWriteFailureTakesTheCarefulPath(t *testing.T) {
+	for _, tc := range []struct{ name, bad string }{{"write fails at the server", "b-sql"}, {"a job's Err", "b-err"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, db := startShop(t, 2)
+			for _, sku := range []string{"a", "b"} {
+				setStock(t, db, sku, 5)
+			}
+			h := keylanepg.SetFunc(func(jobs []keylane.Job, b *pgx.Batch) (keylanepg.Write, error) {
+				w, err := shop.SellSet.Read(jobs, b)
+				if err != nil {
+					return nil, err
+				}
+				return func(b *pgx.Batch) ([]keylanepg.SetResult, error) {
+					rs, err := w(b)
+					for i, j := range jobs {
+						switch j.ID {
+						case "b-sql":
+							b.Queue(`SELECT 1/0`)
+						case "b-err":
+							rs[i].Err = keylane.Permanent(errFlaky)
+						}
+					}
+					return rs, err
+				}, nil
+			})
+			out, err := keylanepg.ApplySet(context.Background(), db, group(0, 1, buy("a1", "a"), buy(tc.bad, "b"), buy("a2", "a")), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"a1 applied sold 4", tc.bad + " failed", "a2 applied sold 3"}
+			for i, o := range out {
+				if got := strings.TrimSpace(fmt.Sprintf("%s %s %s", o.JobID, o.Status, o.Result)); got != want[i] {
+					t.Errorf("%s, want %s (err %v)", got, want[i], o.Err)
+				}
+			}
+			for sku, units := range map[string]int64{"a": 2, "b": 0} {
+				if a := audit(t, db, sku); a != (shop.Audit{Stock: 5 - units, Orders: units, Units: units}) {
+					t.Errorf("sku %s: %+v, want %d sold", sku, a, units)
+				}
+			}
+		})
+	}
+}
+
+// TestSetWriteCallbacksAreRefused: Write's statements go with COMMIT, so
+// nothing they return can change a job's result: a callback on one
+// (QueryRow, Query, Exec) could only fail after the server committed, and
+// the job would be answered as applied. Such a Write fails its jobs for
+// good, before anything is sent. Failed before on a pool: the callback's
+// error came back as the commit's unknown fate, and the retry found the
+// job recorded as sold.
+func TestSetWriteCallbacksAreRefused(t *testing.T) {
+	_, db := startShop(t, 2)
+	setStock(t, db, "a", 5)
+	h := keylanepg.SetFunc(func(jobs []keylane.Job, b *pgx.Batch) (keylanepg.Write, error) {
+		w, err := shop.SellSet.Read(jobs, b)
+		if err != nil {
+			return nil, err
+		}
+		return func(b *pgx.Batch) ([]keylanepg.SetResult, error) {
+			rs, err := w(b)
+			b.Queue(`UPDATE stock SET n = n WHERE sku = 'nosuch'`).Exec(func(tag pgconn.CommandTag) error {
+				if tag.RowsAffected() == 0 {
+					return errors.New("conditional write missed")
+				}
+				return nil
+			})
+			return rs, err
+		}, nil
+	})
+	out, err := keylanepg.ApplySet(context.Background(), db, group(0, 1, buy("x1", "a")), h)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	if o := out[0]; o.Status != keylanepg.Failed || !errors.Is(o.Err, keylane.ErrPermanent) {
+		t.Errorf("x1: %s %v, want failed for good", o.Status, o.Err)
+	}
+	if a := audit(t, db, "a"); a != (shop.Audit{Stock: 5}) {
+		t.Errorf("sku a: %+v, want nothing sold", a)
 	}
 }
