@@ -390,7 +390,10 @@
 // 128 jobs 4.19 ms as a pipeline, 2.54 ms as a set), not the cycle. More
 // partitions run transactions at once, but each sends its own batch
 // messages, which the jobs stream syncs one after another: two made the
-// skewed-ample Call 7,672 jobs/s against 11,093 with one (one-row runs);
+// skewed-ample Call 7,672 jobs/s against 11,093 with one (one-row runs:
+// cd bench && KEYLANE_BENCH_PG_PARTITIONS=2 KEYLANE_BENCH_STAGES=1 go run
+// . --only 'skewed-ample,postgres keylane' --buyers 64 --runs 1
+// --placement embedded, against the same without the partitions);
 // 16 (the namespace
 // default) made it 2,228 against 10,825 before set handlers. The disk is
 // not the bound: it syncs 4,569 writes a second with one writer and

@@ -179,9 +179,16 @@ var errCareful = errors.New("keylanepg: the group takes the careful path")
 //     trip on a connection the DB lends (a *pgxpool.Pool: lender), in two
 //     through a pgx.Tx (whose Commit is a round trip of its own).
 func applyPipeline(ctx context.Context, db DB, g Group, p PipelineHandler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
-	out, err := applyFast(ctx, db, g, p, cfg, held)
+	return fastOrCareful(ctx, db, g, cfg, held, one{p}, func() ([]Outcome, error) { return applyFast(ctx, db, g, p, cfg, held) })
+}
+
+// fastOrCareful runs a fast path and, when it gave way (errCareful) while
+// ctx lives, applies g the careful way with careful, each job in its own
+// savepoint: the one driver of the pipeline's and the set's two paths.
+func fastOrCareful(ctx context.Context, db DB, g Group, cfg applyOpts, held map[string]bool, careful Handler, fast func() ([]Outcome, error)) ([]Outcome, error) {
+	out, err := fast()
 	if errors.Is(err, errCareful) && ctx.Err() == nil {
-		return apply(ctx, db, g, one{p}, cfg, held)
+		return apply(ctx, db, g, careful, cfg, held)
 	}
 	return out, err
 }

@@ -76,11 +76,7 @@ func ApplySet(ctx context.Context, db DB, g Group, h SetHandler, opts ...ApplyOp
 }
 
 func applySet(ctx context.Context, db DB, g Group, h SetHandler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
-	out, err := applySetFast(ctx, db, g, h, cfg, held)
-	if errors.Is(err, errCareful) && ctx.Err() == nil {
-		return apply(ctx, db, g, oneSet{h}, cfg, held)
-	}
-	return out, err
+	return fastOrCareful(ctx, db, g, cfg, held, oneSet{h}, func() ([]Outcome, error) { return applySetFast(ctx, db, g, h, cfg, held) })
 }
 
 // oneSet runs a SetHandler's job as a Handler, a set of one: its reads in

@@ -398,7 +398,7 @@ func TestCallbackPanicFailsTheJobAlone(t *testing.T) {
 				return apply(context.Background(), group(0, 1, jobs...))
 			}()
 			if err != nil {
-				t.Logf("apply: %v", err)
+				t.Errorf("apply: %v, want p1 failed alone and the rest applied", err)
 			} else if got, want := fmt.Sprint(out[0].Status, out[1].Status, out[2].Status), "applied failed applied"; got != want {
 				t.Errorf("outcomes %s, want %s (p1 failed alone): %+v", got, want, out)
 			}
