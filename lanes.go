@@ -424,16 +424,24 @@ func (l *lanes) evict() *task {
 }
 
 // evictKept takes the highest queued job of the stalled lane keeping the
-// most out of the lanes, as handed back, and squeezes that lane: it keeps
-// no returning job until its head settled, or its jobs would come back
-// into the window only to be handed back again. It returns nil when no
-// stalled lane keeps a job. Its head stays: it runs in its runner, out of
-// the window.
+// most jobs that can be handed back (one-job messages) out of the lanes,
+// as handed back, and squeezes that lane: it keeps no returning job until
+// its head settled, or its jobs would come back into the window only to
+// be handed back again. It returns nil when no stalled lane keeps such a
+// job. Its head stays: it runs in its runner, out of the window. A lane
+// keeping only a batch's jobs is passed over: they cannot be handed back,
+// and they hold no place in the window (lanes.parts); picking it by its
+// queue's length handed nothing back and left the window full of the
+// other stalled keys' jobs until a head settled.
 func (l *lanes) evictKept() *task {
 	var most *lane
+	mostN := 0
 	for _, ln := range l.byKey {
-		if ln.stalled && ln.queued() > 0 && (most == nil || ln.queued() > most.queued()) {
-			most = ln
+		if !ln.stalled {
+			continue
+		}
+		if n := ln.handable(); n > mostN {
+			most, mostN = ln, n
 		}
 	}
 	if most == nil {
@@ -441,6 +449,18 @@ func (l *lanes) evictKept() *task {
 	}
 	most.squeezed = true
 	return l.popLast(most)
+}
+
+// handable is how many of ln's queued jobs can be handed back: those of
+// one-job messages, which are also the ones counted in the window.
+func (ln *lane) handable() int {
+	n := 0
+	for _, t := range ln.queue[ln.head:] {
+		if t.batch == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // popLast takes ln's last queued job that is not a batch's out of the

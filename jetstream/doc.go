@@ -1562,10 +1562,17 @@
 //     kept jobs hold the window only while nothing else needs it: when
 //     the window is full, no runner runs a job of a key that is not
 //     stalled and no lane is ready, the highest job kept by the stalled
-//     key keeping the most is handed back (NAK delayed 1s), one at a time
-//     until a job can be fetched, and a key that so gave a job up keeps
-//     none (every job of it returning is handed back again) until its
-//     head settles. So the bound is: whatever MaxInFlight and however
+//     key keeping the most one-job messages is handed back (NAK delayed
+//     1s), one at a time until a job can be fetched, and a key that so
+//     gave a job up keeps none (every job of it returning is handed back
+//     again) until its head settles. A batch's jobs are never handed back
+//     and hold no place in the window, so a key keeping only those is
+//     passed over: picked by its queue's length, it handed nothing back
+//     and the partition waited for a head to settle
+//     (TestStalledKeyOfBatchJobsDoesNotHoldTheWindow: MaxInFlight 4, key
+//     a keeping five jobs of a batch, b and c two one-job jobs each;
+//     another key's call went unanswered while the three failed). So the
+//     bound is: whatever MaxInFlight and however
 //     many keys are stalled, the partition's next job is fetched once a
 //     job of a key that is not stalled finishes, or at once when none
 //     runs; only MaxPending (below) bounds what stalled keys hold. Before,
