@@ -16,6 +16,9 @@ import (
 // trusted. It reports whether it acked.
 func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) {
 	defer t.job.trace.finish(t.job, herr, dead).end(&acked) // starts the commit span now
+	if dead && t.batch != nil {
+		t.deadInBatch = true
+	}
 	// Each step that others see is preceded by its own trust check (a
 	// clock read, a system call on Linux: one per step, not more).
 	if !t.outcomeKept {
@@ -300,7 +303,7 @@ func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
 func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 	var idx []int
 	for i, t := range ts {
-		if o.w.cfg.StoreResults || t.explicit || t.keep && !t.keptInBatch || t.redriveOf != "" {
+		if o.w.cfg.StoreResults || t.explicit || t.keep && !t.keptInBatch || t.redriveOf != "" || t.deadInBatch {
 			idx = append(idx, i)
 		}
 	}

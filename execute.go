@@ -124,9 +124,13 @@ func (o *owner) process(t *task) {
 		o.replay(t, t.kept.res, t.kept.err)
 		return
 	}
-	if !t.lookedUp && (t.explicit || t.maybeDup && o.w.cfg.StoreResults) {
+	if !t.lookedUp && (t.explicit || t.maybeDup && (o.w.cfg.StoreResults || t.batch != nil)) {
 		// A job the caller may retry by ID (or a redelivery) that finished
-		// before is answered from its kept outcome.
+		// before is answered from its kept outcome. A redelivered batch's
+		// job is looked up whatever the worker keeps: one dead-lettered
+		// while another job of its batch still ran has its outcome kept by
+		// ID (task.deadInBatch), and nothing else stops it (its key's
+		// state never held it).
 		if res, rerr, ok := o.storedResult(t.job.ID, t.batch); ok {
 			o.replay(t, res, rerr)
 			return

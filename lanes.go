@@ -30,6 +30,13 @@ type task struct {
 	// ticket was found (redriveChecked; checkRedrive).
 	redriveOf      string
 	redriveChecked bool
+	// deadInBatch: a job of a batch, dead-lettered here. Its outcome is
+	// kept by its ID before it is settled, whatever else keeps it: the
+	// batch message is acked only once its other jobs settle, and a
+	// redelivery of it must find the dead letter's outcome instead of
+	// running the job again (process looks up every redelivered batch
+	// job by ID).
+	deadInBatch bool
 
 	kept        *keptOutcome // an earlier run's outcome, found by ID
 	lookedUp    bool         // its kept outcome was looked for (none found) this tenure

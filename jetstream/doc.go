@@ -2018,6 +2018,17 @@
 // TestBatchRedeliveredAfterCrashBetweenApplyAndAck (the worker's connection
 // cut after one job's state write, before the batch's ack: the next owner
 // answers every job from the held outcomes and acks the message).
+// A job of a batch that is dead-lettered keeps that outcome by its ID
+// before it is settled, whatever the worker keeps otherwise, and every
+// job of a redelivered batch is looked up by ID (then in its batch's
+// entry) before it runs, so one dead-lettered while another job of its
+// batch still ran is answered from its dead letter's outcome, never run
+// again. Before, no state held it, and as its key's last job nothing
+// stopped it: it ran and was applied, its dead letter standing, which a
+// redrive would apply twice (TestDeadLetteredJobOfABatchNeverRunsAgain,
+// a Reducer and a plain Handler, the owner's connection closed while the
+// other job ran). What is left is the window a one-job message has too:
+// a crash after the dead letter is stored and before its outcome is kept.
 //
 // Calls. A Call without a caller's ID, batchable as a Submit is (above),
 // goes through its partition's batcher: its reply subject (the client's
@@ -2047,12 +2058,11 @@
 //   - a job with a caller's ID (never batched) and a redrive (never
 //     batched): their look-up by ID decides whether they run;
 //   - a lone job (a one-job message, its own nuid): as today;
-//   - a plain Handler's batched Calls. Not because a per-job entry
-//     stops a redelivered job from running again: it never did (a job
-//     without a caller's ID is looked up by ID on redelivery only with
-//     StoreResults, execute.go's process), so a Handler's finished jobs
-//     of an unacked batch run again after a crash with either form, as
-//     said below. They stay because the batch entry was measured on a
+//   - a plain Handler's batched Calls. A redelivered batch's jobs are
+//     looked up by ID (for its dead-lettered ones, above), so a Call kept
+//     by ID is answered from it, where one kept in the batch's entry,
+//     written only once the whole batch is settled, runs again after a
+//     crash. They stay because the batch entry was measured on a
 //     Reducer only (the bench's); moving a Handler over is one line
 //     (Worker.keptPerBatch), to be measured first.
 //
