@@ -556,7 +556,15 @@
 // the state bucket, keyed by resource key, so every key keeps its state.
 // Clients must be opened again; an old client's jobs are refused
 // (ErrPartitionMismatch at publish for a partition that is gone, a dead
-// letter for one that exists with another N). Tested
+// letter for one that exists with another N). Its Calls are told at
+// once, each with ErrPartitionMismatch and the worker's reason (the
+// client checks the stream's N on a malformed refusal), batched ones too:
+// a batch dead-lettered whole whose body still decodes answers each of
+// its jobs that names a reply subject under the reply prefix, never
+// another subject (before, a stale batching client's batched Calls waited
+// out their deadlines: TestStaleBatchingClientCallsEndPromptly failed,
+// "stale Call 0 ended after 20.083s with keylane: no result before the
+// context ended"; TestBatchDeadLetteredWholeAnswersItsCalls). Tested
 // by TestRepartitionKeepsEveryKeysState, TestStaleClientSubmitToAGonePartition and cmd/keylane's
 // TestRepartitionCommand.
 //
@@ -2196,7 +2204,9 @@
 //     worker without Batches still runs 30s after batches were turned
 //     on"). A batch it fetches between SetBatches and that look (at most
 //     a lease TTL) is still dead-lettered whole, with its reason, and can
-//     be redriven (keylane dead redrive) once a worker reads batches.
+//     be redriven (keylane dead redrive) once a worker reads batches; its
+//     Calls are answered with that reason, as every batch dead-lettered
+//     whole whose body decodes (TestBatchDeadLetteredWholeAnswersItsCalls).
 //   - A value other than on or off, or shards that disagree (a
 //     SetBatches that stopped half way), is refused by clients and
 //     workers (ErrBatchesMismatch), never read as off; SetBatches again
