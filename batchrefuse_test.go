@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -167,5 +168,104 @@ func TestBatchDeadLetteredWholeAnswersItsCalls(t *testing.T) {
 			}
 			ran.Range(func(k, _ any) bool { t.Fatalf("job %v of a refused batch ran", k); return false })
 		})
+	}
+}
+
+// publishRawBatch stores jobs as one batch message on subject, as a raw
+// publisher with a client's rights may send it (partition count n), each
+// job's ID sealed to the batch's (name), and returns the batch's ID.
+func (e *env) publishRawBatch(subject, name string, n int, jobs []wire.BatchJob) string {
+	e.t.Helper()
+	id := testBatchID(name)
+	for i := range jobs {
+		jobs[i].ID = wire.BatchedJobID(id, i)
+	}
+	body, err := wire.EncodeBatch(jobs)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{
+		HeaderJobID: {id}, wire.HeaderBatch: {"1"}, HeaderPartitions: {strconv.Itoa(n)}, wire.HeaderBatchJobs: {strconv.Itoa(len(jobs))},
+	}}
+	if _, err := e.js.PublishMsg(ctx(e.t), m); err != nil {
+		e.t.Fatalf("publish of batch %s on %s: %v", name, subject, err)
+	}
+	return id
+}
+
+// TestKeyBacklogCapHoldsForBatches: on a namespace with MaxKeyBacklog, the
+// server counts a key's jobs by its subject, so a batch message counts
+// only on its key's subject and only as one job. A raw publisher puts 50
+// jobs of a full key into one message on the partition's batch subject:
+// the worker must refuse it whole (dead-lettered with its reason, its
+// Calls told) and run none of them. A batch of two jobs on the key's
+// subject and a one-job batch on another key's subject are refused the
+// same way; a one-job batch on its key's own subject runs.
+func TestKeyBacklogCapHoldsForBatches(t *testing.T) {
+	const limit = 3
+	e := newEnv(t, TopologyConfig{Partitions: 1, MaxKeyBacklog: limit, ReplyPrefix: "rp.test."})
+	full, other, lone := "sku:full", "sku:other", "sku:lone"
+	for i := range limit {
+		if _, err := e.client.Submit(ctx(t), full, []byte("buy")); err != nil {
+			t.Fatalf("job %d of %d: %v", i+1, limit, err)
+		}
+	}
+	_, err := e.client.Submit(ctx(t), full, []byte("buy"))
+	wantFull(t, "Submit over the cap", err, full, limit)
+	replies, err := e.nc.SubscribeSync("rp.test.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fifty []wire.BatchJob
+	for i := range 50 {
+		fifty = append(fifty, wire.BatchJob{Key: full, Reply: "rp.test.raw.-" + strconv.Itoa(i), KeepOutcome: true, Payload: []byte("buy")})
+	}
+	e.publishRawBatch(wire.BatchSubject(e.ns, 0), "fifty", 1, fifty)
+	e.publishRawBatch(partition.Subject(e.ns, 0, other), "two", 1, []wire.BatchJob{
+		{Key: other, Reply: "rp.test.raw.-two-0", KeepOutcome: true}, {Key: other, Reply: "rp.test.raw.-two-1", KeepOutcome: true},
+	})
+	e.publishRawBatch(partition.Subject(e.ns, 0, other), "mismatched", 1, []wire.BatchJob{{Key: lone, Reply: "rp.test.raw.-mismatched", KeepOutcome: true}})
+	loneID := e.publishRawBatch(partition.Subject(e.ns, 0, lone), "lone", 1, []wire.BatchJob{{Key: lone, Reply: "rp.test.raw.-lone", KeepOutcome: true}})
+
+	r := newCounter()
+	e.waitOwned(e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.Batches = nil, r, true }))
+	testwait.Eventually(t, 20*time.Second, "every job settled (the stream empty)", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	if got := e.stateOf(full); got != strconv.Itoa(limit) {
+		t.Fatalf("key %s's state is %q: %s jobs of a key capped at %d ran; want %d (the batch of 50 on the batch subject refused)", full, got, got, limit, limit)
+	}
+	if got := e.stateOf(other); got != "" {
+		t.Fatalf("key %s's state is %q; want no job of it run (a batch of two jobs, and one of another key's job, on its subject)", other, got)
+	}
+	if got := e.stateOf(lone); got != "1" {
+		t.Fatalf("key %s's state is %q; want 1: its one-job batch on its own subject runs, the one on another key's subject not", lone, got)
+	}
+	got := map[string]error{}
+	for len(got) < 50+2+1+1 {
+		m, err := replies.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("%d of %d replies within 10s: %v", len(got), 54, err)
+		}
+		_, got[m.Subject] = decodeReply(m)
+	}
+	for subj, err := range got {
+		if subj == "rp.test.raw.-lone" {
+			if err != nil {
+				t.Fatalf("the lone job %s: %v", wire.BatchedJobID(loneID, 0), err)
+			}
+			continue
+		}
+		var re *RemoteError
+		if !errors.As(err, &re) || !re.DeadLettered || !strings.Contains(re.Message, "key backlog cap") {
+			t.Fatalf("reply on %s: %v; want a dead-lettered refusal naming the key backlog cap", subj, err)
+		}
+	}
+	dls := waitDead(t, e, 3)
+	for _, d := range dls {
+		t.Logf("dead letter: %s", d.Error)
+	}
+	if len(dls) != 3 {
+		t.Fatalf("%d dead letters, want 3 (each refused batch whole)", len(dls))
 	}
 }

@@ -315,7 +315,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 // rules are what this partition's jobs are checked against on receipt.
 func (o *owner) rules() wire.Rules {
 	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix,
-		Delays: o.w.topo.Meta.Delays, DelaysStream: o.w.topo.Names.Delays()}
+		Delays: o.w.topo.Meta.Delays, DelaysStream: o.w.topo.Names.Delays(), MaxKeyBacklog: o.w.topo.Meta.MaxKeyBacklog}
 }
 
 // malformed dead-letters msg, which is no valid job (why), acks it, and
