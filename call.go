@@ -184,7 +184,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 		case o := <-recovered:
 			return o.res, o.err
 		case reply := <-w.result:
-			return decodeReply(reply)
+			return c.replied(ctx, m, reply)
 		case notice := <-w.held:
 			return nil, heldError(r.ID, notice)
 		case <-ctx.Done():
@@ -215,6 +215,24 @@ func (c *Client) noStream(ctx context.Context, m *nats.Msg) error {
 		return fmt.Errorf("%w (the namespace was repartitioned since this client was opened: open it again)", err)
 	}
 	return nil
+}
+
+// replied reads the reply to the Call of m. A refusal of it as malformed
+// (dead-lettered, "malformed: …") while m's jobs stream routes with
+// another partition count than c is ErrPartitionMismatch as well, with
+// the worker's reason: c was opened before a repartition, and every Call
+// of it is refused so until it is opened again (the worker refuses a
+// stale batch whole, a stale job alone). Asked of the server only on such
+// a refusal.
+func (c *Client) replied(ctx context.Context, m, reply *nats.Msg) ([]byte, error) {
+	res, err := decodeReply(reply)
+	var re *RemoteError
+	if errors.As(err, &re) && re.DeadLettered && strings.HasPrefix(re.Message, "malformed: ") {
+		if serr := c.noStream(ctx, m); errors.Is(serr, ErrPartitionMismatch) {
+			return nil, fmt.Errorf("%w: %w", serr, err)
+		}
+	}
+	return res, err
 }
 
 // outcome is a job's result or error.

@@ -235,6 +235,12 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	}
 	f, err := o.rules().Parse(msg.Subject(), h)
 	if err != nil {
+		if _, isBatch := h[wire.HeaderBatch]; isBatch {
+			// A batch to a worker without Batches: its jobs' fields are in
+			// the body, where Parse does not look; its Calls are told.
+			o.malformedBatch(msg, meta.Sequence.Stream, errors.New("a batch message, which this worker does not read (it runs without WorkerConfig.Batches)"))
+			return
+		}
 		o.malformed(msg, meta.Sequence.Stream, f, err)
 		return
 	}
@@ -268,7 +274,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 	seq := meta.Sequence.Stream
 	es, err := o.rules().ParseBatch(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
-		o.malformed(msg, seq, wire.Job{}, err)
+		o.malformedBatch(msg, seq, err)
 		return
 	}
 	b := &batchMsg{msg: msg, left: len(es)}
@@ -309,7 +315,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 // rules are what this partition's jobs are checked against on receipt.
 func (o *owner) rules() wire.Rules {
 	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix,
-		Delays: o.w.topo.Meta.Delays, DelaysStream: o.w.topo.Names.Delays()}
+		Delays: o.w.topo.Meta.Delays, DelaysStream: o.w.topo.Names.Delays(), MaxKeyBacklog: o.w.topo.Meta.MaxKeyBacklog}
 }
 
 // malformed dead-letters msg, which is no valid job (why), acks it, and
@@ -326,6 +332,28 @@ func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job
 	o.refuseAt(msg, seq, index, f, fmt.Errorf("malformed: %w", why))
 }
 
+// malformedBatch dead-letters msg, a batch message refused whole (why),
+// acks it, and tells its callers: every job its body still holds
+// (wire.DecodeBatch) that names a reply subject under the reply prefix
+// (wire.ValidateReply; never another subject, each told once) is
+// answered with the refusal, as a one-job message's caller is. Its Calls
+// would otherwise wait out their deadlines (a client routing with another
+// partition count after a repartition: re-open it).
+func (o *owner) malformedBatch(msg jetstream.Msg, seq uint64, why error) {
+	var tell []string
+	if jobs, err := wire.DecodeBatch(msg.Data()); err == nil {
+		seen := make(map[string]bool, len(jobs))
+		for _, j := range jobs {
+			if j.Reply != "" && !seen[j.Reply] && wire.ValidateReply(j.Reply, o.w.topo.Meta.ReplyPrefix) == nil {
+				seen[j.Reply] = true
+				tell = append(tell, j.Reply)
+			}
+		}
+	}
+	o.w.stats.malformed.Add(1)
+	o.refuseTelling(msg, seq, 0, wire.Job{}, fmt.Errorf("malformed: %w", why), tell)
+}
+
 // refuse dead-letters msg, which will never run (why), acks it, and tells
 // a caller waiting on a valid reply subject (f.Reply).
 func (o *owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
@@ -335,6 +363,12 @@ func (o *owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
 // refuseAt is refuse for job index of a batch message (0: a one-job
 // message), whose dead letter's ID names the index (wire.BatchDeadID).
 func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
+	o.refuseTelling(msg, seq, index, f, why, nil)
+}
+
+// refuseTelling is refuseAt that also tells the callers waiting on tell,
+// valid reply subjects, before the ack.
+func (o *owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error, tell []string) {
 	err := Permanent(why)
 	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence(), index: index}, err, 0) || !o.l.Trusted() {
 		return
@@ -343,7 +377,10 @@ func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, w
 		bp.b.record(index, f.ID, encodeResult(nil, err, true))
 	}
 	if f.Reply != "" {
-		if perr := o.w.nc.PublishMsg(replyMsg(f.Reply, nil, err, true)); perr != nil {
+		tell = append(tell, f.Reply)
+	}
+	for _, reply := range tell {
+		if perr := o.w.nc.PublishMsg(replyMsg(reply, nil, err, true)); perr != nil {
 			o.log.Warn("reply", "seq", seq, "err", perr)
 		}
 	}

@@ -375,7 +375,7 @@ func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int,
 		case o := <-recovered:
 			return o.res, o.err
 		case reply := <-w.result:
-			return decodeReply(reply)
+			return c.replied(ctx, m, reply)
 		case notice := <-w.held:
 			return nil, heldError(id, notice)
 		case <-ctx.Done():

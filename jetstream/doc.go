@@ -556,7 +556,15 @@
 // the state bucket, keyed by resource key, so every key keeps its state.
 // Clients must be opened again; an old client's jobs are refused
 // (ErrPartitionMismatch at publish for a partition that is gone, a dead
-// letter for one that exists with another N). Tested
+// letter for one that exists with another N). Its Calls are told at
+// once, each with ErrPartitionMismatch and the worker's reason (the
+// client checks the stream's N on a malformed refusal), batched ones too:
+// a batch dead-lettered whole whose body still decodes answers each of
+// its jobs that names a reply subject under the reply prefix, never
+// another subject (before, a stale batching client's batched Calls waited
+// out their deadlines: TestStaleBatchingClientCallsEndPromptly failed,
+// "stale Call 0 ended after 20.083s with keylane: no result before the
+// context ended"; TestBatchDeadLetteredWholeAnswersItsCalls). Tested
 // by TestRepartitionKeepsEveryKeysState, TestStaleClientSubmitToAGonePartition and cmd/keylane's
 // TestRepartitionCommand.
 //
@@ -707,6 +715,17 @@
 //   - A publisher that puts a key's job on another subject (no keylane
 //     client does) would escape the key's cap: the worker dead-letters it
 //     as malformed (TestMalformedMessagesAreDeadLettered).
+//   - A publisher that puts a key's jobs into a batch message. The server
+//     counts a batch as one message of its subject, so on a capped
+//     namespace a worker reads a batch only as one job on that job's key's
+//     own subject (wire.Rules.MaxKeyBacklog, from the stream's
+//     MaxMsgsPerSubject); a batch on the batch subject, of more than one
+//     job, or on another key's subject is refused whole, dead-lettered
+//     with the reason, each of its Calls told. Before, 50 jobs of a full
+//     key in one message on <ns>.jobs.<p>.batch all ran
+//     (TestKeyBacklogCapHoldsForBatches failed: "key sku:full's state is
+//     "53": 53 jobs of a key capped at 3 ran; want 3"). Uncapped
+//     namespaces keep the batch subject's rules.
 //   - Changing the cap. The server enforces a lowered or newly set
 //     MaxMsgsPerSubject by deleting the oldest messages of every subject
 //     over it, which would drop stored jobs; so keylane never updates it.
@@ -1961,7 +1980,8 @@
 // Keylane-Redrive-Of); any job on a namespace with a key backlog cap (the
 // server counts messages per subject, and a batch's subject is no key's:
 // batching per key would count a batch of 50 as one; the cap counts jobs
-// only if they go alone). A batch's job IDs are generated, made of the
+// only if they go alone; a worker refuses any batch there but one job on
+// its key's subject: TestKeyBacklogCapHoldsForBatches). A batch's job IDs are generated, made of the
 // batch's own ID and the job's index (below: the worker refuses any
 // other), so a batch's jobs need no per-job de-duplication; the resend of a whole batch is
 // de-duplicated by the batch's ID. So a batch whose stream ack does not
@@ -2213,7 +2233,9 @@
 //     worker without Batches still runs 30s after batches were turned
 //     on"). A batch it fetches between SetBatches and that look (at most
 //     a lease TTL) is still dead-lettered whole, with its reason, and can
-//     be redriven (keylane dead redrive) once a worker reads batches.
+//     be redriven (keylane dead redrive) once a worker reads batches; its
+//     Calls are answered with that reason, as every batch dead-lettered
+//     whole whose body decodes (TestBatchDeadLetteredWholeAnswersItsCalls).
 //   - A value other than on or off, or shards that disagree (a
 //     SetBatches that stopped half way), is refused by clients and
 //     workers (ErrBatchesMismatch), never read as off; SetBatches again

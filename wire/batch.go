@@ -322,7 +322,9 @@ type BatchEntry struct {
 // header h and body. An error means the message as a whole is malformed
 // (dead-lettered whole): a server header no job carries (Nats-Rollup,
 // Nats-Schedule), a header given more than once, a subject that is not
-// this partition's BatchSubject, no Keylane-Batch of BatchVersion, a
+// this partition's BatchSubject (on a namespace with a key backlog cap,
+// Rules.MaxKeyBacklog: not its job's key's subject, or more than one
+// job; see keyBatch), no Keylane-Batch of BatchVersion, a
 // partition count other than the stream's, a batch ID (Nats-Msg-Id) that
 // is not a valid job ID, a body DecodeBatch refuses, or a
 // Keylane-Batch-Jobs (HeaderBatchJobs) missing or other than the body's
@@ -350,7 +352,11 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 			return nil, fmt.Errorf("%s header given %d times", name, n)
 		}
 	}
-	if want := BatchSubject(r.Namespace, r.Partition); subject != want {
+	if r.MaxKeyBacklog > 0 {
+		if err := r.keySubject(subject); err != nil {
+			return nil, err
+		}
+	} else if want := BatchSubject(r.Namespace, r.Partition); subject != want {
 		return nil, fmt.Errorf("batch on subject %q, not this partition's %q", subject, want)
 	}
 	if v := first(h, HeaderBatch); v != "1" {
@@ -380,6 +386,11 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 	if n := first(h, HeaderBatchJobs); n != strconv.Itoa(len(jobs)) {
 		return nil, fmt.Errorf("%s is %q, the body holds %d jobs", HeaderBatchJobs, clip(n), len(jobs))
 	}
+	if r.MaxKeyBacklog > 0 {
+		if err := r.keyBatch(subject, jobs); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]BatchEntry, len(jobs))
 	seen := make(map[string]bool, len(jobs))
 	for i := range jobs {
@@ -400,6 +411,39 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 		}
 	}
 	return out, nil
+}
+
+// A key backlog cap (Rules.MaxKeyBacklog) is the server's count of the
+// messages of a key's subject (MaxMsgsPerSubject): a job counts only
+// where it is a message of its key's subject. So on a capped namespace a
+// batch message carries one job and travels on that job's key's subject;
+// one on the batch subject, of more jobs, or on another key's subject
+// would run jobs the server never counted against their key's cap.
+
+// keySubject checks, on a capped namespace, that a batch's subject is a
+// key's subject of this partition (keyBatch checks it is its job's).
+func (r Rules) keySubject(subject string) error {
+	prefix := strings.TrimSuffix(partition.Filter(r.Namespace, r.Partition), "*")
+	token, ok := strings.CutPrefix(subject, prefix)
+	switch {
+	case ok && token == BatchToken:
+		return fmt.Errorf("batch on subject %q on a namespace with a key backlog cap of %d: a batch there carries one job, on its key's subject, where the server counts it", subject, r.MaxKeyBacklog)
+	case !ok || token == "" || strings.Contains(token, "."):
+		return fmt.Errorf("batch on subject %q, not one of this partition's key subjects (%q and a key's token; a key backlog cap of %d)", subject, prefix, r.MaxKeyBacklog)
+	}
+	return nil
+}
+
+// keyBatch checks, on a capped namespace, that the batch of subject
+// holds one job, of the key whose subject it is.
+func (r Rules) keyBatch(subject string, jobs []BatchJob) error {
+	if len(jobs) != 1 {
+		return fmt.Errorf("batch of %d jobs on a namespace with a key backlog cap of %d: a batch there carries one job, which the server counts on its key's subject", len(jobs), r.MaxKeyBacklog)
+	}
+	if want := partition.Subject(r.Namespace, r.Partition, jobs[0].Key); subject != want {
+		return fmt.Errorf("batch on subject %q, not its job's key %q's (%q): the key backlog cap of %d counts a job on its key's subject only", subject, clip(jobs[0].Key), want, r.MaxKeyBacklog)
+	}
+	return nil
 }
 
 // checkBatchJob checks one job of a batch; seen holds the IDs of the

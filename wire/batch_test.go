@@ -285,6 +285,51 @@ func TestParseBatchRefusesTheMessage(t *testing.T) {
 	}
 }
 
+// TestParseBatchOnACappedNamespace: with a key backlog cap the server
+// counts a key's jobs by the key's subject, so a batch is read only as
+// one job on its key's own subject; everything else is refused whole,
+// naming the cap. Without a cap the rules are unchanged.
+func TestParseBatchOnACappedNamespace(t *testing.T) {
+	capped := rules4
+	capped.MaxKeyBacklog = 3
+	k, other, elsewhere := keyIn(1, 4), keyIn(1, 4)+"x", keyIn(2, 4)
+	for partition.Of(other, 4) != 1 {
+		other += "x"
+	}
+	one := encode(t, []BatchJob{{Key: k, ID: tbID(0), Reply: "_INBOX.a.-1", KeepOutcome: true}})
+	two := encode(t, []BatchJob{{Key: k, ID: tbID(0)}, {Key: k, ID: tbID(1)}})
+	es, err := capped.ParseBatch(partition.Subject("ns", 1, k), batchHeaderOf(1), one)
+	if err != nil || len(es) != 1 || es[0].Err != nil || es[0].Job.Key != k || es[0].Job.Reply != "_INBOX.a.-1" {
+		t.Fatalf("a one-job batch on its key's subject: %+v, %v; want its job", es, err)
+	}
+	if _, err := rules4.ParseBatch(partition.Subject("ns", 1, k), batchHeaderOf(1), one); err == nil {
+		t.Fatal("without a cap, a batch on a key's subject was read")
+	}
+	if es, err := rules4.ParseBatch(BatchSubject("ns", 1), batchHeaderOf(2), two); err != nil || len(es) != 2 {
+		t.Fatalf("without a cap, a batch of two on the batch subject: %v", err)
+	}
+	for _, c := range []struct {
+		name, subject string
+		n             int
+		body          []byte
+		text          string
+	}{
+		{"the batch subject", BatchSubject("ns", 1), 1, one, "key backlog cap of 3: a batch there carries one job"},
+		{"two jobs on the key's subject", partition.Subject("ns", 1, k), 2, two, "batch of 2 jobs on a namespace with a key backlog cap"},
+		{"another key's subject", partition.Subject("ns", 1, other), 1, one, "not its job's key"},
+		{"another partition's key subject", partition.Subject("ns", 2, elsewhere), 1, one, "not one of this partition's key subjects"},
+		{"a subject below a key's", partition.Subject("ns", 1, k) + ".x", 1, one, "not one of this partition's key subjects"},
+		{"the partition's bare prefix", "ns.jobs.1.", 1, one, "not one of this partition's key subjects"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			es, err := capped.ParseBatch(c.subject, batchHeaderOf(c.n), c.body)
+			if err == nil || !strings.Contains(err.Error(), c.text) || es != nil {
+				t.Fatalf("ParseBatch = %v, %v; want a refusal with %q", es, err, c.text)
+			}
+		})
+	}
+}
+
 func TestBatchDeadIDs(t *testing.T) {
 	ids := map[string]bool{}
 	for _, id := range []string{BatchDeadID(0xab, 9, 0), BatchDeadID(0xab, 9, 1), BatchDeadID(0xab, 9, 2), BatchDeadID(0xab, 10, 0), DeadID(0xab, 9)} {
@@ -319,8 +364,27 @@ func FuzzDecodeBatch(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add([]byte("KLB\x01\x01"))
+	// One job of a key of partition 1, as a capped namespace reads it.
+	one, err := EncodeBatch([]BatchJob{{Key: keyIn(1, 4), ID: tbID(0), Reply: "_INBOX.a.-1", KeepOutcome: true, Payload: []byte("p")}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(one)
+	capped := rules4
+	capped.MaxKeyBacklog = 3
 	f.Fuzz(func(t *testing.T, body []byte) {
 		jobs, err := DecodeBatch(body)
+		// On a capped namespace a batch is read only as one job, on its
+		// key's subject (and never on the batch subject).
+		if len(jobs) > 0 {
+			ces, cerr := capped.ParseBatch(partition.Subject("ns", 1, jobs[0].Key), batchHeaderOf(len(jobs)), body)
+			if cerr == nil && len(jobs) != 1 || cerr == nil && len(ces) != 1 {
+				t.Fatalf("capped: %d jobs read as %d entries, %v; want one job only", len(jobs), len(ces), cerr)
+			}
+			if _, berr := capped.ParseBatch(BatchSubject("ns", 1), batchHeaderOf(len(jobs)), body); berr == nil {
+				t.Fatal("capped: a batch on the batch subject was read")
+			}
+		}
 		es, perr := rules4.ParseBatch(BatchSubject("ns", 1), batchHeaderOf(len(jobs)), body)
 		if err != nil {
 			if !errors.Is(err, ErrBadBatch) || perr == nil {

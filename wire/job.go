@@ -23,6 +23,11 @@ type Rules struct {
 	// stream, the only stream a due copy may have been sourced from.
 	Delays       bool
 	DelaysStream string
+	// MaxKeyBacklog is the namespace's per-key backlog cap (0: none),
+	// which the server enforces by the key's subject: on a capped
+	// namespace a batch message carries one job, on its key's subject
+	// (see ParseBatch).
+	MaxKeyBacklog int64
 }
 
 // Job is what Rules.Parse read from a job message. A field is set only
