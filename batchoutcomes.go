@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Outcomes kept per batch on the worker (see "Batches on the wire" in
@@ -134,7 +138,7 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 			return puts
 		}
 		perID := err != nil
-		puts := []kvPut{{results + wire.BatchOutcomesKey(b.id), v}}
+		var puts []kvPut
 		if perID {
 			puts = byID(err)
 		}
@@ -142,7 +146,20 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 			if !o.l.Trusted() {
 				return errTenureEnded
 			}
-			err := o.publishPuts(puts)
+			var err error
+			if perID {
+				err = o.publishPuts(puts)
+			} else {
+				err = o.putBatchEntry(b, v)
+			}
+			if errors.Is(err, errBatchIDTaken) {
+				// Never written over: the jobs ran and were answered,
+				// their outcomes are not kept (claimBatchID refuses such
+				// a batch on receipt; only a race with the entry's first
+				// write gets here).
+				o.log.Error("batch outcomes not kept: the batch ID's entry belongs to another message", "batch", b.id, "origin", b.origin, "err", err)
+				return nil
+			}
 			if err == nil {
 				if !o.l.Trusted() {
 					return errTenureEnded
@@ -169,6 +186,137 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 			}
 		}
 	}
+}
+
+// A batch ID's entry is bound to the message that earned it. The server
+// de-duplicates a batch ID per jobs stream and within its duplicate
+// window only: a batch under an ID already used (on another shard's
+// stream, or on the same one after the window) is stored, and its jobs
+// carry the same job IDs (wire.BatchedJobID). Written over the first
+// batch's entry, its outcomes answered a retry by ID of the first batch's
+// jobs (TestForgedBatchIDNeverOverwritesItsEntry). So the entry carries,
+// in a header (headerBatchOrigin), the stream, epoch and sequence of the
+// message whose outcomes it keeps; it is written only over the revision
+// read on receipt (Nats-Expected-Last-Subject-Sequence, 0: create only);
+// and a batch whose ID's entry, or a batch open on this owner, is
+// another message's is refused whole on receipt, before any job of it
+// runs. A redelivery of the same message finds its own entry and
+// rewrites it.
+
+// headerBatchOrigin, on a batch entry, names the batch message whose
+// outcomes it keeps (batchOrigin).
+const headerBatchOrigin = "Keylane-Batch-Origin"
+
+// errBatchIDTaken: a batch ID's entry is another message's.
+var errBatchIDTaken = errors.New("keylane: batch ID already used by another message")
+
+// batchOrigin names a batch message: its stream, that stream's epoch (hex)
+// and its sequence.
+func batchOrigin(stream string, epoch, seq uint64) string {
+	return stream + " " + strconv.FormatUint(epoch, 16) + " " + strconv.FormatUint(seq, 10)
+}
+
+// claimBatchID checks, on receipt, that batch b (message msg, jobs es)
+// may keep its outcomes under its ID, on a worker that keeps them per
+// batch: no batch of its ID open on this owner but a copy of this
+// message, and its entry, if any, this message's. It notes b's origin and
+// the entry's revision for its write (putBatchEntry). A batch whose ID is
+// another message's is refused whole (refuseTakenBatch) and false
+// returned. A failed read refuses nothing: the write's compare then
+// decides (never over another message's entry).
+func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es []wire.BatchEntry, b *batchMsg) bool {
+	if !o.w.keptPerBatch() || !wire.ValidBatchID(b.id) {
+		return true
+	}
+	seq := meta.Sequence.Stream
+	b.origin = batchOrigin(meta.Stream, o.w.topo.EpochOf(o.p), seq)
+	if open := o.open.get(b.id); open != nil {
+		if open.origin == b.origin {
+			return true // a redelivery racing the original here
+		}
+		o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: batch %s is open here for message %q, this is %q", errBatchIDTaken, b.id, open.origin, b.origin))
+		return false
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	defer cancel()
+	sm, err := leaderGet(ctx, o.w.nc, "KV_"+o.w.topo.Names.Results(), o.batchEntrySubject(b.id))
+	switch {
+	case errors.Is(err, errNoEntry):
+		return true
+	case err != nil:
+		o.log.Warn("read of a batch's entry on receipt failed; its write will check it", "batch", b.id, "err", err)
+		return true
+	case kvRemoved(sm.Header), sm.Header.Get(headerBatchOrigin) == b.origin:
+		b.entryRev = sm.Seq
+		return true
+	}
+	o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: the entry of batch %s keeps message %q's outcomes, this is %q", errBatchIDTaken, b.id, sm.Header.Get(headerBatchOrigin), b.origin))
+	return false
+}
+
+func (o *owner) batchEntrySubject(batchID string) string {
+	return "$KV." + o.w.topo.Names.Results() + "." + wire.BatchOutcomesKey(batchID)
+}
+
+// refuseTakenBatch dead-letters batch message msg whole, none of its jobs
+// run, and answers each of its Calls with why.
+func (o *owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error) {
+	o.w.stats.malformed.Add(1)
+	err := Permanent(why)
+	if !o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
+		return
+	}
+	for _, e := range es {
+		if e.Err == nil && e.Job.Reply != "" {
+			if perr := o.w.nc.PublishMsg(replyMsg(e.Job.Reply, nil, err, true)); perr != nil {
+				o.log.Warn("reply", "seq", seq, "err", perr)
+			}
+		}
+	}
+	if err := msg.Ack(); err != nil {
+		o.w.stats.unacked.Add(1)
+		o.log.Warn("ack of a refused batch", "seq", seq, "err", err)
+	}
+}
+
+// putBatchEntry writes v, batch b's entry, bound to b's message, over the
+// revision read on receipt only. An entry found there instead that is
+// this message's (its earlier write, whose ack was lost) is written over;
+// one of another message is errBatchIDTaken.
+func (o *owner) putBatchEntry(b *batchMsg, v []byte) error {
+	subject := o.batchEntrySubject(b.id)
+	for range 3 {
+		m := &nats.Msg{Subject: subject, Data: v, Header: nats.Header{
+			headerBatchOrigin:                   {b.origin},
+			jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(b.entryRev, 10)},
+		}}
+		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+		ack, err := o.w.js.PublishMsg(ctx, m)
+		cancel()
+		if natserr.Classify(err) == natserr.Conflict {
+			ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+			sm, gerr := leaderGet(ctx, o.w.nc, "KV_"+o.w.topo.Names.Results(), subject)
+			cancel()
+			switch {
+			case errors.Is(gerr, errNoEntry):
+				b.entryRev = 0
+			case gerr != nil:
+				return gerr
+			case kvRemoved(sm.Header), sm.Header.Get(headerBatchOrigin) == b.origin:
+				b.entryRev = sm.Seq
+			default:
+				return fmt.Errorf("%w: the entry keeps message %q's outcomes", errBatchIDTaken, sm.Header.Get(headerBatchOrigin))
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b.entryRev = ack.Sequence
+		o.noteKept(subject, ack.Sequence)
+		return nil
+	}
+	return errors.New("the batch's entry kept changing under its write")
 }
 
 // errTenureEnded: the lease is no longer trusted, nothing more is acked.

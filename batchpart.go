@@ -44,6 +44,14 @@ type batchMsg struct {
 	outs []wire.BatchOutcome
 	keep func() error
 
+	// origin names this message (its stream, the stream's epoch and its
+	// sequence: batchOrigin) on a worker that keeps outcomes per batch;
+	// its ID's entry is bound to it (headerBatchOrigin). entryRev is the
+	// entry's revision as read on receipt (0: none): the entry is written
+	// only over that (batchoutcomes.go, claimBatchID).
+	origin   string
+	entryRev uint64
+
 	// entry is the batch's entry as the results stream's leader held it,
 	// read once for the jobs of a redelivered batch looked up by ID
 	// (batchoutcomes.go, batchEntry); entryMu is held across that read.

@@ -13,7 +13,6 @@ import (
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -316,7 +315,7 @@ func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	}
 	explicit := r.ID != ""
 	if !explicit {
-		r.ID = nuid.Next()
+		r.ID = newID() // unguessable: see randid.go
 	} else if err := ValidateJobID(r.ID); err != nil {
 		return nil, err
 	}

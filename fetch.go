@@ -281,6 +281,9 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 	if id := msg.Headers().Get(HeaderJobID); ValidateJobID(id) == nil {
 		b.id = id
 	}
+	if !o.claimBatchID(msg, meta, es, b) {
+		return // its ID's entry is another message's: refused whole
+	}
 	for i, e := range es {
 		if e.Err == nil && o.keptInBatch(b, e.Job, i) {
 			b.keep = o.keepBatch(b)

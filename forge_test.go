@@ -1,9 +1,15 @@
 package keylane
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -57,5 +63,154 @@ func TestForgedDelayedIDIsRefused(t *testing.T) {
 	dls := waitDead(t, e, 1)
 	if !strings.Contains(dls[0].Error, HeaderDelayedID) || dls[0].JobID != "" {
 		t.Fatalf("dead letter %+v; want the forged one, naming no ID", dls[0])
+	}
+}
+
+// TestForgedBatchIDNeverOverwritesItsEntry: a client that learnt an
+// honest batch's ID (its entry's key, batch/<ID>, in the results bucket)
+// publishes a batch of its own under that ID (Nats-Msg-Id) on another
+// shard's partition, where the server's de-duplication does not reach.
+// Its jobs carry the honest jobs' IDs (the batch ID and the index, as the
+// worker requires) and ask for their outcomes to be kept. The worker must
+// refuse it whole, running none of it: a batch ID's entry belongs to the
+// message that earned it. Before, the forged batch ran and its entry
+// overwrote the honest one, and a retry by ID of the honest job that was
+// dead-lettered got the forger's success.
+func TestForgedBatchIDNeverOverwritesItsEntry(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2, StreamShards: 2})
+	r := newCounter()
+	r.poisoned = "poison"
+	e.waitOwned(batchWorker(e, "w", r))
+	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	key := keyIn(0, 2, "seat:")
+	done, swallow := queueBehindALostPublish(t, c, nc, p, key, []string{"a", "poison"})
+	swallow.Remove()
+	for range 3 {
+		select {
+		case o := <-done:
+			if (o.payload == "poison") != (o.err != nil) {
+				t.Fatalf("call %s: %q, %v", o.payload, o.res, o.err)
+			}
+		case <-time.After(40 * time.Second):
+			t.Fatal("a Call never returned")
+		}
+	}
+	testwait.Eventually(t, 10*time.Second, "the honest batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	_, batches := e.resultsKeys()
+	if len(batches) != 1 {
+		t.Fatalf("batch entries %v, want the honest batch's", batches)
+	}
+	var batchID, poisonID string
+	var outs []wire.BatchOutcome
+	for id, o := range batches {
+		batchID, outs = id, o
+	}
+	for _, o := range outs {
+		if _, err, _ := decodeResult(o.Value); err != nil {
+			poisonID = o.ID
+		}
+	}
+	if poisonID == "" {
+		t.Fatalf("the honest entry %v keeps no failed job", outs)
+	}
+	honest, err := e.topo.Results.Get(ctx(t), wire.BatchOutcomesKey(batchID))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The forgery: the honest batch's ID and its jobs' IDs, on partition
+	// 1 (shard 1's stream), every job asking for its outcome to be kept.
+	replies, err := e.nc.SubscribeSync("_INBOX.forger.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forgedKey := keyIn(1, 2, "forged:")
+	jobs := make([]wire.BatchJob, len(outs))
+	for i := range jobs {
+		jobs[i] = wire.BatchJob{Key: forgedKey, ID: wire.BatchedJobID(batchID, i), KeepOutcome: true,
+			Reply: "_INBOX.forger." + strconv.Itoa(i), Payload: []byte("forged")}
+	}
+	body, err := wire.EncodeBatch(jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.js.PublishMsg(ctx(t), &nats.Msg{Subject: wire.BatchSubject(e.ns, 1), Data: body, Header: nats.Header{
+		HeaderJobID: {batchID}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"2"}, wire.HeaderBatchJobs: {strconv.Itoa(len(jobs))},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobs {
+		m, err := replies.NextMsg(20 * time.Second)
+		if err != nil {
+			t.Fatalf("forged call %d never answered: %v", i, err)
+		}
+		if res, rerr := decodeReply(m); rerr == nil {
+			t.Errorf("forged call %s answered %q: its batch ran", m.Subject, res)
+		}
+	}
+	testwait.Eventually(t, 10*time.Second, "the forged batch settled", func() bool { return e.streamMsgs(e.topo.Names.JobsShard(1)) == 0 })
+
+	// The honest job that failed, retried by its ID, is told it failed.
+	cctx, cancel := context.WithTimeout(ctx(t), 20*time.Second)
+	defer cancel()
+	res, err := c.Call(cctx, key, []byte("again"), WithID(poisonID))
+	var re *RemoteError
+	if !errors.As(err, &re) || !re.DeadLettered {
+		t.Fatalf("retried call of the dead-lettered job %s = %q, %v; want its own dead letter, not the forger's outcome", poisonID, res, err)
+	}
+	now, err := e.topo.Results.Get(ctx(t), wire.BatchOutcomesKey(batchID))
+	if err != nil || now.Revision() != honest.Revision() {
+		t.Fatalf("the honest entry was rewritten (revision %d, was %d): %v", now.Revision(), honest.Revision(), err)
+	}
+	if s := e.stateOf(forgedKey); s != "" {
+		t.Fatalf("the forged batch's jobs were applied: state %q", s)
+	}
+	var forged *DeadLetter
+	for _, d := range waitDead(t, e, 2) {
+		if strings.Contains(d.Error, "batch ID") {
+			forged = &d
+		}
+	}
+	if forged == nil {
+		t.Fatal("no dead letter of the forged batch saying why")
+	}
+}
+
+// TestBatchRewritesItsOwnEntry: a batch whose ID's entry exists and is
+// bound to the same message (an earlier owner wrote it, then lost its
+// lease before the ack: the message comes again) is not refused: its
+// jobs are settled and its entry written again, over the one read.
+func TestBatchRewritesItsOwnEntry(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	jobs := make([]wire.BatchJob, 3)
+	for i := range jobs {
+		jobs[i] = wire.BatchJob{Key: "seat:own", KeepOutcome: true, Reply: "_INBOX.own." + strconv.Itoa(i), Payload: []byte("p" + strconv.Itoa(i))}
+	}
+	seq := e.publishBatch(0, "own-entry", jobs)
+	id := testBatchID("own-entry")
+	earlier, err := wire.EncodeBatchOutcomes(id, []wire.BatchOutcome{{Index: 0, ID: wire.BatchedJobID(id, 0), Value: encodeResult([]byte("earlier"), nil, false)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$KV." + e.topo.Names.Results() + "." + wire.BatchOutcomesKey(id)
+	ack, err := e.js.PublishMsg(ctx(t), &nats.Msg{Subject: subject, Data: earlier, Header: nats.Header{
+		headerBatchOrigin: {batchOrigin(e.topo.Names.Jobs(), e.topo.EpochOf(0), seq)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tagger{newCounter()}
+	e.waitOwned(batchWorker(e, "w", r))
+	testwait.Eventually(t, 10*time.Second, "the batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	if dls := e.deadLetters(); len(dls) != 0 {
+		t.Fatalf("%d dead letters: the batch was refused over its own entry", len(dls))
+	}
+	entry, err := e.topo.Results.Get(ctx(t), wire.BatchOutcomesKey(id))
+	if err != nil || entry.Revision() <= ack.Sequence {
+		t.Fatalf("entry %v, %v: not written again over revision %d", entry, err, ack.Sequence)
+	}
+	_, outs, err := wire.DecodeBatchOutcomes(entry.Value())
+	if err != nil || len(outs) != len(jobs) {
+		t.Fatalf("entry keeps %d outcomes (%v), want %d", len(outs), err, len(jobs))
 	}
 }

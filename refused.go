@@ -128,19 +128,27 @@ type refusals struct {
 // of a namespace and not others are not supported). Once one is seen, a
 // job whose ack is not in at once is taken as refused too: every publish
 // went out before the first wait began, at least refusalCheck ago.
-func (c *Client) awaitAck(ctx context.Context, f interface {
+func (c *Client) awaitAck(ctx context.Context, f pubFuture, rs *refusals) (ackErr, done error) {
+	_, ackErr, done = c.awaitPubAck(ctx, f, rs)
+	return ackErr, done
+}
+
+type pubFuture interface {
 	Ok() <-chan *jetstream.PubAck
 	Err() <-chan error
 	Msg() *nats.Msg
-}, rs *refusals) (ackErr, done error) {
+}
+
+// awaitPubAck is awaitAck, with the ack when ackErr and done are nil.
+func (c *Client) awaitPubAck(ctx context.Context, f pubFuture, rs *refusals) (ack *jetstream.PubAck, ackErr, done error) {
 	select { // most acks are in by now: no timer for them
-	case <-f.Ok():
-		return nil, nil
+	case ack := <-f.Ok():
+		return ack, nil, nil
 	case err := <-f.Err():
-		return err, nil
+		return nil, err, nil
 	default:
 		if rs.seen != nil {
-			return rs.seen, nil
+			return nil, rs.seen, nil
 		}
 	}
 	subjects := f.Msg().Subject
@@ -149,18 +157,18 @@ func (c *Client) awaitAck(ctx context.Context, f interface {
 	defer t.Stop()
 	for {
 		select {
-		case <-f.Ok():
-			return nil, nil
+		case ack := <-f.Ok():
+			return ack, nil, nil
 		case err := <-f.Err():
-			return err, nil
+			return nil, err, nil
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-c.done:
-			return nil, ErrClosed
+			return nil, nil, ErrClosed
 		case <-t.C:
 			if r := refusal(c.nc, rs.before, subjects); r != nil {
 				rs.seen = r
-				return r, nil
+				return nil, r, nil
 			}
 			t.Reset(refusalCheck)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
 // Batch messages on the client (ClientConfig.Batches; see "Batches on the
@@ -69,7 +68,7 @@ func sealBatch(ms []*nats.Msg) {
 	if len(ms) < 2 {
 		return
 	}
-	batchID := nuid.Next()
+	batchID := newID() // unguessable: see randid.go
 	for i, m := range ms {
 		m.Header[headerSealedBatch] = []string{batchID}
 		m.Header[HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
@@ -81,7 +80,7 @@ func sealGrowth(m *nats.Msg) int {
 	return max(0, sealedIDLen-len(m.Header.Get(HeaderJobID)))
 }
 
-var sealedIDLen = len(wire.BatchedJobID(nuid.Next(), wireBatchMaxJobs-1))
+var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 
 // batchable reports whether Submit may send m, built by message for a
 // job whose ID was not the caller's, in a batch: not a delayed job, not a
@@ -107,8 +106,13 @@ func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []job
 		dup, err = c.publishWatched(ctx, m) // a refused publish (permissions) ends it at once
 	}
 	if len(ms) > 1 {
-		// A duplicate answer to a batch is its own earlier copy: every
-		// job of it has a fresh ID.
+		// A duplicate answer to a batch's first copy (publish reports no
+		// other) is another message under its ID: the batch was not
+		// stored. To a later copy it is our earlier one (a batch ID is
+		// unguessable: randid.go), stored, and its jobs' IDs are fresh.
+		if dup && err == nil {
+			err = errBatchIDUsed
+		}
 		dup = false
 	}
 	for i := range out {
@@ -116,6 +120,10 @@ func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []job
 	}
 	return out
 }
+
+// errBatchIDUsed: the stream held a message under a batch's ID before
+// its first copy was sent, so the batch was dropped as a duplicate.
+var errBatchIDUsed = errors.New("keylane: batch ID already used: not stored")
 
 // batchMessage returns the message carrying ms, jobs of partition p built
 // by Client.message: the job itself when alone, else a batch message with
@@ -195,6 +203,9 @@ func (mb *manyBatches) flush(p int) {
 	}
 	delete(mb.open, p)
 	if b.m, b.err = mb.c.batchMessage(p, b.ms); b.err == nil {
+		if len(b.ms) > 1 && mb.c.beforeBatch != nil {
+			mb.c.beforeBatch(b.m)
+		}
 		b.f, b.err = mb.c.async.PublishMsgAsync(b.m, jetstream.WithStallWait(30*time.Second))
 	}
 	if b.err != nil {
@@ -253,8 +264,12 @@ func (mb *manyBatches) wait(ctx context.Context, out []Submitted, rs *refusals) 
 		}
 	}
 	for n, b := range mb.sent {
-		err, done := mb.c.awaitAck(ctx, b.f, rs)
+		ack, err, done := mb.c.awaitPubAck(ctx, b.f, rs)
 		switch {
+		case done == nil && err == nil && ack.Duplicate:
+			// The first copy's answer: another message has its ID
+			// (sendWireBatch).
+			err = errBatchIDUsed
 		case done != nil:
 			for _, b := range mb.sent[n:] {
 				for _, i := range b.idx {
@@ -263,6 +278,7 @@ func (mb *manyBatches) wait(ctx context.Context, out []Submitted, rs *refusals) 
 			}
 			return done
 		case err != nil && retryablePublish(err):
+			// A later copy: a duplicate answer is the first one's.
 			_, err = mb.c.publishWatched(ctx, b.m)
 		}
 		if err != nil {

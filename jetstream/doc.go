@@ -1916,7 +1916,8 @@
 //
 //	subject   <ns>.jobs.<p>.batch   (not 16 hex digits: never a key's token;
 //	                                 inside the partition consumer's filter)
-//	headers   Nats-Msg-Id           the batch's own ID (a nuid): the server
+//	headers   Nats-Msg-Id           the batch's own ID (22 letters and
+//	                                digits from crypto/rand): the server
 //	                                de-duplicates a resent batch whole
 //	          Nats-Expected-Stream  as for one job (shards)
 //	          Keylane-Batch         the body's format version ("1")
@@ -1984,7 +1985,16 @@
 // its key's subject: TestKeyBacklogCapHoldsForBatches). A batch's job IDs are generated, made of the
 // batch's own ID and the job's index (below: the worker refuses any
 // other), so a batch's jobs need no per-job de-duplication; the resend of a whole batch is
-// de-duplicated by the batch's ID. So a batch whose stream ack does not
+// de-duplicated by the batch's ID. A duplicate answer to a batch's first
+// copy is no copy of ours: another message had its ID, and the batch was
+// dropped. It counted as stored once (every job of a SubmitMany
+// said stored, none ran, when another client had stored messages under
+// the IDs it worked out from nuids it read); it is now an error, "batch
+// ID already used: not stored" (TestBatchUnderAUsedIDIsNotStored), and
+// batch IDs, like the job IDs the client generates, are 22 letters and
+// digits from crypto/rand, unguessable (randid.go;
+// TestPredictedBatchIDsLoseNoJobs). A duplicate answer to a later copy is
+// the batch's own earlier one. So a batch whose stream ack does not
 // come is published again whole, as it was (its batch ID), by publish's
 // bounded retries inside the batcher's send; a job of it is never
 // published again alone, which the server could not de-duplicate against
@@ -2057,10 +2067,10 @@
 // per inbox), and a job of it dead-lettered alone answers its own Call
 // with a *RemoteError while the others get their results. When the
 // batcher cuts a batch of two jobs or more it seals it (batcher.Config.Seal,
-// before any caller can see its job sent): the batch's ID (a nuid, its
+// before any caller can see its job sent): the batch's ID (random, its
 // Nats-Msg-Id) is chosen then, and each Call of it gets the job ID
 // <batch ID>.<index> (wire.BatchedJobID), which names where its outcome
-// is kept (below). A lone job keeps its nuid. Tested by
+// is kept (below). A lone job keeps its generated ID. Tested by
 // TestCallsTravelInBatches (64 concurrent Calls on one key, then on 64
 // keys: batch messages on the wire, every job applied once, every Call
 // its own result; without the batched path it saw no batch message) and
@@ -2077,7 +2087,7 @@
 //   - StoreResults: Result by ID is promised for every job;
 //   - a job with a caller's ID (never batched) and a redrive (never
 //     batched): their look-up by ID decides whether they run;
-//   - a lone job (a one-job message, its own nuid): as today;
+//   - a lone job (a one-job message, its own generated ID): as today;
 //   - a plain Handler's batched Calls. A redelivered batch's jobs are
 //     looked up by ID (for its dead-lettered ones, above), so a Call kept
 //     by ID is answered from it, where one kept in the batch's entry,
@@ -2087,8 +2097,8 @@
 //     (Worker.keptPerBatch), to be measured first.
 //
 // The entry. Key batch/<batch ID> in the results bucket ('/' is in no
-// job ID, so it is no job's key; only a batch whose ID has a nuid's shape,
-// wire.ValidBatchID, has one), TTL'd as every kept outcome
+// job ID, so it is no job's key; only a batch whose ID has the generated
+// shape, wire.ValidBatchID, has one), TTL'd as every kept outcome
 // (ResultsTTL); value wire.EncodeBatchOutcomes, binary and versioned:
 // "KLO", version 1, the batch ID, then per Call of the batch, indexes
 // strictly ascending, its index, its job ID and its outcome (the kept
@@ -2115,8 +2125,35 @@
 // no outcome for the worker, ErrNoResult for Client.Result and
 // InspectJob, and a Call recovering its reply waits on, for its per-ID
 // entry or its reply. The results bucket stays writable by workers only
-// (docs/security/accounts.conf); clients read the entry with the direct
-// gets they already may.
+// (docs/security/accounts.conf); clients read the entry with a direct
+// get of its key, never by sequence (docs/security.md, "Results read by
+// key only").
+//
+// An entry is bound to the message that earned it. The server
+// de-duplicates a batch ID per jobs stream and within its duplicate
+// window only, so a batch under an ID already used (on another shard's
+// stream, or after the window) is stored, its jobs carrying the first
+// batch's job IDs. Its entry overwrote the first batch's, and a retry by
+// ID of an honest, dead-lettered job of it got the forger's success
+// (TestForgedBatchIDNeverOverwritesItsEntry failed so: "retried call of
+// the dead-lettered job … = "n=1", <nil>"). Now the entry carries, in its
+// Keylane-Batch-Origin header, the stream, epoch and sequence of the
+// batch message whose outcomes it keeps (the value's format, version 1,
+// is unchanged, so every reader reads it as before). On receipt, a worker
+// that keeps outcomes per batch reads the batch ID's entry from the
+// results stream's leader (one get per batch message): an entry of
+// another message, or a batch of that ID open on this owner from another
+// message, refuses the batch whole before any job of it runs
+// (dead-lettered with "batch ID already used by another message", each
+// of its Calls answered with that). The entry is then written only over
+// the revision read (Nats-Expected-Last-Subject-Sequence, 0: create
+// only); a conflict re-reads it, writes over it if it is this message's
+// (its earlier write), and otherwise keeps nothing and says so at ERROR,
+// never overwriting (a race only a reader of the jobs stream could set
+// up: the ID is unguessable before its entry exists). A redelivery of the
+// same message finds its own entry and rewrites it
+// (TestBatchRewritesItsOwnEntry). An entry written before this release
+// names no message: a batch under its ID is refused.
 //
 // The order. Each job of the batch is answered as soon as it is settled
 // (its state written, or dead-lettered alone), its outcome recorded in
@@ -2297,7 +2334,7 @@
 // outcome without running (TestBatchJobForgingAnHonestID failed so: "the
 // honest Submit of victim-1 returned nil, yet stock is 10 after its
 // "restock 5" on 10, want 15"; the idempotent flag did the same). Now a
-// batch's ID (Nats-Msg-Id) must have a nuid's shape (wire.ValidBatchID,
+// batch's ID (Nats-Msg-Id) must have the generated shape (wire.ValidBatchID,
 // else the message is malformed, dead-lettered whole), every job's ID
 // must be wire.BatchedJobID(batch ID, index), and no job of it may be
 // marked idempotent (a job with a caller's ID never travels in a batch);
@@ -2306,7 +2343,9 @@
 // cuts the batch (sealBatch: the batcher's and SubmitMany's alike), so
 // Submit and SubmitMany return it. A forger can name only jobs of its own
 // batch IDs; claiming an honest batch's would need that batch's ID, a
-// nuid it never sees. The test now passes (the forged job refused, the
+// random ID it is never sent, and one it reads in the results bucket
+// afterwards has an entry bound to another message (above). The test
+// now passes (the forged job refused, the
 // honest restock applied), and TestHostileWireBatches forges honest IDs
 // with and without both flags, and another batch's job IDs.
 //
@@ -2317,15 +2356,17 @@
 //	                                today (one replica)   batches
 //	publish, stream ack             2                     2/b
 //	delivery                        1                     1/b
-//	kept-outcome look-up            2/n                   0 (first delivery)
+//	kept-outcome look-up            2/n                   2/b (the entry's claim)
 //	state write                     2/n                   2/n
 //	kept outcome put and its ack    2                     2/b
 //	reply                           2/n                   2/n (grouped per inbox)
 //	ack (and its tombstone)         1                     1/b
-//	total                           6 + 6/n               6/b + 4/n
+//	total                           6 + 6/n               8/b + 4/n
 //	fsyncs                          about 1.5             3/b + 1/n
 //
-// On skewed (n = 1) that is 12 messages today against 4 + 6/b (5.5 at b =
+// (The entry's claim, a leader get of the batch ID's entry on receipt,
+// came with the entry's binding, after the measurements below.) On
+// skewed (n = 1) that is 12 messages today against 4 + 8/b (6 at b =
 // 4); on hot (n and b large) almost nothing per job beyond the grouped
 // state write and reply. Raw request-reply is 6. The server's CPU per job
 // follows its messages (profiled above): about 8 µs per message of

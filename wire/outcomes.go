@@ -64,9 +64,10 @@ type BatchOutcome struct {
 func BatchOutcomesKey(batchID string) string { return BatchOutcomesPrefix + batchID }
 
 // BatchIDLen is the length of a batch ID whose Calls have their outcomes
-// kept per batch: a nuid's, 22 letters and digits. Job IDs of that form
-// with a '.' and an index after it are rare among callers' own, so a
-// caller's ID is seldom looked for in a batch entry as well.
+// kept per batch: 22 letters and digits, random as the client generates
+// it. Job IDs of that form with a '.' and an index after it are rare
+// among callers' own, so a caller's ID is seldom looked for in a batch
+// entry as well.
 const BatchIDLen = 22
 
 // ValidBatchID reports whether id can name a batch entry: BatchIDLen

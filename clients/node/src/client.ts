@@ -4,6 +4,7 @@
 // headers, the same checks before anything is sent, the same retries by
 // job ID, and every wait bounded by a timeout.
 
+import { randomBytes } from "node:crypto";
 import { connect as natsConnect, type NodeConnectionOptions } from "@nats-io/transport-node";
 import { headers as natsHeaders, nuid, PermissionViolationError, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { jetstream, jetstreamManager, JetStreamApiError, type StreamInfo } from "@nats-io/jetstream";
@@ -35,6 +36,22 @@ import {
   utf8,
   type Outcome,
 } from "./wire.js";
+
+// newJobID is a generated job ID: 22 letters and digits from the
+// platform's CSPRNG, unguessable (a nuid is a fixed prefix and a counter
+// with a fixed step: another client that saw some could work out the
+// next and store messages under them first). As the Go client's
+// (randid.go).
+const idAlphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+function newJobID(): string {
+  let id = "";
+  while (id.length < 22) {
+    for (const b of randomBytes(32)) {
+      if (b < 248 && id.length < 22) id += idAlphabet[b % 62];
+    }
+  }
+  return id;
+}
 
 /** Options of Client.open (and connect). */
 export interface OpenOptions {
@@ -521,7 +538,7 @@ export class Client {
   // message builds the job (buildJob) with this namespace's settings.
   private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): Job {
     const explicit = opts.id !== undefined;
-    const id = explicit ? opts.id! : nuid.next();
+    const id = explicit ? opts.id! : newJobID();
     return buildJob(this.info, { key, payload, id, explicit, type: opts.type, headers: opts.headers, reply, call }, this.nc.info?.max_payload ?? 1024 * 1024);
   }
 
