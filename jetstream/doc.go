@@ -1919,8 +1919,12 @@
 // sent at once, alone (a one-job batch is a one-job message, today's
 // format: never delay a lone job, never change what a quiet client
 // sends). Jobs that arrive while a send is in flight queue; when it
-// returns they go as the next batch, cut at 256 jobs or at max_payload
-// less DeadLetterReserve and 1 KiB of headers, whichever first. Under
+// returns they go as the next batch, cut at 256 jobs or at the smaller
+// of max_payload less DeadLetterReserve and 1 KiB of headers and
+// wire.MaxBatchBytes (8 MiB), each less the body's head, whichever first
+// (Client.batchRoom; a job over that room goes alone, as a one-job
+// message, and one over max_payload is refused up front,
+// ErrPayloadTooLarge). Under
 // load a batch grows by itself to about the number of callers waiting on
 // the partition during one round trip. One exception to "at once":
 // ClientConfig.BatchCork (default 0) holds a job for a busy partition
@@ -1939,7 +1943,12 @@
 // order; a job over a batch's room goes alone and is stored; one over
 // max_payload gets ErrPayloadTooLarge at once; with the room taken as
 // wire.MaxBatchBytes the server refused the batch: "maximum payload
-// exceeded").
+// exceeded") and TestBatchesCutByTheWireLimit (max_payload 12 MiB, jobs
+// of 3 MiB from SubmitMany and concurrent Submits and Calls: every one
+// stored and run, no batch over 8 MiB; a 9 MiB job goes alone, one over
+// max_payload gets ErrPayloadTooLarge; cut by max_payload only, three
+// jobs made a 9 MiB batch that EncodeBatch refused, wire.ErrBatchTooLarge,
+// and every job of it failed).
 // SubmitMany, which holds its jobs at once, cuts each partition's run of
 // batchable jobs the same way and publishes the batches asynchronously
 // with its one-job messages; a job that goes alone first publishes its
