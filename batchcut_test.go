@@ -302,3 +302,122 @@ func TestMixedVersionClients(t *testing.T) {
 		t.Logf("%d batch messages", n)
 	}
 }
+
+// TestBatchesCutByTheWireLimit: on a server whose max_payload (12 MiB) is
+// above a batch body's limit (wire.MaxBatchBytes, 8 MiB), jobs of 3 MiB
+// from SubmitMany and from concurrent Submits and Calls are cut into
+// batches the wire takes (at most two such jobs each): every job is
+// stored and runs once, and every batch message decodes. A 9 MiB job,
+// over the wire's limit and under max_payload's, goes alone and is
+// stored; one over max_payload gets ErrPayloadTooLarge at once. Cut by
+// max_payload only, three of them made one batch that EncodeBatch
+// refused (wire.ErrBatchTooLarge), and every job of it failed.
+func TestBatchesCutByTheWireLimit(t *testing.T) {
+	const maxPayload = 12 << 20
+	srv := natstest.StartConfig(t, "max_payload: "+strconv.Itoa(maxPayload)+"\n")
+	nc := natstest.Connect(t, srv)
+	// Leases and acks with room for 3 MiB messages on a loaded machine
+	// under -race: a lease lost midway runs jobs again, which is not
+	// what this test looks at.
+	e := newEnvOn(t, srv, nc, TopologyConfig{Partitions: 1, LeaseTTL: 5 * time.Second})
+	rec := newOrderRecorder()
+	e.worker("w", HandlerFunc(rec.handle), func(c *WorkerConfig) { c.Batches, c.AckWait = true, 30*time.Second })
+	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sized := func(tag string, n int) []byte {
+		return append([]byte(tag+"|"), bytes.Repeat([]byte("p"), n)...)
+	}
+	job := func(tag string) []byte { return sized(tag, 3<<20) }
+	want := map[string][]string{}
+
+	// SubmitMany: four 3 MiB jobs of one key, given at once (12 MiB
+	// with their framing: more than max_payload less its reserve, so
+	// three were cut into one 9 MiB batch), then a 9 MiB job, which no
+	// batch can carry: it goes alone, a one-job message.
+	var reqs []Request
+	for i := range 5 {
+		tag, payload := "m:"+strconv.Itoa(i), job("m:"+strconv.Itoa(i))
+		if i == 4 {
+			payload = sized(tag, 9<<20)
+		}
+		reqs = append(reqs, Request{Key: "many", Payload: payload})
+		want["many"] = append(want["many"], tag)
+	}
+	out, err := c.SubmitMany(ctx(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range out {
+		if o.Err != nil {
+			t.Fatalf("SubmitMany job %d of 3 MiB, max_payload 12 MiB: %v", i, o.Err)
+		}
+	}
+
+	// Concurrent Submits and Calls: 6 callers, each a Submit then a
+	// Call on a key of its own, all on the one partition, so jobs queue
+	// behind a send in flight and go as the next batch.
+	var wg sync.WaitGroup
+	for s := range 6 {
+		key, tags := "conc:"+strconv.Itoa(s), []string{"c" + strconv.Itoa(s) + ":0", "c" + strconv.Itoa(s) + ":1"}
+		want[key] = tags
+		wg.Go(func() {
+			if _, err := c.Submit(ctx(t), key, job(tags[0])); err != nil {
+				t.Errorf("submit of 3 MiB, max_payload 12 MiB: %v", err)
+				return
+			}
+			if _, err := c.Call(ctx(t), key, job(tags[1])); err != nil {
+				t.Errorf("call of 3 MiB, max_payload 12 MiB: %v", err)
+			}
+		})
+	}
+	// A 9 MiB Submit among them goes alone; one over max_payload is
+	// refused at once, nothing of it sent.
+	want["big"] = []string{"big"}
+	wg.Go(func() {
+		if _, err := c.Submit(ctx(t), "big", sized("big", 9<<20)); err != nil {
+			t.Errorf("submit of 9 MiB, max_payload 12 MiB: %v", err)
+		}
+		if _, err := c.Submit(ctx(t), "big", sized("huge", maxPayload)); !errors.Is(err, ErrPayloadTooLarge) {
+			t.Errorf("submit over max_payload: %v, want ErrPayloadTooLarge", err)
+		}
+	})
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	total := 0
+	for _, tags := range want {
+		total += len(tags)
+	}
+	testwait.Eventually(t, 60*time.Second, "every job run", func() bool { return rec.ran() >= total })
+	testwait.Eventually(t, 10*time.Second, "every message acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	rec.checkOnceInOrder(t, want)
+	if n := len(e.deadLetters()); n != 0 {
+		t.Fatalf("%d dead letters", n)
+	}
+	count := 0
+	for {
+		m, err := batches.NextMsg(0)
+		if err != nil {
+			break
+		}
+		jobs, err := wire.DecodeBatch(m.Data)
+		if err != nil || len(m.Data) > wire.MaxBatchBytes {
+			t.Fatalf("a batch of %d bytes: %v", len(m.Data), err)
+		}
+		count++
+		t.Logf("a batch of %d jobs, %d bytes", len(jobs), len(m.Data))
+	}
+	if count == 0 {
+		t.Fatal("no batch message: the test cut nothing")
+	}
+}

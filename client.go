@@ -294,6 +294,21 @@ func WithHeader(k, v string) SubmitOpt {
 // (Keylane-Redrive-Of): Client.Redrive's, next to its ticket.
 func withRedriveOf(id string) SubmitOpt { return func(r *Request) { r.redriveOf = id } }
 
+// withHeaders sets the job's headers to h as given, names unchanged (a
+// redriven job of a batch: its headers as its submitter sent them);
+// Client.message checks them as it checks Request.Headers.
+func withHeaders(h map[string][]string) SubmitOpt {
+	return func(r *Request) {
+		if len(h) == 0 {
+			return
+		}
+		r.Headers = make(nats.Header, len(h))
+		for k, vs := range h {
+			r.Headers[k] = append([]string(nil), vs...)
+		}
+	}
+}
+
 func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
 	// Each field by the rule the worker applies on receipt (package wire).
 	if r.optErr != nil {

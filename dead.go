@@ -170,24 +170,37 @@ func noMessage(err error) bool {
 // letter's. A dead letter without a job ID (its producer sent none) is
 // redriven under an ID derived from its sequence and partition. It
 // returns the new job's ID.
+//
+// A batch message dead-lettered whole (DeadLetter.IsBatch) is redriven
+// job by job, in its order, each as Redrive does one job: checked by the
+// rules Submit applies, routed to its key's partition with the client's
+// partition count, under an ID derived from the dead letter and its index,
+// with its own ticket when it names its batch's ID
+// (DeadLetter.RedriveJobs says what it submits). The dead letter is
+// deleted only once every job is stored; on a failure Redrive stops
+// there (a key's later jobs are never stored before its earlier ones) and
+// the dead letter stays: redriving it again stores the rest, and none of
+// the jobs stored already twice (their IDs are the same). A batch whose
+// body does not decode is ErrMalformedBatch, one holding a job no client
+// could send is refused whole: nothing is stored and the dead letter
+// stays. It returns the new jobs' IDs in the batch's order, separated by
+// commas (no job ID holds one).
 func (c *Client) Redrive(ctx context.Context, d DeadLetter) (string, error) {
-	if d.PayloadDropped > 0 {
-		return "", fmt.Errorf("%w (dead letter %d, job %s)", ErrPayloadDropped, d.Seq, d.JobID)
+	jobs, err := d.RedriveJobs()
+	if err != nil {
+		return "", err
 	}
-	id := redriveID(d)
-	opts := []SubmitOpt{WithID(id)}
-	if d.JobID != "" && ValidateJobID(d.JobID) == nil {
-		if err := c.writeRedriveTicket(ctx, id, d); err != nil {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		if err := c.redriveJob(ctx, j); err != nil {
+			if d.IsBatch() {
+				return "", fmt.Errorf("keylane: redrive dead letter %d: job %d of the batch's %d (key %q): %w (the %d before it stored; the dead letter stays: redrive it again, no job is stored twice)", d.Seq, i, len(jobs), j.Key, err, i)
+			}
 			return "", fmt.Errorf("keylane: redrive dead letter %d: %w", d.Seq, err)
 		}
-		opts = append(opts, withRedriveOf(d.JobID))
+		ids[i] = j.ID
 	}
-	if d.Type != "" {
-		opts = append(opts, WithType(d.Type))
-	}
-	if _, err := c.Submit(ctx, d.Key, d.Payload, opts...); err != nil && !errors.Is(err, ErrDuplicate) {
-		return "", fmt.Errorf("keylane: redrive dead letter %d: %w", d.Seq, err)
-	}
+	id := strings.Join(ids, ",")
 	s, err := deadStream(ctx, c.js, c.names.Namespace)
 	if err != nil {
 		return id, err

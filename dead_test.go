@@ -3,14 +3,17 @@ package keylane
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -137,5 +140,154 @@ func TestRedriveWithoutJobID(t *testing.T) {
 	}
 	if dls, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(dls) != 0 {
 		t.Fatalf("dead letters after the redrives: %+v, %v", dls, err)
+	}
+}
+
+// TestRedriveOfAWholeBatchDeadLetter: a batch message dead-lettered whole
+// (here fetched by a worker that does not read batches) is redriven job
+// by job: each job goes to its own key's partition (the batch was on
+// partition 0, one key belongs to partition 1) with its type, header and
+// payload, and its outcome is kept under its batch ID too; the dead
+// letter goes only once every job is stored. A first redrive that stores
+// one job and is refused for the next (its key full) leaves the dead
+// letter, and the redrive run again stores the rest and not the first
+// twice. A batch holding a job no client could send (an empty key) and a
+// batch whose body does not decode are refused, nothing stored, the dead
+// letters left. Before, every such redrive failed ("partition: key is
+// empty"): the key was read from Keylane-Key, which a batch has none of.
+func TestRedriveOfAWholeBatchDeadLetter(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2, MaxKeyBacklog: 1})
+	a, b := keyIn(0, 2, "seat:a"), keyIn(1, 2, "seat:b")
+	type run struct {
+		key, typ, tag, id  string
+		partition, attempt int
+	}
+	var mu sync.Mutex
+	var runs []run
+	release, blocking := make(chan struct{}), make(chan struct{}, 1)
+	e.worker("w", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
+		if string(j.Payload) == "block" {
+			blocking <- struct{}{}
+			<-release
+			return nil, nil
+		}
+		mu.Lock()
+		runs = append(runs, run{j.Key, j.Type, j.Headers.Get("X-Tag"), j.ID, j.Partition, j.Attempt})
+		mu.Unlock()
+		return []byte("done " + string(j.Payload)), nil
+	}), nil)
+	var freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the worker's stop, which waits for the handler
+	batchID := testBatchID("whole")
+	e.publishBatch(0, "whole", []wire.BatchJob{
+		{Key: a, Type: "book", Header: map[string][]string{"X-Tag": {"t0"}}, Payload: []byte("a0")},
+		{Key: b, Payload: []byte("b0")},
+		{Key: a, Payload: []byte("a1")},
+	})
+	var dls []DeadLetter
+	testwait.Eventually(t, 10*time.Second, "the batch dead-lettered whole", func() bool {
+		var err error
+		dls, err = DeadLetters(ctx(t), e.js, e.ns, 0, 10)
+		return err == nil && len(dls) == 1
+	})
+	d := dls[0]
+	if d.Key != "" || d.JobID != batchID {
+		t.Fatalf("the whole batch's dead letter names key %q, job %q", d.Key, d.JobID)
+	}
+
+	// Key b full (its one job running, unacked): the redrive stores a0,
+	// is refused for b0, and leaves the dead letter.
+	if _, err := e.client.Submit(ctx(t), b, []byte("block")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-blocking:
+	case <-ctx(t).Done():
+		t.Fatal("the blocking job never ran")
+	}
+	_, err := e.client.Redrive(ctx(t), d)
+	wantFull(t, "a batch's redrive into a full key", err, b, 1)
+	if again, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(again) != 1 {
+		t.Fatalf("dead letters after the refused redrive: %d, %v; want it kept", len(again), err)
+	}
+	free()
+	var ids string
+	testwait.NoError(t, 10*time.Second, "the batch redriven once key b has room", func() error {
+		ids, err = e.client.Redrive(ctx(t), d)
+		return err
+	})
+	jobs, err := d.RedriveJobs()
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("RedriveJobs: %d jobs, %v", len(jobs), err)
+	}
+	var want []string
+	for i, j := range jobs {
+		if j.Index != i || j.Of != wire.BatchedJobID(batchID, i) {
+			t.Fatalf("job %d redriven as %+v", i, j)
+		}
+		want = append(want, j.ID)
+	}
+	if ids != strings.Join(want, ",") {
+		t.Fatalf("Redrive returned %q, want the jobs' new IDs %q", ids, want)
+	}
+	if again, err := e.client.Redrive(ctx(t), d); err != nil || again != ids {
+		t.Fatalf("the batch redriven again: %q, %v; want %q, nothing stored", again, err, ids)
+	}
+	for i, payload := range []string{"a0", "b0", "a1"} {
+		testwait.Eventually(t, 10*time.Second, "job "+payload+" answers under both IDs", func() bool {
+			r1, err1 := e.client.Result(ctx(t), jobs[i].ID)
+			r2, err2 := e.client.Result(ctx(t), jobs[i].Of)
+			return err1 == nil && err2 == nil && string(r1) == "done "+payload && string(r2) == "done "+payload
+		})
+	}
+	mu.Lock()
+	got := slices.Clone(runs)
+	mu.Unlock()
+	wantRuns := []run{
+		{a, "book", "t0", jobs[0].ID, 0, 1},
+		{b, "", "", jobs[1].ID, 1, 1},
+		{a, "", "", jobs[2].ID, 0, 1},
+	}
+	slices.SortFunc(got, func(x, y run) int { return strings.Compare(x.id, y.id) })
+	slices.SortFunc(wantRuns, func(x, y run) int { return strings.Compare(x.id, y.id) })
+	if !slices.Equal(got, wantRuns) {
+		t.Fatalf("runs %+v, want each job once: %+v", got, wantRuns)
+	}
+	if dls, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(dls) != 0 {
+		t.Fatalf("dead letters after the redrive: %+v, %v", dls, err)
+	}
+
+	// A job no client could send (an empty key): the batch is refused
+	// before anything is stored. A body that does not decode: refused.
+	e.publishBatch(0, "badjob", []wire.BatchJob{{Key: a, Payload: []byte("x0")}, {Key: "", Payload: []byte("x1")}})
+	m := nats.NewMsg(wire.BatchSubject(e.ns, 1)) // (the key cap counts a batch subject too)
+	m.Header.Set(HeaderJobID, testBatchID("garbled"))
+	m.Header.Set(wire.HeaderBatch, "1")
+	m.Data = []byte("KLB\x01\x05garbled")
+	if _, err := e.js.PublishMsg(ctx(t), m); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "both dead-lettered whole", func() bool {
+		var err error
+		dls, err = DeadLetters(ctx(t), e.js, e.ns, 0, 10)
+		return err == nil && len(dls) == 2
+	})
+	if dls[0].JobID != testBatchID("badjob") { // (two partitions: either may come first)
+		dls[0], dls[1] = dls[1], dls[0]
+	}
+	if _, err := e.client.Redrive(ctx(t), dls[0]); err == nil || !strings.Contains(err.Error(), "job 1 of the batch") || !errors.Is(err, partition.ErrEmptyKey) {
+		t.Fatalf("redrive of a batch with an empty key: %v", err)
+	}
+	if _, err := e.client.Redrive(ctx(t), dls[1]); !errors.Is(err, ErrMalformedBatch) || !strings.Contains(err.Error(), "this dead letter is a malformed batch: nothing to redrive") {
+		t.Fatalf("redrive of a garbled batch: %v, want ErrMalformedBatch", err)
+	}
+	if again, err := DeadLetters(ctx(t), e.js, e.ns, 0, 10); err != nil || len(again) != 2 {
+		t.Fatalf("dead letters after the refused redrives: %d, %v; want both kept", len(again), err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 3 {
+		t.Fatalf("%d runs: a refused batch's redrive stored a job (%+v)", len(runs), runs[3:])
 	}
 }

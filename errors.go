@@ -179,6 +179,12 @@ var ErrNotStarted = errors.New("keylane: the worker has not started: its State w
 // was dropped to fit: there is nothing to run again.
 var ErrPayloadDropped = errors.New("keylane: the dead letter's payload was dropped (too large); it cannot be redriven")
 
+// ErrMalformedBatch is returned by Redrive (and DeadLetter.RedriveJobs)
+// for a batch message dead-lettered whole whose body does not decode
+// (wire.DecodeBatch): it holds no job to submit again. The dead letter is
+// left in place.
+var ErrMalformedBatch = errors.New("keylane: this dead letter is a malformed batch: nothing to redrive")
+
 // ErrStateUnavailable is wrapped by every error of a state bucket read or
 // write that failed or whose outcome is unknown: no leader, a lost
 // connection, a full store. It is never the job's fault: the worker tries

@@ -37,15 +37,29 @@ const (
 type wireBatcher = jobbatcher.Batcher[*nats.Msg, bool]
 
 func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
-	room := int(c.nc.MaxPayload()) - DeadLetterReserve - 1024 - wire.BatchHeaderSize
 	return jobbatcher.New(jobbatcher.Config[*nats.Msg, bool]{
 		Send:     c.sendWireBatch,
 		Size:     func(m *nats.Msg) int { return wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m) },
 		MaxCount: wireBatchMaxJobs,
-		MaxBytes: max(room, 1),
+		MaxBytes: c.batchRoom(),
 		Seal:     func(_ int, ms []*nats.Msg) { sealBatch(ms) },
 		Cork:     cork,
 	})
+}
+
+// batchRoom is the most bytes (by wire.BatchJobSize, with sealGrowth)
+// the jobs of one batch message take: what both limits a batch meets
+// leave, whichever is smaller. The server's max_payload less the dead
+// letter's reserve, 1 KiB of headers and the body's head; and the wire's
+// own limit on a body, wire.MaxBatchBytes less its head, which a server
+// with a max_payload above 8 MiB makes the smaller (cut by max_payload
+// only, the batch was refused whole by EncodeBatch, wire.ErrBatchTooLarge,
+// and every job of it failed). A job larger than the room goes alone, as
+// a one-job message, whose limit is max_payload's alone (Client.message
+// refuses one over it up front, ErrPayloadTooLarge).
+func (c *Client) batchRoom() int {
+	room := min(int(c.nc.MaxPayload())-DeadLetterReserve-1024, wire.MaxBatchBytes) - wire.BatchHeaderSize
+	return max(room, 1)
 }
 
 // headerSealedBatch names, on a job message the batcher cut into a batch,
@@ -177,7 +191,7 @@ type manyBatch struct {
 }
 
 func (c *Client) newManyBatches() *manyBatches {
-	return &manyBatches{c: c, room: max(int(c.nc.MaxPayload())-DeadLetterReserve-1024-wire.BatchHeaderSize, 1), open: map[int]*manyBatch{}}
+	return &manyBatches{c: c, room: c.batchRoom(), open: map[int]*manyBatch{}}
 }
 
 // add queues job i (m) of partition p, publishing its partition's batch

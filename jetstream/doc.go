@@ -1442,6 +1442,39 @@
 // job carries its Keylane-Job-Id (the server strips Nats-Msg-Id when a
 // schedule fires). Tested by TestRedriveWithoutJobID.
 //
+// A batch message dead-lettered whole (malformed framing, a partition
+// count other than the stream's, fetched by a worker that does not read
+// batches: # Batches on the wire) is stored as the batch: no Keylane-Key,
+// the batch's body as payload (DeadLetter.IsBatch: no key, the body's
+// "KLB" magic). Client.Redrive (and keylane dead redrive) decodes it and
+// submits each job, in the batch's order, as it does one: checked by
+// Submit's rules (key, type, headers; a job that breaks one refuses the
+// whole batch, nothing stored), routed to its key's partition with the
+// client's N (not the partition it was dead-lettered on), its headers
+// kept, under an ID derived from the dead letter and the job's index
+// (<batch ID>.<index>.redrive-<sequence>-<index>-<digest>, or
+// redrive-p<partition>-… for a job whose ID is not its batch's and
+// index's, which then gets no ticket: any other ID was the sender's
+// choice, and may be another caller's), with a redrive ticket per job
+// that names its batched ID, so Client.Result of that ID sees the new
+// outcome. It stops at the first job not stored (a key's later jobs are
+// never stored before its earlier ones) and deletes the dead letter only
+// once every job is stored; run again, it stores the rest, and the jobs
+// stored before are the stream's duplicates by their IDs (beyond the
+// duplicate window, the worker's look-up by ID of a job with its
+// caller's ID answers them), as for one job. A batch whose body does not
+// decode is ErrMalformedBatch ("this dead letter is a malformed batch:
+// nothing to redrive"), left in place. DeadLetter.RedriveJobs says what a
+// redrive submits; --dry-run prints it. Tested by
+// TestRedriveOfAWholeBatchDeadLetter (jobs of two partitions from a batch
+// on one: a first redrive stored one job and was refused for the next,
+// its key full, the dead letter kept; the second stored the rest, each
+// job ran once on its key's partition with its type and header and
+// answers under its batched ID; a batch with an empty key and a garbled
+// one refused, nothing stored; before, every such redrive failed with
+// "partition: key is empty") and cmd/keylane's
+// TestDeadRedriveOfAWholeBatch.
+//
 // A redrive keeps the new outcome under the original ID too, so a retry by
 // that ID sees it: the worker writes an outcome on the original
 // submitter's behalf, so only an operator may ask for it. The job's
@@ -1946,8 +1979,12 @@
 // sent at once, alone (a one-job batch is a one-job message, today's
 // format: never delay a lone job, never change what a quiet client
 // sends). Jobs that arrive while a send is in flight queue; when it
-// returns they go as the next batch, cut at 256 jobs or at max_payload
-// less DeadLetterReserve and 1 KiB of headers, whichever first. Under
+// returns they go as the next batch, cut at 256 jobs or at the smaller
+// of max_payload less DeadLetterReserve and 1 KiB of headers and
+// wire.MaxBatchBytes (8 MiB), each less the body's head, whichever first
+// (Client.batchRoom; a job over that room goes alone, as a one-job
+// message, and one over max_payload is refused up front,
+// ErrPayloadTooLarge). Under
 // load a batch grows by itself to about the number of callers waiting on
 // the partition during one round trip. One exception to "at once":
 // ClientConfig.BatchCork (default 0) holds a job for a busy partition
@@ -1966,7 +2003,12 @@
 // order; a job over a batch's room goes alone and is stored; one over
 // max_payload gets ErrPayloadTooLarge at once; with the room taken as
 // wire.MaxBatchBytes the server refused the batch: "maximum payload
-// exceeded").
+// exceeded") and TestBatchesCutByTheWireLimit (max_payload 12 MiB, jobs
+// of 3 MiB from SubmitMany and concurrent Submits and Calls: every one
+// stored and run, no batch over 8 MiB; a 9 MiB job goes alone, one over
+// max_payload gets ErrPayloadTooLarge; cut by max_payload only, three
+// jobs made a 9 MiB batch that EncodeBatch refused, wire.ErrBatchTooLarge,
+// and every job of it failed).
 // SubmitMany, which holds its jobs at once, cuts each partition's run of
 // batchable jobs the same way and publishes the batches asynchronously
 // with its one-job messages; a job that goes alone first publishes its

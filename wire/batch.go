@@ -232,6 +232,13 @@ func (r *batchReader) readByte(what string) byte {
 	return c
 }
 
+// IsBatchBody reports whether body starts as a batch body does (its
+// magic, "KLB"): what a batch message dead-lettered whole carries as its
+// payload. It says nothing of the rest; DecodeBatch does.
+func IsBatchBody(body []byte) bool {
+	return len(body) >= len(batchMagic) && string(body[:len(batchMagic)]) == batchMagic
+}
+
 // DecodeBatch reads a batch body's framing and returns its jobs,
 // unchecked (Rules.ParseBatch checks them). A wrong magic or version, a
 // job count of 0 or over MaxBatchJobs, a body over MaxBatchBytes, a

@@ -21,7 +21,8 @@ const deadUsage = `usage: keylane dead <list|show|redrive|purge> [flags]
 
   list                   dead letters, oldest first: sequence, job, key, attempts, worker, error (--from, --limit, --json)
   show SEQ               one dead letter, its payload included (--json)
-  redrive SEQ...|--all   submit again as new jobs (the original job ID then answers with the new outcome), then delete them
+  redrive SEQ...|--all   submit again as new jobs (the original job ID then answers with the new outcome), then delete them;
+                         a batch dead-lettered whole is submitted again job by job
   purge SEQ...|--all     delete dead letters
 
 redrive and purge act on the sequences named, or with --all on every dead letter, or on those --from
@@ -185,11 +186,18 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 	tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "  seq\tjob\tkey\terror")
 	for _, d := range dls[:min(len(dls), planShown)] {
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", d.Seq, d.JobID, d.Key, d.Error)
+		key := d.Key
+		if d.IsBatch() {
+			key = "(a batch)"
+		}
+		fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", d.Seq, d.JobID, key, d.Error)
 	}
 	tw.Flush()
 	if len(dls) > planShown {
 		fmt.Fprintf(out, "  … and %d more, to sequence %d\n", len(dls)-planShown, dls[len(dls)-1].Seq)
+	}
+	if cmd == "redrive" {
+		planBatches(out, dls[:min(len(dls), planShown)])
 	}
 	if err := confirmed(cmd, yes, dryRun, out); err != nil || dryRun {
 		return err
@@ -229,6 +237,13 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 			fmt.Fprintf(lines, "dead letter %d (job %s): %v\n", d.Seq, d.JobID, err)
 			continue
 		}
+		if jobs, _ := d.RedriveJobs(); d.IsBatch() && len(jobs) > 0 {
+			fmt.Fprintf(lines, "dead letter %d (batch %s, %d jobs) redriven as:\n", d.Seq, d.JobID, len(jobs))
+			for _, j := range jobs {
+				fmt.Fprintf(lines, "  job %d (key %s) as %s\n", j.Index, j.Key, j.ID)
+			}
+			continue
+		}
 		fmt.Fprintf(lines, "dead letter %d (job %s) redriven as %s\n", d.Seq, d.JobID, id)
 	}
 	bars.Wait()
@@ -236,6 +251,29 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 		return fmt.Errorf("%d of %d dead letters not redriven", failed, len(dls))
 	}
 	return nil
+}
+
+// planBatches prints, for each batch message dead-lettered whole among
+// dls, the jobs a redrive submits (DeadLetter.RedriveJobs), or why it
+// would submit none.
+func planBatches(out io.Writer, dls []keylane.DeadLetter) {
+	for _, d := range dls {
+		if !d.IsBatch() {
+			continue
+		}
+		jobs, err := d.RedriveJobs()
+		if err != nil {
+			fmt.Fprintf(out, "dead letter %d is a batch dead-lettered whole: %v\n", d.Seq, err)
+			continue
+		}
+		fmt.Fprintf(out, "dead letter %d is a batch dead-lettered whole: a batch of %d jobs, each submitted again to its key's partition:\n", d.Seq, len(jobs))
+		for _, j := range jobs[:min(len(jobs), planShown)] {
+			fmt.Fprintf(out, "  job %d  key %s  type %q  %d bytes  as %s\n", j.Index, j.Key, j.Type, len(j.Payload), j.ID)
+		}
+		if len(jobs) > planShown {
+			fmt.Fprintf(out, "  … and %d more jobs\n", len(jobs)-planShown)
+		}
+	}
 }
 
 // confirmed ends a destructive command that was only to show its plan:

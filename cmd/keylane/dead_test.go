@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +15,9 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -211,4 +215,117 @@ func TestDeadCommandsHonourTheirFilters(t *testing.T) {
 	}
 	want = nil
 	check("purge --all --yes")
+}
+
+// TestDeadRedriveOfAWholeBatch: keylane dead redrive of a batch message
+// dead-lettered whole (fetched by a worker that does not read batches)
+// shows, with --dry-run, each job it would submit (its key and new ID)
+// and does nothing; with --yes it submits each job, which runs on its
+// key's partition and answers under its batch ID too, and deletes the
+// dead letter. A batch whose body does not decode is refused ("this dead
+// letter is a malformed batch: nothing to redrive") and stays. Before,
+// the redrive failed with "partition: key is empty".
+func TestDeadRedriveOfAWholeBatch(t *testing.T) {
+	srv := natstest.Start(t)
+	nc := natstest.Connect(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var mu sync.Mutex
+	ran := map[string]int{} // payload → partition it ran on
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
+		Topology: keylane.TopologyConfig{Namespace: "dlb", Partitions: 2, LeaseTTL: time.Second},
+		Handler: keylane.HandlerFunc(func(_ context.Context, job keylane.Job) ([]byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if _, twice := ran[string(job.Payload)]; twice {
+				return nil, errors.New("ran twice")
+			}
+			ran[string(job.Payload)] = job.Partition
+			return []byte("done " + string(job.Payload)), nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Stop(context.Background()) }()
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: "dlb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	js, _ := jetstream.New(nc)
+	var keys [2]string // a key of each partition
+	for i := 0; keys[0] == "" || keys[1] == ""; i++ {
+		k := "seat:" + strconv.Itoa(i)
+		keys[partition.Of(k, 2)] = k
+	}
+	publish := func(p int, batchID string, body []byte, jobs int) {
+		t.Helper()
+		m := &nats.Msg{Subject: wire.BatchSubject("dlb", p), Data: body, Header: nats.Header{
+			keylane.HeaderJobID: {batchID}, wire.HeaderBatch: {"1"}, keylane.HeaderPartitions: {"2"}, wire.HeaderBatchJobs: {strconv.Itoa(jobs)},
+		}}
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const batchID, garbledID = "BatchOfTwoJobsZZZZZZZZ", "GarbledBatchZZZZZZZZZZ"
+	body, err := wire.EncodeBatch([]wire.BatchJob{
+		{Key: keys[0], ID: wire.BatchedJobID(batchID, 0), Payload: []byte("j0")},
+		{Key: keys[1], ID: wire.BatchedJobID(batchID, 1), Payload: []byte("j1")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(0, batchID, body, 2)
+	publish(1, garbledID, []byte("KLB\x01\x02garbled"), 2)
+	var dls []keylane.DeadLetter
+	testwait.Eventually(t, 10*time.Second, "both batches dead-lettered whole", func() bool {
+		dls, err = keylane.DeadLetters(ctx, js, "dlb", 0, 10)
+		return err == nil && len(dls) == 2
+	})
+	if dls[0].JobID != batchID { // (two partitions: either may come first)
+		dls[0], dls[1] = dls[1], dls[0]
+	}
+	seq, garbled := strconv.FormatUint(dls[0].Seq, 10), strconv.FormatUint(dls[1].Seq, 10)
+	url := srv.ClientURL()
+	dead := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		err := run(ctx, append(append([]string{"dead"}, args...), "--nats", url, "--namespace", "dlb"), &out, &out)
+		return out.String(), err
+	}
+
+	out, err := dead("redrive", seq, "--dry-run")
+	if err != nil || !strings.Contains(out, "a batch of 2 jobs") || !strings.Contains(out, "dry run: nothing done") ||
+		!strings.Contains(out, "key "+keys[0]) || !strings.Contains(out, "key "+keys[1]) || !strings.Contains(out, "as "+wire.BatchedJobID(batchID, 1)+".redrive-") {
+		t.Fatalf("dead redrive %s --dry-run: %v\n%s", seq, err, out)
+	}
+	if dls, err := keylane.DeadLetters(ctx, js, "dlb", 0, 10); err != nil || len(dls) != 2 {
+		t.Fatalf("dead letters after --dry-run: %d, %v", len(dls), err)
+	}
+	if out, err := dead("redrive", seq, "--yes"); err != nil || !strings.Contains(out, "(batch "+batchID+", 2 jobs) redriven as:") || strings.Count(out, ".redrive-") != 4 {
+		t.Fatalf("dead redrive %s --yes: %v\n%s", seq, err, out)
+	}
+	for i, key := range keys {
+		testwait.Eventually(t, 10*time.Second, "job "+strconv.Itoa(i)+" answers under its batch ID", func() bool {
+			res, err := c.Result(ctx, wire.BatchedJobID(batchID, i))
+			return err == nil && string(res) == "done j"+strconv.Itoa(i)
+		})
+		mu.Lock()
+		p := ran["j"+strconv.Itoa(i)]
+		mu.Unlock()
+		if p != partition.Of(key, 2) {
+			t.Fatalf("job %d of key %s ran on partition %d", i, key, p)
+		}
+	}
+
+	out, err = dead("redrive", garbled, "--yes")
+	if err == nil || !strings.Contains(out, "this dead letter is a malformed batch: nothing to redrive") {
+		t.Fatalf("dead redrive of a garbled batch: %v\n%s", err, out)
+	}
+	if dls, err := keylane.DeadLetters(ctx, js, "dlb", 0, 10); err != nil || len(dls) != 1 || dls[0].JobID != garbledID {
+		t.Fatalf("dead letters at the end: %+v, %v; want the garbled batch's only", dls, err)
+	}
 }
