@@ -65,21 +65,14 @@ func TestKeyBacklogCapRefusesBeyondN(t *testing.T) {
 	for _, s := range many {
 		wantFull(t, "SubmitMany over the cap", s.Err, hot, limit)
 	}
-	batched, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, AtomicBatches: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer batched.Close()
-	_, err = batched.Submit(ctx(t), hot, []byte("buy"))
-	wantFull(t, "batched Submit over the cap", err, hot, limit)
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	for i := range errs {
-		wg.Go(func() { _, errs[i] = batched.Call(ctx(t), hot, []byte("buy")) })
+		wg.Go(func() { _, errs[i] = e.client.Call(ctx(t), hot, []byte("buy")) })
 	}
 	wg.Wait()
 	for _, err := range errs {
-		wantFull(t, "batched Call over the cap", err, hot, limit)
+		wantFull(t, "concurrent Call over the cap", err, hot, limit)
 	}
 	// Refused at once: nothing was retried until a deadline.
 	if d := time.Since(start); d > 5*time.Second {

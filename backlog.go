@@ -45,9 +45,6 @@ type batchesAhead struct {
 // messages ahead when one is due.
 func (o *owner) noteDelivery(newest, pending uint64) {
 	o.backlog.Store(pending)
-	if !o.w.cfg.Batches {
-		return
-	}
 	a := &o.ahead
 	a.mu.Lock()
 	defer a.mu.Unlock()

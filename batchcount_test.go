@@ -142,7 +142,7 @@ func TestWorkerBacklogCountsJobsOfBatches(t *testing.T) {
 		}
 		ran.Add(1)
 		return nil, nil
-	}), func(c *WorkerConfig) { c.Batches, c.MaxInFlight, c.MaxPending = true, 2, 3 })
+	}), func(c *WorkerConfig) { c.MaxInFlight, c.MaxPending = 2, 3 })
 	backlog := func() uint64 {
 		ts := w.Tenures()
 		if len(ts) != 1 {

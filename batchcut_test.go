@@ -104,12 +104,12 @@ func TestBatchesCutByMaxPayload(t *testing.T) {
 	nc := natstest.Connect(t, srv)
 	e := newEnvOn(t, srv, nc, TopologyConfig{Partitions: 1})
 	rec := newOrderRecorder()
-	e.worker("w", HandlerFunc(rec.handle), func(c *WorkerConfig) { c.Batches = true })
+	e.worker("w", HandlerFunc(rec.handle), nil)
 	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,12 +226,12 @@ func TestBatchesCutByMaxPayload(t *testing.T) {
 func TestMixedVersionClients(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	rec := newOrderRecorder()
-	e.worker("w", HandlerFunc(rec.handle), func(c *WorkerConfig) { c.Batches = true })
+	e.worker("w", HandlerFunc(rec.handle), nil)
 	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	older, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, NoBatches: true})
+	older, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,12 +321,12 @@ func TestBatchesCutByTheWireLimit(t *testing.T) {
 	// what this test looks at.
 	e := newEnvOn(t, srv, nc, TopologyConfig{Partitions: 1, LeaseTTL: 5 * time.Second})
 	rec := newOrderRecorder()
-	e.worker("w", HandlerFunc(rec.handle), func(c *WorkerConfig) { c.Batches, c.AckWait = true, 30*time.Second })
+	e.worker("w", HandlerFunc(rec.handle), func(c *WorkerConfig) { c.AckWait = 30 * time.Second })
 	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,7 +103,6 @@ func TestDeadLetteredJobOfABatchNeverRunsAgain(t *testing.T) {
 			t.Cleanup(release) // before w1's Stop: a failed test frees the runner
 			start := func(wid string) *Worker {
 				return e.worker(wid, nil, func(c *WorkerConfig) {
-					c.Batches = true
 					if kind == "reducer" {
 						c.Handler, c.Reducer = nil, d
 					} else {

@@ -60,7 +60,7 @@ func TestPredictedBatchIDsLoseNoJobs(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	w := batchWorker(e, "w1", newCounter())
 	e.waitOwned(w)
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestPredictedBatchIDsLoseNoJobs(t *testing.T) {
 func TestBatchUnderAUsedIDIsNotStored(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	e.waitOwned(batchWorker(e, "w", newCounter()))
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -93,7 +93,7 @@ func TestBatchedCallRecoversALostReplyFromItsBatchEntry(t *testing.T) {
 	})
 	w := batchWorker(e, "w", gated)
 	e.waitOwned(w)
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	payloads := []string{"a", "b", "c", "d"}
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()
@@ -169,7 +169,7 @@ func TestBatchRedeliveredBeforeItsOutcomesWereKept(t *testing.T) {
 	w1 := batchWorker(e, "w1", g)
 	t.Cleanup(release) // after w1's own: its Stop waits on a gated Committed
 	e.waitOwned(w1)
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()
 	select {
@@ -298,7 +298,7 @@ func TestBatchEntryOverMaxPayloadIsKeptByID(t *testing.T) {
 	srv := natstest.StartConfig(t, "max_payload: "+strconv.Itoa(maxPayload)+"\n")
 	e := newEnvOn(t, srv, natstest.Connect(t, srv), TopologyConfig{Partitions: 1})
 	batchWorker(e, "w", bigResults{size: 4 << 10})
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestBatchEntryOverMaxPayloadIsKeptByID(t *testing.T) {
 // the batch's first kept outcome and the key's state after it all.
 func batchPastItsHeldWindow(t *testing.T, e *env) (wire.BatchOutcome, string, *Client) {
 	t.Helper()
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	payloads := []string{"a", "b", "c", "d"}
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()
@@ -476,12 +476,12 @@ func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
 	var releaseOnce sync.Once
 	release := func() { releaseOnce.Do(func() { close(g.release) }) }
 	storing := func(r Reducer) func(*WorkerConfig) {
-		return func(c *WorkerConfig) { c.Handler, c.Reducer, c.Batches, c.StoreResults = nil, r, true, true }
+		return func(c *WorkerConfig) { c.Handler, c.Reducer, c.StoreResults = nil, r, true }
 	}
 	w1 := e.worker("w1", nil, storing(g))
 	t.Cleanup(release) // after w1's own: its Stop waits on a gated Committed
 	e.waitOwned(w1)
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()
 	select {

@@ -80,7 +80,7 @@ func renamed(counts map[string]int, names map[string]string) map[string]int {
 }
 
 func batchWorker(e *env, id string, r Reducer) *Worker {
-	return e.worker(id, nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.Batches = nil, r, true })
+	return e.worker(id, nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, r })
 }
 
 // stateOf returns key's state value, "" when none.

@@ -26,10 +26,7 @@ import (
 // again, never wait out its deadline; and no job of a stale batch runs.
 func TestStaleBatchingClientCallsEndPromptly(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 2})
-	if err := SetBatches(ctx(t), e.js, e.ns, true); err != nil {
-		t.Fatal(err)
-	}
-	stale, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	stale, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +39,7 @@ func TestStaleBatchingClientCallsEndPromptly(t *testing.T) {
 	}
 	r := newCounter()
 	w := e.worker("w", nil, func(c *WorkerConfig) {
-		c.Handler, c.Reducer, c.Batches = nil, r, true
+		c.Handler, c.Reducer = nil, r
 		c.Topology.Partitions = 4
 	})
 	testwait.Eventually(t, 30*time.Second, "the worker owns all 4 partitions", func() bool {
@@ -100,7 +97,6 @@ func TestBatchDeadLetteredWholeAnswersItsCalls(t *testing.T) {
 		why        string
 	}{
 		{"another partition count", true, "2", "routed by a client that counts 2 partitions"},
-		{"worker without batches", false, "1", "malformed: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, TopologyConfig{Partitions: 1, ReplyPrefix: "rp.test."})
@@ -108,7 +104,7 @@ func TestBatchDeadLetteredWholeAnswersItsCalls(t *testing.T) {
 			e.waitOwned(e.worker("w", HandlerFunc(func(_ context.Context, j Job) ([]byte, error) {
 				ran.Store(j.ID, true)
 				return []byte("ok"), nil
-			}), func(c *WorkerConfig) { c.Batches = tc.batches }))
+			}), nil))
 			inside, err := e.nc.SubscribeSync("rp.test.>")
 			if err != nil {
 				t.Fatal(err)
@@ -228,7 +224,7 @@ func TestKeyBacklogCapHoldsForBatches(t *testing.T) {
 	loneID := e.publishRawBatch(partition.Subject(e.ns, 0, lone), "lone", 1, []wire.BatchJob{{Key: lone, Reply: "rp.test.raw.-lone", KeepOutcome: true}})
 
 	r := newCounter()
-	e.waitOwned(e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer, c.Batches = nil, r, true }))
+	e.waitOwned(e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, r }))
 	testwait.Eventually(t, 20*time.Second, "every job settled (the stream empty)", func() bool {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})

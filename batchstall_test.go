@@ -41,7 +41,6 @@ func TestStalledKeyOfBatchJobsDoesNotHoldTheWindow(t *testing.T) {
 		return []byte(strconv.Itoa(ran[job.Key])), nil
 	})
 	w := e.worker("w", h, func(c *WorkerConfig) {
-		c.Batches = true
 		c.MaxInFlight, c.MaxPending, c.MaxDeliver, c.Concurrency = 4, 64, 1_000_000, 2
 		c.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
 	})

@@ -30,19 +30,16 @@ import (
 //
 // Retries: a Call with the same WithID as an earlier one returns that
 // job's outcome, at once if it finished, when it finishes if it still runs,
-// and never runs it twice. Within the server's duplicate window the stream
-// drops the second publish and Call waits on the outcome the worker keeps
-// by ID (jobs with a caller's ID have their outcome stored in the results
-// bucket, for ResultsTTL); after it, the worker answers the new message
-// from the kept outcome.
+// and never runs it twice: the worker looks a job with a caller's ID up in
+// the outcomes it keeps by ID (for ResultsTTL) before running it, and
+// answers a copy from the first's outcome.
 //
-// With ClientConfig.Batches, a Call without WithID travels in its
-// partition's batch message (see callBatched); one with WithID goes alone,
-// as above: its retry rests on its own Nats-Msg-Id.
+// A Call travels in its partition's batch message (see callBatched), with
+// or without WithID; on a namespace with a key backlog cap it goes as a
+// one-job message, whose republish the server de-duplicates by its ID.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
 	defer c.observeCall(c.now(), &err)
 	r := build(key, payload, opts)
-	explicit := r.ID != ""
 	if r.optErr != nil && !errors.Is(r.optErr, ErrBadDelay) {
 		return nil, r.optErr // a refused header
 	}
@@ -63,7 +60,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// The worker keeps a Call's outcome by ID, so a reply lost with a
 	// connection is recovered from it.
 	m.Header[HeaderKeepOutcome] = oneHeader
-	if !explicit && c.batchable(m) {
+	if c.batchable(m) {
 		defer span.messageID(m) // sealed into a batch, it went under another ID
 		return c.callBatched(ctx, m, r.ID, partition.Of(r.Key, c.n), w)
 	}
@@ -74,10 +71,6 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	before := c.nc.LastError() // a refusal after it is this publish's
 	status := *c.reconnected.Load()
 	publish := func(m *nats.Msg) {
-		if c.batch != nil {
-			c.batcherOf(m).publish(m, token)
-			return
-		}
 		m.Reply = c.inbox + ackPrefix + token
 		// A failed publish (disconnected, buffer full) is like a lost one:
 		// the ack timer publishes again.
@@ -451,12 +444,6 @@ func (c *Client) deliver(m *nats.Msg) {
 		return
 	}
 	if rest, ok := strings.CutPrefix(token, ackPrefix); ok {
-		if id, ok := strings.CutPrefix(rest, batchPrefix); ok && c.batch != nil {
-			for _, b := range c.batch {
-				b.done(id, m) // only the batcher that sent it knows id
-			}
-			return
-		}
 		c.deliverTo(rest, m)
 		return
 	}

@@ -47,7 +47,7 @@ func TestCallsTravelInBatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+			c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -144,7 +144,7 @@ func TestBatchedCallOfADeadLetteredJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	payloads := []string{"a", "b", "poison", "c", "d"}
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()
@@ -211,7 +211,7 @@ func TestBatchedCallWhoseBatchAckIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	var lost *faultproxy.Toxic
 	c.beforeBatch = func(*nats.Msg) {
 		if lost == nil {
@@ -299,7 +299,7 @@ func TestBatchedCallRecoversALostReply(t *testing.T) {
 	})
 	w := batchWorker(e, "w", gated)
 	e.waitOwned(w)
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	payloads := []string{"a", "b", "c", "d"}
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()
@@ -342,7 +342,7 @@ func TestBatchedCallWhoseContextEndsWhileQueued(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	r := newCounter()
 	e.waitOwned(batchWorker(e, "w", r))
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", nil)
 	cctx, cancel := context.WithCancel(context.Background())
 	quit := make(chan error, 1)

@@ -2,7 +2,6 @@ package keylane
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -155,18 +154,15 @@ func TestSubmitRepublishesALostPublish(t *testing.T) {
 // new"), which a shop would read as a failed order and retry under a new
 // ID.
 func TestSubmitWhoseAckWasLostIsNoDuplicate(t *testing.T) {
-	for _, batches := range []bool{false, true} {
-		t.Run(fmt.Sprintf("atomic batches %v", batches), func(t *testing.T) { submitWhoseAckWasLost(t, batches) })
-	}
+	submitWhoseAckWasLost(t)
 }
 
-// submitWhoseAckWasLost: with AtomicBatches, the batcher resends a job one
-// by one when its batch's ack never comes; the resend is answered
+// submitWhoseAckWasLost: the batch message's resend is answered
 // "duplicate" (the batch was stored), and Submit must not report that as
-// ErrDuplicate either (it did before the waiter knew of the resend).
-func submitWhoseAckWasLost(t *testing.T, batches bool) {
+// ErrDuplicate.
+func submitWhoseAckWasLost(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
-	c, _, p := e.proxiedClientWith(ClientConfig{AtomicBatches: batches})
+	c, _, p := e.proxiedClientWith(ClientConfig{})
 	swallow, err := p.Timeout(faultproxy.Downstream, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package keylane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -54,29 +53,6 @@ type ClientConfig struct {
 	// W3C Trace Context (propagation.TraceContext{}, the traceparent and
 	// tracestate headers). Used only with a TracerProvider.
 	Propagator propagation.TextMapPropagator
-	// AtomicBatches coalesces concurrent Calls and Submits into JetStream
-	// atomic batches (server 2.12 or later: NewClient refuses an older
-	// one, which would ack only a batch's last job), one batch in flight at a time
-	// per few, so a server that fsyncs every write (sync_interval: always)
-	// syncs once per batch instead of once per job. On a server with the
-	// default sync interval it costs more than it saves; leave it off there.
-	AtomicBatches bool
-	// Batches sends Submits and Calls of jobs without a caller's ID as
-	// batch messages, many jobs of one partition in one stream message (see
-	// "Batches on the wire" in package jetstream's doc): a job goes at once,
-	// alone, when nothing of its partition is in flight; the jobs that
-	// queued meanwhile go together when it returns. Jobs with WithID,
-	// delayed jobs, redrives and every job of a namespace with a
-	// MaxKeyBacklog go alone, as without it.
-	//
-	// A worker without WorkerConfig.Batches dead-letters a batch whole, so
-	// the namespace's metadata decides (SetBatches, keylane batches on|off,
-	// read once by NewClient): when it says "on" a client sends batches
-	// unless NoBatches is set; when it does not, NewClient refuses Batches
-	// with ErrBatchesMismatch rather than send batches its workers may
-	// dead-letter, or send one-job messages when batches were asked for.
-	// Defaults to false: follow the namespace.
-	Batches bool
 	// BatchCork holds a job bound for a busy partition for up to this
 	// long before its batch message goes, so the callers that come back
 	// together once their batch is answered go as one message too: a
@@ -85,15 +61,10 @@ type ClientConfig struct {
 	// without it. It trades up to BatchCork of latency for one message
 	// (one fsync, one delivery, one transaction of an Applier) where there
 	// would be two: worth about a millisecond on a server that syncs every
-	// write (sync_interval: always), nothing on one that does not. Only
-	// with batch messages (Batches, or a namespace that says them on).
+	// write (sync_interval: always), nothing on one that does not.
 	// Defaults to 0: a job for a partition with nothing in flight goes at
 	// once.
 	BatchCork time.Duration
-	// NoBatches keeps the client's jobs in one-job messages, as a client of
-	// the previous release sends them, whatever the namespace says; not
-	// with Batches. Defaults to false.
-	NoBatches bool
 	// Observer receives the client's measurements (latency and outcome of
 	// every Submit, Call and SubmitMany) for metrics; see package metrics.
 	// Defaults to nil: nothing is measured.
@@ -129,7 +100,6 @@ type Client struct {
 	closed  bool
 	done    chan struct{} // closed by Close: every waiting call ends
 	token   atomic.Uint64
-	batch   []*batcher   // by shard (an atomic batch stays in one stream); nil unless AtomicBatches
 	wire    *wireBatcher // nil unless Batches
 	results jetstream.KeyValue
 	obs     *ClientObserver
@@ -163,17 +133,6 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	if cfg.BatchCork < 0 {
 		return nil, fmt.Errorf("keylane: ClientConfig.BatchCork %s is negative", cfg.BatchCork)
 	}
-	if cfg.Batches && cfg.NoBatches {
-		return nil, errors.New("keylane: ClientConfig.Batches and NoBatches both set")
-	}
-	if cfg.Batches && !meta.Batches {
-		return nil, fmt.Errorf("%w: ClientConfig.Batches set, and namespace %s does not say %s on: its workers may dead-letter batches; turn it on (keylane batches on) once every worker runs with WorkerConfig.Batches", ErrBatchesMismatch, cfg.Namespace, MetaBatches)
-	}
-	if v := nc.ConnectedServerVersion(); cfg.AtomicBatches && !serverAtLeast(v, 2, 12) {
-		// An older server ignores the batch headers: it would store the
-		// jobs one by one and ack only the last.
-		return nil, fmt.Errorf("keylane: ClientConfig.AtomicBatches needs nats-server 2.12 or later; connected to %q", v)
-	}
 	n := meta.Partitions
 	async, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
 	if err != nil {
@@ -183,17 +142,9 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, maxKeyBacklog: meta.MaxKeyBacklog, delays: meta.Delays, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{}), obs: cfg.Observer}
 	for i := range c.shards {
 		c.expect = append(c.expect, []string{names.JobsShard(i)})
-		if cfg.AtomicBatches {
-			c.batch = append(c.batch, newBatcher(c))
-		}
 	}
-	if meta.Batches && !cfg.NoBatches {
-		if c.wire, err = newWireBatcher(c, cfg.BatchCork); err != nil {
-			for _, b := range c.batch {
-				b.close() // started above: their goroutines end with the error
-			}
-			return nil, err
-		}
+	if c.wire, err = newWireBatcher(c, cfg.BatchCork); err != nil {
+		return nil, err
 	}
 	c.tracing = newClientTracing(cfg, nc)
 	c.watchReconnects()
@@ -228,16 +179,6 @@ func (c *Client) Partitions() int { return c.n }
 
 // StreamShards returns S, the number of jobs stream shards.
 func (c *Client) StreamShards() int { return c.shards }
-
-// batcherOf returns the group-commit batcher of m's shard.
-func (c *Client) batcherOf(m *nats.Msg) *batcher {
-	for i, e := range c.expect {
-		if m.Header[expectStreamHeader][0] == e[0] {
-			return c.batch[i]
-		}
-	}
-	return c.batch[0]
-}
 
 // Request is one job to submit.
 type Request struct {
@@ -430,9 +371,6 @@ func (c *Client) Close() {
 	close(c.done)
 	if c.sub != nil {
 		_ = c.sub.Unsubscribe()
-	}
-	for _, b := range c.batch {
-		b.close()
 	}
 	c.mu.Unlock()
 	if c.wire != nil {

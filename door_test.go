@@ -145,40 +145,6 @@ func TestFailingDelayedJobIsDeadLettered(t *testing.T) {
 	callWithin(t, e.client, 20*time.Second, "seat:A7")
 }
 
-// TestFailingAtomicBatchJobIsDeadLettered: a job stored by the client's
-// atomic batches carries Nats-Batch-*, which the dead-letter stream
-// refuses (no atomic publish there). It is dead-lettered all the same and
-// the key moves on.
-func TestFailingAtomicBatchJobIsDeadLettered(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 1})
-	var h failOn
-	e.waitOwned(e.worker("w", h.handler(), nil))
-	c := groupClient(e)
-	release := holdBatches(c)
-	errs := make(chan error, 2)
-	for _, p := range []string{"bad", "good"} {
-		go func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
-			_, err := c.Call(cctx, "seat:"+p, []byte(p))
-			errs <- err
-		}()
-	}
-	testwait.Eventually(t, 10*time.Second, "both calls queued in one batch", func() bool { return queued(c) == 2 })
-	release()
-	for range 2 {
-		err := <-errs
-		var re *RemoteError
-		if err != nil && !(errors.As(err, &re) && re.DeadLettered) {
-			t.Fatalf("call: %v; want ok or dead-lettered", err)
-		}
-	}
-	if dls := waitDead(t, e, 1); !strings.Contains(dls[0].Error, "refused bad") {
-		t.Fatalf("dead letter %+v", dls[0])
-	}
-	callWithin(t, c, 20*time.Second, "seat:bad")
-}
-
 // TestRawAtomicBatchOfMalformedJobs: one stored atomic batch of messages
 // that are no jobs (no key) is dead-lettered message by message on the
 // fetch loop; their Nats-Batch-* headers must not make every dead letter

@@ -37,7 +37,12 @@ var (
 )
 
 // ErrDuplicate is returned by Submit (with the job's ID) when the stream
-// already stored a job with this ID: nothing new was stored.
+// already stored a job with this ID and said so: nothing new was stored.
+// Only a job that goes as a one-job message can get it (a delayed job, a
+// redrive, a job on a namespace with a key backlog cap). A job in a batch
+// message (every other) with a caller's ID that ran before is stored
+// again and answered by the worker from its kept outcome, never run
+// twice: Submit returns nil for it.
 var ErrDuplicate = errors.New("keylane: a job with this ID was stored before; nothing new stored")
 
 // NoReplyError is returned by Call when its context ended before the job's
@@ -162,14 +167,6 @@ var ErrReplyPrefixMismatch = errors.New("keylane: reply prefix differs from the 
 // would dead-letter the same job after different counts, depending on
 // which one owns its partition.
 var ErrMaxDeliverMismatch = errors.New("keylane: MaxDeliver differs from the namespace's")
-
-// ErrBatchesMismatch is returned when a worker or client is configured
-// against what the namespace's metadata says of batch messages
-// (MetaBatches, SetBatches): a worker without WorkerConfig.Batches on a
-// namespace whose clients send batches would dead-letter every batch, and
-// a client with ClientConfig.Batches on one whose workers may not read
-// them would send batches an older worker dead-letters whole.
-var ErrBatchesMismatch = errors.New("keylane: batch messages configured against the namespace's metadata (keylane.batches)")
 
 // ErrNotStarted is returned by a worker's State before the worker started
 // (Worker.State).

@@ -90,10 +90,7 @@ func (o *owner) takeGroup(ts []*task) ([]*task, int, bool) {
 			o.process(ts[0])
 			return nil, 0, false
 		}
-		k := 1
-		for k < len(ts) && !ts[k].maybeDup {
-			k++
-		}
+		k := groupEnd(ts)
 		i := o.firstKept(ts[:k])
 		if o.ctx.Err() != nil {
 			o.w.stats.unacked.Add(int64(len(ts)))
@@ -112,6 +109,36 @@ func (o *owner) takeGroup(ts []*task) ([]*task, int, bool) {
 		return ts, k, true
 	}
 	return nil, 0, false
+}
+
+// groupEnd returns how many head jobs of ts (one key, stream order, the
+// first not a possible redelivery) may form a group: up to the first job
+// that may have run before, or the second of one caller's ID. Two jobs of
+// one caller's ID (a retry stored while its first copy waited: the server
+// de-duplicates no job of a batch) are one job, so the second starts the
+// next group and is looked up by its ID after the first's outcome is
+// kept: it is answered from it, never applied again.
+func groupEnd(ts []*task) int {
+	var ids map[string]bool
+	k := 1
+	for ; k < len(ts) && !ts[k].maybeDup; k++ {
+		if !ts[k].explicit {
+			continue
+		}
+		if ids == nil {
+			ids = make(map[string]bool, len(ts))
+			for _, t := range ts[:k] {
+				if t.explicit {
+					ids[t.job.ID] = true
+				}
+			}
+		}
+		if ids[ts[k].job.ID] {
+			break
+		}
+		ids[ts[k].job.ID] = true
+	}
+	return k
 }
 
 // process runs one job to completion: handler, in-place retries with

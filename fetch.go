@@ -229,18 +229,12 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		return
 	}
 	h := msg.Headers()
-	if _, isBatch := h[wire.HeaderBatch]; isBatch && o.w.cfg.Batches {
+	if _, isBatch := h[wire.HeaderBatch]; isBatch {
 		o.dispatchBatch(ln, msg, meta)
 		return
 	}
 	f, err := o.rules().Parse(msg.Subject(), h)
 	if err != nil {
-		if _, isBatch := h[wire.HeaderBatch]; isBatch {
-			// A batch to a worker without Batches: its jobs' fields are in
-			// the body, where Parse does not look; its Calls are told.
-			o.malformedBatch(msg, meta.Sequence.Stream, errors.New("a batch message, which this worker does not read (it runs without WorkerConfig.Batches)"))
-			return
-		}
 		o.malformed(msg, meta.Sequence.Stream, f, err)
 		return
 	}

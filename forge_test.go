@@ -81,7 +81,7 @@ func TestForgedBatchIDNeverOverwritesItsEntry(t *testing.T) {
 	r := newCounter()
 	r.poisoned = "poison"
 	e.waitOwned(batchWorker(e, "w", r))
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	key := keyIn(0, 2, "seat:")
 	done, swallow := queueBehindALostPublish(t, c, nc, p, key, []string{"a", "poison"})
 	swallow.Remove()

@@ -101,15 +101,6 @@ func (e *env) worker(id string, h Handler, mod func(*WorkerConfig)) *Worker {
 	if mod != nil {
 		mod(&cfg)
 	}
-	if cfg.Batches {
-		// The operator's step once its workers read batches: clients
-		// then send them (ClientConfig.Batches needs it). Before the
-		// worker starts: a stream update racing its consumer's creation
-		// trips a data race inside nats-server under -race.
-		if err := SetBatches(ctx(e.t), e.js, e.ns, true); err != nil {
-			e.t.Fatal(err)
-		}
-	}
 	return startWorker(e.t, nc, cfg)
 }
 

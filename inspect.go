@@ -25,9 +25,6 @@ type Status struct {
 	MaxKeyBacklog int64
 	// Delays reports whether the namespace takes delayed jobs.
 	Delays bool
-	// Batches reports whether the namespace's clients send batch
-	// messages (MetaBatches, SetBatches).
-	Batches bool
 	// Epochs holds each jobs stream shard's epoch.
 	Epochs []uint64
 	// Members are the workers with a live member entry, sorted.
@@ -74,7 +71,7 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 	}
 	names := Names{Namespace: namespace}
 	info := streams[0].CachedInfo()
-	st := Status{Namespace: namespace, Partitions: metas[0].Partitions, Shards: len(streams), Hash: info.Config.Metadata[MetaHash], Replicas: info.Config.Replicas, MaxKeyBacklog: metas[0].MaxKeyBacklog, Delays: metas[0].Delays, Batches: metas[0].Batches}
+	st := Status{Namespace: namespace, Partitions: metas[0].Partitions, Shards: len(streams), Hash: info.Config.Metadata[MetaHash], Replicas: info.Config.Replicas, MaxKeyBacklog: metas[0].MaxKeyBacklog, Delays: metas[0].Delays}
 	for _, m := range metas {
 		st.Epochs = append(st.Epochs, m.Epoch)
 	}

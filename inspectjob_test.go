@@ -17,7 +17,7 @@ func TestInspectJobInItsBatchEntry(t *testing.T) {
 	r := tagger{newCounter()}
 	w := batchWorker(e, "w", r)
 	e.waitOwned(w)
-	c, nc, p := e.proxiedClientWith(ClientConfig{Batches: true})
+	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	payloads := []string{"a", "b", "c"}
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()

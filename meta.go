@@ -42,11 +42,6 @@ type Meta struct {
 	// MaxDeliver is the namespace's WorkerConfig.MaxDeliver, fixed by the
 	// first worker that ran it; 0 before any did.
 	MaxDeliver int
-	// Batches reports whether an operator said every worker of the
-	// namespace reads batch messages (MetaBatches "on", SetBatches):
-	// clients then send them, and a worker without WorkerConfig.Batches
-	// is refused.
-	Batches bool
 }
 
 // MetaMaxDeliver is the jobs stream's metadata key for Meta.MaxDeliver.
@@ -55,11 +50,6 @@ const MetaMaxDeliver = "keylane.max-deliver"
 // MetaDelays is the jobs stream's metadata key for Meta.Delays; its value
 // is delaysScheme.
 const MetaDelays = "keylane.delays"
-
-// MetaBatches is the jobs streams' metadata key for Meta.Batches: "on"
-// once every worker of the namespace runs with WorkerConfig.Batches,
-// "off" (or absent) before. Only SetBatches writes it, on every shard.
-const MetaBatches = "keylane.batches"
 
 // delaysScheme names how delayed jobs travel: "2", schedules in a delays
 // stream only workers publish to, whose due copies the jobs stream
@@ -149,9 +139,6 @@ func sameShards(m0, m Meta, i int, name string) error {
 	if m.ReplyPrefix != m0.ReplyPrefix {
 		return fmt.Errorf("%w: stream %s has reply prefix %q, shard 0 %q", ErrShardsMismatch, name, m.ReplyPrefix, m0.ReplyPrefix)
 	}
-	// MetaBatches may differ while SetBatches runs (or after it stopped
-	// half way): shard 0, written last, is the namespace's, so a client or
-	// worker opening it then is not refused for a passing state.
 	return nil
 }
 
@@ -242,13 +229,6 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 			return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q", ErrMaxDeliverMismatch, sc.Name, MetaMaxDeliver, v)
 		}
 	}
-	switch v := sc.Metadata[MetaBatches]; v {
-	case "on":
-		m.Batches = true
-	case "", "off":
-	default:
-		return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q (on or off)", ErrBatchesMismatch, sc.Name, MetaBatches, v)
-	}
 	if v, ok := sc.Metadata[MetaEpoch]; ok {
 		if m.Epoch, err = strconv.ParseUint(v, 16, 64); err != nil || m.Epoch == 0 {
 			return Meta{}, fmt.Errorf("%w: stream %s has a bad %s %q", ErrPartitionMismatch, sc.Name, MetaEpoch, v)
@@ -324,79 +304,4 @@ func AdoptEpoch(ctx context.Context, js jetstream.JetStream, namespace string, e
 		}
 	}
 	return nil
-}
-
-// SetBatches writes the namespace's MetaBatches on every jobs stream
-// shard: on says every worker of the namespace runs with
-// WorkerConfig.Batches, so clients send batch messages (a client reads it
-// in NewClient) and a worker without it is refused at Start; off says
-// clients must not. Turn it on only once every worker reads batches (a
-// worker that does not dead-letters each batch whole), and off before
-// starting workers without them, after every client that read "on" was
-// restarted. Shard 0 is written last, so a client that sees "on" there
-// finds it on every shard.
-func SetBatches(ctx context.Context, js jetstream.JetStream, namespace string, on bool) error {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	streams, err := batchShards(ctx, js, namespace)
-	if err != nil {
-		return err
-	}
-	for i := len(streams) - 1; i >= 0; i-- {
-		sc := streams[i].CachedInfo().Config
-		if sc.Metadata[MetaBatches] == onOff(on) {
-			continue
-		}
-		sc.Metadata = maps.Clone(sc.Metadata)
-		sc.Metadata[MetaBatches] = onOff(on)
-		if _, err := js.UpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("keylane: set %s %s on %s: %w", MetaBatches, onOff(on), sc.Name, err)
-		}
-	}
-	return nil
-}
-
-// batchShards opens every jobs stream shard for SetBatches, which must
-// also mend what clients and workers refuse about MetaBatches: a bad
-// value, or shards that disagree (a SetBatches that stopped half way).
-func batchShards(ctx context.Context, js jetstream.JetStream, namespace string) ([]jetstream.Stream, error) {
-	names := Names{Namespace: namespace}
-	var streams []jetstream.Stream
-	var m0 Meta
-	for i := 0; i == 0 || i < m0.Shards; i++ {
-		s, err := js.Stream(ctx, names.JobsShard(i))
-		switch {
-		case errors.Is(err, jetstream.ErrStreamNotFound) && i == 0:
-			return nil, &noTopologyError{namespace}
-		case errors.Is(err, jetstream.ErrStreamNotFound):
-			return nil, fmt.Errorf("%w: shard %d of %d (%s) is missing", ErrNoTopology, i, m0.Shards, names.JobsShard(i))
-		case err != nil:
-			return nil, err
-		}
-		if err := foreignJobsStream(s.CachedInfo().Config, namespace); err != nil {
-			return nil, err
-		}
-		info := *s.CachedInfo()
-		info.Config.Metadata = maps.Clone(info.Config.Metadata)
-		delete(info.Config.Metadata, MetaBatches)
-		m, err := readMeta(&info, m0.Partitions)
-		if err == nil && i > 0 {
-			err = sameShards(m0, m, i, info.Config.Name)
-		}
-		if err != nil {
-			return nil, err
-		}
-		if i == 0 {
-			m0 = m
-		}
-		streams = append(streams, s)
-	}
-	return streams, nil
-}
-
-func onOff(on bool) string {
-	if on {
-		return "on"
-	}
-	return "off"
 }

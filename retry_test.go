@@ -3,8 +3,6 @@ package keylane
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 )
@@ -87,41 +85,5 @@ func TestSubmitSaysDuplicate(t *testing.T) {
 	}
 	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 1 {
 		t.Fatalf("%d jobs stored, want 1", n)
-	}
-}
-
-// TestBatchedSubmitSaysDuplicate: with AtomicBatches, a job whose ID was
-// stored before makes the server refuse its whole batch; the batcher
-// resends the jobs one by one, and the duplicate's answer must stay
-// ErrDuplicate (nothing of it was stored by this call), the others nil.
-// It was nil when every resend counted as the batch's own copy.
-func TestBatchedSubmitSaysDuplicate(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 1})
-	if _, err := e.client.Submit(ctx(t), "k", nil, WithID("x")); err != nil {
-		t.Fatal(err)
-	}
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, AtomicBatches: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	const n = 40
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		id := fmt.Sprintf("b-%d", i)
-		if i == n/2 {
-			id = "x"
-		}
-		wg.Go(func() { _, errs[i] = c.Submit(ctx(t), "k", nil, WithID(id)) })
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if want := i == n/2; errors.Is(err, ErrDuplicate) != want || !want && err != nil {
-			t.Fatalf("submit %d = %v; want ErrDuplicate only for the reused ID", i, err)
-		}
-	}
-	if got := e.streamMsgs(e.topo.Names.Jobs()); got != n {
-		t.Fatalf("%d jobs stored, want %d", got, n)
 	}
 }

@@ -123,9 +123,9 @@ func TestShardsRunEveryPartitionInKeyOrder(t *testing.T) {
 			reqs = append(reqs, Request{Key: k, Payload: []byte(strconv.Itoa(i))})
 		}
 	}
-	// A third by SubmitMany, a third by Submit, a third by a
-	// group-committing client's concurrent Submits (one goroutine per key,
-	// so each key's order is its submit order).
+	// A third by SubmitMany, a third by Submit, a third by concurrent
+	// Submits (one goroutine per key, so each key's order is its submit
+	// order), which the client batches.
 	third := len(reqs) / 3
 	out, err := e.client.SubmitMany(ctx(t), reqs[:third])
 	if err != nil {
@@ -141,7 +141,7 @@ func TestShardsRunEveryPartitionInKeyOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gc := groupClient(e)
+	gc := e.client
 	errs := make(chan error, len(keys))
 	var wg sync.WaitGroup
 	for _, k := range keys {

@@ -21,70 +21,22 @@ import (
 func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
 	defer c.observeSubmit(c.now(), &err)
 	r := build(key, payload, opts)
-	explicit := r.ID != ""
 	m, err := c.message(&r, "")
 	if err != nil {
 		return "", err
 	}
 	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
-	if !explicit && c.batchable(m) {
+	if c.batchable(m) {
 		return c.submitBatched(ctx, m, r.ID, partition.Of(r.Key, c.n))
 	}
-	if c.batch == nil || m.Header[HeaderRunAt] != nil {
-		dup, err := c.publishWatched(ctx, m)
-		if err != nil {
-			return c.submitError(ctx, m, r.ID, err)
-		}
-		if dup {
-			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
-		}
-		return r.ID, nil
-	}
-	token, w, err := c.wait()
+	dup, err := c.publishWatched(ctx, m)
 	if err != nil {
-		return "", err
+		return c.submitError(ctx, m, r.ID, err)
 	}
-	defer c.unwait(token)
-	wctx, stopWatch := refusalWatch(ctx, c.nc, c.nc.LastError(), m.Subject)
-	defer stopWatch()
-	c.batcherOf(m).publish(m, token)
-	// The batcher resends a batch without an ack one job at a time, after
-	// batchTimeout; if that ack is lost too, or the stream has no leader,
-	// the job goes through publish's bounded retries with backoff. A
-	// duplicate there may be the batch's own copy: stored, nothing more.
-	late := time.NewTimer(batchTimeout + maxCallAckWait)
-	defer late.Stop()
-	alone := func() (string, error) {
-		if _, err := c.publishWatched(ctx, m); err != nil {
-			return c.submitError(ctx, m, r.ID, err)
-		}
-		return r.ID, nil
+	if dup {
+		return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
 	}
-	select {
-	case ack := <-w.ack:
-		dup, err := pubAckError(ack)
-		if retryablePublish(err) {
-			return alone() // no leader, or a transient refusal: publish's retries
-		}
-		if err != nil {
-			return c.submitError(ctx, m, r.ID, err)
-		}
-		if dup && !w.resent.Load() {
-			// (After the batcher's own resend, the earlier copy may be
-			// this call's: stored, nothing more, as in publishWatched.)
-			return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
-		}
-		return r.ID, nil
-	case <-late.C:
-		return alone()
-	case <-wctx.Done():
-		if refused := refusedCause(wctx); refused != nil {
-			return "", fmt.Errorf("keylane: submit %s: %w", r.ID, refused)
-		}
-		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ctx.Err())
-	case <-c.done:
-		return "", fmt.Errorf("keylane: submit %s: no stream ack: %w", r.ID, ErrClosed)
-	}
+	return r.ID, nil
 }
 
 // submitError is the error of a submit the stream refused: a
@@ -121,7 +73,6 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 		batches = c.newManyBatches()
 	}
 	for i := range reqs {
-		explicit := reqs[i].ID != ""
 		m, err := c.message(&reqs[i], "")
 		out[i].ID = reqs[i].ID
 		if err != nil {
@@ -131,7 +82,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 		span.inject(m)
 		if batches != nil {
 			p := partition.Of(reqs[i].Key, c.n)
-			if !explicit && c.batchable(m) {
+			if c.batchable(m) {
 				batches.add(p, i, m)
 				continue
 			}

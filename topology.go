@@ -276,7 +276,7 @@ func permanentSetupError(err error) bool {
 	return errors.As(err, &foreign) || errors.Is(err, ErrPartitionMismatch) || errors.Is(err, ErrReplicasMismatch) || errors.Is(err, ErrShardsMismatch) ||
 		errors.Is(err, lease.ErrBucketMismatch) || errors.Is(err, lease.ErrInvalidConfig) ||
 		errors.Is(err, ErrKeyBacklogMismatch) || errors.Is(err, ErrOldJobsStream) || errors.Is(err, ErrDelaysOff) ||
-		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch) || errors.Is(err, ErrBatchesMismatch) ||
+		errors.Is(err, ErrReplyPrefixMismatch) || errors.Is(err, ErrMaxDeliverMismatch) ||
 		natserr.IsPermanent(err) && !errors.Is(err, jetstream.ErrStreamNotFound)
 }
 

@@ -79,18 +79,20 @@ const headerSealedBatch = "Keylane-Sealed-Batch"
 // its job sent, so a job whose caller's context ends then is named by the
 // ID it was sent with.
 func sealBatch(ms []*nats.Msg) {
-	if len(ms) < 2 {
-		return
-	}
 	batchID := newID() // unguessable: see randid.go
 	for i, m := range ms {
 		m.Header[headerSealedBatch] = []string{batchID}
-		m.Header[HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
+		if m.Header[HeaderIdempotent] == nil {
+			m.Header[HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
+		}
 	}
 }
 
 // sealGrowth is how many bytes sealBatch may add to m's job ID.
 func sealGrowth(m *nats.Msg) int {
+	if m.Header[HeaderIdempotent] != nil {
+		return 0 // a caller's ID stays
+	}
 	return max(0, sealedIDLen-len(m.Header.Get(HeaderJobID)))
 }
 
@@ -101,12 +103,12 @@ var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 // redrive, not on a namespace with a key backlog cap (the server counts
 // messages per key subject, and a batch's is no key's).
 func (c *Client) batchable(m *nats.Msg) bool {
-	return c.wire != nil && c.maxKeyBacklog == 0 && m.Header[HeaderRunAt] == nil && m.Header[HeaderRedriveOf] == nil
+	return c.maxKeyBacklog == 0 && m.Header[HeaderRunAt] == nil && m.Header[HeaderRedriveOf] == nil
 }
 
-// sendWireBatch publishes ms, jobs of partition p, as one message: a
-// lone job as itself, more as a batch message. Every job's outcome is the
-// publish's (the value: whether the stream had it already).
+// sendWireBatch publishes ms, jobs of partition p, as one batch message
+// (a lone job as a batch of one). Every job's outcome is the publish's
+// (the value: always false; a batch's duplicate answer is its own copy).
 func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []jobbatcher.Outcome[bool] {
 	ctx, cancel := context.WithTimeout(ctx, wireBatchTimeout)
 	defer cancel()
@@ -119,16 +121,17 @@ func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []job
 	if err == nil {
 		dup, err = c.publishWatched(ctx, m) // a refused publish (permissions) ends it at once
 	}
-	if len(ms) > 1 {
-		// A duplicate answer to a batch's first copy (publish reports no
-		// other) is another message under its ID: the batch was not
-		// stored. To a later copy it is our earlier one (a batch ID is
-		// unguessable: randid.go), stored, and its jobs' IDs are fresh.
-		if dup && err == nil {
-			err = errBatchIDUsed
-		}
-		dup = false
+	// A duplicate answer to a batch's first copy (publish reports no
+	// other) is another message under its ID: the batch was not stored.
+	// To a later copy it is our earlier one (a batch ID is unguessable:
+	// randid.go), stored.
+	if dup && err == nil {
+		err = errBatchIDUsed
 	}
+	dup = false
+	// A job with a caller's ID that the stream held before is the
+	// worker's to de-duplicate: it is stored again, looked up by its ID
+	// and answered from its kept outcome.
 	for i := range out {
 		out[i] = jobbatcher.Outcome[bool]{Value: dup, Err: err}
 	}
@@ -143,9 +146,6 @@ var errBatchIDUsed = errors.New("keylane: batch ID already used: not stored")
 // by Client.message: the job itself when alone, else a batch message with
 // an ID of its own.
 func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
-	if len(ms) == 1 {
-		return ms[0], nil
-	}
 	if ms[0].Header.Get(headerSealedBatch) == "" {
 		sealBatch(ms) // SubmitMany's (the batcher's are sealed when cut)
 	}

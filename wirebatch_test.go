@@ -30,12 +30,12 @@ func TestSubmitBatchesAPartitionsConcurrentJobs(t *testing.T) {
 			bad++
 		}
 		return nil, nil
-	}), func(c *WorkerConfig) { c.Batches = true })
+	}), nil)
 	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,12 +98,12 @@ func TestSubmitManyInBatches(t *testing.T) {
 		order[j.Key] = append(order[j.Key], string(j.Payload))
 		mu.Unlock()
 		return nil, nil
-	}), func(c *WorkerConfig) { c.Batches = true })
+	}), nil)
 	batches, err := e.nc.SubscribeSync(wire.BatchSubject(e.ns, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,12 +165,12 @@ func TestBatchesOnStreamShards(t *testing.T) {
 		got[j.Key] = append(got[j.Key], i)
 		ids[j.ID]++
 		return nil, nil
-	}), func(c *WorkerConfig) { c.Batches = true })
+	}), nil)
 	batches, err := e.nc.SubscribeSync(e.ns + ".jobs.*." + wire.BatchToken)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, Batches: true, StreamShards: s})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns, StreamShards: s})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -87,11 +86,6 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if topo.Meta.Batches && !w.cfg.Batches {
-		// Its clients send batch messages, which this worker would
-		// dead-letter whole, every one.
-		return fmt.Errorf("%w: namespace %s says %s on (its clients send batch messages) and this worker runs without WorkerConfig.Batches (worker --batches), so it would dead-letter every batch; start it with Batches, or turn them off first (keylane batches off) and restart the clients", ErrBatchesMismatch, topo.Names.Namespace, MetaBatches)
-	}
 	if w.cfg.MaxDeliver == 0 {
 		w.cfg.MaxDeliver = cmp.Or(topo.Meta.MaxDeliver, DefaultMaxDeliver) // the namespace's (Setup fixed it if none was)
 	}
@@ -131,13 +125,6 @@ func (w *Worker) requestReload() {
 // owner asks) and reloads the topology when the stream was replaced by
 // another epoch: a repartition. Owners never consume a stream of another
 // epoch than the worker's topology (resetConsumer checks).
-//
-// When the namespace's batches were turned on (keylane.batches) while
-// this worker runs without WorkerConfig.Batches, the worker steps down:
-// it says so at ERROR and stops (stepDown), releasing its partitions to
-// workers that read batches, rather than dead-letter every batch the
-// clients now send, acknowledged jobs all of them. Start refuses such a
-// worker for the same reason.
 func (w *Worker) watchTopology() {
 	defer close(w.watchDone)
 	t := time.NewTicker(w.cfg.Topology.LeaseTTL)
@@ -163,40 +150,14 @@ func (w *Worker) watchTopology() {
 			continue
 		}
 		lastErr = ""
-		if meta.Batches && !w.cfg.Batches {
-			w.stepDown(fmt.Errorf("%w: namespace %s now says %s on (its clients send batch messages) and this worker runs without WorkerConfig.Batches (worker --batches): restart it with Batches, or turn batches off (keylane batches off)", ErrBatchesMismatch, w.cfg.Topology.Namespace, MetaBatches))
-			return
-		}
 		if ok {
 			w.reloadTopology(meta)
 		}
 	}
 }
 
-// stepDown stops the worker on its own for err, which Err and Run then
-// return: the worker says so at ERROR, and Stop (in the background: the
-// watcher calling it would wait for itself) drains within a lease TTL and
-// releases every partition, so workers that can run them take them at
-// once. The caller, the topology watcher, returns after it.
-func (w *Worker) stepDown(err error) {
-	w.mu.Lock()
-	if w.failed == nil {
-		w.failed = err
-	}
-	w.mu.Unlock()
-	w.log.Error("stepping down: releasing every partition and stopping", "err", err)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Topology.LeaseTTL)
-		defer cancel()
-		if serr := w.Stop(ctx); serr != nil {
-			w.log.Warn("stepping down: stop", "err", serr)
-		}
-	}()
-}
-
-// Err returns why the worker stopped on its own (ErrBatchesMismatch: the
-// namespace's batches turned on under a worker without
-// WorkerConfig.Batches), nil while it runs or when it was stopped.
+// Err returns why the worker stopped on its own, nil while it runs or
+// when it was stopped (Stop, Run's context).
 func (w *Worker) Err() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -86,12 +86,6 @@ type WorkerConfig struct {
 	// job returns its stored result instead of running again. Defaults to
 	// false.
 	StoreResults bool
-	// Batches makes the worker read batch messages (many jobs in one
-	// message, wire.ParseBatch): each job runs in its key's lane and the
-	// message is acked once every job of it is settled. Without it a batch
-	// message is dead-lettered whole as malformed, as by a worker of a
-	// previous release. Defaults to false.
-	Batches bool
 	// OutcomeBatch is the fewest outcomes a group keeps in the results
 	// bucket as one JetStream atomic batch (one ack, one fsync, one
 	// replicated proposal) instead of one put and ack each; negative

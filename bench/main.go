@@ -68,7 +68,6 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			replicas := fs.Int("replicas", 0, "replicas of the namespace when creating it (worker)")
 			shards := fs.Int("stream-shards", 0, "jobs stream shards of the namespace when creating it (worker)")
 			outcomeBatch := fs.Int("outcome-batch", 0, "WorkerConfig.OutcomeBatch of the workers (worker)")
-			batches := fs.Bool("batches", false, "WorkerConfig.Batches of the workers (worker)")
 			if err := fs.Parse(args[1:]); err != nil {
 				return errUsage
 			}
@@ -80,7 +79,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 				defer stop()
 			}
 			if args[0] == "worker" {
-				return bench.ServeWorker(ctx, bench.WorkerOptions{URL: *url, Hold: *hold, Replicas: *replicas, StreamShards: *shards, OutcomeBatch: *outcomeBatch, Batches: *batches}, out)
+				return bench.ServeWorker(ctx, bench.WorkerOptions{URL: *url, Hold: *hold, Replicas: *replicas, StreamShards: *shards, OutcomeBatch: *outcomeBatch}, out)
 			}
 			return bench.ServeRawJS(ctx, *url, out)
 		}

@@ -17,37 +17,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The fault tests with batch messages on (batchesFlag: WorkerConfig.Batches
-// and ClientConfig.Batches; "Batches on the wire" in package jetstream's
-// doc). Their loads mix Calls and Submits without a caller's ID, which
-// travel in batches, with ones that carry an ID and go alone; the checks
-// are the one-job tests' own, and each test fails if no batch travelled.
-
-// TestNemesisBatches is TestNemesis with batches on, for a shorter time
-// by default (KEYLANE_NEMESIS sets both).
-func TestNemesisBatches(t *testing.T) {
-	nemesis(t, "e2e-nemesis-batches", nemesisBatchesDefault, batchesFlag)
-}
-
-// nemesisBatchesDefault is how long TestNemesisBatches's faults go on when
-// KEYLANE_NEMESIS does not say: shorter than TestNemesis's, to keep the
-// suite's run time.
-const nemesisBatchesDefault = 25 * time.Second
-
-// TestKillWorkerBatches is TestKillWorker with batches on: a SIGKILL
-// ends a tenure with batches fetched and partly settled, and the next
-// owner settles them job by job from the held outcomes.
-func TestKillWorkerBatches(t *testing.T) { killWorker(t, "e2e-kill-batches", batchesFlag) }
-
-// TestPausedWorkerBatches is TestPausedWorker with batches on: the paused
-// owner holds batches whose jobs the successor runs, and its late writes
-// must not land.
-func TestPausedWorkerBatches(t *testing.T) { pausedWorker(t, "e2e-pause-batches", batchesFlag) }
-
-// TestHostileWireBatches is TestHostileWire against batching workers: the
-// honest load sends batches, and the hostile publisher sends hostile batch
-// messages among its crafted ones (hostilePublisher.sendBatch).
-func TestHostileWireBatches(t *testing.T) { hostileWire(t, "e2e-hostile-batches", batchesFlag) }
+// Every job travels in a batch message (one wire path): the fault tests'
+// loads mix Calls and Submits with and without a caller's ID, and each
+// fails unless batch messages were published and jobs of them ran
+// (batchCount.check). The hostile publisher sends hostile batch messages
+// among its crafted ones (hostilePublisher.sendBatch).
 
 // batchCount counts the batch messages published in a cluster's namespace
 // (<ns>.jobs.*.batch, seen on the test's own connection: a resend counts
@@ -67,7 +41,7 @@ func countBatches(t *testing.T, c *cluster) *batchCount {
 	bc := &batchCount{c: c}
 	sub, err := c.nc.Subscribe(c.ns+".jobs.*."+wire.BatchToken, func(m *nats.Msg) {
 		if id := m.Header.Get("Nats-Msg-Id"); id == "" || strings.HasPrefix(id, "hostile") { // hostileBatchID
-			return // TestHostileWireBatches's hostile publisher's: not the client's
+			return // TestHostileWire's hostile publisher's: not the client's
 		}
 		jobs, err := wire.DecodeBatch(m.Data)
 		bc.mu.Lock()
@@ -133,7 +107,7 @@ func (bc *batchCount) check(t *testing.T, runs []sale.Span) {
 // yet stock is 10 after its "restock 5" on 10, want 15". Now the forged
 // job is refused for its ID, and its dead letter does not name it.
 func TestBatchJobForgingAnHonestID(t *testing.T) {
-	c := startCluster(t, "e2e-forge-batches", 1, batchesFlag)
+	c := startCluster(t, "e2e-forge-batches", 1)
 	const key, victim = "forge:0", "victim-1"
 	const forgedBatch = "HostileBatch0000000001" // a batch ID's shape: only its job IDs are forged
 	if res := c.mustCall(key, "set 10"); res != "ok 10" {

@@ -85,7 +85,7 @@ func finishLoad(t *testing.T, c *cluster, b *buyers, skus []string, initial []in
 func TestKillWorker(t *testing.T) { killWorker(t, "e2e-kill") }
 
 // killWorker is TestKillWorker in namespace ns, its workers started with
-// the extra flags args (batchesFlag: TestKillWorkerBatches).
+// the extra flags args.
 func killWorker(t *testing.T, ns string, args ...string) {
 	c := startCluster(t, ns, 3, args...)
 	bc := countBatches(t, c)
@@ -136,7 +136,7 @@ func killWorker(t *testing.T, ns string, args ...string) {
 func TestPausedWorker(t *testing.T) { pausedWorker(t, "e2e-pause") }
 
 // pausedWorker is TestPausedWorker in namespace ns, its workers started
-// with the extra flags args (batchesFlag: TestPausedWorkerBatches).
+// with the extra flags args.
 func pausedWorker(t *testing.T, ns string, args ...string) {
 	if testing.Short() {
 		t.Skip("pauses a worker for more than 2×TTL")

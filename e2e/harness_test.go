@@ -41,9 +41,6 @@ type cluster struct {
 	names keylane.Names
 	dir   string
 	args  []string // extra worker flags
-	// batched: args hold batchesFlag (read once: startWorkerWith changes
-	// args while the load runs).
-	batched bool
 
 	nc     *nats.Conn
 	js     jetstream.JetStream
@@ -266,36 +263,10 @@ func (c *cluster) traceFiles() []string {
 	return fs
 }
 
-// batchesFlag, among a cluster's worker flags, runs its workers with
-// WorkerConfig.Batches, turns the namespace's keylane.batches on before
-// they start (turnBatchesOn) and opens its client with
-// ClientConfig.Batches: jobs without a caller's ID travel in batch
-// messages ("Batches on the wire" in package jetstream's doc). This is the
-// one place that turns batches on.
-const batchesFlag = "--batches" // workercmd's: WorkerConfig.Batches
-
-// batches reports whether the cluster runs with batch messages.
-func (c *cluster) batches() bool { return c.batched }
-
-// turnBatchesOn is the operator's step for a cluster with batchesFlag,
-// before any worker starts: it sets the namespace up as the workers'
-// flags will (startWorker's, and --delays) and turns its keylane.batches
-// on (keylane.SetBatches), without which the client refuses
-// ClientConfig.Batches. Before, not after: a stream update racing the
-// workers' consumer creations trips a data race inside nats-server under
-// -race (see sale.Local's setBatches).
-func (c *cluster) turnBatchesOn() {
-	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	topo := keylane.TopologyConfig{Namespace: c.ns, Partitions: partitions, LeaseTTL: leaseTTL, Delays: slices.Contains(c.args, "--delays")}
-	if _, err := keylane.Setup(ctx, c.js, topo); err != nil {
-		c.t.Fatalf("set up %s: %v", c.ns, err)
-	}
-	if err := keylane.SetBatches(ctx, c.js, c.ns, true); err != nil {
-		c.t.Fatalf("turn batches on in %s: %v", c.ns, err)
-	}
-}
+// batches reports whether the cluster's jobs travel in batch messages:
+// always, since every job does (one wire path); the loads still mix jobs
+// with and without a caller's ID.
+func (c *cluster) batches() bool { return true }
 
 // openClient polls until the first worker has created the namespace. A
 // try that runs out of its 5 s is tried again: on a loaded machine a
@@ -309,7 +280,7 @@ func (c *cluster) openClient() *keylane.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		var err error
-		cl, err = keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns, Batches: c.batches()})
+		cl, err = keylane.NewClient(ctx, c.nc, keylane.ClientConfig{Namespace: c.ns})
 		if err != nil && !errors.Is(err, keylane.ErrNoTopology) && !errors.Is(err, context.DeadlineExceeded) {
 			return testwait.Stop(err)
 		}

@@ -53,7 +53,7 @@ import (
 func TestHostileWire(t *testing.T) { hostileWire(t, "e2e-hostile") }
 
 // hostileWire is TestHostileWire in namespace ns, its workers started with
-// the extra flags args. With batchesFlag (TestHostileWireBatches) the
+// the extra flags args. The
 // honest load mixes in Calls and Submits without a caller's ID, which
 // travel in batch messages, and the hostile publisher sends hostile batch
 // messages too (hostilePublisher.sendBatch).

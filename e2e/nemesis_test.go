@@ -43,8 +43,7 @@ func TestNemesis(t *testing.T) { nemesis(t, "e2e-nemesis", nemesisDefault) }
 
 // nemesis is TestNemesis in namespace ns, the faults going on for def
 // unless KEYLANE_NEMESIS says, its workers started with the extra flags
-// args (batchesFlag: TestNemesisBatches, whose load mixes in Calls and
-// Submits without a caller's ID).
+// args.
 func nemesis(t *testing.T, ns string, def time.Duration, args ...string) {
 	if testing.Short() {
 		t.Skip("nemesis: skipped in -short")
@@ -410,7 +409,7 @@ func (ps *proxySet) closeAll() {
 // waits for balance.
 func clusterOn(t *testing.T, url, ns string, args ...string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args, batched: slices.Contains(args, batchesFlag)}
+	c := &cluster{t: t, ns: ns, names: keylane.Names{Namespace: ns}, dir: t.TempDir(), args: args}
 	nc, err := nats.Connect(url, nats.Name("e2e-"+ns), nats.Timeout(5*time.Second),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
@@ -422,9 +421,6 @@ func clusterOn(t *testing.T, url, ns string, args ...string) *cluster {
 		t.Fatal(err)
 	}
 	c.wipe()
-	if c.batched {
-		c.turnBatchesOn()
-	}
 	// Registered after nc.Close, so it runs before it: processes first.
 	t.Cleanup(c.stopAll)
 	return c

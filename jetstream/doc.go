@@ -52,7 +52,7 @@
 // NS is ns upper-cased with '-' made '_', so "a-b" and "a_b" name the
 // same objects. A jobs stream (or shard) found under ns's name whose
 // subjects are not ns's belongs to the other spelling: Setup, Open,
-// NewClient and SetBatches refuse it at once, changing nothing, with an
+// and NewClient refuse it at once, changing nothing, with an
 // error wrapping ErrNoTopology (ns is not set up) that says so. Before,
 // Setup of "a-b" (a worker's typo) gave a_b's jobs stream its own
 // subjects, and a_b's clients then found no stream, while a client of
@@ -79,9 +79,7 @@
 // keylane.max-deliver, since a job's attempts are counted across owners).
 // Zero (empty) follows the namespace's. Tested by
 // TestWorkerRefusesAnotherReplyPrefixOrMaxDeliver and, naming the flags,
-// TestRunRefusalNamesTheFlag. Likewise ErrBatchesMismatch: a worker
-// without WorkerConfig.Batches on a namespace whose keylane.batches says
-// on (see "Batches on the wire", Versions). Two first workers with different values
+// TestRunRefusalNamesTheFlag. Two first workers with different values
 // starting at the same moment on a namespace without keylane.max-deliver
 // may both write it (a stream update is no compare-and-set); the later
 // value stands and the other worker is refused at its next start.
@@ -1914,13 +1912,13 @@
 //
 // # Batches on the wire
 //
-// Built, off by default: the format (wire/batch.go), the send discipline
-// (internal/batcher), the worker's reading (WorkerConfig.Batches,
-// batchpart.go, fetch.go's dispatchBatch) and the client's sending of
-// Submit, SubmitMany and Call (ClientConfig.Batches, wirebatch.go), the
-// batch index in the state entry, Calls' outcomes kept per batch
-// (wire/outcomes.go, batchoutcomes.go) and the namespace metadata that
-// turns clients' batches on (keylane.batches, Versions below).
+// The one wire path (see "One path" below): the format (wire/batch.go),
+// the send discipline (internal/batcher), the worker's reading
+// (batchpart.go, fetch.go's dispatchBatch) and the client's sending of
+// Submit, SubmitMany and Call (wirebatch.go), the batch index in the
+// state entry and Calls' outcomes kept per batch (wire/outcomes.go,
+// batchoutcomes.go). Until 2026-11-28 batches were off by default, and
+// the namespace metadata keylane.batches turned clients' batches on.
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
 // run (bench --runs 1 --duration 2s --purchases 20000 --buyers 64
@@ -2014,19 +2012,36 @@
 // with its one-job messages; a job that goes alone first publishes its
 // partition's open batch, so a key's jobs are stored in the order given.
 //
-// What is never batched (goes alone, as today): a job with a caller's ID
-// (WithID), Submit's or Call's: its exactly-once by ID within the
-// duplicate window rests on its own Nats-Msg-Id (a batch's is the
-// batch's), and so do Submit's ErrDuplicate answer and a retried Call's
-// "stored before: wait for the kept outcome"; a
-// delayed job (its schedule is its own message); a redrive (it carries
-// Keylane-Redrive-Of); any job on a namespace with a key backlog cap (the
-// server counts messages per subject, and a batch's subject is no key's:
-// batching per key would count a batch of 50 as one; the cap counts jobs
-// only if they go alone; a worker refuses any batch there but one job on
-// its key's subject: TestKeyBacklogCapHoldsForBatches). A batch's job IDs are generated, made of the
-// batch's own ID and the job's index (below: the worker refuses any
-// other), so a batch's jobs need no per-job de-duplication; the resend of a whole batch is
+// One path. Every job the Go client submits travels in a batch message,
+// lone jobs as batches of one, a job with a caller's ID (WithID) among
+// them; what still goes as a one-job message: a delayed job (its
+// submission is moved into a schedule), a redrive (it carries
+// Keylane-Redrive-Of) and any job on a namespace with a key backlog cap
+// (the server counts messages per key subject, and a batch's subject is
+// no key's; a worker refuses any batch there but one job on its key's
+// subject: TestKeyBacklogCapHoldsForBatches). There is no switch: ClientConfig.Batches and NoBatches,
+// WorkerConfig.Batches, the namespace's keylane.batches, SetBatches and
+// `keylane batches` are gone (the last answers with an error saying so),
+// and every worker reads batches. Before, batches were off by default and
+// turned on by `keylane batches on`, which took down running workers
+// started without --batches (they stepped down and exited); and a shop
+// sending every purchase with its order ID got none of the batch path,
+// since a job with a caller's ID always went alone.
+//
+// De-duplication by a caller's ID is the worker's. A job with a caller's
+// ID is marked idempotent in the batch body; the worker looks its ID up
+// in the kept outcomes before running it (one batched request per group,
+// # Retries by job ID) and keeps its outcome by ID before it acks it, so
+// a second job of the ID, in another batch or the same one, is answered
+// from the first's outcome and never applied again. Two jobs of one ID
+// queued at once (a Call retried by ID while its first copy waits: the
+// server de-duplicates no job of a batch) are one job: a group ends
+// before the second (groupEnd), which is looked up once the first's
+// outcome is kept (TestRetryByIDInABatchRunsOnce). Submit of an ID that
+// ran before therefore returns nil, not ErrDuplicate: the job is stored
+// again and answered from its outcome without running. A job not marked
+// idempotent must carry its batch's generated ID (below: the worker
+// refuses any other), and a resend of a whole batch is
 // de-duplicated by the batch's ID. A duplicate answer to a batch's first
 // copy is no copy of ours: another message had its ID, and the batch was
 // dropped. It counted as stored once (every job of a SubmitMany
@@ -2271,8 +2286,7 @@
 // consumer's last delivery), at most 256 a stream or partition (the ones
 // after count one job each: a lower bound), within one requestTimeout
 // (5 s) (with none stored, one request a stream or partition more than
-// before). An owner
-// with WorkerConfig.Batches reads its partition's undelivered batch
+// before). An owner reads its partition's undelivered batch
 // messages beside the fetch loop, each once a tenure, at most once a
 // second and 256 a read, only while the pending count is above zero
 // (backlog.go): a batch stored since its last read counts one until the
@@ -2286,70 +2300,30 @@
 // delays, redrives and admission caps are as today because their jobs go
 // alone; repartition refuses a batch routed with another N whole.
 //
-// Versions. A worker of a previous release, or of this one without
-// WorkerConfig.Batches, reads a batch as a message without Keylane-Key
-// and dead-letters it whole. So a client sends batches only when the jobs
-// streams' metadata says every worker reads them: keylane.batches "on"
-// (MetaBatches), written on every shard (shard 0 last) by SetBatches
-// (keylane batches on|off), which an operator runs once every worker runs
-// this release with Batches (worker --batches). Then:
-//
-//   - NewClient reads it once: a client with ClientConfig.Batches unset
-//     sends batches when it says on, one-job messages otherwise;
-//     ClientConfig.Batches on a namespace that does not say on is refused
-//     (ErrBatchesMismatch: neither one-job messages where batches were
-//     asked for, nor batches its workers may dead-letter);
-//     ClientConfig.NoBatches keeps one-job messages whatever it says.
-//   - A worker started without Batches on a namespace that says on is
-//     refused at Start (ErrBatchesMismatch, permanent in Setup): it would
-//     dead-letter every batch. One already running when it is turned on
-//     steps down at its next look at the jobs stream (every lease TTL):
-//     it says so at ERROR, drains within a lease TTL, releases every
-//     partition to workers that read batches and stops, Worker.Err and
-//     Run (and the worker command's exit) saying ErrBatchesMismatch.
-//     Before, it went on dead-lettering every batch, acknowledged jobs
-//     all of them (TestRunningWorkerWithoutBatchesStepsDown failed: "the
-//     worker without Batches still runs 30s after batches were turned
-//     on"). A batch it fetches between SetBatches and that look (at most
-//     a lease TTL) is still dead-lettered whole, with its reason, and can
-//     be redriven (keylane dead redrive) once a worker reads batches; its
-//     Calls are answered with that reason, as every batch dead-lettered
-//     whole whose body decodes (TestBatchDeadLetteredWholeAnswersItsCalls).
-//   - A value other than on or off, or shards that disagree (a
-//     SetBatches that stopped half way), is refused by clients and
-//     workers (ErrBatchesMismatch), never read as off; SetBatches again
-//     mends it.
-//   - Turning it off: clients started later send one-job messages;
-//     clients that read on keep sending batches until restarted, so
-//     workers keep Batches until then.
-//
-// A client of a previous release sends one-job messages, which every
-// worker reads, batching or not: TestMixedVersionClients (a NoBatches
-// client and a batching one, Submits, SubmitMany and Calls on the same
-// keys at once against a batching worker: every job once, each client's
-// order per key, no dead letter; with a batch's jobs encoded in reverse
-// the newer client's order broke, with NoBatches ignored the older one
-// sent batches). The metadata: TestBatchesFollowTheNamespace,
-// TestBatchesMetadataRefusedWhenBad, cmd/keylane's TestBatchesCommand.
-// Also tested by
+// Versions. Every worker reads batch messages and one-job messages
+// alike, so there is nothing to switch: a Go client of this release sends
+// batches, the Node.js client and a Go client of the previous release
+// send one-job messages (the previous release's workers dead-letter a
+// batch whole: upgrade the workers first). TestMixedVersionClients runs a
+// one-job sender and a batching client at once on the same keys (every
+// job once, each client's order per key, no dead letter; with a batch's
+// jobs encoded in reverse the newer client's order broke). The removed
+// switch: cmd/keylane's TestBatchesCommandIsGone. A batch dead-lettered
+// whole whose body decodes has its Calls answered with the reason
+// (TestBatchDeadLetteredWholeAnswersItsCalls). Also tested by
 // TestSubmitBatchesAPartitionsConcurrentJobs (64 concurrent Submits of one
 // partition: batch messages on the wire, every job run once with its own
-// key, payload and header) and TestSubmitManyInBatches (cut at 256 jobs,
-// a job with a caller's ID alone in its place, every key's order kept).
+// key, payload and header), TestSubmitManyInBatches (cut at 256 jobs,
+// every key's order kept) and TestRetryByIDInABatchRunsOnce.
 //
-// Under faults and hostile input (e2e/batches_test.go; the e2e harness
-// turns batches on for a cluster with one switch, batchesFlag: the
-// namespace's keylane.batches, set before the workers start, the
-// workers' WorkerConfig.Batches and the client's ClientConfig.Batches).
-// TestNemesisBatches, TestKillWorkerBatches and TestPausedWorkerBatches
-// are TestNemesis, TestKillWorker and TestPausedWorker with batches on,
-// their loads mixing Calls and Submits without a caller's ID (batched)
-// with ones that carry an ID (alone), checked by the same history and
-// trace checks; each fails unless batch messages were published and jobs
-// of them ran. The trace names a job by its place in the stream,
+// Under faults and hostile input (e2e): TestNemesis, TestKillWorker and
+// TestPausedWorker run loads mixing Calls and Submits with and without a
+// caller's ID, all in batch messages, checked by the history and trace
+// checks; each fails unless batch messages were published and jobs of
+// them ran (batchCount.check). The trace names a job by its place in the stream,
 // (Seq, Job.Index()): jobs of one batch share Seq, and the checks compare
-// both. TestHostileWireBatches is TestHostileWire against batching
-// workers, its hostile publisher sending batch messages too: broken
+// both. In TestHostileWire the hostile publisher sends batch messages
+// too: broken
 // framing (truncated, a length past the end, bytes after the last job, a
 // wrong version byte or magic, a count of 0 or over MaxBatchJobs), broken
 // headers or subjects (another partition count, another Keylane-Batch
@@ -2388,7 +2362,7 @@
 // random ID it is never sent, and one it reads in the results bucket
 // afterwards has an entry bound to another message (above). The test
 // now passes (the forged job refused, the
-// honest restock applied), and TestHostileWireBatches forges honest IDs
+// honest restock applied), and TestHostileWire forges honest IDs
 // with and without both flags, and another batch's job IDs.
 //
 // Cost per job, for a Call without a caller's ID, b jobs per batch and a

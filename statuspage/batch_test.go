@@ -34,7 +34,6 @@ func TestBacklogCountsJobsOfBatches(t *testing.T) {
 	w, err := keylane.NewWorker(natstest.Connect(t, srv), keylane.WorkerConfig{
 		ID:       workerID,
 		Topology: keylane.TopologyConfig{Namespace: space, Partitions: 1, LeaseTTL: keylane.DefaultLeaseTTL},
-		Batches:  true,
 		// A window of one job: the one running holds it, and what is
 		// stored after stays pending.
 		MaxInFlight: 1,
@@ -61,7 +60,7 @@ func TestBacklogCountsJobsOfBatches(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) }) // runs before the Stop above
 	testwait.Eventually(t, 10*time.Second, "the worker owns the partition", func() bool { return len(w.Owned()) == 1 })
-	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: space, NoBatches: true})
+	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: space})
 	if err != nil {
 		t.Fatal(err)
 	}

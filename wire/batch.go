@@ -340,14 +340,14 @@ type BatchEntry struct {
 // own: a refused job's Err says why, and the other jobs are not
 // affected. In order: the key (ValidateKey, and its partition), the
 // reply (ValidateReply), the job ID (ValidateJobID; required: a batch
-// has no sequence per job to name a job without one; and not given
-// twice in the batch), the type (ValidateType), the headers
-// (ValidateUserHeader); then the job ID must be its batch's and its
-// index's (BatchedJobID of the batch's Nats-Msg-Id, which must be
-// ValidBatchID), and the job must not be marked idempotent (a job with
-// a caller's ID never travels in a batch): the server de-duplicates no
-// job of a batch, so a job ID of the sender's choosing could claim
-// another caller's job.
+// has no sequence per job to name a job without one; a generated one
+// not given twice in the batch), the type (ValidateType), the headers
+// (ValidateUserHeader); then a job not marked idempotent must carry its
+// batch's and index's ID (BatchedJobID of the batch's Nats-Msg-Id,
+// which must be ValidBatchID). A job marked idempotent carries its
+// caller's ID, which the worker de-duplicates (it looks the ID up
+// before running the job and keeps its outcome by ID): the server
+// de-duplicates no job of a batch, only the batch's own publish.
 func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([]BatchEntry, error) {
 	for _, name := range []string{headerRollup, headerSchedule} {
 		if _, ok := h[name]; ok {
@@ -402,19 +402,18 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 	seen := make(map[string]bool, len(jobs))
 	for i := range jobs {
 		out[i] = r.checkBatchJob(&jobs[i], seen)
-		// A job of a batch is named by its batch and its place in it,
-		// nothing else: a batch's jobs have no Nats-Msg-Id of their own,
-		// so the server de-duplicates none of them, and an ID of the
-		// sender's choosing would let it claim another caller's job (its
-		// outcome kept, or looked up, under that caller's ID).
-		if want := BatchedJobID(batchID, i); jobs[i].ID != want {
+		// A job of a batch is named either by its batch and its place in
+		// it (a generated ID, BatchedJobID) or by its caller (marked
+		// idempotent). The server de-duplicates no job of a batch, so a
+		// job with a caller's ID is the worker's to de-duplicate: it is
+		// looked up by its ID before it runs and its outcome kept by ID.
+		// A job not so marked whose ID is not its batch's and index's
+		// would claim another batch's job without being looked up.
+		if want := BatchedJobID(batchID, i); jobs[i].ID != want && !jobs[i].Idempotent {
 			if out[i].Err == nil {
-				out[i].Err = fmt.Errorf("job ID %q in a batch, where job %d's ID is its batch's: %q", clip(jobs[i].ID), i, want)
+				out[i].Err = fmt.Errorf("job ID %q in a batch, where job %d's ID is its batch's (%q) unless marked as its caller's", clip(jobs[i].ID), i, want)
 			}
 			out[i].Job.ID = "" // never trusted: its dead letter must not name the job it claims
-		}
-		if out[i].Err == nil && jobs[i].Idempotent {
-			out[i].Err = errors.New("a job marked as carrying its caller's ID in a batch, where no such job travels")
 		}
 	}
 	return out, nil
@@ -480,8 +479,11 @@ func (r Rules) checkBatchJob(b *BatchJob, seen map[string]bool) BatchEntry {
 	switch err := ValidateJobID(b.ID); {
 	case err != nil:
 		refuse(fmt.Errorf("bad job ID: %w", err))
-	case seen[b.ID]:
-		// Two jobs of one ID would be answered with each other's outcome.
+	case seen[b.ID] && !b.Idempotent:
+		// Two jobs of one generated ID would be answered with each
+		// other's outcome. Two of one caller's ID (a retry that met its
+		// first copy in one batch) are one job: the worker runs the
+		// first and answers the second from its kept outcome.
 		refuse(fmt.Errorf("job ID %q given twice in the batch", b.ID))
 	default:
 		seen[b.ID] = true

@@ -134,7 +134,6 @@ func startSale(t *testing.T, ns string) *sale.Local {
 	defer cancel()
 	l, err := sale.StartLocal(ctx, sale.LocalConfig{
 		Workers:  2,
-		Batches:  true,
 		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: 4, LeaseTTL: 2 * time.Second},
 	})
 	if err != nil {

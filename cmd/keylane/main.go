@@ -3,7 +3,6 @@
 //	keylane repartition --to 32        # drain, switch to 32 partitions, resume; state is kept
 //	keylane adopt --epoch 5f3c…         # carry state over from a re-created jobs stream
 //	keylane leaders --spread            # where each jobs stream shard's leader runs; move them apart
-//	keylane batches on                  # clients send batch messages: every worker runs with --batches
 //	keylane state get order:42          # a key's state entry and its held outcomes
 //	keylane job pay-1                   # a job's outcome by ID, wherever it is kept
 //	keylane namespace delete shpo --yes # remove a mistyped namespace's streams and buckets
@@ -43,7 +42,6 @@ commands:
   repartition  change the partition count: freeze, drain (workers must run), switch, resume; every key's state is kept
   adopt        carry the state of a deleted and re-created jobs stream over (workers hold such keys with ErrEpoch until then)
   leaders      show which server leads each jobs stream shard; --spread moves them onto different servers
-  batches      on|off: whether the namespace's clients send batch messages; on once every worker runs with --batches
   dead         list, show, redrive or purge dead letters (keylane dead -h)
   status       partitions with owner, fence, tenure, backlog, in flight, redeliveries, last activity; members; dead letters (--json, --watch)
   state        get KEY: a key's decoded state entry: value, last job, fence, held outcomes (--json; exit 3 when it has none)
@@ -65,7 +63,7 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	case "leaders":
 		return leaders(ctx, args[1:], out, errOut)
 	case "batches":
-		return batches(ctx, args[1:], out, errOut)
+		return errBatchesGone
 	case "status":
 		return status(ctx, args[1:], out, errOut)
 	case "dead":
@@ -250,45 +248,11 @@ func adopt(ctx context.Context, args []string, out, errOut io.Writer) (err error
 	return nil
 }
 
-// batches writes the namespace's keylane.batches (keylane.SetBatches).
-func batches(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
-	fs := flag.NewFlagSet("batches", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: keylane batches on|off [flags]
-
-on:  the namespace's clients send batch messages (many jobs in one stream
-     message). Every worker must run with --batches (WorkerConfig.Batches)
-     first: one without it dead-letters each batch whole, and is refused
-     at start once this is on. Clients read it when they start.
-off: clients send one-job messages; restart them before starting
-     workers without --batches.`)
-		fs.PrintDefaults()
-	}
-	var c conn
-	c.register(fs)
-	if err := parse(fs, args, errOut); err != nil {
-		return err
-	}
-	if fs.NArg() != 1 || fs.Arg(0) != "on" && fs.Arg(0) != "off" {
-		return fmt.Errorf("batches takes on or off, not %q", fs.Args())
-	}
-	on := fs.Arg(0) == "on"
-	nc, js, err := c.open()
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	defer func() { err = natsflags.Refused(nc, err) }()
-	if err := keylane.SetBatches(ctx, js, c.namespace, on); err != nil {
-		return err
-	}
-	if on {
-		fmt.Fprintf(out, "namespace %s: batches on; clients started from now on send batch messages, and workers without --batches are refused\n", c.namespace)
-	} else {
-		fmt.Fprintf(out, "namespace %s: batches off; restart the clients before starting workers without --batches\n", c.namespace)
-	}
-	return nil
-}
+// errBatchesGone answers the removed "keylane batches": every job now
+// travels in a batch message, and every worker reads them, so there is
+// nothing to turn on or off (before, turning it on under workers that did
+// not read batches made them step down and exit).
+var errBatchesGone = errors.New("keylane batches was removed: every job travels in a batch message and every worker reads them, so there is nothing to turn on or off")
 
 func leaders(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	fs := flag.NewFlagSet("leaders", flag.ContinueOnError)

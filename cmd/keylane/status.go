@@ -72,9 +72,6 @@ func printStatus(out io.Writer, st keylane.Status, now time.Time) {
 	if st.Delays {
 		fmt.Fprintln(out, "delayed jobs: on (WithDelay, WithRunAt)")
 	}
-	if st.Batches {
-		fmt.Fprintln(out, "batches: on (clients send batch messages; pending counts their jobs)")
-	}
 	if st.MaxKeyBacklog > 0 {
 		fmt.Fprintf(out, "admission: at most %d jobs of one key waiting or running\n", st.MaxKeyBacklog)
 	}

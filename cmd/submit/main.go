@@ -88,7 +88,6 @@ type common struct {
 	partitions int
 	shards     int
 	maxBacklog int64
-	batches    string // auto, on or off
 	workers    int
 	verbose    bool
 	logFormat  string
@@ -112,7 +111,6 @@ func (c *common) register(fs *flag.FlagSet, embedded bool) {
 	fs.StringVar(&c.namespace, "namespace", cmdutil.Namespace(), "keylane namespace (env KEYLANE_NAMESPACE)")
 	fs.IntVar(&c.partitions, "partitions", 0, "partition count: with --nats it must match the stream's (0 takes it; a client creates no stream, a worker does); without, the in-process workers create the namespace with it (0: 16)")
 	fs.IntVar(&c.shards, "stream-shards", 0, "jobs stream shards (0: the namespace's; 1 when creating)")
-	fs.StringVar(&c.batches, "batches", "auto", "batch messages (many jobs of a partition in one stream message): auto follows the namespace (keylane batches on|off; the in-process deployment's is off), on requires it on (the in-process workers then read them), off sends one-job messages")
 	if embedded {
 		fs.IntVar(&c.workers, "workers", 3, "in-process workers when no --nats is given")
 		fs.BoolVar(&c.verbose, "v", false, "log worker events to stderr")
@@ -136,9 +134,6 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 	auth, err := c.auth.Options()
 	if err != nil {
 		return nil, nil, nil, err
-	}
-	if c.batches != "auto" && c.batches != "on" && c.batches != "off" {
-		return nil, nil, nil, fmt.Errorf("--batches %q: auto, on or off", c.batches)
 	}
 	if c.auth.Set() && c.url == "" {
 		return nil, nil, nil, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the in-process deployment runs without them")
@@ -167,7 +162,7 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 			return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
 		}
 		c.nc = nc
-		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, Batches: c.batches == "on", NoBatches: c.batches == "off", Observer: c.clientObs, TracerProvider: tracing})
+		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, Observer: c.clientObs, TracerProvider: tracing})
 		if err != nil {
 			nc.Close()
 			flush()
@@ -184,7 +179,6 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		Topology: keylane.TopologyConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, MaxKeyBacklog: c.maxBacklog},
 		Hold:     hold,
 		Logger:   log,
-		Batches:  c.batches == "on",
 
 		WorkerObserver: c.workerObs,
 		ClientObserver: c.clientObs,

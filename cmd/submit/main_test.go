@@ -33,23 +33,6 @@ func TestSaleCommand(t *testing.T) {
 	}
 }
 
-// TestSaleWithBatches: sale --batches on runs the in-process workers
-// with WorkerConfig.Batches, turns the namespace's batches on, and its
-// client sends batch messages; the verdict stays clean.
-func TestSaleWithBatches(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out, errOut bytes.Buffer
-	if err := run(ctx, []string{"sale", "-purchases", "1500", "-buyers", "32", "--batches", "on"}, &out, &errOut); err != nil {
-		t.Fatalf("sale: %v\n%s%s", err, out.String(), errOut.String())
-	}
-	for _, want := range []string{"oversell 0", "stock mismatches 0", "verdict: OK"} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("output lacks %q:\n%s", want, out.String())
-		}
-	}
-}
-
 func TestUsageErrors(t *testing.T) {
 	var out bytes.Buffer
 	for _, args := range [][]string{nil, {"nope"}, {"sale", "-skew", "0.5"}, {"call", "-key", "k"}, {"sale", "--batches", "maybe"}} {

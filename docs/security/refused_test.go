@@ -37,11 +37,6 @@ func TestRefusedPublishFailsFast(t *testing.T) {
 		t.Fatalf("a client over worker-a's connection: %v (%v)", err, c.asyncErrs())
 	}
 	t.Cleanup(cl.Close)
-	batched, err := keylane.NewClient(ctx, c.Conn, keylane.ClientConfig{Namespace: "a", AtomicBatches: true})
-	if err != nil {
-		t.Fatalf("a batching client over worker-a's connection: %v (%v)", err, c.asyncErrs())
-	}
-	t.Cleanup(batched.Close)
 	// The calls wait out their 30s context otherwise. Half of it, not 4s:
 	// beside a CPU hog a SubmitMany was refused after 4.02s and failed
 	// the test, which is about not waiting for the context, not a figure.
@@ -56,14 +51,6 @@ func TestRefusedPublishFailsFast(t *testing.T) {
 		}},
 		{"call", `Publish to "a.jobs.`, func(ctx context.Context) error {
 			_, err := cl.Call(ctx, "k", []byte("forged"))
-			return err
-		}},
-		{"submit in atomic batches", `Publish to "a.jobs.`, func(ctx context.Context) error {
-			_, err := batched.Submit(ctx, "k", []byte("forged"))
-			return err
-		}},
-		{"call in atomic batches", `Publish to "a.jobs.`, func(ctx context.Context) error {
-			_, err := batched.Call(ctx, "k", []byte("forged"))
 			return err
 		}},
 		{"submit many", `Publish to "a.jobs.`, func(ctx context.Context) error {

@@ -1,7 +1,6 @@
 package sale
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -28,27 +27,19 @@ type LocalConfig struct {
 	Dir string
 	// Port of the embedded server. Defaults to a free port.
 	Port int
-	// SyncAlways makes the embedded server fsync every write. Clients from
-	// Client then group-commit (see AtomicBatches).
+	// SyncAlways makes the embedded server fsync every write.
 	SyncAlways bool
-	// AtomicBatches makes clients from Client coalesce concurrent submits
-	// into atomic batches (keylane.ClientConfig.AtomicBatches). Set it with a
-	// separate server that fsyncs every write.
-	AtomicBatches bool
 	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch; 0 with
 	// SyncAlways is keylane.SyncAlwaysOutcomeBatch, as cmd/worker
 	// --sync-always.
 	OutcomeBatch int
 	// StateBatch is the workers' WorkerConfig.StateBatch.
 	StateBatch int
-	// Batches makes the workers read batch messages and clients from
-	// Client send them (WorkerConfig.Batches, ClientConfig.Batches).
-	Batches bool
 	// Workers is how many workers to run. Defaults to 3.
 	Workers int
 	// Topology of the namespace. Defaults as in TopologyConfig.
 	Topology keylane.TopologyConfig
-	// BatchCork is the clients' ClientConfig.BatchCork (with Batches).
+	// BatchCork is the clients' ClientConfig.BatchCork.
 	BatchCork time.Duration
 	// Concurrency per partition. Defaults as in WorkerConfig.
 	Concurrency int
@@ -83,8 +74,6 @@ type Local struct {
 	conns   []*nats.Conn
 	tmp     string
 	ns      string
-	group   bool
-	batches bool          // clients send batch messages (LocalConfig.Batches)
 	cork    time.Duration // the clients' BatchCork (LocalConfig.BatchCork)
 	obs     *keylane.ClientObserver
 }
@@ -98,7 +87,7 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	if cfg.Tracker == nil {
 		cfg.Tracker = NewTracker(nil, "")
 	}
-	l := &Local{URL: cfg.URL, Tracker: cfg.Tracker, ns: cfg.Topology.Namespace, group: cfg.AtomicBatches || cfg.SyncAlways, batches: cfg.Batches, cork: cfg.BatchCork, obs: cfg.ClientObserver}
+	l := &Local{URL: cfg.URL, Tracker: cfg.Tracker, ns: cfg.Topology.Namespace, cork: cfg.BatchCork, obs: cfg.ClientObserver}
 	if l.URL == "" {
 		dir := cfg.Dir
 		if dir == "" {
@@ -118,11 +107,6 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			return nil, err
 		}
 		l.Server, l.URL = s, s.ClientURL()
-	}
-	workerBatches, err := l.setBatches(ctx, cfg)
-	if err != nil {
-		l.Stop(ctx)
-		return nil, err
 	}
 	for i := 0; i < cfg.Workers; i++ {
 		nc, err := nats.Connect(l.URL, nats.Name(fmt.Sprintf("keylane-worker-%d", i)))
@@ -156,7 +140,6 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 			Concurrency:  cfg.Concurrency,
 			OutcomeBatch: outcomeBatch(cfg),
 			StateBatch:   cfg.StateBatch,
-			Batches:      workerBatches,
 			Logger:       cfg.Logger,
 			Observer:     cfg.WorkerObserver,
 		})
@@ -188,51 +171,6 @@ func StartLocal(ctx context.Context, cfg LocalConfig) (*Local, error) {
 	}
 }
 
-// setBatches is the operator's step for the namespace's keylane.batches
-// (keylane.SetBatches), before the workers start, and tells whether the
-// workers read batches. With Batches, every worker will read batches, so
-// on (the namespace set up first). Without, on a server this Local
-// started, off (a namespace left on by an earlier run in the same store
-// would refuse the workers); on a server given by URL, whose namespace
-// may be shared with other clients and workers, nothing is changed: the
-// workers read batches when it says on, and the clients send one-job
-// messages (ClientConfig.NoBatches). Before, it turned a shared
-// namespace's batches off, under its clients. Before the workers, not
-// after: a stream update racing their consumer creations trips a data
-// race inside nats-server 2.15.2 under -race.
-func (l *Local) setBatches(ctx context.Context, cfg LocalConfig) (bool, error) {
-	nc, err := nats.Connect(l.URL, nats.Name("keylane-operator"))
-	if err != nil {
-		return false, err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return false, err
-	}
-	ns := cmp.Or(cfg.Topology.Namespace, keylane.DefaultNamespace)
-	if cfg.Batches {
-		if _, err := keylane.Setup(ctx, js, cfg.Topology); err != nil {
-			return false, err
-		}
-		return true, keylane.SetBatches(ctx, js, ns, true)
-	}
-	if cfg.URL != "" {
-		meta, err := keylane.Open(ctx, js, ns, cfg.Topology.Partitions)
-		switch {
-		case errors.Is(err, keylane.ErrNoTopology):
-			return false, nil // the workers create it, batches off
-		case err != nil:
-			return false, err
-		}
-		return meta.Batches, nil
-	}
-	if err := keylane.SetBatches(ctx, js, ns, false); err != nil && !errors.Is(err, keylane.ErrNoTopology) {
-		return false, err
-	}
-	return false, nil
-}
-
 // Client connects a new client to the deployment; it is closed by Stop.
 func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 	nc, err := nats.Connect(l.URL, nats.Name("keylane-client"))
@@ -240,7 +178,7 @@ func (l *Local) Client(ctx context.Context) (*keylane.Client, error) {
 		return nil, err
 	}
 	l.conns = append(l.conns, nc)
-	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, AtomicBatches: l.group, Batches: l.batches, NoBatches: !l.batches, BatchCork: l.cork, Observer: l.obs})
+	return keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: l.ns, BatchCork: l.cork, Observer: l.obs})
 }
 
 // Stop stops the workers gracefully, then the server.

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
-	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -193,52 +192,5 @@ func TestJudgeCatchesWhatTheTotalsHide(t *testing.T) {
 	good.judge()
 	if !good.OK() {
 		t.Fatalf("a clean sale judged %+v", good)
-	}
-}
-
-// TestLocalOnAGivenServerLeavesTheNamespacesBatches: a Local on a server
-// given by URL, without Batches, on a namespace whose batches are on
-// (its own clients and workers share it). It must not turn them off
-// under them: it did (setBatches wrote off), so the namespace's other
-// clients, which read on, sent batches its workers were then told nothing
-// of. Its workers read batches there, and the sale holds.
-func TestLocalOnAGivenServerLeavesTheNamespacesBatches(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
-	srv := natstest.Start(t)
-	nc := natstest.Connect(t, srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := keylane.Setup(ctx, js, keylane.TopologyConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := keylane.SetBatches(ctx, js, keylane.DefaultNamespace, true); err != nil {
-		t.Fatal(err)
-	}
-	local, err := StartLocal(ctx, LocalConfig{URL: srv.ClientURL(), Workers: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer local.Stop(context.Background())
-	meta, err := keylane.Open(ctx, js, keylane.DefaultNamespace, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !meta.Batches {
-		t.Fatal("a Local without Batches on a given server turned the namespace's batches off")
-	}
-	c, err := local.Client(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := Config{SKUs: 2, Stock: 50, Buyers: 8, Purchases: 200}
-	v, err := Run(ctx, c, cfg, local.Tracker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !v.OK() {
-		t.Fatalf("verdict %+v", v)
 	}
 }

@@ -136,7 +136,6 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 	fs.DurationVar(&c.Worker.AckWait, "ack-wait", envDur("KEYLANE_ACK_WAIT", 30*time.Second), "server redelivery timeout (env KEYLANE_ACK_WAIT)")
 	fs.IntVar(&c.Worker.OutcomeBatch, "outcome-batch", envInt("KEYLANE_OUTCOME_BATCH", 0), "fewest kept outcomes of a group sent to the results bucket as one atomic batch; 0: 2 on a replicated namespace, none on one replica (16 pays there only with sync_interval always, the default with --sync-always); negative: never (env KEYLANE_OUTCOME_BATCH)")
 	fs.IntVar(&c.Worker.StateBatch, "state-batch", envInt("KEYLANE_STATE_BATCH", 0), "coalesce the state writes of a partition's keys that finish together into one atomic batch: positive on; 0 or negative off, the default (it did not pay in the bench; env KEYLANE_STATE_BATCH)")
-	fs.BoolVar(&c.Worker.Batches, "batches", os.Getenv("KEYLANE_BATCHES") == "1", "read batch messages (many jobs in one stream message; WorkerConfig.Batches). Run every worker with it before turning the namespace's batches on (keylane batches on); once on, a worker without it is refused (env KEYLANE_BATCHES=1)")
 	fs.BoolVar(&c.Worker.StoreResults, "results", os.Getenv("KEYLANE_RESULTS") == "1", "store results in the results bucket (env KEYLANE_RESULTS=1)")
 	fs.StringVar(&c.Worker.ID, "id", os.Getenv("KEYLANE_WORKER_ID"), "worker ID (default host-pid-random; env KEYLANE_WORKER_ID)")
 	fs.DurationVar(&c.Drain, "drain", envDur("KEYLANE_DRAIN", 30*time.Second), "how long a graceful stop may take (env KEYLANE_DRAIN)")

@@ -143,26 +143,3 @@ func TestOutcomeBatchFlag(t *testing.T) {
 		}
 	}
 }
-
-// TestBatchesFlag: --batches (or KEYLANE_BATCHES=1) sets
-// WorkerConfig.Batches; off by default.
-func TestBatchesFlag(t *testing.T) {
-	for _, tc := range []struct {
-		env  string
-		args []string
-		want bool
-	}{
-		{"", nil, false},
-		{"", []string{"--batches"}, true},
-		{"1", nil, true},
-		{"1", []string{"--batches=false"}, false},
-	} {
-		t.Setenv("KEYLANE_BATCHES", tc.env)
-		fs := flag.NewFlagSet("worker", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c, err := Parse(fs, tc.args)
-		if err != nil || c.Worker.Batches != tc.want {
-			t.Fatalf("env %q args %q: Batches %t, %v; want %t", tc.env, tc.args, c.Worker.Batches, err, tc.want)
-		}
-	}
-}

@@ -73,7 +73,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	var err error
 	if env.Placement == Embedded {
 		k.local, err = sale.StartLocal(ctx, sale.LocalConfig{SyncAlways: env.Durable, Hold: env.Hold, Workers: workers,
-			OutcomeBatch: outcomeBatch(env.Durable), StateBatch: envInt("KEYLANE_BENCH_STATE_BATCH", 0), Batches: k.batches()})
+			OutcomeBatch: outcomeBatch(env.Durable), StateBatch: envInt("KEYLANE_BENCH_STATE_BATCH", 0)})
 		if err != nil {
 			return err
 		}
@@ -88,7 +88,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", k.srv.URL, "--hold", env.Hold.String(),
-		"--outcome-batch", strconv.Itoa(outcomeBatch(env.Durable)), "--batches="+strconv.FormatBool(k.batches()))
+		"--outcome-batch", strconv.Itoa(outcomeBatch(env.Durable)))
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -96,7 +96,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 		return err
 	}
 	// As sale.Local's clients: group commit when every write is synced.
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0, Batches: k.batches()})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
 }
@@ -117,7 +117,7 @@ func (k *keylaneSale) setupCluster(ctx context.Context, env Env) error {
 	}
 	urls := k.cluster.URLs()
 	k.worker, err = startChild(ctx, "ready", env.Exe, "worker", "--nats", urls, "--hold", env.Hold.String(),
-		"--replicas", "3", "--stream-shards", strconv.Itoa(env.StreamShards), "--batches="+strconv.FormatBool(k.batches()))
+		"--replicas", "3", "--stream-shards", strconv.Itoa(env.StreamShards))
 	if err != nil {
 		return fmt.Errorf("start workers: %w", err)
 	}
@@ -145,7 +145,7 @@ func (k *keylaneSale) setupCluster(ctx context.Context, env Env) error {
 		}
 		fmt.Fprintf(k.log, "  cluster, stream shards %d, leaders:%s\n", env.StreamShards, b.String())
 	}
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{StreamShards: env.StreamShards, Batches: k.batches()})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{StreamShards: env.StreamShards})
 	k.pids = [2]int{k.nodes[0], k.worker.pid()}
 	return err
 }
@@ -245,8 +245,6 @@ type WorkerOptions struct {
 	Replicas, StreamShards int
 	// OutcomeBatch is the workers' WorkerConfig.OutcomeBatch.
 	OutcomeBatch int
-	// Batches is the workers' WorkerConfig.Batches.
-	Batches bool
 }
 
 // ServeWorker runs keylane's inventory workers against the NATS server at
@@ -261,9 +259,9 @@ func ServeWorker(ctx context.Context, o WorkerOptions, out io.Writer) error {
 	start, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	l, err := sale.StartLocal(start, sale.LocalConfig{URL: o.URL, Hold: o.Hold, Workers: workers,
-		OutcomeBatch: o.OutcomeBatch, Batches: o.Batches,
-		StateBatch: envInt("KEYLANE_BENCH_STATE_BATCH", 0), // the child inherits the knob
-		Topology:   keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
+		OutcomeBatch: o.OutcomeBatch,
+		StateBatch:   envInt("KEYLANE_BENCH_STATE_BATCH", 0), // the child inherits the knob
+		Topology:     keylane.TopologyConfig{Replicas: o.Replicas, StreamShards: o.StreamShards}})
 	if err != nil {
 		return err
 	}

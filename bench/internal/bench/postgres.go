@@ -105,7 +105,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 	natsSync := env.Durable && envInt("KEYLANE_BENCH_PG_NATS_SYNC", 1) > 0
 	p.local, err = sale.StartLocal(ctx, sale.LocalConfig{
 		WorkerObserver: p.stages.worker(), ClientObserver: p.stages.client(),
-		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), Batches: pgBatches(), BatchCork: pgCork(natsSync),
+		SyncAlways: natsSync, Workers: workers, OutcomeBatch: outcomeBatch(natsSync), BatchCork: pgCork(natsSync),
 		Topology:    keylane.TopologyConfig{Partitions: envInt("KEYLANE_BENCH_PG_PARTITIONS", pgPartitions), StreamShards: envInt("KEYLANE_BENCH_PG_SHARDS", 0)},
 		Concurrency: envInt("KEYLANE_BENCH_PG_CONCURRENCY", 0),
 		Applier:     pgApplier(p.db),

@@ -1,0 +1,128 @@
+package keylane
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
+)
+
+// TestRetryByIDInABatchRunsOnce: every job travels in a batch message, a
+// job with a caller's ID too, and the server de-duplicates no job of a
+// batch; the worker does, by the ID. A Call retried WithID while its first
+// copy is still running or queued, and a Submit of the same ID after it
+// finished, are each stored, answered from the first copy's kept outcome
+// and never applied again: with a plain Handler (each job looked up just
+// before it runs) and with a Reducer (copies queued in one group: the
+// group ends before the second copy, which is looked up once the first's
+// outcome is kept). Without groupEnd the Reducer's copies ran in one
+// group and the key's counter moved twice.
+func TestRetryByIDInABatchRunsOnce(t *testing.T) {
+	for _, kind := range []string{"handler", "reducer"} {
+		t.Run(kind, func(t *testing.T) {
+			e := newEnv(t, TopologyConfig{Partitions: 1})
+			gate := make(chan struct{})
+			var mu sync.Mutex
+			runs := map[string]int{}
+			block := func(job Job) {
+				mu.Lock()
+				runs[job.ID]++
+				mu.Unlock()
+				if string(job.Payload) == "hold" {
+					<-gate
+				}
+			}
+			switch kind {
+			case "handler":
+				e.worker("w", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) {
+					block(job)
+					return []byte("done " + job.ID), nil
+				}), nil)
+			case "reducer":
+				e.worker("w", nil, func(c *WorkerConfig) {
+					c.Handler = nil
+					c.Reducer = ReducerFunc(func(ctx context.Context, job Job, state []byte) ([]byte, []byte, error) {
+						block(job)
+						n, _ := strconv.Atoi(string(state))
+						n++
+						return []byte(strconv.Itoa(n)), []byte(strconv.Itoa(n)), nil
+					})
+				})
+			}
+			c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			const key = "seat:1"
+			// A job of the key holds the lane, so every copy of the order
+			// queues behind it, the reducer's in one group.
+			held := make(chan error, 1)
+			go func() { _, err := c.Call(ctx(t), key, []byte("hold")); held <- err }()
+			testwait.Eventually(t, 10*time.Second, "the holding job running", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(runs) == 1
+			})
+			const copies = 4
+			results := make(chan string, copies)
+			errs := make(chan error, copies)
+			for range copies {
+				go func() {
+					res, err := c.Call(ctx(t), key, []byte("buy"), WithID("order-7"))
+					if err != nil {
+						errs <- err
+						return
+					}
+					results <- string(res)
+				}()
+			}
+			// Every copy stored (the server holds them all) before the
+			// lane moves on.
+			testwait.Eventually(t, 10*time.Second, "every copy queued", func() bool {
+				n, err := c.Backlog(ctx(t))
+				return err == nil && n >= copies+1
+			})
+			close(gate)
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+			var first string
+			for range copies {
+				select {
+				case err := <-errs:
+					t.Fatalf("a copy's Call: %v", err)
+				case res := <-results:
+					if first == "" {
+						first = res
+					} else if res != first {
+						t.Errorf("copies answered %q and %q: one job, one outcome", first, res)
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatal("a copy's Call had no answer in 30s")
+				}
+			}
+			// A Submit of the ID after it finished: stored, not run.
+			if _, err := c.Submit(ctx(t), key, []byte("buy"), WithID("order-7")); err != nil {
+				t.Fatalf("Submit of a finished ID: %v (want nil: stored, answered from its outcome)", err)
+			}
+			testwait.Eventually(t, 10*time.Second, "the jobs stream empty", func() bool {
+				n, err := c.Backlog(ctx(t))
+				return err == nil && n == 0
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if runs["order-7"] != 1 {
+				t.Fatalf("order-7 ran %d times, want once (runs %v)", runs["order-7"], runs)
+			}
+			if kind == "reducer" {
+				if got := e.stateOf(key); got != "2" {
+					t.Fatalf("the key's counter is %q after the holding job and order-7, want 2", got)
+				}
+			}
+		})
+	}
+}
