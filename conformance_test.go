@@ -1243,7 +1243,7 @@ func (g *conformanceGen) refusals() any {
 	batch("batch-job-type-control-character", bsubj, bhdrs(nil), job2(func(j *wire.BatchJob) { j.Type = "re\tstock" }))
 	batch("batch-job-reserved-header", bsubj, bhdrs(nil), job2(func(j *wire.BatchJob) { j.Header = map[string][]string{"Nats-Rollup": {"sub"}} }))
 	batch("batch-job-bad-header-value", bsubj, bhdrs(nil), job2(func(j *wire.BatchJob) { j.Header = map[string][]string{"X-Tenant": {" acme"}} }))
-	batch("batch-job-idempotent", bsubj, bhdrs(nil), job2(func(j *wire.BatchJob) { j.Idempotent = true }))
+	batch("batch-job-callers-id-unstorable", bsubj, bhdrs(nil), job2(func(j *wire.BatchJob) { j.ID, j.Idempotent = "order..7", true }))
 	{
 		jobs := goodJobs()
 		jobs[0].Type = " reserve"

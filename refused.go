@@ -151,7 +151,13 @@ func (c *Client) awaitPubAck(ctx context.Context, f pubFuture, rs *refusals) (ac
 			return nil, rs.seen, nil
 		}
 	}
+	// Any partition's refusal stands for all (the doc above): a.jobs.3.k
+	// and a.jobs.2.batch both look for a.jobs. (Cut at the partition's
+	// token, a refusal of another partition's publish, the last one the
+	// connection kept, was never seen: a SubmitMany of two partitions
+	// waited out its context.)
 	subjects := f.Msg().Subject
+	subjects = subjects[:max(strings.LastIndexByte(subjects, '.'), 0)]
 	subjects = subjects[:strings.LastIndexByte(subjects, '.')+1] // a.jobs.
 	t := time.NewTimer(refusalCheck)
 	defer t.Stop()

@@ -72,10 +72,13 @@ func TestRetriedCallGetsTheOutcome(t *testing.T) {
 	}
 }
 
-// TestSubmitSaysDuplicate: a second Submit with the same ID stores nothing
-// and says so.
+// TestSubmitSaysDuplicate: on a namespace with a key backlog cap, where a
+// job goes as a one-job message whose Nats-Msg-Id is its ID, a second
+// Submit with the same ID stores nothing and says so. (Elsewhere the copy
+// travels in a batch and is de-duplicated by the worker:
+// TestRetryByIDInABatchRunsOnce.)
 func TestSubmitSaysDuplicate(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 1})
+	e := newEnv(t, TopologyConfig{Partitions: 1, MaxKeyBacklog: 10})
 	if _, err := e.client.Submit(ctx(t), "k", nil, WithID("s-1")); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package keylane
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,12 +18,13 @@ import (
 // copy is still running or queued, and a Submit of the same ID after it
 // finished, are each stored, answered from the first copy's kept outcome
 // and never applied again: with a plain Handler (each job looked up just
-// before it runs) and with a Reducer (copies queued in one group: the
-// group ends before the second copy, which is looked up once the first's
-// outcome is kept). Without groupEnd the Reducer's copies ran in one
-// group and the key's counter moved twice.
+// before it runs), a Reducer (its group counts the jobs it settled as
+// held) and an Applier (copies queued in one group: the group ends before
+// the second copy, which is looked up once the first's outcome is kept).
+// Without groupEnd the Applier got both copies in one call, the outcomes
+// table's unique key failed it, and order-7 ran twice.
 func TestRetryByIDInABatchRunsOnce(t *testing.T) {
-	for _, kind := range []string{"handler", "reducer"} {
+	for _, kind := range []string{"handler", "reducer", "applier"} {
 		t.Run(kind, func(t *testing.T) {
 			e := newEnv(t, TopologyConfig{Partitions: 1})
 			gate := make(chan struct{})
@@ -51,6 +54,9 @@ func TestRetryByIDInABatchRunsOnce(t *testing.T) {
 						return []byte(strconv.Itoa(n)), []byte(strconv.Itoa(n)), nil
 					})
 				})
+			case "applier":
+				db := &outcomeTable{rows: map[string][]byte{}, run: block}
+				e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Applier = nil, db })
 			}
 			c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 			if err != nil {
@@ -125,4 +131,38 @@ func TestRetryByIDInABatchRunsOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// outcomeTable is a database's outcomes table in memory, as keylanepg's
+// keylane_outcomes: a job whose ID it records is done with the recorded
+// result; a group's new rows commit together, and two rows of one ID in
+// one transaction break its unique key, failing the whole call.
+type outcomeTable struct {
+	mu   sync.Mutex
+	rows map[string][]byte
+	run  func(Job)
+}
+
+func (db *outcomeTable) ApplyGroup(_ context.Context, g JobGroup) ([]JobOutcome, error) {
+	out := make([]JobOutcome, len(g.Jobs))
+	fresh := map[string][]byte{}
+	for i, j := range g.Jobs {
+		db.mu.Lock()
+		res, done := db.rows[j.ID]
+		db.mu.Unlock()
+		if done {
+			out[i] = JobOutcome{Result: res, Done: true}
+			continue
+		}
+		if _, twice := fresh[j.ID]; twice {
+			return nil, errors.New("duplicate key value violates unique constraint \"keylane_outcomes_pkey\"")
+		}
+		db.run(j)
+		fresh[j.ID] = []byte("done " + j.ID)
+		out[i] = JobOutcome{Result: fresh[j.ID], Done: true}
+	}
+	db.mu.Lock()
+	maps.Copy(db.rows, fresh)
+	db.mu.Unlock()
+	return out, nil
 }

@@ -15,14 +15,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Batch messages on the client (ClientConfig.Batches; see "Batches on the
-// wire" in package jetstream's doc, and batchpart.go for the worker). Not
-// to be confused with AtomicBatches (batch.go), which sends each job as a
-// message of its own inside a JetStream atomic batch.
+// Batch messages on the client, the one wire path (see "Batches on the
+// wire" in package jetstream's doc, and batchpart.go for the worker).
 //
-// Submit and Call hand a job without a caller's ID to the partition's batcher
-// (internal/batcher): alone when nothing of its partition is in flight,
-// sent as today's one-job message; otherwise with the jobs that queued
+// Submit and Call hand every job (a caller's ID or not; not a delayed job,
+// a redrive or a job on a capped namespace: batchable) to the partition's
+// batcher (internal/batcher): alone when nothing of its partition is in
+// flight, as a batch of one; otherwise with the jobs that queued
 // meanwhile, as one batch message. A batch whose publish fails in a way a
 // reconnect or an election cures is published again whole, as it was:
 // its batch ID (Nats-Msg-Id) makes the server drop a copy it has. A

@@ -1826,18 +1826,12 @@
 //
 // # Client atomic batches
 //
-// With ClientConfig.AtomicBatches, concurrent Calls and Submits queue while a
-// few atomic batches are in flight and go out together as one JetStream
-// atomic batch, which a server with sync_interval: always stores with one
-// fsync. A refused or unacknowledged batch is resent job by job; the job
-// IDs (Nats-Msg-Id) make that safe. Failure cases: a server before 2.12
-// ignores the batch headers, stores the jobs one by one (any of them may
-// be refused unseen) and acks only the last, so NewClient refuses
-// AtomicBatches there, and a commit's ack counts only if it names the
-// batch and its size; a batch whose ack was lost is resent job by job and
-// answered "duplicate" for jobs the batch stored, which Submit reports as
-// stored, not ErrDuplicate (TestSubmitWhoseAckWasLostIsNoDuplicate, with
-// and without batches; it failed with batches before).
+// Removed with the one wire path: ClientConfig.AtomicBatches sent each
+// job as a message of its own inside a JetStream atomic batch, so a
+// server that syncs every write stored a batch with one fsync. A batch
+// message (# Batches on the wire) stores the jobs of a partition that
+// queued together as one message, one fsync, and is what every client
+// sends now.
 //
 // # Messages, fsyncs and CPU per job
 //
@@ -2035,9 +2029,13 @@
 // a second job of the ID, in another batch or the same one, is answered
 // from the first's outcome and never applied again. Two jobs of one ID
 // queued at once (a Call retried by ID while its first copy waits: the
-// server de-duplicates no job of a batch) are one job: a group ends
-// before the second (groupEnd), which is looked up once the first's
-// outcome is kept (TestRetryByIDInABatchRunsOnce). Submit of an ID that
+// server de-duplicates no job of a batch) are one job: a Handler looks
+// each job up just before it runs, a Reducer's group counts what it
+// settled as held, and an Applier's group ends before the second copy
+// (groupEnd), which is looked up once the first's outcome is kept
+// (TestRetryByIDInABatchRunsOnce; without groupEnd the Applier got both
+// copies in one transaction, its outcomes table's unique key failed it,
+// and the job ran twice). Submit of an ID that
 // ran before therefore returns nil, not ErrDuplicate: the job is stored
 // again and answered from its outcome without running. A job not marked
 // idempotent must carry its batch's generated ID (below: the worker

@@ -262,10 +262,14 @@ func TestDeadRedriveOfAWholeBatch(t *testing.T) {
 		k := "seat:" + strconv.Itoa(i)
 		keys[partition.Of(k, 2)] = k
 	}
+	// Every worker reads batches: a batch is dead-lettered whole for a
+	// header that breaks the rules (here another partition count, as a
+	// client from before a repartition sends) or a body that does not
+	// decode.
 	publish := func(p int, batchID string, body []byte, jobs int) {
 		t.Helper()
 		m := &nats.Msg{Subject: wire.BatchSubject("dlb", p), Data: body, Header: nats.Header{
-			keylane.HeaderJobID: {batchID}, wire.HeaderBatch: {"1"}, keylane.HeaderPartitions: {"2"}, wire.HeaderBatchJobs: {strconv.Itoa(jobs)},
+			keylane.HeaderJobID: {batchID}, wire.HeaderBatch: {"1"}, keylane.HeaderPartitions: {"3"}, wire.HeaderBatchJobs: {strconv.Itoa(jobs)},
 		}}
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)

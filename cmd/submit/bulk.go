@@ -43,7 +43,7 @@ func bulk(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("bulk", flag.ContinueOnError)
 	var c common
 	c.register(fs, false)
-	file := fs.String("file", "-", `JSON lines to submit, one {"key":…,"payload":…,"id":…,"type":…} each ("-": stdin); give IDs so that running it again stores nothing twice`)
+	file := fs.String("file", "-", `JSON lines to submit, one {"key":…,"payload":…,"id":…,"type":…} each ("-": stdin); give IDs so that running it again applies nothing twice`)
 	forceBars := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
 	if err := parse(fs, args, errOut); err != nil {
 		return err

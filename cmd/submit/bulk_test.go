@@ -11,6 +11,7 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -58,8 +59,8 @@ func TestBulkCommand(t *testing.T) {
 		t.Errorf("the bar's final state: %q", final)
 	}
 	stored := map[string]string{}
-	for _, m := range natstest.StreamMsgs(t, js, "BULK_JOBS") {
-		stored[m.Header.Get(keylane.HeaderKey)] = string(m.Data)
+	for _, j := range storedJobs(t, js) {
+		stored[j.Key] = string(j.Payload)
 	}
 	want := map[string]string{"sku:1": "buy 1", "sku:2": `{"qty":2}`, "sku:3": "", "sku:4": ""}
 	if len(stored) != len(want) {
@@ -85,7 +86,36 @@ func TestBulkCommand(t *testing.T) {
 	if errOut.Len() != 0 || !strings.Contains(out.String(), "stored 2 of 2 jobs read; 0 refused") {
 		t.Fatalf("stdout %q, stderr %q", out.String(), errOut.String())
 	}
-	if n := len(natstest.StreamMsgs(t, js, "BULK_JOBS")); n != 4 {
-		t.Fatalf("%d jobs in the stream after the same IDs again, want 4", n)
+	// The same IDs again are stored again (every job travels in a batch
+	// message, which the server de-duplicates by the batch only) and
+	// marked as their callers': the worker looks them up and answers them
+	// from the first's outcome, never running them twice.
+	jobs := storedJobs(t, js)
+	if len(jobs) != 6 {
+		t.Fatalf("%d jobs in the stream after the same IDs again, want 6", len(jobs))
 	}
+	for _, j := range jobs[4:] {
+		if (j.ID != "o-1" && j.ID != "o-2") || !j.Idempotent {
+			t.Errorf("job again %+v: want o-1 or o-2 marked as its caller's ID", j)
+		}
+	}
+}
+
+// storedJobs returns the jobs in the bulk namespace's stream, in order:
+// those of batch messages as their bodies hold them.
+func storedJobs(t *testing.T, js jetstream.JetStream) []wire.BatchJob {
+	t.Helper()
+	var jobs []wire.BatchJob
+	for _, m := range natstest.StreamMsgs(t, js, "BULK_JOBS") {
+		if m.Header.Get(wire.HeaderBatch) == "" {
+			jobs = append(jobs, wire.BatchJob{Key: m.Header.Get(keylane.HeaderKey), ID: m.Header.Get(keylane.HeaderJobID), Payload: m.Data})
+			continue
+		}
+		js, err := wire.DecodeBatch(m.Data)
+		if err != nil {
+			t.Fatalf("a stored batch: %v", err)
+		}
+		jobs = append(jobs, js...)
+	}
+	return jobs
 }

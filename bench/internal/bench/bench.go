@@ -203,7 +203,7 @@ func contenders() []spec {
 
 // settings says how the peers and limits are configured, for the header.
 const settings = `keylane: 3 workers and inventory handler as sale.StartLocal runs them, 16 partitions; Call = request-reply,
-  Submit = SubmitMany then wait until the stream is empty; with fsync the client sends atomic batches (ClientConfig.AtomicBatches, as sale.Local) and the workers keep outcomes in atomic batches of 16 or more (WorkerConfig.OutcomeBatch, as advised for a server that syncs always);
+  Submit = SubmitMany then wait until the stream is empty; with fsync the workers keep outcomes in atomic batches of 16 or more (WorkerConfig.OutcomeBatch, as advised for a server that syncs always);
   every purchase has its caller's ID (WithID, Request.ID); ", batched" rows: batch messages on (keylane batches on, ClientConfig and WorkerConfig.Batches) and no caller's ID (a job with one never travels in a batch), outcomes kept per batch
 fallback.Do: defaults (blocked waiters wake on a pub/sub unlock notification, 10-500 ms backoff net)
 redsync: defaults (32 tries, 50-250 ms random delay); after ErrFailed the harness calls Lock again

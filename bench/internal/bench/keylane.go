@@ -95,8 +95,7 @@ func (k *keylaneSale) Setup(ctx context.Context, env Env) error {
 	if k.nc, err = nats.Connect(k.srv.URL, nats.Name("keylane-bench")); err != nil {
 		return err
 	}
-	// As sale.Local's clients: group commit when every write is synced.
-	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{AtomicBatches: envInt("KEYLANE_BENCH_ATOMIC_BATCHES", b2i(env.Durable)) > 0})
+	k.client, err = keylane.NewClient(ctx, k.nc, keylane.ClientConfig{})
 	k.pids = [2]int{k.srv.pid(), k.worker.pid()}
 	return err
 }
@@ -286,7 +285,7 @@ func outcomeBatch(durable bool) int {
 
 // knobs are the environment variables of the bench's experiments; the
 // header names any that is set, and Run refuses one that is not a number.
-var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_STATE_BATCH", "KEYLANE_BENCH_ATOMIC_BATCHES", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS",
+var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_STATE_BATCH", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS",
 	"KEYLANE_BENCH_PG_PARTITIONS", "KEYLANE_BENCH_PG_CONCURRENCY", "KEYLANE_BENCH_PG_MAX_JOBS", "KEYLANE_BENCH_PG_NATS_SYNC",
 	"KEYLANE_BENCH_PG_SHARDS", "KEYLANE_BENCH_PG_PIPELINE", "KEYLANE_BENCH_PG_SET"}
 
@@ -327,11 +326,4 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
