@@ -286,6 +286,11 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		}
 	}
 	maybeDup := meta.NumDelivered > 1 || seq <= o.prevDelivered
+	// A copy the client published again (its first may have been lost,
+	// and the caller may have called again by a job's ID meanwhile: the
+	// server de-duplicates the batch's ID only) asks for every job of it
+	// to be looked up by ID before it runs, as a job with a caller's ID is.
+	resent := msg.Headers()[HeaderIdempotent] != nil
 	for i, e := range es {
 		p := &batchPart{Msg: msg, b: b, subject: msg.Subject(), header: batchPartHeader(e), data: e.Payload}
 		if e.Job.Key != "" {
@@ -295,7 +300,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			o.malformedAt(p, seq, i, e.Job, e.Err)
 			continue
 		}
-		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome, keptInBatch: o.keptInBatch(b, e.Job, i)}
+		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent || resent, keep: e.Job.KeepOutcome, keptInBatch: o.keptInBatch(b, e.Job, i)}
 		t.stored = meta.Timestamp
 		t.job = Job{
 			ID: e.Job.ID, Key: e.Job.Key, Type: e.Job.Type, Payload: e.Payload, Partition: o.p,

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
 )
 
 // TestRetryByIDInABatchRunsOnce: every job travels in a batch message, a
@@ -165,4 +167,61 @@ func (db *outcomeTable) ApplyGroup(_ context.Context, g JobGroup) ([]JobOutcome,
 	maps.Copy(db.rows, fresh)
 	db.mu.Unlock()
 	return out, nil
+}
+
+// TestRetryOfABatchedCallBeforeItsBatchResentRunsOnce is the issue's "a job
+// runs twice": a batched Call whose first publish was lost ends with a
+// no-reply error naming <batch>.0; its caller calls again WithID that ID,
+// which is stored and runs; then the batcher's resend of the batch is
+// stored too (the server de-duplicates the batch's ID only). The resend
+// carries Keylane-Idempotent (publish marks every copy after the first),
+// so the worker looks every job of it up by ID before running it, and a
+// plain Handler answers the job from the retry's kept outcome. Before,
+// only the jobs' own idempotent flag counted, and the job ran twice.
+func TestRetryOfABatchedCallBeforeItsBatchResentRunsOnce(t *testing.T) {
+	const prefix = "rp.test."
+	e := newEnv(t, TopologyConfig{Partitions: 1, ReplyPrefix: prefix})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	e.waitOwned(e.worker("w", HandlerFunc(func(_ context.Context, j Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		runs[j.ID]++
+		return []byte("sold to " + j.ID), nil
+	}), nil))
+	batchID := testBatchID("lostfirstpublish")
+	id := wire.BatchedJobID(batchID, 0)
+	// The caller's retry by the ID its no-reply error named.
+	res, err := e.client.Call(ctx(t), "seat:9", []byte("buy"), WithID(id))
+	if err != nil || string(res) != "sold to "+id {
+		t.Fatalf("retried Call = %q, %v", res, err)
+	}
+	// The batcher's resend of the original batch, stored after it.
+	replies, err := e.nc.SubscribeSync(prefix + "orig.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := wire.EncodeBatch([]wire.BatchJob{{Key: "seat:9", ID: id, Reply: prefix + "orig.-1", KeepOutcome: true, Payload: []byte("buy")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: wire.BatchSubject(e.ns, 0), Data: body, Header: nats.Header{
+		HeaderJobID: {batchID}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"1"}, wire.HeaderBatchJobs: {"1"},
+		HeaderIdempotent: {"1"}, // a copy after the first (Client.publish)
+	}}
+	if _, err := e.js.PublishMsg(ctx(t), m); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := replies.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatalf("the resent batch's Call got no reply: %v", err)
+	}
+	if got, err := decodeReply(reply); err != nil || string(got) != "sold to "+id {
+		t.Fatalf("the resent batch's Call was answered %q, %v; want the retry's outcome", got, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs[id] != 1 {
+		t.Fatalf("job %s ran %d times, want once", id, runs[id])
+	}
 }

@@ -291,7 +291,10 @@ func (mb *manyBatches) wait(ctx context.Context, out []Submitted, rs *refusals) 
 			}
 			return done
 		case err != nil && retryablePublish(err):
-			// A later copy: a duplicate answer is the first one's.
+			// A later copy: a duplicate answer is the first one's, and
+			// the worker looks its jobs up by ID (the first may have been
+			// lost and a job retried by its ID meanwhile).
+			b.m.Header[HeaderIdempotent] = oneHeader
 			_, err = mb.c.publishWatched(ctx, b.m)
 		}
 		if err != nil {
