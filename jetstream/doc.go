@@ -2035,7 +2035,18 @@
 // (groupEnd), which is looked up once the first's outcome is kept
 // (TestRetryByIDInABatchRunsOnce; without groupEnd the Applier got both
 // copies in one transaction, its outcomes table's unique key failed it,
-// and the job ran twice). Submit of an ID that
+// and the job ran twice). A batch message published again (its first
+// copy's ack lost, or the first copy lost) carries Keylane-Idempotent,
+// and the worker looks every job of such a copy up by ID before running
+// it: a caller that called again by a job's generated ID (the one its
+// no-reply error named) while the batcher still resent the batch has the
+// job run once, the resend answered from the retry's outcome
+// (TestRetryOfABatchedCallBeforeItsBatchResentRunsOnce; it ran twice on a
+// plain Handler before). Not covered: a batched Submit without a caller's
+// ID whose first copy was stored, retried by its generated ID after an
+// ambiguous error, on a plain Handler, which keeps no outcome for a
+// Submit: give a Submit that may be retried its own ID (WithID). A
+// Reducer's held outcomes and an Applier's recorded ones answer it. Submit of an ID that
 // ran before therefore returns nil, not ErrDuplicate: the job is stored
 // again and answered from its outcome without running. A job not marked
 // idempotent must carry its batch's generated ID (below: the worker
