@@ -46,7 +46,7 @@ func (wt *workerTracing) wrap(run func([]*task)) func([]*task) {
 		}
 		run(ts)
 		for _, t := range ts {
-			t.job.trace.leave(t.requeued)
+			t.job.trace.leave(t.mark.Requeued())
 			t.job.trace = nil
 		}
 	}
