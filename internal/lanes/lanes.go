@@ -1,4 +1,4 @@
-package keylane
+package lanes
 
 import (
 	"context"
@@ -6,77 +6,61 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// task is one fetched job waiting in, or running from, its key's lane.
-type task struct {
-	msg jetstream.Msg
-	job Job
-	// batch is the batch message the job came in, nil for a one-job
-	// message. A job of a batch is never handed back (the message cannot
-	// be half-acked or half-NAKed: batchpart.go), so a lane's gap holds
-	// one-job messages only, by sequence.
-	batch    *batchMsg
-	maybeDup bool // may have run before under an earlier owner
-	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
-	keep     bool // keep its outcome by ID (a Call)
-	// keptInBatch: its outcome is kept in its batch's entry instead of by
-	// ID (batchoutcomes.go).
-	keptInBatch bool
-	// redriveOf is the ID of the dead-lettered job this one redrives: its
-	// outcome is kept under that ID too (Client.Redrive) once its redrive
-	// ticket was found (redriveChecked; checkRedrive).
-	redriveOf      string
-	redriveChecked bool
-	// deadInBatch: a job of a batch, dead-lettered here. Its outcome is
-	// kept by its ID before it is settled, whatever else keeps it: the
-	// batch message is acked only once its other jobs settle, and a
-	// redelivery of it must find the dead letter's outcome instead of
-	// running the job again (process looks up every redelivered batch
-	// job by ID).
-	deadInBatch bool
-
-	kept        *keptOutcome // an earlier run's outcome, found by ID
-	lookedUp    bool         // its kept outcome was looked for (none found) this tenure
-	outcomeKept bool         // this run's outcome is stored already
-	replied     bool         // answered in a grouped reply (replyGrouped)
-	requeued    bool         // put back in its lane by the runner that took it
-	progress    time.Time
-	firstErr    error // the error of a first run already made in a group
-
-	// For WorkerObserver: when the jobs stream stored it, and whether it
-	// was taken to run once.
-	stored  time.Time
-	started bool
+// Task is what the lanes queue: one fetched job. Its position and key
+// never change while it is in the lanes.
+type Task interface {
+	// Pos is the job's position in its partition.
+	Pos() Position
+	// Key is the job's resource key: its lane.
+	Key() string
+	// Part reports whether the job is one of a batch message. Such a job
+	// is never handed back (the message cannot be half-acked or
+	// half-NAKed), so a lane's gap holds one-job messages only, by
+	// sequence; nor does it count in the window.
+	Part() bool
+	// MaybeDup reports whether the job may have run before under an
+	// earlier owner; SetMaybeDup sets it. A job handed back keeps the
+	// value it had when it was handed back when it returns: its
+	// redelivery was the lanes', not a crash's.
+	MaybeDup() bool
+	SetMaybeDup(bool)
+	// Mark is the lanes' own record on the task, which only the lanes
+	// write.
+	Mark() *Mark
 }
 
-// position names a fetched job in its partition: its stream sequence and
+// Mark is what the lanes note on a task while it is in flight: when they
+// last reported its progress (Touch), and whether the runner that took
+// it put it back (Requeue). Its zero value is a task never added.
+type Mark struct {
+	progress time.Time
+	requeued bool // put back in its lane by the runner that took it
+}
+
+// Requeued reports whether the runner running the task put it back in
+// its lane (Requeue) instead of settling it. Only that runner may ask,
+// while Run has the task.
+func (m *Mark) Requeued() bool { return m.requeued }
+
+// Position names a fetched job in its partition: its stream sequence and
 // its index in a batch message (0 for a one-job message); jobs of one
 // batch share the sequence.
-type position struct {
-	seq   uint64
-	index int
+type Position struct {
+	Seq   uint64
+	Index int
 }
-
-func (t *task) pos() position { return position{t.job.Seq, t.job.index} }
 
 // before orders jobs as they were stored: by sequence, then in the batch.
-func (t *task) before(u *task) bool {
-	return t.job.Seq < u.job.Seq || t.job.Seq == u.job.Seq && t.job.index < u.job.index
-}
-
-// keptOutcome is a job's outcome as stored by ID.
-type keptOutcome struct {
-	res []byte
-	err error
+func (p Position) before(q Position) bool {
+	return p.Seq < q.Seq || p.Seq == q.Seq && p.Index < q.Index
 }
 
 // lane holds the queued jobs of one key, in stream order.
 //
 // While the key's head job fails and retries (stalled), the lane keeps at
-// most keep queued jobs (see lanes.keep); the others are handed back to
+// most keep queued jobs (see Lanes.keep); the others are handed back to
 // the server (the caller NAKs them with a delay) so they do not hold the
 // partition's in-flight window, and so do the key's arrivals while it is
 // stalled. The jobs handed back and not yet returned (handedBack) are a
@@ -84,19 +68,19 @@ type keptOutcome struct {
 // key's order holds. Once the head settled, every returning job is taken,
 // whatever its order, and new arrivals wait in the lane behind the gap
 // instead of being handed back: nothing is handed back any more (unless
-// the window is full, see lanes.waitRoom), so the gap closes as soon as
+// the window is full, see Lanes.WaitRoom), so the gap closes as soon as
 // the server has returned what was handed back, within the longest NAK
 // delay, while the key's traffic keeps arriving. A lane with jobs handed
 // back stays registered even when its queue is empty, so a later job
 // cannot overtake them.
 //
 // A stalled lane keeps its queued jobs only while the window has room for
-// other keys: when it is full and nothing else makes room, waitRoom hands
+// other keys: when it is full and nothing else makes room, WaitRoom hands
 // kept jobs back too (evict), and the lane so squeezed keeps no more
 // until its head settled.
-type lane struct {
+type lane[T Task] struct {
 	key        string
-	queue      []*task // by stream sequence
+	queue      []T // by stream sequence
 	head       int
 	active     bool // in the ready list or held by a runner
 	stalled    bool // its head job is retrying
@@ -147,28 +131,28 @@ func (g gap) lowest() uint64 {
 // stalledKeep is the most queued jobs a stalled key keeps in memory.
 const stalledKeep = 16
 
-func (ln *lane) queued() int { return len(ln.queue) - ln.head }
+func (ln *lane[T]) queued() int { return len(ln.queue) - ln.head }
 
 // runnable returns how many queued jobs, from the head, lie below the
 // lane's gap (all of them when nothing is handed back).
-func (ln *lane) runnable() int {
+func (ln *lane[T]) runnable() int {
 	if len(ln.handedBack) == 0 {
 		return ln.queued()
 	}
 	low := ln.handedBack.lowest()
 	q := ln.queue[ln.head:]
-	return sort.Search(len(q), func(i int) bool { return q[i].job.Seq > low })
+	return sort.Search(len(q), func(i int) bool { return q[i].Pos().Seq > low })
 }
 
 // insert queues t in sequence order: behind the others, unless it is a
 // handed-back job that came back after later ones arrived.
-func (ln *lane) insert(t *task) {
+func (ln *lane[T]) insert(t T) {
 	q := ln.queue[ln.head:]
-	i := sort.Search(len(q), func(i int) bool { return t.before(q[i]) })
+	i := sort.Search(len(q), func(i int) bool { return t.Pos().before(q[i].Pos()) })
 	ln.queue = slices.Insert(ln.queue, ln.head+i, t)
 }
 
-// lanes runs the jobs of one partition: one key's jobs at a time, in the
+// Lanes runs the jobs of one partition: one key's jobs at a time, in the
 // order they were fetched, and different keys on up to `runners` goroutines.
 // A fixed pool of runners takes ready lanes; no goroutine is started per job.
 // A runner takes up to `group` queued jobs of its lane at once (for group
@@ -180,36 +164,38 @@ func (ln *lane) insert(t *task) {
 // never fills the window alone, whatever its size. A stalled key keeps at
 // most keep = min(stalledKeep, window/2) queued jobs, and only while the
 // window has room: when it is full and no other job can free a place,
-// stalled keys' kept jobs are handed back (waitRoom), so however many
+// stalled keys' kept jobs are handed back (WaitRoom), so however many
 // keys stall, the other keys' jobs are still fetched.
 //
 // At most `runners` runners hold a place (run jobs, or wait for a lane)
-// at once: one waiting out a backoff gives its place up (pause), and
+// at once: one waiting out a backoff gives its place up (Pause), and
 // takes one again before it goes on, so the handler never runs more than
 // `runners` jobs at once.
-type lanes struct {
+//
+// Its methods are safe for concurrent use; New makes one.
+type Lanes[T Task] struct {
 	mu       sync.Mutex
 	cond     *sync.Cond
-	byKey    map[string]*lane
-	ready    []*lane
-	inflight map[position]*task // every fetched, unfinished job
-	parts    int                // of inflight, jobs of batch messages: outside the window
-	closed   bool               // no more tasks will be added
-	dropping bool               // drop queued tasks instead of running them
-	group    int                // most tasks handed to run at once
-	window   int                // most fetched jobs held, stalled heads aside
-	keep     int                // most queued jobs a stalled key keeps
-	stalled  int                // lanes whose head job is retrying
-	busy     int                // runners running tasks
-	runners  int                // runners wanted, not counting those pausing
-	live     int                // runner goroutines
-	pausing  int                // runners waiting out a retry's backoff
-	resuming int                // runners back from a backoff, waiting for a place
-	run      func([]*task)      // runs a lane's tasks
-	woken    bool               // waitRoom returns at once
-	dropped  chan struct{}      // closed when close drops the queued jobs
-	room     *sync.Cond         // signalled when in-flight jobs finish
-	place    *sync.Cond         // signalled when a runner gives its place up
+	byKey    map[string]*lane[T]
+	ready    []*lane[T]
+	inflight map[Position]T // every fetched, unfinished job
+	parts    int            // of inflight, jobs of batch messages: outside the window
+	closed   bool           // no more tasks will be added
+	dropping bool           // drop queued tasks instead of running them
+	group    int            // most tasks handed to run at once
+	window   int            // most fetched jobs held, stalled heads aside
+	keep     int            // most queued jobs a stalled key keeps
+	stalled  int            // lanes whose head job is retrying
+	busy     int            // runners running tasks
+	runners  int            // runners wanted, not counting those pausing
+	live     int            // runner goroutines
+	pausing  int            // runners waiting out a retry's backoff
+	resuming int            // runners back from a backoff, waiting for a place
+	run      func([]T)      // runs a lane's tasks
+	woken    bool           // WaitRoom returns at once
+	dropped  chan struct{}  // closed when Close drops the queued jobs
+	room     *sync.Cond     // signalled when in-flight jobs finish
+	place    *sync.Cond     // signalled when a runner gives its place up
 	wg       sync.WaitGroup
 }
 
@@ -218,9 +204,29 @@ type lanes struct {
 // starve the rest.
 const laneBurst = 32
 
-func newLanes(runners, group, window int, run func([]*task)) *lanes {
+// Config is what New builds the lanes of one partition from.
+type Config[T Task] struct {
+	// Runners is how many goroutines run the lanes (the worker's
+	// Concurrency): the most jobs running at once.
+	Runners int
+	// Group is the most queued jobs of one key handed to Run at once
+	// (group commit). Defaults to 1.
+	Group int
+	// Window is the most fetched jobs the lanes hold, the stalled keys'
+	// head jobs and the jobs of batch messages aside (MaxInFlight).
+	// Defaults to 1.
+	Window int
+	// Run runs tasks of one key, in order. The lanes call it from their
+	// runners only, never for two tasks of one key at once.
+	Run func([]T)
+}
+
+// New returns the lanes of one partition with their runners started.
+// Close stops them.
+func New[T Task](cfg Config[T]) *Lanes[T] {
+	runners, group, window, run := cfg.Runners, cfg.Group, cfg.Window, cfg.Run
 	window = max(window, 1)
-	l := &lanes{byKey: map[string]*lane{}, inflight: map[position]*task{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2),
+	l := &Lanes[T]{byKey: map[string]*lane[T]{}, inflight: map[Position]T{}, group: max(group, 1), window: window, keep: min(stalledKeep, window/2),
 		runners: runners, live: runners, run: run, dropped: make(chan struct{})}
 	l.cond = sync.NewCond(&l.mu)
 	l.room = sync.NewCond(&l.mu)
@@ -232,7 +238,7 @@ func newLanes(runners, group, window int, run func([]*task)) *lanes {
 	return l
 }
 
-// pause waits out a retry's backoff (d; it reports false if ctx ends or
+// Pause waits out a retry's backoff (d; it reports false if ctx ends or
 // the lanes are closed dropping their jobs first, a re-synchronisation
 // that must not wait for a failing job to settle) for the runner calling
 // it, without holding that runner's place:
@@ -243,7 +249,7 @@ func newLanes(runners, group, window int, run func([]*task)) *lanes {
 // give theirs up between two jobs (next) or while idle, so heads coming
 // back from their backoffs together never run more than l.runners jobs
 // at once.
-func (l *lanes) pause(ctx context.Context, d time.Duration) bool {
+func (l *Lanes[T]) Pause(ctx context.Context, d time.Duration) bool {
 	l.mu.Lock()
 	l.pausing++
 	l.spare()
@@ -282,7 +288,7 @@ func (l *lanes) pause(ctx context.Context, d time.Duration) bool {
 // spare starts a runner when a lane is ready and fewer than l.runners
 // runners are not pausing. It runs with l.mu held, by a runner or while
 // the lanes are open, so the runners' WaitGroup is never at zero here.
-func (l *lanes) spare() {
+func (l *Lanes[T]) spare() {
 	if len(l.ready) > 0 && l.live-l.pausing < l.runners {
 		l.live++
 		l.wg.Add(1)
@@ -290,35 +296,35 @@ func (l *lanes) spare() {
 	}
 }
 
-// add queues t behind the earlier jobs of its key. It reports false for a
+// Add queues t behind the earlier jobs of its key. It reports false for a
 // job already in flight here (a redelivery racing the original), which the
 // caller drops: the original's ack covers it. It reports handBack for a
 // job of a stalled key the lane does not keep: the caller NAKs it with a
 // delay, and the lane takes it when it comes back.
-func (l *lanes) add(t *task) (ok, handBack bool) {
-	ok, handBack, _ = l.addTo(t)
+func (l *Lanes[T]) Add(t T) (ok, handBack bool) {
+	ok, handBack, _ = l.AddTo(t)
 	return ok, handBack
 }
 
-// addTo is add, also telling whether the job's key is stalled.
-func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
+// AddTo is Add, also telling whether the job's key is stalled.
+func (l *Lanes[T]) AddTo(t T) (ok, handBack, stalled bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return false, false, false
 	}
-	if _, dup := l.inflight[t.pos()]; dup {
+	if _, dup := l.inflight[t.Pos()]; dup {
 		return false, false, false
 	}
-	ln := l.byKey[t.job.Key]
+	ln := l.byKey[t.Key()]
 	if ln != nil {
-		wasDup, back := ln.handedBack.has(t.job.Seq)
-		if ln.stalled && t.batch == nil {
+		wasDup, back := ln.handedBack.has(t.Pos().Seq)
+		if ln.stalled && !t.Part() {
 			// Keep only a job that goes right after the kept ones, and
 			// only up to keep; the rest wait on the server.
-			if ln.squeezed || ln.queued() >= l.keep || ln.handedBack.lowest() != 0 && t.job.Seq != ln.handedBack.lowest() {
+			if ln.squeezed || ln.queued() >= l.keep || ln.handedBack.lowest() != 0 && t.Pos().Seq != ln.handedBack.lowest() {
 				if !back {
-					ln.handedBack.add(t.job.Seq, t.maybeDup)
+					ln.handedBack.add(t.Pos().Seq, t.MaybeDup())
 				}
 				return true, true, true
 			}
@@ -326,18 +332,18 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 		// Not stalled: every job is taken, a returning one in its place,
 		// a later one behind the gap.
 		if back {
-			ln.handedBack.remove(t.job.Seq)
-			t.maybeDup = wasDup // its redelivery was ours, not a crash's
+			ln.handedBack.remove(t.Pos().Seq)
+			t.SetMaybeDup(wasDup) // its redelivery was ours, not a crash's
 		}
 	}
-	t.progress = time.Now()
-	l.inflight[t.pos()] = t
-	if t.batch != nil {
+	t.Mark().progress = time.Now()
+	l.inflight[t.Pos()] = t
+	if t.Part() {
 		l.parts++
 	}
 	if ln == nil {
-		ln = &lane{key: t.job.Key}
-		l.byKey[t.job.Key] = ln
+		ln = &lane[T]{key: t.Key()}
+		l.byKey[t.Key()] = ln
 	}
 	ln.insert(t)
 	if !ln.active && ln.runnable() > 0 {
@@ -349,10 +355,10 @@ func (l *lanes) addTo(t *task) (ok, handBack, stalled bool) {
 	return true, false, false
 }
 
-// stall marks key's lane as retrying its head job (or not) and returns the
+// Stall marks key's lane as retrying its head job (or not) and returns the
 // queued jobs beyond keep, and any behind the lane's gap, which the caller
 // hands back to the server; they are no longer in flight here.
-func (l *lanes) stall(key string, stalled bool) []*task {
+func (l *Lanes[T]) Stall(key string, stalled bool) []T {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	ln := l.byKey[key]
@@ -371,10 +377,10 @@ func (l *lanes) stall(key string, stalled bool) []*task {
 	if cut == len(ln.queue) {
 		return nil
 	}
-	var back []*task
+	var back []T
 	kept := ln.queue[:cut]
 	for _, t := range ln.queue[cut:] {
-		if t.batch != nil {
+		if t.Part() {
 			kept = append(kept, t) // never handed back: it waits behind the gap
 			continue
 		}
@@ -384,29 +390,29 @@ func (l *lanes) stall(key string, stalled bool) []*task {
 	ln.queue = kept
 	for _, t := range back {
 		l.forget(t)
-		ln.handedBack.add(t.job.Seq, t.maybeDup)
+		ln.handedBack.add(t.Pos().Seq, t.MaybeDup())
 	}
 	return back
 }
 
-// waitRoom blocks while the lanes hold a full window of fetched jobs,
-// until wake or close. When nothing can make room (no runner runs a job
+// WaitRoom blocks while the lanes hold a full window of fetched jobs,
+// until Wake or Close. When nothing can make room (no runner runs a job
 // that is not a stalled head, no lane is ready), it takes a job out
 // instead and returns it for the caller to hand back: the highest job
 // waiting behind a lane's gap (back), as the jobs that close the gaps
 // must still be delivered; else the highest job a stalled key keeps
 // (stalledBack), as other keys' jobs must still be fetched however many
 // keys stall.
-func (l *lanes) waitRoom() (back, stalledBack []*task) {
+func (l *Lanes[T]) WaitRoom() (back, stalledBack []T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for len(l.inflight)-l.parts-l.stalled >= l.window && !l.closed && !l.woken {
 		if len(l.ready) == 0 && l.busy <= l.stalled {
-			if t := l.evict(); t != nil {
+			if t, ok := l.evict(); ok {
 				back = append(back, t)
 				continue
 			}
-			if t := l.evictKept(); t != nil {
+			if t, ok := l.evictKept(); ok {
 				stalledBack = append(stalledBack, t)
 				continue
 			}
@@ -417,31 +423,32 @@ func (l *lanes) waitRoom() (back, stalledBack []*task) {
 }
 
 // evict takes the highest queued job waiting behind a lane's gap out of
-// the lanes, as handed back, or returns nil when no job waits so.
-func (l *lanes) evict() *task {
+// the lanes, as handed back, or reports false when no job waits so.
+func (l *Lanes[T]) evict() (T, bool) {
 	for _, ln := range l.byKey {
 		if ln.stalled || len(ln.handedBack) == 0 || ln.runnable() == ln.queued() {
 			continue
 		}
-		if t := l.popLast(ln); t != nil {
-			return t
+		if t, ok := l.popLast(ln); ok {
+			return t, true
 		}
 	}
-	return nil
+	var none T
+	return none, false
 }
 
 // evictKept takes the highest queued job of the stalled lane keeping the
 // most jobs that can be handed back (one-job messages) out of the lanes,
 // as handed back, and squeezes that lane: it keeps no returning job until
 // its head settled, or its jobs would come back into the window only to
-// be handed back again. It returns nil when no stalled lane keeps such a
+// be handed back again. It reports false when no stalled lane keeps such a
 // job. Its head stays: it runs in its runner, out of the window. A lane
 // keeping only a batch's jobs is passed over: they cannot be handed back,
-// and they hold no place in the window (lanes.parts); picking it by its
+// and they hold no place in the window (Lanes.parts); picking it by its
 // queue's length handed nothing back and left the window full of the
 // other stalled keys' jobs until a head settled.
-func (l *lanes) evictKept() *task {
-	var most *lane
+func (l *Lanes[T]) evictKept() (T, bool) {
+	var most *lane[T]
 	mostN := 0
 	for _, ln := range l.byKey {
 		if !ln.stalled {
@@ -452,7 +459,8 @@ func (l *lanes) evictKept() *task {
 		}
 	}
 	if most == nil {
-		return nil
+		var none T
+		return none, false
 	}
 	most.squeezed = true
 	return l.popLast(most)
@@ -460,10 +468,10 @@ func (l *lanes) evictKept() *task {
 
 // handable is how many of ln's queued jobs can be handed back: those of
 // one-job messages, which are also the ones counted in the window.
-func (ln *lane) handable() int {
+func (ln *lane[T]) handable() int {
 	n := 0
 	for _, t := range ln.queue[ln.head:] {
-		if t.batch == nil {
+		if !t.Part() {
 			n++
 		}
 	}
@@ -471,49 +479,50 @@ func (ln *lane) handable() int {
 }
 
 // popLast takes ln's last queued job that is not a batch's out of the
-// lanes, as handed back; nil when every queued job is a batch's.
-func (l *lanes) popLast(ln *lane) *task {
+// lanes, as handed back; false when every queued job is a batch's.
+func (l *Lanes[T]) popLast(ln *lane[T]) (T, bool) {
 	last := len(ln.queue) - 1
-	for last >= ln.head && ln.queue[last].batch != nil {
+	for last >= ln.head && ln.queue[last].Part() {
 		last--
 	}
 	if last < ln.head {
-		return nil
+		var none T
+		return none, false
 	}
 	t := ln.queue[last]
 	if last == len(ln.queue)-1 {
-		ln.queue[last] = nil
+		clear(ln.queue[last:])
 		ln.queue = ln.queue[:last]
 	} else {
 		ln.queue = slices.Delete(ln.queue, last, last+1)
 	}
 	l.forget(t)
-	ln.handedBack.add(t.job.Seq, t.maybeDup)
-	return t
+	ln.handedBack.add(t.Pos().Seq, t.MaybeDup())
+	return t, true
 }
 
 // forget takes t out of the in-flight jobs.
-func (l *lanes) forget(t *task) {
-	if _, ok := l.inflight[t.pos()]; !ok {
+func (l *Lanes[T]) forget(t T) {
+	if _, ok := l.inflight[t.Pos()]; !ok {
 		return
 	}
-	delete(l.inflight, t.pos())
-	if t.batch != nil {
+	delete(l.inflight, t.Pos())
+	if t.Part() {
 		l.parts--
 	}
 }
 
-// wake ends every waitRoom, now and later.
-func (l *lanes) wake() {
+// Wake ends every WaitRoom, now and later.
+func (l *Lanes[T]) Wake() {
 	l.mu.Lock()
 	l.woken = true
 	l.room.Broadcast()
 	l.mu.Unlock()
 }
 
-func (l *lanes) runner() {
+func (l *Lanes[T]) runner() {
 	defer l.wg.Done()
-	buf := make([]*task, 0, l.group)
+	buf := make([]T, 0, l.group)
 	for {
 		l.mu.Lock()
 		for len(l.ready) == 0 && !l.closed && l.live-l.pausing <= l.runners {
@@ -552,7 +561,7 @@ func (l *lanes) runner() {
 // ready queue after a burst when other lanes wait, or when a runner back
 // from a backoff needs this runner's place, returning no task in these
 // cases. A runner holding tasks counts as busy until done.
-func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
+func (l *Lanes[T]) next(ln *lane[T], n int, buf []T) []T {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.dropping {
@@ -570,7 +579,7 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 		if ln.queued() == 0 && len(ln.handedBack) == 0 {
 			delete(l.byKey, ln.key)
 		}
-		l.room.Broadcast() // a waitRoom may now hand back what waits behind the gap
+		l.room.Broadcast() // a WaitRoom may now hand back what waits behind the gap
 		return nil
 	}
 	if n >= laneBurst && len(l.ready) > 0 || l.live-l.pausing > l.runners {
@@ -591,12 +600,12 @@ func (l *lanes) next(ln *lane, n int, buf []*task) []*task {
 	return buf
 }
 
-func (l *lanes) done(ts []*task) {
+func (l *Lanes[T]) done(ts []T) {
 	l.mu.Lock()
 	l.busy--
 	for _, t := range ts {
-		if t.requeued {
-			t.requeued = false
+		if t.Mark().requeued {
+			t.Mark().requeued = false
 			continue
 		}
 		l.forget(t)
@@ -605,10 +614,10 @@ func (l *lanes) done(ts []*task) {
 	l.mu.Unlock()
 }
 
-// requeue puts tasks a runner took from key's lane but did not run back at
+// Requeue puts tasks a runner took from key's lane but did not run back at
 // the front of the lane, in order; they stay in flight, and the lane's next
 // take (or a stall's hand-back) sees them again.
-func (l *lanes) requeue(key string, ts []*task) {
+func (l *Lanes[T]) Requeue(key string, ts []T) {
 	if len(ts) == 0 {
 		return
 	}
@@ -618,25 +627,25 @@ func (l *lanes) requeue(key string, ts []*task) {
 	if ln == nil || l.dropping {
 		return // dropped with the lanes: the next consumer delivers them again
 	}
-	q := make([]*task, 0, len(ts)+ln.queued())
+	q := make([]T, 0, len(ts)+ln.queued())
 	for _, t := range ts {
-		t.requeued = true
+		t.Mark().requeued = true
 		q = append(q, t)
 	}
 	ln.queue = append(q, ln.queue[ln.head:]...)
 	ln.head = 0
 }
 
-// touch calls fn for every in-flight task whose last progress is older than
+// Touch calls fn for every in-flight task whose last progress is older than
 // age, and restarts its clock. Used to send InProgress for jobs that wait or
 // run long, so the server does not redeliver them.
-func (l *lanes) touch(age time.Duration, fn func(*task)) {
+func (l *Lanes[T]) Touch(age time.Duration, fn func(T)) {
 	now := time.Now()
-	var due []*task
+	var due []T
 	l.mu.Lock()
 	for _, t := range l.inflight {
-		if now.Sub(t.progress) >= age {
-			t.progress = now
+		if now.Sub(t.Mark().progress) >= age {
+			t.Mark().progress = now
 			due = append(due, t)
 		}
 	}
@@ -646,9 +655,9 @@ func (l *lanes) touch(age time.Duration, fn func(*task)) {
 	}
 }
 
-// handedBackNow returns how many jobs the lanes handed back that have not
+// HandedBack returns how many jobs the lanes handed back that have not
 // come back yet.
-func (l *lanes) handedBackNow() int {
+func (l *Lanes[T]) HandedBack() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
@@ -658,17 +667,17 @@ func (l *lanes) handedBackNow() int {
 	return n
 }
 
-// pending returns how many fetched jobs are not finished.
-func (l *lanes) pending() int {
+// Pending returns how many fetched jobs are not finished.
+func (l *Lanes[T]) Pending() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.inflight)
 }
 
-// close stops the runners once every queued job has run (drop=false), or
+// Close stops the runners once every queued job has run (drop=false), or
 // once the running ones return, dropping the queued ones (drop=true). It
 // waits for the runners to exit.
-func (l *lanes) close(drop bool) {
+func (l *Lanes[T]) Close(drop bool) {
 	l.mu.Lock()
 	l.closed = true
 	l.room.Broadcast()

@@ -1,10 +1,10 @@
-package keylane
+package tracing
 
 import (
 	"context"
-	"errors"
 	"strings"
 
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -12,20 +12,11 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// OpenTelemetry tracing, off unless ClientConfig.TracerProvider or
-// WorkerConfig.TracerProvider is set. The spans and why they are shaped
-// so are written down in doc.go ("Tracing"). Off, every hook below is a
-// nil check: no header is written or read, nothing is allocated.
-//
-// The hooks sit at one call per site: Submit, Call and SubmitMany start a
-// send span and inject its context into the job's headers; on the worker,
-// the lanes' run function is wrapped (owner.run) so that every task it
-// runs carries a jobTrace on its Job, and the places that run a handler
-// or reducer (call, reduce), commit a group (applyGroup) and settle a job
-// (finish) report to it.
+// What the client's and the worker's spans share, and the client's send
+// spans; worker.go has the worker's.
 
-// tracerName is the instrumentation scope of keylane's spans.
-const tracerName = "github.com/keylane/keylane"
+// TracerName is the instrumentation scope of keylane's spans.
+const TracerName = "github.com/keylane/keylane"
 
 // Span attributes: the OpenTelemetry messaging conventions (semconv
 // v1.37) where they have a name, keylane.* for the rest.
@@ -133,126 +124,157 @@ func propagatorOr(p propagation.TextMapPropagator) propagation.TextMapPropagator
 	return p
 }
 
-// clientTracing makes a client's send spans; nil when tracing is off.
-type clientTracing struct {
-	tracer    trace.Tracer
-	prop      propagation.TextMapPropagator
-	nc        *nats.Conn
-	namespace string
+// ClientConfig is what NewClient builds a client's tracing from.
+type ClientConfig struct {
+	// TracerProvider makes the spans; nil turns tracing off.
+	TracerProvider trace.TracerProvider
+	// Propagator writes a span's context into a job's headers. Defaults
+	// to W3C Trace Context.
+	Propagator propagation.TextMapPropagator
+	// Namespace names the spans ("keylane.submit <namespace>").
+	Namespace string
+	// Fits reports whether a job message is within its size limit (the
+	// client's: max_payload less DeadLetterReserve). A trace context that
+	// would take a job past it is left out.
+	Fits func(m *nats.Msg) bool
+	// Duplicate reports whether a send's error only says a job with its
+	// ID was stored before: not a failure (ErrDuplicate).
+	Duplicate func(err error) bool
+	// Remote reports whether a send's error is the worker's answer that
+	// the job failed (a RemoteError), and whether that was permanent and
+	// dead-lettered.
+	Remote func(err error) (permanent, deadLettered, ok bool)
 }
 
-func newClientTracing(cfg ClientConfig, nc *nats.Conn) *clientTracing {
+// Client makes a client's send spans; nil when tracing is off, and then
+// every method is a nil check. It is safe for concurrent use.
+type Client struct {
+	tracer    trace.Tracer
+	prop      propagation.TextMapPropagator
+	namespace string
+	fits      func(*nats.Msg) bool
+	duplicate func(error) bool
+	remote    func(error) (permanent, deadLettered, ok bool)
+}
+
+// NewClient returns a client's tracing, or nil when cfg.TracerProvider is
+// nil (tracing off).
+func NewClient(cfg ClientConfig) *Client {
 	if cfg.TracerProvider == nil {
 		return nil
 	}
-	return &clientTracing{
-		tracer: cfg.TracerProvider.Tracer(tracerName), prop: propagatorOr(cfg.Propagator),
-		nc: nc, namespace: cfg.Namespace,
+	return &Client{
+		tracer: cfg.TracerProvider.Tracer(TracerName), prop: propagatorOr(cfg.Propagator),
+		namespace: cfg.Namespace, fits: cfg.Fits, duplicate: cfg.Duplicate, remote: cfg.Remote,
 	}
 }
 
-// sendSpan is a producer span of Submit or Call; the zero value (tracing
+// SendSpan is a producer span of Submit or Call; the zero value (tracing
 // off) does nothing.
-type sendSpan struct{ span trace.Span }
+type SendSpan struct {
+	span trace.Span
+	ct   *Client
+}
 
-// send starts the producer span of one job message (op "submit" or
+// Send starts the producer span of one job message (op "submit" or
 // "call") and writes its context into m's headers.
-func (ct *clientTracing) send(ctx context.Context, op string, m *nats.Msg) sendSpan {
+func (ct *Client) Send(ctx context.Context, op string, m *nats.Msg) SendSpan {
 	if ct == nil {
-		return sendSpan{}
+		return SendSpan{}
 	}
 	ctx, span := ct.tracer.Start(ctx, "keylane."+op+" "+ct.namespace,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attrSystem, attrOperationType.String("send"), attrOperationName.String(op),
 			attrDestination.String(m.Subject), attrPartitionID.String(subjectPartition(m.Subject)),
-			attrMessageID.String(m.Header.Get(HeaderJobID)), attrKey.String(m.Header.Get(HeaderKey)),
+			attrMessageID.String(m.Header.Get(wire.HeaderJobID)), attrKey.String(m.Header.Get(wire.HeaderKey)),
 			attrBodySize.Int(len(m.Data))))
 	ct.inject(ctx, span, m)
-	return sendSpan{span}
+	return SendSpan{span, ct}
 }
 
 // inject writes the span context of ctx into m's headers, unless that
-// would take the job past the size Client.message allows (max_payload
-// less DeadLetterReserve): then the job goes without it. Tracing never
-// makes a job fail.
-func (ct *clientTracing) inject(ctx context.Context, span trace.Span, m *nats.Msg) {
+// would take the job past its size limit (ClientConfig.Fits): then the
+// job goes without it. Tracing never makes a job fail.
+func (ct *Client) inject(ctx context.Context, span trace.Span, m *nats.Msg) {
 	rec := &setRecorder{h: m.Header, prev: map[string][]string{}}
 	ct.prop.Inject(ctx, rec)
-	if messageSize(m) > ct.nc.MaxPayload()-DeadLetterReserve {
+	if !ct.fits(m) {
 		rec.undo()
 		span.AddEvent("keylane.trace_context_dropped", trace.WithAttributes(attrError.String("the job would exceed its size limit with it")))
 	}
 }
 
-// messageID sets the span's message ID to m's job ID as it was sent.
-func (s sendSpan) messageID(m *nats.Msg) {
+// MessageID sets the span's message ID to m's job ID as it was sent.
+func (s SendSpan) MessageID(m *nats.Msg) {
 	if s.span != nil {
-		s.span.SetAttributes(attrMessageID.String(m.Header.Get(HeaderJobID)))
+		s.span.SetAttributes(attrMessageID.String(m.Header.Get(wire.HeaderJobID)))
 	}
 }
 
-// end ends the span with the outcome *errp: an error status for any
-// error but ErrDuplicate (the job was stored before, by this ID).
-func (s sendSpan) end(errp *error) {
+// End ends the span with the outcome *errp: an error status for any
+// error but a duplicate (the job was stored before, by this ID).
+func (s SendSpan) End(errp *error) {
 	if s.span == nil {
 		return
 	}
-	spanError(s.span, *errp)
+	s.ct.spanError(s.span, *errp)
 	s.span.End()
 }
 
-func spanError(span trace.Span, err error) {
+func (ct *Client) spanError(span trace.Span, err error) {
 	if err == nil {
 		return
 	}
-	if errors.Is(err, ErrDuplicate) {
+	if ct.duplicate(err) {
 		span.SetAttributes(attrDuplicate.Bool(true))
 		return
 	}
-	var re *RemoteError
-	if errors.As(err, &re) {
-		span.SetAttributes(attrPermanent.Bool(re.Permanent), attrDeadLettered.Bool(re.DeadLettered))
+	if permanent, deadLettered, ok := ct.remote(err); ok {
+		span.SetAttributes(attrPermanent.Bool(permanent), attrDeadLettered.Bool(deadLettered))
 	}
 	span.RecordError(err)
 	span.SetStatus(codes.Error, err.Error())
 }
 
-// batchSpan is the one producer span of a SubmitMany; its context goes
+// BatchSpan is the one producer span of a SubmitMany; its context goes
 // into every job of the batch. The zero value does nothing.
-type batchSpan struct {
-	ct   *clientTracing
+type BatchSpan struct {
+	ct   *Client
 	ctx  context.Context
 	span trace.Span
 }
 
-func (ct *clientTracing) sendMany(ctx context.Context, n int) batchSpan {
+// SendMany starts the producer span of a SubmitMany of n jobs.
+func (ct *Client) SendMany(ctx context.Context, n int) BatchSpan {
 	if ct == nil {
-		return batchSpan{}
+		return BatchSpan{}
 	}
 	ctx, span := ct.tracer.Start(ctx, "keylane.submit_many "+ct.namespace,
 		trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attrSystem, attrOperationType.String("send"), attrOperationName.String("submit_many"),
 			attrBatchCount.Int(n)))
-	return batchSpan{ct, ctx, span}
+	return BatchSpan{ct, ctx, span}
 }
 
-func (b batchSpan) inject(m *nats.Msg) {
+// Inject writes the batch span's context into m's headers (see inject).
+func (b BatchSpan) Inject(m *nats.Msg) {
 	if b.span != nil {
 		b.ct.inject(b.ctx, b.span, m)
 	}
 }
 
-// end ends the span, an error if any job of the batch was not stored.
-func (b batchSpan) end(out []Submitted) {
+// End ends the span, an error if any job of the batch was not stored:
+// errOf(i) is the i-th of its n jobs' outcome.
+func (b BatchSpan) End(n int, errOf func(i int) error) {
 	if b.span == nil {
 		return
 	}
 	failed := 0
 	var first error
-	for _, s := range out {
-		if s.Err != nil && !errors.Is(s.Err, ErrDuplicate) {
+	for i := range n {
+		if err := errOf(i); err != nil && !b.ct.duplicate(err) {
 			if failed++; first == nil {
-				first = s.Err
+				first = err
 			}
 		}
 	}

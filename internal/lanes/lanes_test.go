@@ -1,4 +1,4 @@
-package keylane
+package lanes
 
 import (
 	"context"
@@ -11,8 +11,29 @@ import (
 	"time"
 )
 
+// task is a job as the tests queue it: a one-job message of key at seq.
+type task struct {
+	key      string
+	pos      Position
+	part     bool
+	maybeDup bool
+	mark     Mark
+}
+
+func (t *task) Pos() Position        { return t.pos }
+func (t *task) Key() string          { return t.key }
+func (t *task) Part() bool           { return t.part }
+func (t *task) MaybeDup() bool       { return t.maybeDup }
+func (t *task) SetMaybeDup(dup bool) { t.maybeDup = dup }
+func (t *task) Mark() *Mark          { return &t.mark }
+
 func newTask(key string, seq uint64) *task {
-	return &task{job: Job{Key: key, Seq: seq}}
+	return &task{key: key, pos: Position{Seq: seq}}
+}
+
+// newLanes is New as the tests call it.
+func newLanes(runners, group, window int, run func([]*task)) *Lanes[*task] {
+	return New(Config[*task]{Runners: runners, Group: group, Window: window, Run: run})
 }
 
 // TestLanesOneAtATimeInOrder feeds interleaved jobs of a few keys and checks
@@ -27,18 +48,18 @@ func TestLanesOneAtATimeInOrder(t *testing.T) {
 	var order atomic.Int64
 	l := newLanes(4, 1, 1<<20, one(func(tk *task) {
 		mu.Lock()
-		running[tk.job.Key]++
+		running[tk.key]++
 		total++
-		maxPerKey = max(maxPerKey, running[tk.job.Key])
+		maxPerKey = max(maxPerKey, running[tk.key])
 		maxTotal = max(maxTotal, total)
-		if tk.job.Seq <= last[tk.job.Key] {
+		if tk.pos.Seq <= last[tk.key] {
 			order.Add(1)
 		}
-		last[tk.job.Key] = tk.job.Seq
+		last[tk.key] = tk.pos.Seq
 		mu.Unlock()
 		time.Sleep(50 * time.Microsecond)
 		mu.Lock()
-		running[tk.job.Key]--
+		running[tk.key]--
 		total--
 		mu.Unlock()
 	}))
@@ -46,12 +67,12 @@ func TestLanesOneAtATimeInOrder(t *testing.T) {
 	for i := 0; i < perKey; i++ {
 		for k := 0; k < keys; k++ {
 			seq++
-			if ok, _ := l.add(newTask(fmt.Sprintf("k%d", k), seq)); !ok {
+			if ok, _ := l.Add(newTask(fmt.Sprintf("k%d", k), seq)); !ok {
 				t.Fatalf("add refused seq %d", seq)
 			}
 		}
 	}
-	l.close(false)
+	l.Close(false)
 	if maxPerKey != 1 {
 		t.Fatalf("max concurrent runs of one key = %d, want 1", maxPerKey)
 	}
@@ -64,8 +85,8 @@ func TestLanesOneAtATimeInOrder(t *testing.T) {
 	if n := order.Load(); n != 0 {
 		t.Fatalf("%d runs out of order", n)
 	}
-	if l.pending() != 0 {
-		t.Fatalf("%d tasks left in flight", l.pending())
+	if l.Pending() != 0 {
+		t.Fatalf("%d tasks left in flight", l.Pending())
 	}
 }
 
@@ -78,15 +99,15 @@ func TestLanesHotKeyDoesNotStarve(t *testing.T) {
 	l := newLanes(1, 1, 1<<20, one(func(tk *task) {
 		<-gate
 		mu.Lock()
-		ran = append(ran, tk.job.Key)
+		ran = append(ran, tk.key)
 		mu.Unlock()
 	}))
 	for i := 1; i <= 200; i++ {
-		l.add(newTask("hot", uint64(i)))
+		l.Add(newTask("hot", uint64(i)))
 	}
-	l.add(newTask("cold", 1000))
+	l.Add(newTask("cold", 1000))
 	close(gate)
-	l.close(false)
+	l.Close(false)
 	for i, k := range ran {
 		if k == "cold" {
 			if i > laneBurst+1 {
@@ -102,14 +123,14 @@ func TestLanesRefuseDuplicateInFlight(t *testing.T) {
 	block := make(chan struct{})
 	var runs atomic.Int64
 	l := newLanes(2, 1, 1<<20, one(func(*task) { runs.Add(1); <-block }))
-	if ok, _ := l.add(newTask("a", 7)); !ok {
+	if ok, _ := l.Add(newTask("a", 7)); !ok {
 		t.Fatal("first add refused")
 	}
-	if ok, _ := l.add(newTask("a", 7)); ok {
+	if ok, _ := l.Add(newTask("a", 7)); ok {
 		t.Fatal("a redelivery of an in-flight sequence was queued")
 	}
 	close(block)
-	l.close(false)
+	l.Close(false)
 	if runs.Load() != 1 {
 		t.Fatalf("runs = %d, want 1", runs.Load())
 	}
@@ -126,11 +147,11 @@ func TestLanesCloseDropsQueued(t *testing.T) {
 		}
 	}))
 	for i := 1; i <= 10; i++ {
-		l.add(newTask("a", uint64(i)))
+		l.Add(newTask("a", uint64(i)))
 	}
 	<-started
 	closed := make(chan struct{})
-	go func() { l.close(true); close(closed) }()
+	go func() { l.Close(true); close(closed) }()
 	// Let the running job finish only once close has marked the lanes
 	// dropping, so the queued ones must be dropped, not run.
 	for {
@@ -147,7 +168,7 @@ func TestLanesCloseDropsQueued(t *testing.T) {
 	if runs.Load() != 1 {
 		t.Fatalf("runs = %d after a dropping close, want only the running one", runs.Load())
 	}
-	if ok, _ := l.add(newTask("a", 99)); ok {
+	if ok, _ := l.Add(newTask("a", 99)); ok {
 		t.Fatal("add after close accepted")
 	}
 }
@@ -180,25 +201,25 @@ func TestLanesGroups(t *testing.T) {
 			bad = fmt.Sprintf("group of %d", len(ts))
 		}
 		for _, tk := range ts {
-			if tk.job.Key != ts[0].job.Key {
+			if tk.key != ts[0].key {
 				bad = "keys mixed in one group"
 			}
-			if tk.job.Seq <= last[tk.job.Key] {
-				bad = fmt.Sprintf("key %s: seq %d after %d", tk.job.Key, tk.job.Seq, last[tk.job.Key])
+			if tk.pos.Seq <= last[tk.key] {
+				bad = fmt.Sprintf("key %s: seq %d after %d", tk.key, tk.pos.Seq, last[tk.key])
 			}
-			last[tk.job.Key] = tk.job.Seq
-			seen[tk.job.Seq]++
+			last[tk.key] = tk.pos.Seq
+			seen[tk.pos.Seq]++
 		}
 	})
 	seq := uint64(0)
 	for i := 0; i < perKey; i++ {
 		for k := 0; k < keys; k++ {
 			seq++
-			l.add(newTask(fmt.Sprintf("k%d", k), seq))
+			l.Add(newTask(fmt.Sprintf("k%d", k), seq))
 		}
 	}
 	close(gate)
-	l.close(false)
+	l.Close(false)
 	if bad != "" {
 		t.Fatal(bad)
 	}
@@ -225,56 +246,56 @@ func TestLanesGapClosesWhateverTheReturnOrder(t *testing.T) {
 	var ran []uint64
 	gate := make(chan struct{})
 	l := newLanes(2, 1, 64, one(func(tk *task) {
-		if tk.job.Seq == 1 {
+		if tk.pos.Seq == 1 {
 			<-gate
 		}
 		mu.Lock()
-		ran = append(ran, tk.job.Seq)
+		ran = append(ran, tk.pos.Seq)
 		mu.Unlock()
 	}))
 	for seq := uint64(1); seq <= 40; seq++ {
-		l.add(newTask("hot", seq))
+		l.Add(newTask("hot", seq))
 	}
 	for !runningHead(l, "hot") {
 		runtime.Gosched()
 	}
-	back := l.stall("hot", true) // seq 1 runs and "fails"; it keeps 16 queued
+	back := l.Stall("hot", true) // seq 1 runs and "fails"; it keeps 16 queued
 	if len(back) != 40-1-16 {
 		t.Fatalf("stall handed back %d jobs, want %d", len(back), 40-1-16)
 	}
-	if ok, hb := l.add(newTask("hot", 41)); !ok || !hb {
+	if ok, hb := l.Add(newTask("hot", 41)); !ok || !hb {
 		t.Fatalf("a new job of the stalled key: ok %v handBack %v, want handed back", ok, hb)
 	}
-	l.stall("hot", false) // the head settled
+	l.Stall("hot", false) // the head settled
 	close(gate)
 	for seq := uint64(42); seq <= 50; seq++ { // the key's traffic goes on
-		if ok, hb := l.add(newTask("hot", seq)); !ok || hb {
+		if ok, hb := l.Add(newTask("hot", seq)); !ok || hb {
 			t.Fatalf("new job %d after the head settled: ok %v handBack %v", seq, ok, hb)
 		}
 	}
 	// They come back highest first, 41 last.
 	for i := len(back) - 1; i >= 0; i-- {
-		if ok, hb := l.add(newTask("hot", back[i].job.Seq)); !ok || hb {
-			t.Fatalf("returning job %d: ok %v handBack %v, want taken", back[i].job.Seq, ok, hb)
+		if ok, hb := l.Add(newTask("hot", back[i].pos.Seq)); !ok || hb {
+			t.Fatalf("returning job %d: ok %v handBack %v, want taken", back[i].pos.Seq, ok, hb)
 		}
 	}
-	if n := l.handedBackNow(); n != 1 {
+	if n := l.HandedBack(); n != 1 {
 		t.Fatalf("%d jobs handed back before 41 returned, want 1", n)
 	}
-	if ok, hb := l.add(newTask("hot", 41)); !ok || hb {
+	if ok, hb := l.Add(newTask("hot", 41)); !ok || hb {
 		t.Fatalf("returning job 41: ok %v handBack %v", ok, hb)
 	}
-	l.close(false)
+	l.Close(false)
 	if !slices.IsSorted(ran) || len(ran) != 50 {
 		t.Fatalf("ran %d jobs, sorted %v: %v", len(ran), slices.IsSorted(ran), ran)
 	}
-	if n := l.handedBackNow(); n != 0 {
+	if n := l.HandedBack(); n != 0 {
 		t.Fatalf("%d jobs still handed back", n)
 	}
 }
 
 // runningHead reports whether key's lane has a job taken by a runner.
-func runningHead(l *lanes, key string) bool {
+func runningHead(l *Lanes[*task], key string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.busy > 0 && l.byKey[key] != nil
@@ -286,21 +307,21 @@ func runningHead(l *lanes, key string) bool {
 // closes the gap has to be delivered.
 func TestLanesWindowBehindAGapHandsBackTheHighest(t *testing.T) {
 	l := newLanes(1, 1, 4, one(func(*task) {}))
-	defer l.close(true)
+	defer l.Close(true)
 	l.mu.Lock()
-	l.byKey["k"] = &lane{key: "k", handedBack: gap{{seq: 5}}} // 5 is out
+	l.byKey["k"] = &lane[*task]{key: "k", handedBack: gap{{seq: 5}}} // 5 is out
 	l.mu.Unlock()
 	for seq := uint64(6); seq <= 9; seq++ {
-		if ok, hb := l.add(newTask("k", seq)); !ok || hb {
+		if ok, hb := l.Add(newTask("k", seq)); !ok || hb {
 			t.Fatalf("job %d behind the gap: ok %v handBack %v", seq, ok, hb)
 		}
 	}
-	back, _ := l.waitRoom()
-	if len(back) != 1 || back[0].job.Seq != 9 {
+	back, _ := l.WaitRoom()
+	if len(back) != 1 || back[0].pos.Seq != 9 {
 		t.Fatalf("waitRoom on a window full behind a gap handed back %d jobs (%v), want 9", len(back), back)
 	}
-	if l.pending() != 3 || l.handedBackNow() != 2 {
-		t.Fatalf("pending %d, handed back %d; want 3 and 2", l.pending(), l.handedBackNow())
+	if l.Pending() != 3 || l.HandedBack() != 2 {
+		t.Fatalf("pending %d, handed back %d; want 3 and 2", l.Pending(), l.HandedBack())
 	}
 }
 
@@ -315,15 +336,15 @@ func TestLanesStalledKeysGiveTheirKeptJobsBack(t *testing.T) {
 	ran := map[string][]uint64{}
 	gate := make(chan struct{})
 	l := newLanes(2, 1, 4, one(func(tk *task) {
-		if tk.job.Seq == 1 || tk.job.Seq == 4 {
+		if tk.pos.Seq == 1 || tk.pos.Seq == 4 {
 			<-gate
 		}
 		mu.Lock()
-		ran[tk.job.Key] = append(ran[tk.job.Key], tk.job.Seq)
+		ran[tk.key] = append(ran[tk.key], tk.pos.Seq)
 		mu.Unlock()
 	}))
 	for seq := uint64(1); seq <= 6; seq++ {
-		l.add(newTask(map[bool]string{true: "a", false: "b"}[seq <= 3], seq))
+		l.Add(newTask(map[bool]string{true: "a", false: "b"}[seq <= 3], seq))
 	}
 	for {
 		l.mu.Lock()
@@ -334,31 +355,31 @@ func TestLanesStalledKeysGiveTheirKeptJobsBack(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	if back := append(l.stall("a", true), l.stall("b", true)...); len(back) != 0 {
+	if back := append(l.Stall("a", true), l.Stall("b", true)...); len(back) != 0 {
 		t.Fatalf("stall handed back %d jobs, want none (each keeps 2)", len(back))
 	}
-	back, stalledBack := l.waitRoom()
+	back, stalledBack := l.WaitRoom()
 	if len(back) != 0 || len(stalledBack) != 1 {
 		t.Fatalf("waitRoom on a window full of kept jobs handed back %d and %d kept ones, want 0 and 1", len(back), len(stalledBack))
 	}
 	got := stalledBack[0]
-	if got.job.Seq != 3 && got.job.Seq != 6 {
-		t.Fatalf("handed back job %d, want a key's highest (3 or 6)", got.job.Seq)
+	if got.pos.Seq != 3 && got.pos.Seq != 6 {
+		t.Fatalf("handed back job %d, want a key's highest (3 or 6)", got.pos.Seq)
 	}
-	if ok, hb := l.add(newTask(got.job.Key, got.job.Seq)); !ok || !hb {
-		t.Fatalf("the squeezed key took its job %d back while stalled: ok %v handBack %v", got.job.Seq, ok, hb)
+	if ok, hb := l.Add(newTask(got.key, got.pos.Seq)); !ok || !hb {
+		t.Fatalf("the squeezed key took its job %d back while stalled: ok %v handBack %v", got.pos.Seq, ok, hb)
 	}
-	l.stall("a", false)
-	l.stall("b", false)
+	l.Stall("a", false)
+	l.Stall("b", false)
 	close(gate)
-	if ok, hb := l.add(newTask(got.job.Key, got.job.Seq)); !ok || hb {
-		t.Fatalf("returning job %d after the heads settled: ok %v handBack %v", got.job.Seq, ok, hb)
+	if ok, hb := l.Add(newTask(got.key, got.pos.Seq)); !ok || hb {
+		t.Fatalf("returning job %d after the heads settled: ok %v handBack %v", got.pos.Seq, ok, hb)
 	}
-	l.close(false)
+	l.Close(false)
 	if !slices.Equal(ran["a"], []uint64{1, 2, 3}) || !slices.Equal(ran["b"], []uint64{4, 5, 6}) {
 		t.Fatalf("ran %v", ran)
 	}
-	if n := l.handedBackNow(); n != 0 {
+	if n := l.HandedBack(); n != 0 {
 		t.Fatalf("%d jobs still handed back", n)
 	}
 }
@@ -368,11 +389,11 @@ func TestLanesStalledKeysGiveTheirKeptJobsBack(t *testing.T) {
 // runs meanwhile, and once the pause ended the lanes are back to one
 // runner.
 func TestLanesPausedRunnerLetsOthersRun(t *testing.T) {
-	var l *lanes
+	var l *Lanes[*task]
 	other := make(chan struct{})
 	var paused atomic.Bool
 	l = newLanes(1, 1, 64, one(func(tk *task) {
-		if tk.job.Key == "failing" {
+		if tk.key == "failing" {
 			// Its backoff lasts until the other key ran (or a minute).
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
@@ -383,22 +404,22 @@ func TestLanesPausedRunnerLetsOthersRun(t *testing.T) {
 				cancel()
 			}()
 			paused.Store(true)
-			l.pause(ctx, time.Hour)
+			l.Pause(ctx, time.Hour)
 			return
 		}
 		close(other)
 	}))
-	l.add(newTask("failing", 1))
+	l.Add(newTask("failing", 1))
 	for !paused.Load() {
 		runtime.Gosched()
 	}
-	l.add(newTask("other", 2))
+	l.Add(newTask("other", 2))
 	select {
 	case <-other:
 	case <-time.After(time.Minute):
 		t.Fatal("another key did not run while the only runner paused")
 	}
-	l.close(false)
+	l.Close(false)
 	if l.live != 0 {
 		t.Fatalf("%d runners left after close", l.live)
 	}
@@ -409,12 +430,12 @@ func TestLanesPausedRunnerLetsOthersRun(t *testing.T) {
 // backoff must give up at once (its new consumer delivers it again), not
 // hold the re-sync, and with it the partition, until it settles.
 func TestLanesDroppingCloseEndsABackoff(t *testing.T) {
-	var l *lanes
+	var l *Lanes[*task]
 	paused := make(chan bool, 1)
 	l = newLanes(1, 1, 64, one(func(*task) {
-		paused <- l.pause(context.Background(), time.Hour)
+		paused <- l.Pause(context.Background(), time.Hour)
 	}))
-	l.add(newTask("failing", 1))
+	l.Add(newTask("failing", 1))
 	for {
 		l.mu.Lock()
 		p := l.pausing
@@ -425,7 +446,7 @@ func TestLanesDroppingCloseEndsABackoff(t *testing.T) {
 		runtime.Gosched()
 	}
 	closed := make(chan struct{})
-	go func() { l.close(true); close(closed) }()
+	go func() { l.Close(true); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(time.Minute):

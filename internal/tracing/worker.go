@@ -1,4 +1,4 @@
-package keylane
+package tracing
 
 import (
 	"context"
@@ -12,51 +12,71 @@ import (
 )
 
 // The worker's half of tracing: a job's process, queue, run and commit
-// spans (doc.go, "Tracing"); trace.go has the client's and what both share.
+// spans (doc.go); trace.go has the client's and what both share.
 
-// workerTracing makes a worker's spans; nil when tracing is off.
-type workerTracing struct {
-	tracer  trace.Tracer
-	prop    propagation.TextMapPropagator
-	worker  string
-	process string // the process span's name
+// WorkerConfig is what NewWorker builds a worker's tracing from.
+type WorkerConfig struct {
+	// TracerProvider makes the spans; nil turns tracing off.
+	TracerProvider trace.TracerProvider
+	// Propagator reads a job's parent span context from its headers.
+	// Defaults to W3C Trace Context.
+	Propagator propagation.TextMapPropagator
+	// Worker is the worker's ID (keylane.worker).
+	Worker string
+	// Namespace names the process spans ("keylane.process <namespace>").
+	Namespace string
+	// Consumer names a partition's consumer
+	// (messaging.consumer.group.name).
+	Consumer func(partition int) string
 }
 
-func newWorkerTracing(cfg WorkerConfig) *workerTracing {
+// Worker makes a worker's spans; nil when tracing is off, and then every
+// method is a nil check. It is safe for concurrent use.
+type Worker struct {
+	tracer   trace.Tracer
+	prop     propagation.TextMapPropagator
+	worker   string
+	process  string // the process span's name
+	consumer func(partition int) string
+}
+
+// NewWorker returns a worker's tracing, or nil when cfg.TracerProvider is
+// nil (tracing off).
+func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.TracerProvider == nil {
 		return nil
 	}
-	return &workerTracing{
-		tracer: cfg.TracerProvider.Tracer(tracerName), prop: propagatorOr(cfg.Propagator),
-		worker: cfg.ID, process: "keylane.process " + cfg.Topology.Namespace,
+	return &Worker{
+		tracer: cfg.TracerProvider.Tracer(TracerName), prop: propagatorOr(cfg.Propagator),
+		worker: cfg.Worker, process: "keylane.process " + cfg.Namespace, consumer: cfg.Consumer,
 	}
 }
 
-// wrap returns run with tracing around it: each task gets a jobTrace for
-// this run, and whatever spans a task still has open when run returns
-// (the job was left unacked, or put back in its lane to run again) are
-// ended there. So no span outlives the run that started it.
-func (wt *workerTracing) wrap(run func([]*task)) func([]*task) {
+// Job is what a job's spans say about it: the worker's Job, less what
+// tracing does not read.
+type Job struct {
+	ID, Key, Type string
+	Partition     int
+	Seq, Fence    uint64
+	Attempt       int
+	Size          int // the payload's bytes
+}
+
+// Job returns the spans of one job, fetched as msg, for one run of its
+// lane's runner; nil when wt is nil. Leave ends what that run left open.
+func (wt *Worker) Job(msg jetstream.Msg) *JobTrace {
 	if wt == nil {
-		return run
+		return nil
 	}
-	return func(ts []*task) {
-		for _, t := range ts {
-			t.job.trace = &jobTrace{wt: wt, msg: t.msg}
-		}
-		run(ts)
-		for _, t := range ts {
-			t.job.trace.leave(t.requeued)
-			t.job.trace = nil
-		}
-	}
+	return &JobTrace{wt: wt, msg: msg}
 }
 
-// jobTrace is one job's spans during one run of its lane's runner. The
+// JobTrace is one job's spans during one run of its lane's runner. The
 // process span begins the first time the job runs or is settled; only the
-// runner goroutine touches it.
-type jobTrace struct {
-	wt       *workerTracing
+// runner goroutine touches it. A nil *JobTrace (tracing off) does
+// nothing.
+type JobTrace struct {
+	wt       *Worker
 	msg      jetstream.Msg
 	ctx      context.Context // carries the process span
 	span     trace.Span      // the process span; nil until begun
@@ -76,7 +96,7 @@ type groupCommit struct {
 // begin starts the process span, from the job's stream timestamp, with
 // the context its producer sent as parent (none, or one that does not
 // parse, makes it a root span), and records the queue wait as a child.
-func (jt *jobTrace) begin(job Job) {
+func (jt *JobTrace) begin(job Job) {
 	if jt.span != nil {
 		return
 	}
@@ -92,8 +112,8 @@ func (jt *jobTrace) begin(job Job) {
 	attrs := []attribute.KeyValue{
 		attrSystem, attrOperationType.String("process"), attrOperationName.String("process"),
 		attrDestination.String(jt.msg.Subject()), attrPartitionID.Int(job.Partition),
-		attrConsumerGroup.String(Names{}.Consumer(job.Partition)),
-		attrMessageID.String(job.ID), attrKey.String(job.Key), attrBodySize.Int(len(job.Payload)),
+		attrConsumerGroup.String(jt.wt.consumer(job.Partition)),
+		attrMessageID.String(job.ID), attrKey.String(job.Key), attrBodySize.Int(job.Size),
 		attrSeq.Int64(int64(job.Seq)), attrFence.Int64(int64(job.Fence)), attrWorker.String(jt.wt.worker),
 		attrDelivered.Int64(int64(delivered)),
 	}
@@ -106,27 +126,27 @@ func (jt *jobTrace) begin(job Job) {
 	q.End(trace.WithTimestamp(now))
 }
 
-// runSpan is one run of a handler or reducer; the zero value does nothing.
-type runSpan struct {
-	jt      *jobTrace
+// RunSpan is one run of a handler or reducer; the zero value does nothing.
+type RunSpan struct {
+	jt      *JobTrace
 	span    trace.Span
 	attempt int
 }
 
-// run starts the run span of job's current attempt and returns ctx
+// Run starts the run span of job's current attempt and returns ctx
 // carrying it, for the handler or reducer: their own spans nest under it.
-func (jt *jobTrace) run(ctx context.Context, job Job) (context.Context, runSpan) {
+func (jt *JobTrace) Run(ctx context.Context, job Job) (context.Context, RunSpan) {
 	if jt == nil {
-		return ctx, runSpan{}
+		return ctx, RunSpan{}
 	}
 	jt.begin(job)
 	_, span := jt.wt.tracer.Start(jt.ctx, spanRun, trace.WithAttributes(attrAttempt.Int(job.Attempt)))
-	return trace.ContextWithSpan(ctx, span), runSpan{jt, span, job.Attempt}
+	return trace.ContextWithSpan(ctx, span), RunSpan{jt, span, job.Attempt}
 }
 
-// end ends the run with its outcome *errp; a failed run is also an event
+// End ends the run with its outcome *errp; a failed run is also an event
 // on the process span, so retries show there.
-func (r runSpan) end(errp *error) {
+func (r RunSpan) End(errp *error) {
 	if r.span == nil {
 		return
 	}
@@ -141,47 +161,51 @@ func (r runSpan) end(errp *error) {
 	r.jt.lastRun = now
 }
 
-// traceGroup records a group commit of jobs (State.group): n of them
-// settled, werr the write's error. One commit span covers the group, from
-// the end of its last run until the last of its jobs is acked; its
-// parent is the group's last settled job (the one whose sequence the
-// write records), and it links to the others, each of which links back
-// to it. A failed write is a commit span with an error status at once.
-func traceGroup(jobs []Job, n int, werr error) {
-	if len(jobs) == 0 || jobs[0].trace == nil || (werr == nil && n == 0) {
+// Group records a group commit of jobs (State.group), each with its
+// spans (jts[i] is jobs[i]'s): n of them settled, werr the write's error.
+// One commit span covers the group, from the end of its last run until the
+// last of its jobs is acked; its parent is the group's last settled job
+// (the one whose sequence the write records), and it links to the others,
+// each of which links back to it. A failed write is a commit span with an
+// error status at once.
+func Group(jts []*JobTrace, jobs []Job, n int, werr error) {
+	if len(jts) == 0 || jts[0] == nil || (werr == nil && n == 0) {
 		return
 	}
 	start := time.Time{}
-	for _, j := range jobs {
-		if j.trace.lastRun.After(start) {
-			start = j.trace.lastRun
+	for _, jt := range jts {
+		if jt.lastRun.After(start) {
+			start = jt.lastRun
 		}
 	}
 	if start.IsZero() {
 		start = time.Now()
 	}
-	covered := jobs[:n]
+	covered := make([]int, 0, len(jts)) // indices of the jobs the write covered
+	for i := range n {
+		covered = append(covered, i)
+	}
 	if werr != nil {
 		// The write covered the jobs that ran.
-		covered = nil
-		for _, j := range jobs {
-			if j.trace.span != nil {
-				covered = append(covered, j)
+		covered = covered[:0]
+		for i, jt := range jts {
+			if jt.span != nil {
+				covered = append(covered, i)
 			}
 		}
 		if len(covered) == 0 {
-			covered = jobs[:1]
+			covered = append(covered, 0)
 		}
 	}
-	last := covered[len(covered)-1]
+	last := jts[covered[len(covered)-1]]
 	var links []trace.Link
-	for _, j := range covered {
-		j.trace.begin(j)
-		if j.trace != last.trace {
-			links = append(links, trace.Link{SpanContext: j.trace.span.SpanContext()})
+	for _, i := range covered {
+		jts[i].begin(jobs[i])
+		if jts[i] != last {
+			links = append(links, trace.Link{SpanContext: jts[i].span.SpanContext()})
 		}
 	}
-	_, span := last.trace.wt.tracer.Start(last.trace.ctx, spanCommit, trace.WithTimestamp(start),
+	_, span := last.wt.tracer.Start(last.ctx, spanCommit, trace.WithTimestamp(start),
 		trace.WithLinks(links...), trace.WithAttributes(attrGroupSize.Int(len(covered))))
 	if werr != nil {
 		span.RecordError(werr)
@@ -190,16 +214,17 @@ func traceGroup(jobs []Job, n int, werr error) {
 		return
 	}
 	g := &groupCommit{span: span, open: len(covered)}
-	for _, j := range covered {
-		j.trace.releaseCommit() // an earlier commit's part, if any
-		j.trace.commit, j.trace.released = g, false
-		if j.trace != last.trace {
-			j.trace.span.AddLink(trace.Link{SpanContext: span.SpanContext()})
+	for _, i := range covered {
+		jt := jts[i]
+		jt.releaseCommit() // an earlier commit's part, if any
+		jt.commit, jt.released = g, false
+		if jt != last {
+			jt.span.AddLink(trace.Link{SpanContext: span.SpanContext()})
 		}
 	}
 }
 
-func (jt *jobTrace) releaseCommit() {
+func (jt *JobTrace) releaseCommit() {
 	if jt.commit == nil || jt.released {
 		return
 	}
@@ -209,35 +234,35 @@ func (jt *jobTrace) releaseCommit() {
 	}
 }
 
-// commitSpan is a job's part of settling (finish: keep the outcome,
+// CommitSpan is a job's part of settling (finish: keep the outcome,
 // reply, ack); the zero value does nothing.
-type commitSpan struct {
-	jt   *jobTrace
+type CommitSpan struct {
+	jt   *JobTrace
 	job  Job
 	span trace.Span // its own commit span; nil when a group's covers it
 	herr error
 	dead bool
 }
 
-// finish starts the commit part of settling job with outcome herr (dead:
+// Finish starts the commit part of settling job with outcome herr (dead:
 // it was dead-lettered). A Handler job gets a commit span of its own; a
 // Reducer job's is its group's.
-func (jt *jobTrace) finish(job Job, herr error, dead bool) commitSpan {
+func (jt *JobTrace) Finish(job Job, herr error, dead bool) CommitSpan {
 	if jt == nil {
-		return commitSpan{}
+		return CommitSpan{}
 	}
 	jt.begin(job)
-	c := commitSpan{jt: jt, job: job, herr: herr, dead: dead}
+	c := CommitSpan{jt: jt, job: job, herr: herr, dead: dead}
 	if jt.commit == nil || jt.released {
 		_, c.span = jt.wt.tracer.Start(jt.ctx, spanCommit, trace.WithAttributes(attrGroupSize.Int(1)))
 	}
 	return c
 }
 
-// end ends the commit part and the process span: acked, dead-lettered, or
+// End ends the commit part and the process span: acked, dead-lettered, or
 // not acked (the lease was no longer trusted: the job will be delivered
 // again).
-func (c commitSpan) end(acked *bool) {
+func (c CommitSpan) End(acked *bool) {
 	if c.jt == nil {
 		return
 	}
@@ -273,10 +298,13 @@ func (c commitSpan) end(acked *bool) {
 	jt.span.End()
 }
 
-// leave ends what the run left open: the job's part of a group commit,
+// Leave ends what the run left open: the job's part of a group commit,
 // and its process span if it was not settled (left unacked, or requeued
 // to run again in a later run, which starts a new process span).
-func (jt *jobTrace) leave(requeued bool) {
+func (jt *JobTrace) Leave(requeued bool) {
+	if jt == nil {
+		return
+	}
 	jt.releaseCommit()
 	if jt.span == nil || jt.ended {
 		return

@@ -1,0 +1,151 @@
+package keylane
+
+import (
+	"context"
+	"errors"
+
+	"github.com/keylane/keylane/internal/tracing"
+	"github.com/nats-io/nats.go"
+)
+
+// OpenTelemetry tracing, off unless ClientConfig.TracerProvider or
+// WorkerConfig.TracerProvider is set. The spans and why they are shaped
+// so are written down in doc.go ("Tracing"); internal/tracing makes them.
+// Off, every hook below is a nil check: no header is written or read,
+// nothing is allocated.
+//
+// The hooks sit at one call per site: Submit, Call and SubmitMany start a
+// send span and inject its context into the job's headers; on the worker,
+// the lanes' run function is wrapped (owner.run) so that every task it
+// runs carries a jobTrace on its Job, and the places that run a handler
+// or reducer (call, reduce), commit a group (applyGroup) and settle a job
+// (finish) report to it.
+//
+// The types here are internal/tracing's under the names the client and
+// the engine call them by, converted at no cost; they go when those call
+// sites move to their own packages (docs/layout.md).
+
+// clientTracing makes a client's send spans; nil when tracing is off.
+type clientTracing tracing.Client
+
+func newClientTracing(cfg ClientConfig, nc *nats.Conn) *clientTracing {
+	return (*clientTracing)(tracing.NewClient(tracing.ClientConfig{
+		TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Namespace: cfg.Namespace,
+		// The size Client.message allows: max_payload less DeadLetterReserve.
+		Fits:      func(m *nats.Msg) bool { return messageSize(m) <= nc.MaxPayload()-DeadLetterReserve },
+		Duplicate: func(err error) bool { return errors.Is(err, ErrDuplicate) },
+		Remote:    remoteFailure,
+	}))
+}
+
+// remoteFailure reads a RemoteError for a send span.
+func remoteFailure(err error) (permanent, deadLettered, ok bool) {
+	var re *RemoteError
+	if errors.As(err, &re) {
+		return re.Permanent, re.DeadLettered, true
+	}
+	return false, false, false
+}
+
+// sendSpan is a producer span of Submit or Call (tracing.SendSpan).
+type sendSpan tracing.SendSpan
+
+func (ct *clientTracing) send(ctx context.Context, op string, m *nats.Msg) sendSpan {
+	return sendSpan((*tracing.Client)(ct).Send(ctx, op, m))
+}
+func (s sendSpan) messageID(m *nats.Msg) { tracing.SendSpan(s).MessageID(m) }
+func (s sendSpan) end(errp *error)       { tracing.SendSpan(s).End(errp) }
+
+// batchSpan is the one producer span of a SubmitMany (tracing.BatchSpan).
+type batchSpan tracing.BatchSpan
+
+func (ct *clientTracing) sendMany(ctx context.Context, n int) batchSpan {
+	return batchSpan((*tracing.Client)(ct).SendMany(ctx, n))
+}
+func (b batchSpan) inject(m *nats.Msg) { tracing.BatchSpan(b).Inject(m) }
+func (b batchSpan) end(out []Submitted) {
+	tracing.BatchSpan(b).End(len(out), func(i int) error { return out[i].Err })
+}
+
+// workerTracing makes a worker's spans; nil when tracing is off.
+type workerTracing tracing.Worker
+
+func newWorkerTracing(cfg WorkerConfig) *workerTracing {
+	return (*workerTracing)(tracing.NewWorker(tracing.WorkerConfig{
+		TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator,
+		Worker: cfg.ID, Namespace: cfg.Topology.Namespace, Consumer: Names{}.Consumer,
+	}))
+}
+
+// wrap returns run with tracing around it: each task gets a jobTrace for
+// this run, and whatever spans a task still has open when run returns
+// (the job was left unacked, or put back in its lane to run again) are
+// ended there. So no span outlives the run that started it.
+func (wt *workerTracing) wrap(run func([]*task)) func([]*task) {
+	if wt == nil {
+		return run
+	}
+	return func(ts []*task) {
+		for _, t := range ts {
+			t.job.trace = (*jobTrace)((*tracing.Worker)(wt).Job(t.msg))
+		}
+		run(ts)
+		for _, t := range ts {
+			t.job.trace.leave(t.mark.Requeued())
+			t.job.trace = nil
+		}
+	}
+}
+
+// jobTrace is one job's spans during one run of its lane's runner
+// (tracing.JobTrace); nil when tracing is off.
+type jobTrace tracing.JobTrace
+
+// runSpan is one run of a handler or reducer (tracing.RunSpan).
+type runSpan tracing.RunSpan
+
+// commitSpan is a job's part of settling (tracing.CommitSpan).
+type commitSpan tracing.CommitSpan
+
+func (jt *jobTrace) run(ctx context.Context, job Job) (context.Context, runSpan) {
+	if jt == nil {
+		return ctx, runSpan{}
+	}
+	ctx, span := (*tracing.JobTrace)(jt).Run(ctx, tracedJob(job))
+	return ctx, runSpan(span)
+}
+
+func (r runSpan) end(errp *error) { tracing.RunSpan(r).End(errp) }
+
+func (jt *jobTrace) finish(job Job, herr error, dead bool) commitSpan {
+	if jt == nil {
+		return commitSpan{}
+	}
+	return commitSpan((*tracing.JobTrace)(jt).Finish(tracedJob(job), herr, dead))
+}
+
+func (c commitSpan) end(acked *bool) { tracing.CommitSpan(c).End(acked) }
+
+func (jt *jobTrace) leave(requeued bool) { (*tracing.JobTrace)(jt).Leave(requeued) }
+
+// traceGroup records a group commit of jobs (State.group): n of them
+// settled, werr the write's error (tracing.Group).
+func traceGroup(jobs []Job, n int, werr error) {
+	if len(jobs) == 0 || jobs[0].trace == nil || (werr == nil && n == 0) {
+		return
+	}
+	jts := make([]*tracing.JobTrace, len(jobs))
+	traced := make([]tracing.Job, len(jobs))
+	for i, j := range jobs {
+		jts[i], traced[i] = (*tracing.JobTrace)(j.trace), tracedJob(j)
+	}
+	tracing.Group(jts, traced, n, werr)
+}
+
+// tracedJob is what job's spans say about it.
+func tracedJob(job Job) tracing.Job {
+	return tracing.Job{
+		ID: job.ID, Key: job.Key, Type: job.Type, Partition: job.Partition,
+		Seq: job.Seq, Fence: job.Fence, Attempt: job.Attempt, Size: len(job.Payload),
+	}
+}
