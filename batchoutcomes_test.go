@@ -74,9 +74,10 @@ func checkOwnResults(t *testing.T, done chan callOutcome, payloads []string) {
 // a Reducer's namespace whose replies are lost (the callers' connection
 // cut while the batch runs): every Call gets its own result once back,
 // from the one entry the worker kept for the batch, and no outcome is
-// kept per job ID but the lead's (alone: a one-job message). Before
-// outcomes were kept per batch there was no batch entry (one entry per
-// job ID instead).
+// kept per job ID (the lead's neither: it went alone, a batch of one,
+// and its outcome is in its own batch's entry). Before outcomes were
+// kept per batch there was no batch entry (one entry per job ID
+// instead).
 func TestBatchedCallRecoversALostReplyFromItsBatchEntry(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	entered, release := make(chan struct{}, 1), make(chan struct{})
@@ -109,16 +110,12 @@ func TestBatchedCallRecoversALostReplyFromItsBatchEntry(t *testing.T) {
 	})
 	testwait.Eventually(t, 10*time.Second, "the batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
 	perID, batches := e.resultsKeys()
-	if len(batches) != 1 {
-		t.Fatalf("batch entries %v, want one (per-ID entries %v)", batches, perID)
+	if len(perID) != 0 {
+		t.Fatalf("outcomes kept by ID %v (batch entries %v), want none", perID, batches)
 	}
-	if len(perID) != 1 {
-		t.Fatalf("outcomes kept by ID %v, want the lead's only", perID)
-	}
-	for id, outs := range batches {
-		if len(outs) != len(payloads) {
-			t.Fatalf("batch %s keeps %d outcomes, want %d", id, len(outs), len(payloads))
-		}
+	lead, _, _ := leadAndQueued(t, batches, len(payloads))
+	if res, _, _ := decodeResult(lead.Value); !strings.HasPrefix(string(res), "lead@") {
+		t.Fatalf("the batch of one keeps %q, not the lead's outcome", res)
 	}
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
@@ -159,7 +156,8 @@ func (g *gateLast) Committed(j Job, applied bool) {
 // callers' connection is cut too. The next owner gets the batch again,
 // answers every job from its held outcome (nothing applied twice),
 // writes the batch's entry and acks; every Call, back, gets its own
-// result from that entry.
+// result from that entry. (The lead, a batch of one ahead of it, may
+// have been settled and its entry written before the cut.)
 func TestBatchRedeliveredBeforeItsOutcomesWereKept(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	payloads := []string{"a", "b", "c", "d"}
@@ -180,17 +178,18 @@ func TestBatchRedeliveredBeforeItsOutcomesWereKept(t *testing.T) {
 	p.Cut()
 	w1.nc.Close() // the crash: nothing more of w1 reaches the server
 	release()
-	if _, batches := e.resultsKeys(); len(batches) != 0 {
-		t.Fatalf("batch entries %v written before the crash", batches)
+	_, before := e.resultsKeys()
+	for _, outs := range before {
+		if len(outs) != 1 {
+			t.Fatalf("batch entries %v written before the crash, not only the lead's batch of one", before)
+		}
 	}
 	w2 := batchWorker(e, "w2", g.tagger)
 	testwait.Eventually(t, 20*time.Second, "the redelivered batch acked", func() bool {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
 	_, batches := e.resultsKeys()
-	if len(batches) != 1 {
-		t.Fatalf("batch entries %v, want the one the next owner wrote", batches)
-	}
+	leadAndQueued(t, batches, len(payloads)) // the queued batch's: the next owner's
 	if err := p.Restore(); err != nil {
 		t.Fatal(err)
 	}
@@ -344,13 +343,8 @@ func batchPastItsHeldWindow(t *testing.T, e *env) (wire.BatchOutcome, string, *C
 	checkOwnResults(t, done, payloads)
 	testwait.Eventually(t, 10*time.Second, "the batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
 	_, batches := e.resultsKeys()
-	if len(batches) != 1 {
-		t.Fatalf("batch entries %v, want one", batches)
-	}
-	var first wire.BatchOutcome
-	for _, outs := range batches {
-		first = outs[0]
-	}
+	_, _, outs := leadAndQueued(t, batches, len(payloads))
+	first := outs[0]
 	reqs := make([]Request, HeldJobs+10)
 	for i := range reqs {
 		reqs[i] = Request{Key: "seat:a", Payload: []byte("later")}
@@ -468,7 +462,9 @@ func TestBatchEntryWithoutTheJobIsNoOutcome(t *testing.T) {
 // there, in its batch's entry, which it reads from the results stream's
 // leader once for the batch, not once per job. Every Call still gets its
 // own result, each job applied once. Before, each job read the entry
-// (4 leader gets of batch/<id> for 4 jobs).
+// (4 leader gets of batch/<id> for 4 jobs). (The lead, a batch of one
+// ahead of the batch, is redelivered too when its ack was lost in the
+// crash, and reads its own entry once.)
 func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	payloads := []string{"a", "b", "c", "d"}
@@ -512,27 +508,50 @@ func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
 	g.counter.mu.Lock()
 	applied := copyCounts(g.counter.applied)
 	g.counter.mu.Unlock()
+	jobsOf := map[string]int{} // batch ID -> jobs applied
 	for id, n := range applied {
 		if n != 1 {
 			t.Fatalf("job %s applied %d times", id, n)
 		}
+		batchID, _, ok := wire.ParseBatchedJobID(id)
+		if !ok {
+			t.Fatalf("job %s: no batch's job ID", id)
+		}
+		jobsOf[batchID]++
+	}
+	var queued string // the batch of the queued Calls (the lead went alone, a batch of one)
+	for id, n := range jobsOf {
+		if n == len(payloads) {
+			queued = id
+		}
+	}
+	if queued == "" || len(jobsOf) != 2 {
+		t.Fatalf("jobs applied per batch %v, want the lead's batch of one and one of %d", jobsOf, len(payloads))
 	}
 	// Every copy sent before the flush's answer is queued on gets now.
 	if err := e.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	// Each batch's entry is read once at most: the queued batch's once
+	// (the lead's batch of one, when its ack was lost in the crash too,
+	// is redelivered and reads its own entry once).
 	n, _, _ := gets.Pending()
-	entryGets := 0
+	entryGets := map[string]int{} // batch ID -> leader gets of its entry
 	for range n {
 		m, err := gets.NextMsg(time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if bytes.Contains(m.Data, []byte("."+wire.BatchOutcomesPrefix)) {
-			entryGets++
+		if _, key, ok := bytes.Cut(m.Data, []byte("."+wire.BatchOutcomesPrefix)); ok {
+			entryGets[string(bytes.TrimRight(key, `"}`))]++
 		}
 	}
-	if n := entryGets; n != 1 {
-		t.Fatalf("%d leader gets of the batch's entry for %d redelivered jobs, want 1", n, len(payloads))
+	for id, n := range entryGets {
+		if n != 1 || jobsOf[id] == 0 {
+			t.Fatalf("leader gets of batch entries %v (queued batch %s), want one per redelivered batch", entryGets, queued)
+		}
+	}
+	if n := entryGets[queued]; n != 1 {
+		t.Fatalf("%d leader gets of the batch's entry for %d redelivered jobs, want 1 (all gets: %v)", n, len(payloads), entryGets)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -152,9 +154,22 @@ func gatedCalls(t *testing.T, e *env, g *gate, key, prefix string, n int) {
 			}
 		}()
 	}
-	// The jobs stream keeps jobs until acked: the gate's and every Call's.
+	// The jobs stream keeps jobs until acked: the gate's and every Call's,
+	// in batch messages (a caller's ID too), so its jobs are counted by
+	// their batches' counts, not its messages.
+	stored := func() int {
+		jobs := 0
+		for _, m := range natstest.StreamMsgs(t, e.js, e.topo.Names.Jobs()) {
+			k, err := strconv.Atoi(m.Header.Get(wire.HeaderBatchJobs))
+			if err != nil {
+				k = 1 // a one-job message
+			}
+			jobs += k
+		}
+		return jobs
+	}
 	testwait.Eventually(t, 10*time.Second, "every call stored behind the gate", func() bool {
-		return e.streamMsgs(e.topo.Names.Jobs()) == uint64(n+1)
+		return stored() == n+1
 	})
 	g.release <- struct{}{}
 	wg.Wait()
