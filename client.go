@@ -100,7 +100,7 @@ type Client struct {
 	closed  bool
 	done    chan struct{} // closed by Close: every waiting call ends
 	token   atomic.Uint64
-	wire    *wireBatcher // nil unless Batches
+	wire    *wireBatcher // every job but a delayed one, a redrive, or one on a capped namespace
 	results jetstream.KeyValue
 	obs     *ClientObserver
 	tracing *clientTracing // nil: tracing off

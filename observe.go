@@ -149,8 +149,8 @@ type Tenure struct {
 	// Backlog counts the partition's stored jobs not yet delivered to this
 	// worker, as the server reported with the last delivery (the
 	// consumer's pending count), a batch message counted as the jobs it
-	// carries (with WorkerConfig.Batches: read beside the fetch loop,
-	// so a batch stored since the last read counts one until the next).
+	// carries (read beside the fetch loop, so a batch stored since the
+	// last read counts one until the next).
 	// It is 0 before the first delivery, and stays as it was while no job
 	// is delivered (a worker whose in-flight window is full of jobs that
 	// do not finish).

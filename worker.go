@@ -140,9 +140,8 @@ func (w *Worker) watchTopology() {
 		meta, ok, err := w.replacedBy()
 		if err != nil {
 			// Said once until it changes (every lease TTL otherwise): a
-			// namespace whose metadata is refused (a keylane.batches other
-			// than on or off, shards that disagree) or a server that does
-			// not answer leaves the worker on the topology it has.
+			// namespace whose metadata is refused (a bad keylane.max-deliver,
+			// shards that disagree) or a server that does not answer leaves the worker on the topology it has.
 			if msg := err.Error(); msg != lastErr {
 				lastErr = msg
 				w.log.Warn("jobs stream's metadata unread; the topology stays as it is", "err", err)

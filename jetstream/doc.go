@@ -36,9 +36,9 @@
 //	            metadata keylane.partitions=N,
 //	            keylane.hash, keylane.version=3, keylane.epoch,
 //	            keylane.adopted, keylane.reply-prefix,
-//	            keylane.max-deliver (written by the first worker), and
-//	            keylane.batches (on|off, written by keylane batches;
-//	            # Batches on the wire, Versions)
+//	            keylane.max-deliver (written by the first worker); a
+//	            keylane.batches of an earlier release is ignored
+//	            (# Batches on the wire, Versions)
 //	NS_DELAYS   stream (with Delays), subjects ns.sched.<p>.* (schedules)
 //	            and ns.due.<p>.* (jobs stored when due); message
 //	            schedules; only workers publish to it
@@ -135,9 +135,8 @@
 // reads), so a call retried with its ID after no reply gets the kept
 // outcome and never runs the job twice. Every wait is bounded by the
 // call's timeout (default 30s): no_reply, never a hang. What it does
-// not do: it sends no batch messages (one job per message, which a
-// worker with Batches reads as any other, so it works on a namespace with
-// keylane.batches on), no delayed jobs, no atomic batches; its reply
+// not do: it sends no batch messages (one job per message, which every
+// worker reads as any other), no delayed jobs; its reply
 // tokens never start with "-", so workers never send it grouped replies.
 // A permissions violation for the job's subject (the server says so only
 // asynchronously, and no ack comes) ends the submit or call at once with
@@ -1851,8 +1850,8 @@
 //	total                            10 + 2/n   6 + 6/n             5 + 7/n
 //
 // Raw JetStream request-reply (publish, stream ack, delivery, reply in and
-// out, ack) is 6. The client's AtomicBatches (for servers that fsync
-// every write) make the stream ack 1/n too. What keylane still makes the
+// out, ack) is 6. Batch messages (# Batches on the wire) make the
+// stream ack 1/n too. What keylane still makes the
 // server do beyond the raw row, per job: store the kept outcome (a KV
 // entry per ID, kept for ResultsTTL), parse seven headers (about 230
 // bytes: Nats-Msg-Id, Nats-Expected-Stream, Keylane-Key,
@@ -2101,7 +2100,7 @@
 // later job (TestStateAppliesJobsOfOneBatchInOrder failed that way).
 // Tested by TestBatchMixingKeysWithDifferentFates (a poisoned job and a
 // malformed one dead-lettered alone, the others applied once, the message
-// acked) and TestBatchWithoutWorkerBatchesIsDeadLetteredWhole.
+// acked).
 //
 // A redelivered batch (its tenure ended before the ack) is settled job by
 // job from the held outcomes: every job of it is maybeDup; a job whose
