@@ -45,9 +45,9 @@ describe("keylane client against a Go worker", { skip }, () => {
   test("reads the namespace's settings", () => {
     assert.ok(c.partitions >= 1);
     assert.equal(c.info.namespace, namespace);
-    // The harness's namespace has batches on: this client still sends
-    // single jobs, which the workers read.
-    assert.equal(c.info.batches, process.env.KEYLANE_BATCHES === "on");
+    // keylane.batches is gone (every worker reads batch messages): a
+    // namespace set up by this release does not say it.
+    assert.equal(c.info.batches, false);
   });
 
   test("call returns the handler's result", async () => {
