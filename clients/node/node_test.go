@@ -126,8 +126,7 @@ func (w *logWriter) Write(p []byte) (int, error) {
 }
 
 // startSale starts an embedded server and two inventory workers (the
-// reducer) on a namespace with batch messages on, and stops them when the
-// test ends.
+// reducer) on a namespace, and stops them when the test ends.
 func startSale(t *testing.T, ns string) *sale.Local {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -330,7 +329,7 @@ func TestNodeClient(t *testing.T) {
 	perm := permServer(t)
 	heldNamespace(t, l.URL, "nodeheld")
 	batchedID, batchedResult, garbledID := batchedCall(t, l, "nodetest")
-	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap", "KEYLANE_BATCHES=on",
+	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap",
 		"KEYLANE_HELD_NAMESPACE=nodeheld", "KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret",
 		"KEYLANE_BATCHED_ID=" + batchedID, "KEYLANE_BATCHED_RESULT=" + batchedResult, "KEYLANE_GARBLED_BATCHED_ID=" + garbledID}
 	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {

@@ -1,8 +1,10 @@
 // The keylane client for Node.js: submit and call jobs of a namespace whose
 // workers run keylane (Go). It speaks the same wire protocol as the Go
-// client (submit.go, call.go, client.go): one job per message, the same
-// headers, the same checks before anything is sent, the same retries by
-// job ID, and every wait bounded by a timeout.
+// client (submit.go, call.go, client.go, wirebatch.go): every job in a
+// batch message (a batch of one), except on a namespace with a key
+// backlog cap, where a job goes as a one-job message on its key's
+// subject; the same checks before anything is sent, the same retries, and
+// every wait bounded by a timeout.
 
 import { randomBytes } from "node:crypto";
 import { connect as natsConnect, type NodeConnectionOptions } from "@nats-io/transport-node";
@@ -25,7 +27,17 @@ import {
   findBatchOutcome,
   parseBatchedJobID,
   backlogFull,
+  batchJobOf,
+  batchedJobID,
+  buildBatch,
   buildJob,
+  BatchHeaderSize,
+  batchJobSize,
+  DeadLetterReserve,
+  MaxBatchBytes,
+  messageSize,
+  partitionOf,
+  type BatchMessage,
   parseStreamAck,
   transient,
   type StreamAck,
@@ -98,9 +110,10 @@ export interface NamespaceInfo {
   /** The per-key backlog cap, or 0 for none. */
   maxKeyBacklog: number;
   /**
-   * The namespace says keylane.batches on: its workers read batch
-   * messages. This client sends one job per message all the same, which
-   * every worker reads, batches or not.
+   * The namespace says keylane.batches on (metadata of an earlier
+   * keylane, which had a switch for batch messages). Every worker of this
+   * release reads batch messages, and this client sends them whatever it
+   * says.
    */
   batches: boolean;
   /** The namespace takes delayed jobs (this client does not send any). */
@@ -126,7 +139,7 @@ const ackMark = "_"; // an ack's token: ackMark and the job's token
 const heldMark = "="; // a held notice's token: heldMark and the job's token
 
 type Event =
-  | { t: "ack"; m: Msg }
+  | { t: "ack"; m: Msg; copy?: number }
   | { t: "result"; m: Msg }
   | { t: "held"; m: Msg }
   | { t: "reconnect" }
@@ -260,6 +273,10 @@ export class Client {
   private counter = 0;
   private closed = false;
   private kv: KV | null = null;
+  // Tests only: where batch IDs come from, and how many of the next batch
+  // publishes have their stream ack sent astray (lost).
+  private batchIDs: () => string = newJobID;
+  private lostAcks = 0;
 
   private constructor(nc: NatsConnection, info: NamespaceInfo, owns: boolean, requestTimeout: number) {
     this.nc = nc;
@@ -341,12 +358,17 @@ export class Client {
   /**
    * submit stores a job and resolves to its ID once JetStream has stored
    * it; it does not wait for the job to run. Bad input is refused before
-   * anything is sent. A job whose ID the stream stored before is refused
-   * with duplicate (nothing new stored).
+   * anything is sent. The job travels as a batch message of one; a
+   * generated ID is "<batch ID>.0". A job with an id that ran before is
+   * stored again and answered by the worker from its kept outcome
+   * without running (submit resolves); only on a namespace with a key
+   * backlog cap, where a job goes as a one-job message, is one whose ID
+   * the stream stored before refused with duplicate (nothing new stored).
    */
   async submit(key: string, payload?: Uint8Array | string, opts: JobOptions = {}): Promise<string> {
     const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
-    const job = this.message(key, toBytes(payload), opts, false);
+    const { job, batch } = this.message(key, toBytes(payload), opts, false);
+    if (batch) return this.submitBatch(job, batch, deadline);
     const { token, w } = this.wait();
     try {
       let resent = false;
@@ -378,7 +400,7 @@ export class Client {
         if (e.t !== "ack") continue;
         const a = ackOf(e.m);
         if (a.noResponders) {
-          await this.noStream(job);
+          await this.noStream(job.id, streamOf(job.headers));
           republishAt = Date.now() + noLeaderPause;
           continue;
         }
@@ -416,7 +438,8 @@ export class Client {
     const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
     const { token, w } = this.wait();
     try {
-      const job = this.message(key, toBytes(payload), opts, true, this.inbox + token);
+      const { job, batch } = this.message(key, toBytes(payload), opts, true, this.inbox + token);
+      if (batch) return await this.callBatch(job, batch, token, w, deadline);
       let acked = false;
       let ackWait = ackWaitFirst;
       let republishAt = Date.now() + ackWait;
@@ -463,7 +486,7 @@ export class Client {
             if (acked) continue;
             const a = ackOf(e.m);
             if (a.noResponders) {
-              await this.noStream(job);
+              await this.noStream(job.id, streamOf(job.headers));
               republishAt = Date.now() + noLeaderPause;
               continue;
             }
@@ -535,11 +558,188 @@ export class Client {
     if (this.ownsConnection) await this.nc.close();
   }
 
-  // message builds the job (buildJob) with this namespace's settings.
-  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): Job {
+  // message builds the job with this namespace's settings: checked by
+  // every rule and the size limit of a one-job message (buildJob), and,
+  // unless it must go as one, as a batch of one (batch). A job goes as a
+  // one-job message (batch null) on a namespace with a key backlog cap
+  // (the server counts a key's messages on its key's subject, and a
+  // worker refuses a batch on the batch subject there), and when its
+  // batch would exceed the wire's limit on a body (MaxBatchBytes) or
+  // max_payload less DeadLetterReserve, which a one-job message it
+  // passed does not. In a batch a generated ID is <batch ID>.0 (the worker
+  // refuses any other), and a caller's ID stays, flagged idempotent.
+  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): { job: Job; batch: BatchMessage | null } {
     const explicit = opts.id !== undefined;
-    const id = explicit ? opts.id! : newJobID();
-    return buildJob(this.info, { key, payload, id, explicit, type: opts.type, headers: opts.headers, reply, call }, this.nc.info?.max_payload ?? 1024 * 1024);
+    const maxPayload = this.nc.info?.max_payload ?? 1024 * 1024;
+    if (this.info.maxKeyBacklog > 0) {
+      const id = explicit ? opts.id! : newJobID();
+      return { job: buildJob(this.info, { key, payload, id, explicit, type: opts.type, headers: opts.headers, reply, call }, maxPayload), batch: null };
+    }
+    const batchID = this.batchIDs();
+    const input = { key, payload, id: explicit ? opts.id! : batchedJobID(batchID, 0), explicit, type: opts.type, headers: opts.headers, reply, call };
+    const job = buildJob(this.info, input, maxPayload);
+    const bj = batchJobOf(input);
+    if (BatchHeaderSize + batchJobSize(bj) > MaxBatchBytes) return { job, batch: null };
+    const batch = buildBatch(this.info, partitionOf(key, this.info.partitions), batchID, [bj]);
+    if (messageSize(batch.subject, batch.body, batch.headers) > maxPayload - DeadLetterReserve) return { job, batch: null };
+    return { job, batch };
+  }
+
+  // publishBatch publishes copy n of batch b, its stream ack to token's
+  // waiter marked with n. false: the copy did not leave (closed, draining).
+  private publishBatch(b: BatchMessage, token: string, n: number): boolean {
+    if (this.closed) return false;
+    const h = natsHeaders();
+    for (const [k, v] of b.headers) h.append(k, v);
+    let ackTo = this.inbox + ackMark + token + ackMark + n;
+    if (this.lostAcks > 0) {
+      this.lostAcks--;
+      ackTo = this.inbox + "lost"; // no waiter: the ack is lost
+    }
+    try {
+      this.nc.publish(b.subject, b.body, { headers: h, reply: ackTo });
+      return true;
+    } catch {
+      // A failed publish (closed, draining) is like a lost one: the ack
+      // timer publishes again until the timeout.
+      return false;
+    }
+  }
+
+  // batchSend sends batch b's copies for token: every copy the same
+  // message, the same batch ID and body, so the server stores the batch
+  // once. first is the number of the first copy that left: a duplicate
+  // answer to it means another message had the batch's ID before (not
+  // stored); to a later copy, that our earlier copy was stored.
+  private batchSend(b: BatchMessage, token: string) {
+    const s = {
+      copies: 0,
+      first: -1,
+      ackWait: ackWaitFirst,
+      republishAt: 0,
+      send: () => {
+        const n = s.copies++;
+        if (this.publishBatch(b, token, n) && s.first < 0) s.first = n;
+        s.republishAt = Date.now() + s.ackWait;
+        s.ackWait = Math.min(2 * s.ackWait, ackWaitMax);
+      },
+    };
+    return s;
+  }
+
+  // batchAck reads a stream ack of batch b (job, its only job): true when
+  // the batch is stored; false when it must be published again (no
+  // leader, a transient refusal: s.republishAt is set). It throws for a
+  // refusal, the stream's absence or another partition count
+  // (noStream), and a duplicate answer to the batch's first copy.
+  private async batchAck(e: { m: Msg; copy?: number }, s: ReturnType<Client["batchSend"]>, b: BatchMessage, job: Job, what: string): Promise<boolean> {
+    const a = ackOf(e.m);
+    if (a.noResponders) {
+      await this.noStream(job.id, streamOf(b.headers));
+      s.republishAt = Date.now() + noLeaderPause;
+      return false;
+    }
+    const err = a.ack.error;
+    if (err && !backlogFull(err) && transient(err)) {
+      s.republishAt = Date.now() + noLeaderPause;
+      return false;
+    }
+    if (err) {
+      throw new KeylaneError("refused", `keylane: ${what} ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
+    }
+    if (a.ack.duplicate && e.copy === s.first) {
+      // The server had a message under the batch's ID before its first
+      // copy: the batch was dropped, not stored. (Batch IDs are random:
+      // not an accident.)
+      throw new KeylaneError("batch_id_used", `keylane: ${what} ${job.id}: batch ID ${b.id} already used: not stored`, job.id);
+    }
+    return true;
+  }
+
+  // submitBatch is submit's path for a job in batch b: resolved once the
+  // batch is stored. A batch whose stream ack does not come is published
+  // again whole, as it was (its batch ID), until the timeout.
+  private async submitBatch(job: Job, b: BatchMessage, deadline: number): Promise<string> {
+    const { token, w } = this.wait();
+    try {
+      const s = this.batchSend(b, token);
+      s.send();
+      for (;;) {
+        const e = await w.next(Math.min(deadline, s.republishAt));
+        if (e === null) {
+          if (Date.now() >= deadline) {
+            throw new KeylaneError("unknown_outcome", `keylane: submit ${job.id}: no stream ack before the timeout: stored or not, unknown; submit again with the same id`, job.id);
+          }
+          s.send();
+          continue;
+        }
+        switch (e.t) {
+          case "closed":
+            throw new KeylaneError("closed", `keylane: submit ${job.id}: client closed`, job.id);
+          case "reconnect":
+            s.republishAt = Date.now(); // a lost publish or ack: send it again now
+            continue;
+          case "refused":
+            if (e.subject !== b.subject) continue;
+            throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
+          case "ack":
+            if (await this.batchAck(e, s, b, job, "submit")) return job.id;
+            continue;
+        }
+      }
+    } finally {
+      this.unwait(token);
+    }
+  }
+
+  // callBatch is call's path for a job in batch b, whose reply comes to
+  // token's waiter w: the batch is published (again whole, as it was,
+  // while no stream ack comes), then the reply awaited; a reply not come
+  // within replyWait, or a reconnect, makes it read the kept outcome too:
+  // by its ID, and for a generated ID (<batch ID>.0) in its batch's entry.
+  private async callBatch(job: Job, b: BatchMessage, token: string, w: Waiter, deadline: number): Promise<Uint8Array> {
+    const s = this.batchSend(b, token);
+    let acked = false;
+    let pollAt = Infinity; // when to read the kept outcome next
+    s.send();
+    for (;;) {
+      const e = await w.next(Math.min(deadline, acked ? Infinity : s.republishAt, pollAt));
+      if (e === null) {
+        const now = Date.now();
+        if (now >= deadline) throw new NoReplyError(job.id, "timeout");
+        if (now >= pollAt) {
+          const kept = await this.keptOrNull(job.id, deadline);
+          if (kept) return unwrap(kept);
+          pollAt = Date.now() + outcomePoll;
+        }
+        if (!acked && Date.now() >= s.republishAt) s.send();
+        continue;
+      }
+      switch (e.t) {
+        case "closed":
+          throw new KeylaneError("closed", `keylane: call ${job.id}: client closed`, job.id);
+        case "reconnect":
+          // The reply may have been lost while away: read the kept
+          // outcome too, and publish again if unacked.
+          if (!acked) s.republishAt = Date.now();
+          pollAt = Math.min(pollAt, Date.now());
+          continue;
+        case "refused":
+          if (e.subject !== b.subject || acked) continue;
+          throw new KeylaneError("refused", `keylane: call ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
+        case "result":
+          return unwrap(decodeReply(getter(e.m.headers), e.m.data, job.id));
+        case "held":
+          throw new HeldError(job.id, getter(e.m.headers)(Header.Error) || "(no error text)", getter(e.m.headers)(Header.ErrorKind) === "held-epoch");
+        case "ack":
+          if (acked) continue;
+          if (await this.batchAck(e, s, b, job, "call")) {
+            acked = true;
+            pollAt = Math.min(pollAt, Date.now() + replyWait);
+          }
+          continue;
+      }
+    }
   }
 
   private publish(job: Job, token: string): void {
@@ -558,21 +758,20 @@ export class Client {
   // reason: the namespace's jobs stream is gone (no_topology), or it now
   // routes with another partition count (partition_mismatch). Otherwise
   // (no leader for a moment) it returns, and the job is published again.
-  private async noStream(job: Job): Promise<void> {
-    const name = job.headers.find(([k]) => k === Header.ExpectedStream)![1];
+  private async noStream(id: string, name: string): Promise<void> {
     let info: StreamInfo;
     try {
       const jsm = await jetstreamManager(this.nc, { timeout: this.requestTimeout, checkAPI: false });
       info = await jsm.streams.info(name);
     } catch (err) {
       if (err instanceof JetStreamApiError && err.code === 10059) {
-        throw new KeylaneError("no_topology", `keylane: submit ${job.id}: no responders: the jobs stream ${name} of namespace ${JSON.stringify(this.info.namespace)} does not exist`, job.id);
+        throw new KeylaneError("no_topology", `keylane: submit ${id}: no responders: the jobs stream ${name} of namespace ${JSON.stringify(this.info.namespace)} does not exist`, id);
       }
       return;
     }
     const m = readMeta(info, this.info.namespace);
     if (m.partitions !== this.info.partitions) {
-      throw new KeylaneError("partition_mismatch", `keylane: submit ${job.id}: the namespace was repartitioned since this client was opened (${m.partitions} partitions, this client ${this.info.partitions}): open it again`, job.id);
+      throw new KeylaneError("partition_mismatch", `keylane: submit ${id}: the namespace was repartitioned since this client was opened (${m.partitions} partitions, this client ${this.info.partitions}): open it again`, id);
     }
   }
 
@@ -713,7 +912,11 @@ export class Client {
     if (!m || !m.subject.startsWith(this.inbox)) return;
     const token = m.subject.slice(this.inbox.length);
     if (token.startsWith(ackMark)) {
-      this.waiters.get(token.slice(1))?.push({ t: "ack", m });
+      // "_<token>" (a one-job message's), "_<token>_<n>" (a batch's copy n)
+      const rest = token.slice(1);
+      const k = rest.indexOf(ackMark);
+      if (k < 0) this.waiters.get(rest)?.push({ t: "ack", m });
+      else this.waiters.get(rest.slice(0, k))?.push({ t: "ack", m, copy: Number(rest.slice(k + 1)) });
     } else if (token.startsWith(heldMark)) {
       this.waiters.get(token.slice(1))?.push({ t: "held", m });
     } else {
@@ -745,6 +948,11 @@ export class Client {
 }
 
 type Job = JobMessage;
+
+// streamOf is the jobs stream a message names in Nats-Expected-Stream.
+function streamOf(headers: Array<[string, string]>): string {
+  return headers.find(([k]) => k === Header.ExpectedStream)![1];
+}
 
 // msgIdOf returns the Nats-Msg-Id in a stored message's raw headers
 // (base64 of "NATS/1.0\r\nName: value\r\n…").

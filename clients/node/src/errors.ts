@@ -20,7 +20,10 @@
  * - shards_mismatch: ErrShardsMismatch
  * - batches_mismatch: ErrBatchesMismatch (a bad keylane.batches value)
  * - old_jobs_stream: ErrOldJobsStream
- * - duplicate: ErrDuplicate (submit: a job with this ID was stored before)
+ * - duplicate: ErrDuplicate (submit, on a namespace with a key backlog
+ *   cap: a job with this ID was stored before)
+ * - batch_id_used: the server had a message under the batch's ID before
+ *   the batch's first copy: not stored (Go: "batch ID already used")
  * - key_backlog_full: ErrKeyBacklogFull (nothing stored)
  * - no_reply: ErrNoReply (call: no outcome before the timeout; call again
  *   with the same id)
@@ -46,6 +49,7 @@ export type ErrorCode =
   | "batches_mismatch"
   | "old_jobs_stream"
   | "duplicate"
+  | "batch_id_used"
   | "key_backlog_full"
   | "no_reply"
   | "held"

@@ -31,6 +31,13 @@ export {
   findBatchOutcome,
   parseBatchedJobID,
   validBatchID,
+  batchJobOf,
+  batchJobSize,
+  batchSubject,
+  batchedJobID,
+  buildBatch,
+  decodeBatch,
+  encodeBatch,
 } from "./wire.js";
-export type { BatchOutcome, JobInput, JobMessage, NamespaceSettings, Outcome, StreamAck } from "./wire.js";
+export type { BatchJob, BatchMessage, BatchOutcome, JobInput, JobMessage, NamespaceSettings, Outcome, StreamAck } from "./wire.js";
 export { xxhash64 } from "./xxhash64.js";

@@ -18,6 +18,10 @@ export const Header = {
   Idempotent: "Keylane-Idempotent",
   KeepOutcome: "Keylane-Keep-Outcome",
   ExpectedStream: "Nats-Expected-Stream",
+  /** A batch message's body format version ("1"). */
+  Batch: "Keylane-Batch",
+  /** A batch message's job count (decimal). */
+  BatchJobs: "Keylane-Batch-Jobs",
 } as const;
 
 /** Metadata keys of the jobs stream (meta.go). */
@@ -405,11 +409,11 @@ export function heldSubject(reply: string): string {
   return reply.slice(0, dot + 1) + "=" + reply.slice(dot + 1);
 }
 
-// Batch outcome entries (package wire, outcomes.go): a Go client's
-// batched Calls have their outcomes kept per batch, in one results-bucket
-// entry under batchOutcomesKey(batch ID), and their job IDs name the
-// batch and the index (batchedJobID). This client never sends batches,
-// but result(id) reads such a job's outcome from its batch's entry.
+// Batch outcome entries (package wire, outcomes.go): batched Calls have
+// their outcomes kept per batch, in one results-bucket entry under
+// batchOutcomesKey(batch ID), and their job IDs name the batch and the
+// index (batchedJobID). result(id), and a call recovering its reply, read
+// such a job's outcome from its batch's entry.
 
 /** The most jobs a batch holds (wire.MaxBatchJobs). */
 export const MaxBatchJobs = 1024;
@@ -538,4 +542,268 @@ export function findBatchOutcome(b: Uint8Array, batchID: string, index: number, 
     return o.value;
   }
   return null;
+}
+
+/** batchedJobID is the job ID of the job at index in batch batchID (wire.BatchedJobID). */
+export function batchedJobID(batchID: string, index: number): string {
+  return `${batchID}.${index}`;
+}
+
+// Batch messages (package wire, batch.go): the one message format a
+// client sends (a lone job as a batch of one), many jobs of one partition
+// in one stream message, their fields in the body:
+//
+//   "KLB" and the version byte (1)
+//   uvarint   job count, 1 to MaxBatchJobs
+//   per job:
+//     uvarint length and bytes of the key, the job ID, the type, the reply
+//     byte      flags: 1 keep-outcome, 2 idempotent; no other bit
+//     uvarint   header count; per header, names strictly ascending (by
+//               bytes): uvarint length and name, uvarint value count, per
+//               value uvarint length and value
+//     uvarint length and bytes of the payload
+//
+// Every uvarint in its shortest form: one body per batch of jobs.
+
+/** The body format version this client writes (wire.BatchVersion). */
+export const BatchVersion = 1;
+/** A batch's last subject token in its partition (wire.BatchToken). */
+export const BatchToken = "batch";
+/** The bytes of a batch body before its jobs, at most (wire.BatchHeaderSize). */
+export const BatchHeaderSize = 3 + 1 + 10;
+const batchMagic = "KLB";
+const batchKeepOutcome = 1;
+const batchIdempotent = 2;
+
+/** One job of a batch body, as sent (wire.BatchJob). */
+export interface BatchJob {
+  key: string;
+  id: string;
+  type: string;
+  reply: string;
+  /** The worker keeps the job's outcome (a call). */
+  keepOutcome: boolean;
+  /** The job carries its caller's ID: the worker looks it up before running it. */
+  idempotent: boolean;
+  /** The submitter's own headers: name → values. */
+  headers: Record<string, string[]>;
+  payload: Uint8Array;
+}
+
+/** batchSubject is where partition p's batches go: <ns>.jobs.<p>.batch. */
+export function batchSubject(namespace: string, p: number): string {
+  return `${namespace}.jobs.${p}.${BatchToken}`;
+}
+
+function uvarintSize(n: number): number {
+  let w = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 128);
+    w++;
+  }
+  return w;
+}
+
+function fieldSize(n: number): number {
+  return uvarintSize(n) + n;
+}
+
+// sortedNames returns h's header names in Go's string order (by bytes).
+function sortedNames(h: Record<string, string[]>): string[] {
+  return Object.keys(h).sort((a, b) => Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8")));
+}
+
+/** batchJobSize is the bytes j adds to a batch body (wire.BatchJobSize). */
+export function batchJobSize(j: BatchJob): number {
+  let n = fieldSize(byteLength(j.key)) + fieldSize(byteLength(j.id)) + fieldSize(byteLength(j.type)) + fieldSize(byteLength(j.reply)) + 1;
+  const names = Object.keys(j.headers);
+  n += uvarintSize(names.length) + fieldSize(j.payload.length);
+  for (const name of names) {
+    const vs = j.headers[name];
+    n += fieldSize(byteLength(name)) + uvarintSize(vs.length);
+    for (const v of vs) n += fieldSize(byteLength(v));
+  }
+  return n;
+}
+
+/**
+ * encodeBatch returns the body of a batch of jobs, byte for byte what
+ * wire.EncodeBatch writes. It checks only the batch's limits (1 to
+ * MaxBatchJobs jobs, at most MaxBatchBytes): each job's fields are
+ * checked where it is built (buildBatchJob).
+ */
+export function encodeBatch(jobs: BatchJob[]): Uint8Array {
+  if (jobs.length === 0 || jobs.length > MaxBatchJobs) {
+    throw new KeylaneError("payload_too_large", `wire: a batch holds 1 to ${MaxBatchJobs} jobs in at most 8 MiB (got ${jobs.length} jobs)`);
+  }
+  let size = batchMagic.length + 1 + uvarintSize(jobs.length);
+  for (const j of jobs) size += batchJobSize(j);
+  if (size > MaxBatchBytes) {
+    throw new KeylaneError("payload_too_large", `wire: a batch holds 1 to ${MaxBatchJobs} jobs in at most 8 MiB (got ${size} bytes)`);
+  }
+  const b = new Uint8Array(size);
+  let i = 0;
+  const uvarint = (n: number) => {
+    while (n >= 0x80) {
+      b[i++] = (n % 128) | 0x80;
+      n = Math.floor(n / 128);
+    }
+    b[i++] = n;
+  };
+  const bytes = (f: Uint8Array) => {
+    uvarint(f.length);
+    b.set(f, i);
+    i += f.length;
+  };
+  const text = (s: string) => bytes(utf8(s));
+  b.set(utf8(batchMagic), 0); // the magic goes bare, without a length
+  i = batchMagic.length;
+  b[i++] = BatchVersion;
+  uvarint(jobs.length);
+  for (const j of jobs) {
+    text(j.key);
+    text(j.id);
+    text(j.type);
+    text(j.reply);
+    b[i++] = (j.keepOutcome ? batchKeepOutcome : 0) | (j.idempotent ? batchIdempotent : 0);
+    const names = sortedNames(j.headers);
+    uvarint(names.length);
+    for (const name of names) {
+      text(name);
+      const vs = j.headers[name];
+      uvarint(vs.length);
+      for (const v of vs) text(v);
+    }
+    bytes(j.payload);
+  }
+  if (i !== size) throw new Error(`keylane: batch body of ${i} bytes, sized ${size}`);
+  return b;
+}
+
+/**
+ * decodeBatch reads a batch body as wire.DecodeBatch does, refusing
+ * (KeylaneError "refused") what it refuses: a wrong magic or version, a
+ * job count of 0 or over MaxBatchJobs, a body over MaxBatchBytes, a
+ * length past the end, a uvarint not in its shortest form, an unknown
+ * flag, header names not strictly ascending, bytes after the last job.
+ * This client never needs it to send; it is for tools and tests.
+ */
+export function decodeBatch(b: Uint8Array): BatchJob[] {
+  const bad = (why: string) => new KeylaneError("refused", "wire: malformed batch: " + why);
+  if (b.length > MaxBatchBytes) throw bad(`${b.length} bytes, limit ${MaxBatchBytes}`);
+  if (b.length < batchMagic.length + 1 || Buffer.from(b.subarray(0, 3)).toString("latin1") !== batchMagic) throw bad(`no "${batchMagic}" magic`);
+  if (b[3] !== BatchVersion) throw bad(`version ${b[3]}, this client reads ${BatchVersion}`);
+  let i = 4;
+  const uvarint = (what: string, max: number): number => {
+    let n = 0;
+    let shift = 1;
+    for (let w = 0; ; w++) {
+      if (i + w >= b.length || w >= 10) throw bad(`bad ${what} at byte ${i}`);
+      const c = b[i + w];
+      n += (c & 0x7f) * shift;
+      shift *= 128;
+      if (c < 0x80) {
+        if ((w > 0 && c === 0) || n > max) throw bad(`bad ${what} at byte ${i}`);
+        i += w + 1;
+        return n;
+      }
+    }
+  };
+  const field = (what: string): Uint8Array => {
+    const n = uvarint("length of the " + what, b.length);
+    if (n > b.length - i) throw bad(`bad length of the ${what} at byte ${i}`);
+    const f = b.subarray(i, i + n);
+    i += n;
+    return f;
+  };
+  const text = (what: string) => Buffer.from(field(what)).toString("utf8");
+  const n = uvarint("job count", MaxBatchJobs);
+  if (n === 0) throw bad("no jobs");
+  const jobs: BatchJob[] = [];
+  for (let k = 0; k < n; k++) {
+    const key = text("key");
+    const id = text("job ID");
+    const type = text("type");
+    const reply = text("reply");
+    if (i >= b.length) throw bad("flags past the end");
+    const flags = b[i++];
+    if (flags & ~(batchKeepOutcome | batchIdempotent)) throw bad("unknown flags");
+    const headers: Record<string, string[]> = {};
+    const nh = uvarint("header count", b.length);
+    let prev: Uint8Array | null = null;
+    for (let h = 0; h < nh; h++) {
+      const name = field("header name");
+      if (prev && Buffer.compare(name, prev) <= 0) throw bad("header names not strictly ascending");
+      prev = name;
+      const nv = uvarint("header value count", b.length);
+      const vs: string[] = [];
+      for (let v = 0; v < nv; v++) vs.push(text("header value"));
+      headers[Buffer.from(name).toString("utf8")] = vs;
+    }
+    const payload = field("payload");
+    jobs.push({ key, id, type, reply, keepOutcome: (flags & batchKeepOutcome) !== 0, idempotent: (flags & batchIdempotent) !== 0, headers, payload });
+  }
+  if (i !== b.length) throw bad("bytes after the last job");
+  return jobs;
+}
+
+/** A batch message as it is published. */
+export interface BatchMessage {
+  /** The batch ID (its Nats-Msg-Id). */
+  id: string;
+  partition: number;
+  subject: string;
+  headers: Array<[string, string]>;
+  body: Uint8Array;
+}
+
+/**
+ * batchJobOf is input as a job of a batch: the fields buildJob checked,
+ * the caller's own headers (a name given no value is sent with none, as
+ * in a one-job message), keep-outcome for a call, idempotent for a
+ * caller's ID.
+ */
+export function batchJobOf(input: JobInput): BatchJob {
+  const headers: Record<string, string[]> = {};
+  for (const [k, vs] of Object.entries(input.headers ?? {})) {
+    const list = Array.isArray(vs) ? vs : [vs];
+    if (list.length > 0) headers[k] = [...list];
+  }
+  return {
+    key: input.key,
+    id: input.id,
+    type: input.type ?? "",
+    reply: input.reply ?? "",
+    keepOutcome: Boolean(input.call),
+    idempotent: input.explicit,
+    headers,
+    payload: input.payload,
+  };
+}
+
+/**
+ * buildBatch is the batch message of jobs, all of partition p, under
+ * batch ID batchID (22 random letters and digits): on <ns>.jobs.<p>.batch
+ * with Nats-Msg-Id (the batch ID), Nats-Expected-Stream (the partition's
+ * shard), Keylane-Batch, Keylane-Batch-Jobs and Keylane-Partitions, the
+ * body encodeBatch's. A job without its caller's ID must carry
+ * batchedJobID(batchID, index): the worker refuses any other.
+ */
+export function buildBatch(ns: NamespaceSettings, p: number, batchID: string, jobs: BatchJob[]): BatchMessage {
+  if (!validBatchID(batchID)) throw new KeylaneError("bad_job_id", `keylane: batch ID ${JSON.stringify(clip(batchID))} is not ${BatchIDLen} letters and digits`);
+  jobs.forEach((j, k) => {
+    if (partitionOf(j.key, ns.partitions) !== p) throw new KeylaneError("bad_key", `keylane: key ${JSON.stringify(clip(j.key))} is not of partition ${p}`);
+    if (!j.idempotent && j.id !== batchedJobID(batchID, k)) {
+      throw new KeylaneError("bad_job_id", `keylane: job ${k} of batch ${batchID} has ID ${JSON.stringify(clip(j.id))}, not its batch's and index's`);
+    }
+  });
+  const body = encodeBatch(jobs);
+  const headers: Array<[string, string]> = [
+    [Header.JobID, batchID],
+    [Header.ExpectedStream, new Names(ns.namespace).jobsShard(shardOf(p, ns.shards))],
+    [Header.Batch, String(BatchVersion)],
+    [Header.BatchJobs, String(jobs.length)],
+    [Header.Partitions, String(ns.partitions)],
+  ];
+  return { id: batchID, partition: p, subject: batchSubject(ns.namespace, p), headers, body };
 }

@@ -6,8 +6,9 @@
 import assert from "node:assert/strict";
 import { createServer, connect as tcpConnect, type AddressInfo } from "node:net";
 import { jetstreamManager } from "@nats-io/jetstream";
+import type { Msg, NatsConnection } from "@nats-io/nats-core";
 import { after, before, describe, test } from "node:test";
-import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect } from "../src/index.js";
+import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect, decodeBatch, keyToken, partitionOf, validBatchID, type BatchJob } from "../src/index.js";
 
 const url = process.env.KEYLANE_NATS_URL;
 const namespace = process.env.KEYLANE_NAMESPACE;
@@ -20,6 +21,34 @@ const skip = !url || !namespace ? "KEYLANE_NATS_URL and KEYLANE_NAMESPACE not se
 const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
 let seq = 0;
 const uniq = (what: string) => `${what}-${process.pid}-${Date.now().toString(36)}-${++seq}`;
+
+// sniff records every message published on subject (a wildcard of the
+// namespace's jobs subjects) until stop: what the client put on the wire.
+async function sniff(nc: NatsConnection, subject: string): Promise<{ msgs: Msg[]; stop: () => void }> {
+  const msgs: Msg[] = [];
+  const sub = nc.subscribe(subject, { callback: (_err, m) => void msgs.push(m) });
+  await nc.flush();
+  return { msgs, stop: () => sub.unsubscribe() };
+}
+
+// A batch message as seen on the wire: its batch ID, headers and jobs.
+interface SeenBatch {
+  subject: string;
+  batchID: string;
+  header: (name: string) => string | undefined;
+  body: string;
+  jobs: BatchJob[];
+}
+
+function seenBatch(m: Msg): SeenBatch {
+  const header = (name: string) => (m.headers?.has(name) ? m.headers.get(name) : undefined);
+  return { subject: m.subject, batchID: header("Nats-Msg-Id") ?? "", header, body: Buffer.from(m.data).toString("hex"), jobs: decodeBatch(m.data) };
+}
+
+// batchesOf returns the batch messages among msgs that carry a job of key.
+function batchesOf(msgs: Msg[], key: string): SeenBatch[] {
+  return msgs.filter((m) => m.subject.endsWith(".batch")).map(seenBatch).filter((b) => b.jobs.some((j) => j.key === key));
+}
 
 // expectCode asserts that p rejects with a KeylaneError of code.
 async function expectCode(p: Promise<unknown>, code: string): Promise<KeylaneError> {
@@ -45,9 +74,9 @@ describe("keylane client against a Go worker", { skip }, () => {
   test("reads the namespace's settings", () => {
     assert.ok(c.partitions >= 1);
     assert.equal(c.info.namespace, namespace);
-    // The harness's namespace has batches on: this client still sends
-    // single jobs, which the workers read.
-    assert.equal(c.info.batches, process.env.KEYLANE_BATCHES === "on");
+    // keylane.batches is gone (every worker reads batch messages): a
+    // namespace set up by this release does not say it.
+    assert.equal(c.info.batches, false);
   });
 
   test("call returns the handler's result", async () => {
@@ -74,21 +103,149 @@ describe("keylane client against a Go worker", { skip }, () => {
     const sku = uniq("sku");
     await c.call(sku, "set 10");
     const id = await c.submit(sku, "buy 4");
-    assert.match(id, /^[A-Za-z0-9]{22}$/);
+    // A batch of one: its batch's ID and its index.
+    assert.match(id, /^[A-Za-z0-9]{22}\.0$/);
     // Jobs of one key run in order: a call after the submit sees it.
     assert.equal(text(await c.call(sku, "get")), "stock 6");
   });
 
-  test("submit with an id: a second submit is a duplicate, nothing stored", async () => {
+  test("submit with an id again: stored again, answered from the kept outcome, applied once", async () => {
+    // The one wire path: the server no longer de-duplicates a caller's ID
+    // (it travels in a batch, flagged idempotent); the worker looks it up
+    // and answers a second copy from the first's kept outcome. Before, the
+    // second submit was refused with duplicate.
     const sku = uniq("sku");
     await c.call(sku, "set 10");
     const id = uniq("order");
     assert.equal(await c.submit(sku, "buy 1", { id }), id);
-    const dup = await expectCode(c.submit(sku, "buy 1", { id }), "duplicate");
-    assert.equal(dup.jobId, id);
+    assert.equal(await c.submit(sku, "buy 1", { id }), id);
     assert.equal(text(await c.call(sku, "get")), "stock 9");
     // Its outcome is kept by ID.
     assert.equal(text(await c.result(id)), "sold 9");
+  });
+
+  test("every job travels in a batch message of one, on its partition's batch subject", async () => {
+    const s = await sniff(c.nc, `${namespace}.jobs.>`);
+    const sku = uniq("sku");
+    const callID = uniq("order");
+    let generated: string;
+    let submitID: string;
+    try {
+      assert.equal(text(await c.call(sku, "set 10")), "ok 10");
+      generated = await c.submit(sku, "buy 1", { type: "t1", headers: { "X-Tag": ["a", "b"], "X-Empty": "" } });
+      submitID = await c.submit(sku, "buy 1", { id: uniq("order") });
+      assert.equal(text(await c.call(sku, "buy 2", { id: callID })), "sold 6");
+    } finally {
+      s.stop();
+    }
+    // Nothing on the key's own subject: no one-job message.
+    assert.deepEqual(s.msgs.filter((m) => m.subject.endsWith("." + keyToken(sku))).map((m) => m.subject), []);
+    const seen = batchesOf(s.msgs, sku);
+    assert.equal(seen.length, 4, "four jobs, four batch messages");
+    const p = partitionOf(sku, c.partitions);
+    for (const b of seen) {
+      assert.equal(b.subject, `${namespace}.jobs.${p}.batch`);
+      assert.ok(validBatchID(b.batchID), `batch ID ${b.batchID}`);
+      assert.equal(b.header("Keylane-Batch"), "1");
+      assert.equal(b.header("Keylane-Batch-Jobs"), "1");
+      assert.equal(b.header("Keylane-Partitions"), String(c.partitions));
+      assert.match(b.header("Nats-Expected-Stream") ?? "", /_JOBS(_[0-9]+)?$/);
+      assert.equal(b.header("Keylane-Key"), undefined, "a batch carries its jobs' keys in the body");
+      assert.equal(b.jobs.length, 1);
+    }
+    const [set, gen, withID, call] = seen.map((b) => ({ b, j: b.jobs[0] }));
+    // A call: its reply subject and keep-outcome in the body; a generated ID <batch ID>.0.
+    assert.equal(set.j.id, `${set.b.batchID}.0`);
+    assert.ok(set.j.keepOutcome && !set.j.idempotent && set.j.reply.startsWith("_INBOX."));
+    assert.equal(text(set.j.payload), "set 10");
+    // A submit: no reply, no flag; its type and headers in the body.
+    assert.equal(gen.j.id, generated);
+    assert.equal(gen.j.id, `${gen.b.batchID}.0`);
+    assert.ok(!gen.j.keepOutcome && !gen.j.idempotent && gen.j.reply === "");
+    assert.equal(gen.j.type, "t1");
+    assert.deepEqual(gen.j.headers, { "X-Empty": [""], "X-Tag": ["a", "b"] });
+    // A caller's ID stays, flagged idempotent; the batch has an ID of its own.
+    assert.equal(withID.j.id, submitID);
+    assert.ok(withID.j.idempotent && !withID.j.keepOutcome);
+    assert.notEqual(withID.b.batchID, submitID);
+    assert.equal(call.j.id, callID);
+    assert.ok(call.j.idempotent && call.j.keepOutcome && call.j.reply.startsWith("_INBOX."));
+    assert.equal(text(await c.call(sku, "get")), "stock 6");
+  });
+
+  test("a batch whose stream ack is lost is published again whole, under its batch ID: stored once, run once", async () => {
+    const sku = uniq("sku");
+    await c.call(sku, "set 10");
+    const s = await sniff(c.nc, `${namespace}.jobs.*.batch`);
+    const priv = c as unknown as { lostAcks: number };
+    try {
+      priv.lostAcks = 1; // the first copy's ack goes astray
+      const id = await c.submit(sku, "buy 1");
+      priv.lostAcks = 1;
+      assert.equal(text(await c.call(sku, "buy 2")), "sold 7");
+      assert.equal(text(await c.call(sku, "get")), "stock 7");
+      const seen = batchesOf(s.msgs, sku);
+      const buy1 = seen.filter((b) => text(b.jobs[0].payload) === "buy 1");
+      const buy2 = seen.filter((b) => text(b.jobs[0].payload) === "buy 2");
+      // The submit's batch went again after its ack wait: the same batch
+      // ID and the same bytes, which the server drops as its copy (the
+      // duplicate answer to a later copy is ours: submit resolves).
+      assert.equal(buy1.length, 2, "the submit's batch sent twice");
+      assert.equal(buy1[0].batchID, buy1[1].batchID);
+      assert.equal(buy1[0].body, buy1[1].body);
+      assert.equal(id, `${buy1[0].batchID}.0`);
+      // The call's reply proves its batch stored: it may come before the
+      // ack wait ends (one copy), or after a copy went again (the same).
+      assert.ok(buy2.length >= 1 && buy2.every((b) => b.batchID === buy2[0].batchID && b.body === buy2[0].body));
+      assert.notEqual(buy1[0].batchID, buy2[0].batchID);
+    } finally {
+      priv.lostAcks = 0;
+      s.stop();
+    }
+  });
+
+  test("a batch whose ID the stream already holds: batch_id_used, not stored, never run", async () => {
+    const sku = uniq("sku");
+    await c.call(sku, "set 10");
+    const priv = c as unknown as { batchIDs: () => string };
+    const used = "Us3dUs3dUs3dUs3d" + Math.random().toString(36).replace(/[^a-z0-9]/g, "").padEnd(6, "x").slice(0, 6);
+    const own = priv.batchIDs;
+    try {
+      priv.batchIDs = () => used;
+      assert.equal(await c.submit(sku, "buy 1"), `${used}.0`);
+      // A duplicate answer to a batch's first copy: another message had its ID.
+      const e1 = await expectCode(c.submit(sku, "buy 1"), "batch_id_used");
+      assert.match(e1.message, /already used: not stored/);
+      await expectCode(c.call(sku, "buy 1", { id: uniq("order") }), "batch_id_used");
+    } finally {
+      priv.batchIDs = own;
+    }
+    assert.equal(text(await c.call(sku, "get")), "stock 9");
+  });
+
+  test("a call retried by its id, copies queued at once: run once, every copy answered with its outcome", async () => {
+    const sku = uniq("sku");
+    await c.call(sku, "set 5");
+    const id = uniq("order");
+    const s = await sniff(c.nc, `${namespace}.jobs.*.batch`);
+    let answers: string[];
+    try {
+      // Three copies of one job in flight at once (a retry that met its
+      // first copy): the server stores each (no de-duplication of a job
+      // in a batch); the worker runs the first and answers the others
+      // from its kept outcome.
+      answers = (await Promise.all([1, 2, 3].map(() => c.call(sku, "buy 1", { id })))).map(text);
+    } finally {
+      s.stop();
+    }
+    assert.deepEqual(answers, ["sold 4", "sold 4", "sold 4"]);
+    const seen = batchesOf(s.msgs, sku);
+    assert.equal(seen.length, 3);
+    assert.equal(new Set(seen.map((b) => b.batchID)).size, 3, "three batches, each its own ID");
+    for (const b of seen) assert.ok(b.jobs[0].id === id && b.jobs[0].idempotent);
+    // Later, by ID again: the same outcome, still applied once.
+    assert.equal(text(await c.call(sku, "buy 1", { id })), "sold 4");
+    assert.equal(text(await c.call(sku, "get")), "stock 4");
   });
 
   test("JSON helpers: submitJSON, callJSON", { skip: jsonNamespace ? false : "KEYLANE_JSON_NAMESPACE not set" }, async () => {
@@ -168,8 +325,14 @@ describe("keylane client against a Go worker", { skip }, () => {
       assert.equal(k.info.maxKeyBacklog, 2);
       const key = uniq("hot");
       const queuedId = uniq("queued");
+      // A capped namespace keeps one-job messages, on the key's subject,
+      // where the server counts them against the cap.
+      const s = await sniff(c.nc, `${capNamespace}.jobs.>`);
       await k.submit(key, "buy 1", { id: queuedId });
       await k.submit(key, "buy 1");
+      s.stop();
+      assert.deepEqual(s.msgs.map((m) => m.subject.split(".").pop()), [keyToken(key), keyToken(key)]);
+      assert.equal(s.msgs[0].headers?.get("Nats-Msg-Id"), queuedId);
       const full = await expectCode(k.submit(key, "buy 1"), "key_backlog_full");
       assert.ok(full instanceof KeyBacklogFullError && full.cap === 2 && full.key === key);
       await expectCode(k.call(key, "buy 1", { timeout: 5000 }), "key_backlog_full");

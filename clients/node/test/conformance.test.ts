@@ -1,9 +1,10 @@
 // The shared conformance vectors (testdata/conformance at the repository
 // root, written from the Go code by TestConformanceVectors): this client
 // must hash, route, validate, build and read exactly as the Go code does.
-// Vectors for what this client never does (batch messages, grouped
-// replies) are checked only where they concern it; batch outcome entries
-// it reads (result(id) of a Go client's batched Call).
+// Batch messages are what it sends (batches.json: byte for byte); vectors
+// for what it never does (grouped replies) are checked only where they
+// concern it; batch outcome entries it reads (result(id), and a call
+// recovering a lost reply).
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -12,6 +13,11 @@ import {
   HashName,
   KeylaneError,
   batchOutcomesKey,
+  batchJobOf,
+  buildBatch,
+  decodeBatch,
+  encodeBatch,
+  validBatchID,
   decodeBatchOutcomes,
   findBatchOutcome,
   parseBatchedJobID,
@@ -111,14 +117,15 @@ test("validation.json: the client accepts exactly the valid inputs", () => {
         valid = validPartitionCount(Number(v.value));
         break;
       case "batch_id":
-        continue; // this client sends no batch messages
+        valid = s !== null && validBatchID(s);
+        break;
       default:
         assert.fail(`${v.name}: unknown field ${v.field}`);
     }
     seen.add(v.field);
     assert.equal(valid, v.valid, `${v.name} (${v.field} ${JSON.stringify(v.value)}): ${v.error}`);
   }
-  for (const f of ["key", "job_id", "type", "header", "reply", "partitions"]) assert.ok(seen.has(f), `no ${f} vectors`);
+  for (const f of ["key", "job_id", "type", "header", "reply", "partitions", "batch_id"]) assert.ok(seen.has(f), `no ${f} vectors`);
 });
 
 test("jobs.json: job messages byte for byte", () => {
@@ -152,6 +159,68 @@ test("jobs.json: job messages byte for byte", () => {
     assert.equal(partitionOf(i.key, v.partitions), v.parsed.partition, v.name);
     if (i.id_generated) assert.match(i.id, /^[A-Za-z0-9]{22}$/, `${v.name}: a generated ID is a nuid`);
   }
+});
+
+test("batches.json: batch messages byte for byte", () => {
+  const { vectors } = load("batches.json");
+  assert.ok(vectors.length > 0);
+  for (const v of vectors) {
+    const ns = { namespace: v.namespace, partitions: v.partitions, shards: v.shards, replyPrefix: v.reply_prefix };
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any
+    const jobs = v.jobs.map((j: any) => {
+      const input = {
+        key: j.key,
+        payload: hex(j.payload_hex),
+        id: j.id,
+        explicit: j.idempotent,
+        type: j.type,
+        headers: j.headers,
+        reply: j.reply === "" ? undefined : j.reply,
+        call: j.keep_outcome,
+      };
+      buildJob(ns, input, 1024 * 1024); // every rule the client checks before sending
+      assert.equal(partitionOf(j.key, v.partitions), v.partition, v.name);
+      return batchJobOf(input);
+    });
+    const m = buildBatch(ns, v.partition, v.batch_id, jobs);
+    assert.equal(m.id, v.batch_id, v.name);
+    assert.equal(m.subject, v.message.subject, v.name);
+    assert.equal(toHex(m.body), v.message.body_hex, v.name);
+    assert.equal(toHex(encodeBatch(jobs)), v.message.body_hex, v.name);
+    const got: Record<string, string[]> = {};
+    for (const [k, val] of m.headers) (got[k] ??= []).push(val);
+    assert.deepEqual(got, v.message.headers, v.name);
+    // And read back: the same jobs.
+    const back = decodeBatch(hex(v.message.body_hex));
+    assert.equal(back.length, jobs.length, v.name);
+    back.forEach((b, k) => {
+      assert.deepEqual({ ...b, payload: toHex(b.payload) }, { ...jobs[k], payload: toHex(jobs[k].payload) }, `${v.name} job ${k}`);
+    });
+  }
+});
+
+test("batch bodies: every uvarint shortest, header names in byte order, refused when broken", () => {
+  const job = (over: object) => ({ key: "k", id: "Gj2Qhk3TYhYAmoxTQJcHq0.0", type: "", reply: "", keepOutcome: false, idempotent: false, headers: {}, payload: new Uint8Array(0), ...over });
+  // A 200-byte payload takes a two-byte length (0xc8 0x01).
+  const big = encodeBatch([job({ payload: new Uint8Array(200) })]);
+  assert.equal(toHex(big.subarray(big.length - 202, big.length - 200)), "c801");
+  // Names sorted by bytes ("X-B" < "X-a"), whatever order they were given in.
+  const b = encodeBatch([job({ headers: { "X-a": ["1"], "X-B": ["2", ""] }, keepOutcome: true, idempotent: true, id: "order-1" })]);
+  assert.deepEqual(Object.keys(decodeBatch(b)[0].headers), ["X-B", "X-a"]);
+  assert.equal(decodeBatch(b)[0].keepOutcome && decodeBatch(b)[0].idempotent, true);
+  // Broken framing is refused: trailing bytes, a long-form uvarint, a cut body, an unknown flag.
+  const plain = encodeBatch([job({})]);
+  const refuse = (x: Uint8Array) => assert.throws(() => decodeBatch(x), (e: unknown) => e instanceof KeylaneError && e.code === "refused");
+  refuse(new Uint8Array([...plain, 0]));
+  refuse(new Uint8Array([...plain.subarray(0, 4), 0x81, 0x00, ...plain.subarray(5)]));
+  refuse(plain.subarray(0, plain.length - 1));
+  const at = 4 + 1 + 2 + 25 + 1 + 1; // the flags byte: after magic and version, count, key, ID, type, reply
+  const flags = new Uint8Array(plain);
+  flags[at] = 1;
+  assert.equal(decodeBatch(flags)[0].keepOutcome, true);
+  flags[at] = 4;
+  refuse(flags);
+  assert.throws(() => encodeBatch([]), KeylaneError);
 });
 
 test("outcomes.json: kept outcomes", () => {
