@@ -13,6 +13,7 @@ import (
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -244,10 +245,13 @@ func TestOldSubjectSchemeIsRefused(t *testing.T) {
 	}
 }
 
-// TestKeySubjects: every job travels on its key's own subject inside its
-// partition's, which is what the server counts per key.
+// TestKeySubjects: on a namespace with a key backlog cap, every job
+// travels alone on its key's own subject inside its partition's, which is
+// what the server counts per key. Without a cap a job travels in a batch
+// message on its partition's batch subject, no key's, its key in the body
+// (no Keylane-Key header).
 func TestKeySubjects(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 4})
+	e := newEnv(t, TopologyConfig{Partitions: 4, MaxKeyBacklog: 10})
 	keys := []string{"sku:1", "siège A7", "a.b>*", "sku:1"}
 	for _, k := range keys {
 		if _, err := e.client.Submit(ctx(t), k, nil); err != nil {
@@ -262,6 +266,33 @@ func TestKeySubjects(t *testing.T) {
 		want := partition.Subject(e.ns, partition.Of(keys[i], 4), keys[i])
 		if m.Subject != want || m.Header.Get(HeaderKey) != keys[i] {
 			t.Errorf("job %d of %q on %s, want %s", i, keys[i], m.Subject, want)
+		}
+	}
+
+	// Uncapped: batches, one per Submit here (each waits for its ack).
+	topo, err := Setup(ctx(t), e.js, TopologyConfig{Namespace: "uncapped", Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: topo.Names.Namespace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, k := range keys {
+		if _, err := c.Submit(ctx(t), k, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msgs = natstest.StreamMsgs(t, e.js, topo.Names.Jobs())
+	if len(msgs) != len(keys) {
+		t.Fatalf("%d messages stored, want a batch of one per Submit", len(msgs))
+	}
+	for i, m := range msgs {
+		want := wire.BatchSubject(topo.Names.Namespace, partition.Of(keys[i], 4))
+		jobs, err := wire.DecodeBatch(m.Data)
+		if m.Subject != want || m.Header.Get(HeaderKey) != "" || err != nil || len(jobs) != 1 || jobs[0].Key != keys[i] {
+			t.Errorf("job %d of %q on %s (Keylane-Key %q), body %+v, %v; want a batch of it alone on %s", i, keys[i], m.Subject, m.Header.Get(HeaderKey), jobs, err, want)
 		}
 	}
 	// A foreign publish to a partition's bare old subject is refused by

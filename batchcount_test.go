@@ -114,7 +114,10 @@ func TestBatchWithAWrongJobCountIsDeadLetteredWhole(t *testing.T) {
 // (Tenure.Backlog, the keylane_partition_backlog metric) counts a batch
 // message not yet delivered as its 50 jobs. Two jobs that do not finish
 // fill the partition's window ahead of a batch of 50 and a job: the
-// backlog is 51, and 0 once everything ran.
+// backlog is 51, and 0 once everything ran. The two are batches of one,
+// as Submit sends them; a batch's jobs hold no place in the in-flight
+// window (MaxInFlight), so they fill the server's (MaxPending 2 messages,
+// held until their jobs settle).
 func TestWorkerBacklogCountsJobsOfBatches(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	for _, key := range []string{"held:a", "held:b"} {
@@ -142,7 +145,7 @@ func TestWorkerBacklogCountsJobsOfBatches(t *testing.T) {
 		}
 		ran.Add(1)
 		return nil, nil
-	}), func(c *WorkerConfig) { c.MaxInFlight, c.MaxPending = 2, 3 })
+	}), func(c *WorkerConfig) { c.MaxInFlight, c.MaxPending = 1, 2 })
 	backlog := func() uint64 {
 		ts := w.Tenures()
 		if len(ts) != 1 {

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // orderRecorder is a Handler that records, per key, the payloads it ran
@@ -218,10 +220,11 @@ func TestBatchesCutByMaxPayload(t *testing.T) {
 	t.Logf("%d batch messages, the largest of %d jobs", count, most)
 }
 
-// TestMixedVersionClients: a client that sends one-job messages (as the
-// previous release does, NoBatches) and one that sends batches submit to
-// the same keys at the same time, against a worker that reads batches:
-// every job runs once, each client's jobs of a key run in the order it
+// TestMixedVersionClients: a sender of one-job messages (as the Node.js
+// client and the previous release's Go client send them: oneJobSender,
+// by hand) and a client of this release, which sends batches, submit to
+// the same keys at the same time, against a worker that reads both:
+// every job runs once, each sender's jobs of a key run in the order it
 // submitted them, and nothing is dead-lettered.
 func TestMixedVersionClients(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
@@ -231,41 +234,92 @@ func TestMixedVersionClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	older, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer older.Close()
-	older.beforeBatch = func(*nats.Msg) { t.Error("the client without batches sent a batch message") }
-	newer, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns}) // follows the namespace: batches
+	older := newOneJobSender(t, e, natstest.Connect(t, e.srv))
+	newer, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer newer.Close()
+	// What each sends, by format: one-job messages on the keys' subjects,
+	// batch messages on the partition's batch subject.
+	var oneJob atomic.Int64
+	watch, err := e.nc.Subscribe(e.ns+".jobs.0.*", func(m *nats.Msg) {
+		if !strings.HasSuffix(m.Subject, "."+wire.BatchToken) {
+			oneJob.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Unsubscribe() }()
+	if err := e.nc.Flush(); err != nil { // subscribed before the older sender, on its own connection, publishes
+		t.Fatal(err)
+	}
 	const keys, each = 12, 40
 	want := map[string][]string{}
 	var wg sync.WaitGroup
 	for k := range keys {
 		key := "seat:" + strconv.Itoa(k)
-		for who, c := range map[string]*Client{"old": older, "new": newer} {
+		for _, who := range []string{"old", "new"} {
 			for i := range each {
 				want[key] = append(want[key], fmt.Sprintf("%s%d:%d", who, k, i))
 			}
+			// Runs of 10: all ten at once (the newer client's SubmitMany,
+			// a batch of one key's jobs in order; the older sender's ten
+			// asynchronous publishes, as the previous release's
+			// SubmitMany made them), or Submits one after another and a
+			// Call.
+			submitMany := func(reqs []Request) error {
+				if who == "new" {
+					out, err := newer.SubmitMany(ctx(t), reqs)
+					if err == nil {
+						err = errors.Join(out[0].Err, out[9].Err)
+					}
+					return err
+				}
+				var acks []jetstream.PubAckFuture
+				for _, r := range reqs {
+					a, err := older.submitAsync(r.Key, r.Payload)
+					if err != nil {
+						return err
+					}
+					acks = append(acks, a)
+				}
+				for _, a := range acks {
+					select {
+					case <-a.Ok():
+					case err := <-a.Err():
+						return err
+					case <-ctx(t).Done():
+						return ctx(t).Err()
+					}
+				}
+				return nil
+			}
+			submit := func(r Request) error {
+				if who == "new" {
+					_, err := newer.Submit(ctx(t), key, r.Payload)
+					return err
+				}
+				return older.submit(ctx(t), key, r.Payload)
+			}
+			call := func(r Request) error {
+				var err error
+				if who == "new" {
+					_, err = newer.Call(ctx(t), key, r.Payload)
+				} else {
+					_, err = older.call(ctx(t), key, r.Payload)
+				}
+				return err
+			}
 			wg.Go(func() {
-				// Runs of 10: SubmitMany of the run (a batch of one key's
-				// jobs, in order, from the newer client), or Submits one
-				// after another and a Call.
 				for run := 0; run < each; run += 10 {
 					var reqs []Request
 					for i := run; i < run+10; i++ {
 						reqs = append(reqs, Request{Key: key, Payload: fmt.Appendf(nil, "%s%d:%d", who, k, i)})
 					}
 					if run%20 == 0 {
-						out, err := c.SubmitMany(ctx(t), reqs)
-						if err == nil {
-							err = errors.Join(out[0].Err, out[9].Err)
-						}
-						if err != nil {
+						if err := submitMany(reqs); err != nil {
 							t.Errorf("%s: %v", reqs[0].Payload, err)
 							return
 						}
@@ -274,9 +328,9 @@ func TestMixedVersionClients(t *testing.T) {
 					for i, r := range reqs {
 						var err error
 						if i == 9 {
-							_, err = c.Call(ctx(t), key, r.Payload)
+							err = call(r)
 						} else {
-							_, err = c.Submit(ctx(t), key, r.Payload)
+							err = submit(r)
 						}
 						if err != nil {
 							t.Errorf("%s: %v", r.Payload, err)
@@ -295,6 +349,16 @@ func TestMixedVersionClients(t *testing.T) {
 	rec.checkOnceInOrder(t, want)
 	if n := len(e.deadLetters()); n != 0 {
 		t.Fatalf("%d dead letters", n)
+	}
+	// Both formats were on the wire: every one of the older sender's jobs
+	// as a one-job message and no other (the newer client's went in
+	// batches only), and batch messages.
+	testwait.Eventually(t, 5*time.Second, "the older sender's one-job messages seen", func() bool { return oneJob.Load() >= keys*each })
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := oneJob.Load(); n != keys*each {
+		t.Fatalf("%d one-job messages, want the older sender's %d", n, keys*each)
 	}
 	if n, _, _ := batches.Pending(); n == 0 {
 		t.Fatal("no batch message was sent: the batching client sent one-job messages only")

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -289,18 +288,31 @@ func TestStateAppliesJobsOfOneBatchInOrder(t *testing.T) {
 	}
 }
 
-// TestBatchWithoutWorkerBatchesIsDeadLetteredWhole: a worker without
-// WorkerConfig.Batches (as one of a previous release) runs no job of a
-// batch message and dead-letters it whole, as a malformed message.
-func TestBatchWithoutWorkerBatchesIsDeadLetteredWhole(t *testing.T) {
+// TestWorkerWithoutOptionsRunsBatches: every worker reads batch messages,
+// with no option to say so (WorkerConfig.Batches is gone; a worker
+// without it dead-lettered a batch whole, as a malformed message). A
+// worker given nothing but a plain Handler runs each job of a batch once,
+// with its own key and payload, dead-letters nothing, and acks the
+// message.
+func TestWorkerWithoutOptionsRunsBatches(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
-	var ran atomic.Int64
-	e.worker("w", HandlerFunc(func(context.Context, Job) ([]byte, error) { ran.Add(1); return nil, nil }), nil)
-	e.publishBatch(0, "batch-1", []wire.BatchJob{{Key: "seat:a", ID: "a1"}, {Key: "seat:b", ID: "b1"}})
-	testwait.Eventually(t, 10*time.Second, "the batch dead-lettered", func() bool {
-		return len(e.deadLetters()) == 1 && e.streamMsgs(e.topo.Names.Jobs()) == 0
+	var mu sync.Mutex
+	ran := map[string]int{}
+	e.worker("w", HandlerFunc(func(_ context.Context, j Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran[j.Key+"="+string(j.Payload)]++
+		return nil, nil
+	}), nil)
+	e.publishBatch(0, "batch-1", []wire.BatchJob{{Key: "seat:a", ID: "a1", Payload: []byte("1")}, {Key: "seat:b", ID: "b1", Payload: []byte("2")}})
+	testwait.Eventually(t, 10*time.Second, "the batch run and acked", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ran) == 2 && e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
-	if d := e.deadLetters()[0]; ran.Load() != 0 || !strings.HasPrefix(d.Header.Get(HeaderError), "malformed: ") {
-		t.Fatalf("ran %d jobs; dead letter %v", ran.Load(), d.Header)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(e.deadLetters()); n != 0 || ran["seat:a=1"] != 1 || ran["seat:b=2"] != 1 {
+		t.Fatalf("ran %v; %d dead letters", ran, n)
 	}
 }

@@ -27,8 +27,9 @@ func TestCloseFailsWaitingCalls(t *testing.T) {
 			errs <- err
 		}()
 	}
-	// Wait until the three jobs are stored: the Calls then only wait.
-	testwait.Eventually(t, 10*time.Second, "three jobs stored", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 3 })
+	// Wait until the three jobs are stored (in one to three batch
+	// messages): the Calls then only wait.
+	testwait.Eventually(t, 10*time.Second, "three jobs stored", func() bool { return len(storedJobs(t, e.js, e.topo.Names.Jobs())) == 3 })
 	closed := time.Now()
 	c.Close()
 	for range 3 {

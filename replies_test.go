@@ -87,7 +87,9 @@ func gated(inner Reducer) (r Reducer, entered <-chan struct{}, release func()) {
 }
 
 // waitDelivered waits until the partition's consumer has handed n jobs to
-// the worker (all queued in its lane, none acked yet).
+// the worker (all queued in its lane, none acked yet): the stream holds n
+// jobs of the partition, in one-job or batch messages, and every one of
+// those messages is delivered and not acked.
 func (e *env) waitDelivered(key string, n int) {
 	e.t.Helper()
 	p := partition.Of(key, e.topo.Partitions)
@@ -95,9 +97,20 @@ func (e *env) waitDelivered(key string, n int) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
+	prefix := strings.TrimSuffix(partition.Filter(e.ns, p), "*")
 	testwait.Eventually(e.t, 15*time.Second, fmt.Sprintf("%d jobs delivered to the worker", n), func() bool {
 		info, err := cons.Info(ctx(e.t))
-		return err == nil && info.NumAckPending == n
+		if err != nil || info.NumPending != 0 {
+			return false
+		}
+		msgs, jobs := map[uint64]bool{}, 0
+		for _, j := range storedJobs(e.t, e.js, e.topo.Names.Jobs()) {
+			if strings.HasPrefix(j.Subject, prefix) {
+				msgs[j.Seq] = true
+				jobs++
+			}
+		}
+		return jobs == n && info.NumAckPending == len(msgs)
 	})
 }
 

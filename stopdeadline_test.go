@@ -3,6 +3,7 @@ package keylane
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,11 +16,15 @@ import (
 // jobs still queued behind it do not run, nothing more is acked, and Stop
 // returns. Before, an abort that came while the owner was already draining
 // (its queued jobs running one by one) cancelled nothing: a Stop with a
-// 300ms deadline waited for every queued job.
+// 300ms deadline waited for every queued job. The jobs travel in batch
+// messages, acked once every job of them settled: every job that did not
+// run is still stored, and a next owner runs it.
 func TestStopDeadlineCancelsTheDrain(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	const jobs, hold = 40, 200 * time.Millisecond
 	var ran, cancelled atomic.Int32
+	var mu sync.Mutex
+	done := map[string]bool{} // the IDs of the jobs that ran to the end
 	started := make(chan struct{}, jobs)
 	w := e.worker("w", HandlerFunc(func(ctx context.Context, j Job) ([]byte, error) {
 		started <- struct{}{}
@@ -27,6 +32,9 @@ func TestStopDeadlineCancelsTheDrain(t *testing.T) {
 		defer t.Stop()
 		select {
 		case <-t.C:
+			mu.Lock()
+			done[j.ID] = true
+			mu.Unlock()
 			ran.Add(1)
 			return nil, nil
 		case <-ctx.Done():
@@ -60,9 +68,40 @@ func TestStopDeadlineCancelsTheDrain(t *testing.T) {
 	if cancelled.Load() == 0 && int(ran.Load()) < jobs {
 		t.Errorf("no running handler saw its context cancelled")
 	}
-	// What did not run stays stored for the next owner.
-	testwait.Eventually(t, 5*time.Second, "the unrun jobs stay in the stream", func() bool {
-		return e.streamMsgs(e.topo.Names.Jobs()) == uint64(jobs)-uint64(ran.Load())
+	// What did not run stays stored for the next owner: each such job is
+	// in the stream (a batch message is not acked while a job of it has
+	// not settled), and a next owner runs it.
+	stored := map[string]bool{}
+	for _, j := range storedJobs(t, e.js, e.topo.Names.Jobs()) {
+		stored[j.ID] = true
+	}
+	mu.Lock()
+	var unrun []string
+	for i := range jobs {
+		if id := fmt.Sprintf("j-%d", i); !done[id] {
+			unrun = append(unrun, id)
+			if !stored[id] {
+				t.Errorf("job %s did not run and is no longer stored", id)
+			}
+		}
+	}
+	mu.Unlock()
+	next := map[string]bool{}
+	e.worker("next", HandlerFunc(func(_ context.Context, j Job) ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		next[j.ID] = true
+		return nil, nil
+	}), nil)
+	testwait.Eventually(t, 20*time.Second, "the next owner runs the unrun jobs", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, id := range unrun {
+			if !next[id] {
+				return false
+			}
+		}
+		return true
 	})
 	t.Logf("Stop took %s; %d jobs ran, %d handlers cancelled", took.Round(time.Millisecond), ran.Load(), cancelled.Load())
 }

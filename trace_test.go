@@ -450,15 +450,16 @@ func TestTracingFailedGroupWrite(t *testing.T) {
 	})
 }
 
-// traceparentOf returns the traceparent header of the stream's message
-// of job id, and whether it had one (in any case).
+// traceparentOf returns the traceparent header stored with job id (a
+// one-job message's header, or the one a batch body carries for the job),
+// and whether it had one (in any case).
 func traceparentOf(t *testing.T, e *env, id string) (string, bool) {
 	t.Helper()
-	for _, m := range natstest.StreamMsgs(t, e.js, e.topo.Names.Jobs()) {
-		if m.Header.Get(HeaderJobID) != id {
+	for _, j := range storedJobs(t, e.js, e.topo.Names.Jobs()) {
+		if j.ID != id {
 			continue
 		}
-		for k, v := range m.Header {
+		for k, v := range j.Header {
 			if strings.EqualFold(k, "traceparent") {
 				return v[0], true
 			}
