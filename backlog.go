@@ -13,8 +13,7 @@ import (
 
 // The worker's backlog in jobs (Tenure.Backlog, the keylane_partition_backlog
 // metric). The server's pending count at each delivery counts messages; a
-// batch message of 50 jobs is 50 of them. So an owner with
-// WorkerConfig.Batches reads, beside the fetch loop, the headers of its
+// batch message of 50 jobs is 50 of them. So an owner reads, beside the fetch loop, the headers of its
 // partition's batch messages not yet delivered (Keylane-Batch-Jobs, which
 // ParseBatch holds to the body's count) and keeps each one's jobs less one
 // until it is delivered. Each batch message is read once a tenure, by a

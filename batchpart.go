@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Batch messages on the worker (WorkerConfig.Batches; see "Batches on the
-// wire" in package jetstream's doc). Each job of a batch runs as a task of
+// Batch messages on the worker (every worker reads them; see "Batches on
+// the wire" in package jetstream's doc). Each job of a batch runs as a task of
 // its own whose msg is a batchPart: the job's own subject, headers and
 // payload, as a one-job message of it would carry them, so finish, the
 // dead letters, the replies and the traces read it as they read a job.

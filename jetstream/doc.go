@@ -2141,8 +2141,9 @@
 // its own result; without the batched path it saw no batch message) and
 // TestBatchedCallOfADeadLetteredJob.
 //
-// Outcomes. A job with a caller's ID never travels in a batch, so
-// retries by ID (above) are as today. A batched Call's outcome is kept
+// Outcomes. A job with a caller's ID travels in a batch marked
+// idempotent: looked up by its ID before it runs, its outcome kept by its
+// ID ("One path" above). A batched Call's outcome is kept
 // in one results entry per batch, on a namespace whose jobs have held
 // outcomes (a Reducer's state entries; an Applier's database) and
 // without StoreResults; elsewhere by its job's ID, as a lone Call's (the
@@ -2360,8 +2361,11 @@
 // "restock 5" on 10, want 15"; the idempotent flag did the same). Now a
 // batch's ID (Nats-Msg-Id) must have the generated shape (wire.ValidBatchID,
 // else the message is malformed, dead-lettered whole), every job's ID
-// must be wire.BatchedJobID(batch ID, index), and no job of it may be
-// marked idempotent (a job with a caller's ID never travels in a batch);
+// not marked idempotent must be wire.BatchedJobID(batch ID, index) (a
+// job marked idempotent carries its caller's ID, since the one wire path,
+// and is de-duplicated by the worker by that ID, like a one-job message's
+// after the duplicate window: knowing another caller's ID is the
+// capability, which is why clients may read outcomes by key only);
 // a job that breaks that is refused alone, its dead letter not naming the
 // ID it claimed. The client gives every job of a batch that ID when it
 // cuts the batch (sealBatch: the batcher's and SubmitMany's alike), so
