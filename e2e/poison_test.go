@@ -89,7 +89,7 @@ func TestPoisonJob(t *testing.T) {
 	submitted := time.Now()
 	poisonCh := c.callAsync(poisonKey, "fail", keylane.WithID(lastPoison))
 	// The purchase on the same key must be stored after the poison job.
-	c.waitStored(partition.Subject(c.ns, pp, poisonKey), lastPoison, 10*time.Second)
+	c.waitStored(wire.BatchSubject(c.ns, pp), lastPoison, 10*time.Second)
 	afterCh := c.callAsync(poisonKey, "buy 1", keylane.WithID("after-poison"))
 
 	b := c.startBuyers(32, skus, "poison-others", others, func(i int) int { return i % len(skus) })
@@ -179,8 +179,8 @@ func TestPoisonJob(t *testing.T) {
 	checkTrace(t, runs, ps, traceRules{})
 }
 
-// waitStored polls until the last message stored on subject carries job ID
-// id.
+// waitStored polls until the last batch message stored on subject (a
+// partition's batch subject) carries job ID id.
 func (c *cluster) waitStored(subject, id string, timeout time.Duration) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -190,9 +190,17 @@ func (c *cluster) waitStored(subject, id string, timeout time.Duration) {
 		c.t.Fatal(err)
 	}
 	for {
+		// Every job travels in a batch message: the partition's last
+		// one holds it once stored (nothing else of its partition is
+		// submitted meanwhile).
 		m, err := s.GetLastMsgForSubject(ctx, subject)
-		if err == nil && wire.JobIDOfDead(m.Header) == id {
-			return
+		if err == nil {
+			jobs, derr := wire.DecodeBatch(m.Data)
+			for _, j := range jobs {
+				if derr == nil && j.ID == id {
+					return
+				}
+			}
 		}
 		if ctx.Err() != nil {
 			c.t.Fatalf("job %s not stored on %s within %s (last error %v)", id, subject, timeout, err)
