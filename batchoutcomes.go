@@ -228,6 +228,19 @@ func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 	if !o.w.keptPerBatch() || !wire.ValidBatchID(b.id) {
 		return true
 	}
+	// A batch none of whose jobs keeps its outcome in the entry writes no
+	// entry, so it can overwrite none: no read (a batch of Submits, or of
+	// jobs with a caller's ID, kept by ID).
+	keeps := false
+	for i, e := range es {
+		if e.Err == nil && o.keptInBatch(b, e.Job, i) {
+			keeps = true
+			break
+		}
+	}
+	if !keeps {
+		return true
+	}
 	seq := meta.Sequence.Stream
 	b.origin = batchOrigin(meta.Stream, o.w.topo.EpochOf(o.p), seq)
 	if open := o.open.get(b.id); open != nil {

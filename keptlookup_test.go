@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/wire"
 	"runtime"
 	"slices"
 	"strings"
@@ -128,6 +129,10 @@ func (c *lookUps) counts() (batched, perID int) {
 			switch {
 			case m.Subject == c.stream && bytes.Contains(m.Data, []byte(`"multi_last"`)):
 				c.batched++
+			case bytes.Contains(m.Data, []byte(wire.BatchOutcomesPrefix)) || strings.Contains(m.Subject, "."+wire.BatchOutcomesPrefix):
+				// A batch entry's read (its ID bound to its message, once
+				// per batch message: every job travels in one), no job's
+				// look-up by ID.
 			case strings.HasPrefix(m.Subject, c.stream+"."):
 				c.perID++
 			case m.Subject == c.leader && !bytes.Contains(m.Data, []byte(`>"`)) && !bytes.Contains(m.Data, []byte(`\u003e"`)):
