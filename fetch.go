@@ -285,12 +285,13 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			break
 		}
 	}
-	maybeDup := meta.NumDelivered > 1 || seq <= o.prevDelivered
 	// A copy the client published again (its first may have been lost,
 	// and the caller may have called again by a job's ID meanwhile: the
-	// server de-duplicates the batch's ID only) asks for every job of it
-	// to be looked up by ID before it runs, as a job with a caller's ID is.
+	// server de-duplicates the batch's ID only) may have run before, as a
+	// redelivery may: each job of it is looked up by ID before it runs
+	// (process), and its outcome is kept where it would be.
 	resent := msg.Headers()[HeaderIdempotent] != nil
+	maybeDup := meta.NumDelivered > 1 || seq <= o.prevDelivered || resent
 	for i, e := range es {
 		p := &batchPart{Msg: msg, b: b, subject: msg.Subject(), header: batchPartHeader(e), data: e.Payload}
 		if e.Job.Key != "" {
@@ -300,7 +301,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			o.malformedAt(p, seq, i, e.Job, e.Err)
 			continue
 		}
-		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent || resent, keep: e.Job.KeepOutcome, keptInBatch: o.keptInBatch(b, e.Job, i)}
+		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome, keptInBatch: o.keptInBatch(b, e.Job, i)}
 		t.stored = meta.Timestamp
 		t.job = Job{
 			ID: e.Job.ID, Key: e.Job.Key, Type: e.Job.Type, Payload: e.Payload, Partition: o.p,

@@ -97,12 +97,20 @@ func sealGrowth(m *nats.Msg) int {
 
 var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 
-// batchable reports whether Submit may send m, built by message for a
-// job whose ID was not the caller's, in a batch: not a delayed job, not a
-// redrive, not on a namespace with a key backlog cap (the server counts
-// messages per key subject, and a batch's is no key's).
+// batchable reports whether m, built by message, travels in a batch
+// message: not a delayed job, not a redrive, not on a namespace with a
+// key backlog cap (the server counts messages per key subject, and a
+// batch's is no key's), not a job larger than any batch.
 func (c *Client) batchable(m *nats.Msg) bool {
-	return c.maxKeyBacklog == 0 && m.Header[HeaderRunAt] == nil && m.Header[HeaderRedriveOf] == nil
+	if c.maxKeyBacklog != 0 || m.Header[HeaderRunAt] != nil || m.Header[HeaderRedriveOf] != nil {
+		return false
+	}
+	// A job no batch can carry (over wire.MaxBatchBytes, under a larger
+	// max_payload) goes alone, as a one-job message.
+	if room := c.batchRoom(); len(m.Data) > room/2 && wire.BatchJobSize(batchJobOf(m))+sealGrowth(m) > room {
+		return false
+	}
+	return true
 }
 
 // sendWireBatch publishes ms, jobs of partition p, as one batch message
