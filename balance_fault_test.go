@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/balance"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
@@ -127,7 +128,7 @@ func TestStuckHandlerDoesNotBouncePartition(t *testing.T) {
 	// evenly among all three again.
 	release()
 	testwait.Eventually(t, 8*ttl, "wa's stuck mark released and the partitions spread evenly", func() bool {
-		_, err := e.topo.Leases.Get(ctx(t), stuckKey(p, "wa"))
+		_, err := e.topo.Leases.Get(ctx(t), balance.StuckKey(p, "wa"))
 		return errors.Is(err, jetstream.ErrKeyNotFound) && evenlySpread(owners(a, b, c), n, ids)
 	})
 }

@@ -109,6 +109,17 @@ func TestBalancingMovesOnlyWhatMust(t *testing.T) {
 	t.Logf("graceful hand-over of %d partitions took %s (seen by polling)", held, tookOver.Sub(start))
 }
 
+// ownerOf returns the owner of partition p on w, nil when w runs none
+// (one whose lease ended while it winds down counts).
+func ownerOf(w *Worker, p int) *owner {
+	for _, h := range w.bal.Held() {
+		if h.Partition == p {
+			return h.Owner
+		}
+	}
+	return nil
+}
+
 func countOf(m map[int]string, v string) int {
 	n := 0
 	for _, o := range m {

@@ -40,9 +40,7 @@ func TestStaleOwnerWriteIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-paused
-	a.bal.mu.Lock()
-	leaseA := a.bal.owners[0].l
-	a.bal.mu.Unlock()
+	leaseA := ownerOf(a, 0).l
 	fenceA := leaseA.Fence()
 	var once sync.Once
 	unpause := func() { once.Do(func() { close(resume) }) }

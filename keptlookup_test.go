@@ -74,9 +74,7 @@ func (g *keptGroup) appliedIDs() []string {
 // ownerHolds is how many jobs partition p's owner on w holds (running or
 // queued in its lanes).
 func ownerHolds(w *Worker, p int) int {
-	w.bal.mu.Lock()
-	o := w.bal.owners[p]
-	w.bal.mu.Unlock()
+	o := ownerOf(w, p)
 	if o == nil {
 		return 0
 	}
@@ -581,9 +579,7 @@ func TestBatchedDeadHitFromALaggingReplicaGoesToTheLeader(t *testing.T) {
 // EOB) at a sequence no replica has yet.
 func markAhead(t *testing.T, e *env, w *Worker, id string) {
 	t.Helper()
-	w.bal.mu.Lock()
-	o := w.bal.owners[0]
-	w.bal.mu.Unlock()
+	o := ownerOf(w, 0)
 	if o == nil {
 		t.Fatal("no owner of partition 0")
 	}

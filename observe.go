@@ -179,19 +179,19 @@ func (w *Worker) Tenures() []Tenure {
 	if bal == nil {
 		return nil
 	}
-	bal.mu.Lock()
-	ts := make([]Tenure, 0, len(bal.owners))
-	for p, o := range bal.owners {
+	held := bal.Held()
+	ts := make([]Tenure, 0, len(held))
+	for _, h := range held {
+		p, o := h.Partition, h.Owner
 		if isClosed(o.l.Done()) {
 			continue // lost: not ours, even while its handlers wind down
 		}
-		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: o.since, Backlog: o.pendingJobs(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
+		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: h.Since, Backlog: o.pendingJobs(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
 		if ln := o.lanes.Load(); ln != nil {
 			t.InFlight, t.HandedBack = ln.pending(), ln.handedBackNow()
 		}
 		ts = append(ts, t)
 	}
-	bal.mu.Unlock()
 	slices.SortFunc(ts, func(a, b Tenure) int { return a.Partition - b.Partition })
 	return ts
 }

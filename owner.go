@@ -33,8 +33,6 @@ type owner struct {
 	handoverCh, abortCh     chan struct{}
 	done                    chan struct{}
 
-	orphan        bool                     // taken because its desired owner did not claim it
-	since         time.Time                // when the lease was taken
 	prevDelivered uint64                   // last stream sequence the previous consumer delivered
 	maxAcked      atomic.Uint64            // highest stream sequence acked
 	mark          atomic.Pointer[keptMark] // newest outcome kept this tenure

@@ -191,7 +191,7 @@ func (w *Worker) reloadTopology(meta Meta) {
 	w.mu.Unlock()
 	w.log.Warn("jobs stream replaced; reloading the topology", "partitions", meta.Partitions, "epoch", formatEpoch(meta.Epoch))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*w.cfg.Topology.LeaseTTL)
-	_ = bal.stop(ctx)
+	_ = bal.Stop(ctx)
 	cancel()
 	cfg := w.cfg.Topology
 	cfg.Partitions, cfg.StreamShards = 0, 0 // follow the streams
@@ -255,7 +255,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	bal := w.bal
 	w.mu.Unlock()
-	err := bal.stop(ctx)
+	err := bal.Stop(ctx)
 	w.state.closeBatches(ctx)
 	w.log.Info("worker stopped", "released", w.stats.released.Load())
 	w.doneOnce.Do(func() { close(w.done) })
@@ -300,7 +300,7 @@ func (w *Worker) Owned() []int {
 	if bal == nil {
 		return nil
 	}
-	return bal.owned()
+	return bal.Owned()
 }
 
 // Stats returns the worker's counters.

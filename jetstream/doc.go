@@ -233,6 +233,9 @@
 // (Keylane-Fence) and the owner's logs carry. Tested by
 // TestInspectFenceIsTheJobsFence.
 //
+// The balancer is package internal/balance: its doc.go writes down the
+// assignment, the stuck marks and the failure cases it handles.
+//
 // # Running jobs
 //
 // One fetch loop per owned partition pulls batches (at most MaxInFlight

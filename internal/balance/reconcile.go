@@ -1,4 +1,4 @@
-package keylane
+package balance
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 // worker owns and acquires or hands over (balance.go keeps the views of
 // members and lease holders it decides from).
 
-func (b *balancer) reconcile() {
+func (b *Balancer[O]) reconcile() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopping || !b.memberv.synced || !b.leasev.synced {
 		return
 	}
-	me := b.w.cfg.ID
-	ttl := b.w.cfg.Topology.LeaseTTL
+	me := b.cfg.ID
+	ttl := b.cfg.Lease.TTL
 	now := time.Now()
 	for m := range b.members {
 		if m != me && now.Sub(b.memberSeen[m]) > staleAfter(ttl) {
@@ -68,7 +68,7 @@ func (b *balancer) reconcile() {
 			// cannot take it would bounce it every TTL.
 			settled := !o.orphan || now.Sub(o.since) >= orphanHold*ttl
 			if b.members[desired[p]] && settled {
-				o.handOver()
+				o.owner.HandOver()
 			}
 			continue
 		}
@@ -100,30 +100,30 @@ func nextBackoff(d, ttl time.Duration) time.Duration {
 // handing it to its desired owner.
 const orphanHold = 3
 
-func (b *balancer) acquire(p int, orphan bool) {
+func (b *Balancer[O]) acquire(p int, orphan bool) {
 	defer b.wg.Done()
-	ctx, cancel := context.WithTimeout(b.ctx, b.w.cfg.Topology.LeaseTTL)
-	l, err := lease.Acquire(ctx, b.w.topo.Leases, b.w.topo.Names.LeaseKey(p), b.w.leaseConfig())
+	ctx, cancel := context.WithTimeout(b.ctx, b.cfg.Lease.TTL)
+	l, err := lease.Acquire(ctx, b.cfg.Leases, b.cfg.LeaseKey(p), b.cfg.Lease)
 	cancel()
 	b.mu.Lock()
 	delete(b.acquiring, p)
 	if err != nil {
 		b.mu.Unlock()
 		if !errors.Is(err, lease.ErrHeld) && b.ctx.Err() == nil {
-			b.w.log.Warn("acquire partition", "partition", p, "err", err)
+			b.cfg.Log.Warn("acquire partition", "partition", p, "err", err)
 		}
 		return
 	}
 	if b.stopping {
 		b.mu.Unlock()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), b.w.cfg.Topology.LeaseTTL)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), b.cfg.Lease.TTL)
 		if err := l.Release(rctx); err != nil {
-			b.w.log.Warn("release of a partition acquired while stopping", "partition", p, "err", err)
+			b.cfg.Log.Warn("release of a partition acquired while stopping", "partition", p, "err", err)
 		}
 		cancel()
 		return
 	}
-	o := newOwner(b.w, p, l)
+	o := &held[O]{owner: b.cfg.NewOwner(p, l), l: l}
 	o.orphan, o.since = orphan, time.Now()
 	b.owners[p] = o
 	// Seen now, not never: the stale rule passes over a holder never
@@ -135,13 +135,13 @@ func (b *balancer) acquire(p int, orphan bool) {
 	// or stuck (a run of TestOwnerCreatesItsConsumerThroughASlowMetaLeader
 	// before this fix stalled so for its whole minute: the lapsed
 	// tenure's delete landed, the watch never showed it).
-	b.holders[p] = holder{id: b.w.cfg.ID, seen: time.Now()}
+	b.holders[p] = holder{id: b.cfg.ID, seen: time.Now()}
 	b.mu.Unlock()
-	b.w.stats.acquired.Add(1)
+	b.cfg.Acquired()
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		o.run()
+		o.owner.Run()
 		b.mu.Lock()
 		if b.owners[p] == o {
 			delete(b.owners, p)
@@ -152,7 +152,10 @@ func (b *balancer) acquire(p int, orphan bool) {
 	}()
 }
 
-func (b *balancer) owned() []int {
+// Owned returns the partitions this worker owns now, in order: those
+// whose lease it holds, not those whose owner still winds down after the
+// lease ended.
+func (b *Balancer[O]) Owned() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ps := make([]int, 0, len(b.owners))
@@ -166,9 +169,30 @@ func (b *balancer) owned() []int {
 	return ps
 }
 
-// stop leaves the member set, hands every owned partition over (aborting
-// those still draining when ctx ends), and waits for every goroutine.
-func (b *balancer) stop(ctx context.Context) error {
+// Held is one partition whose owner runs now, as Balancer.Held reports it.
+type Held[O Owner] struct {
+	Partition int
+	Owner     O
+	// Since is when the balancer took the lease.
+	Since time.Time
+}
+
+// Held returns the partitions whose owner runs now, in no order, with
+// their owners: those whose lease ended while the owner winds down too.
+func (b *Balancer[O]) Held() []Held[O] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	hs := make([]Held[O], 0, len(b.owners))
+	for p, o := range b.owners {
+		hs = append(hs, Held[O]{Partition: p, Owner: o.owner, Since: o.since})
+	}
+	return hs
+}
+
+// Stop leaves the member set, hands every owned partition over (aborting
+// those still draining when ctx ends), and waits for every goroutine. A
+// second Stop waits for the first.
+func (b *Balancer[O]) Stop(ctx context.Context) error {
 	b.mu.Lock()
 	if b.stopping { // stopped by a topology reload already
 		b.mu.Unlock()
@@ -176,7 +200,7 @@ func (b *balancer) stop(ctx context.Context) error {
 		return nil
 	}
 	b.stopping = true
-	owners := make([]*owner, 0, len(b.owners))
+	owners := make([]*held[O], 0, len(b.owners))
 	for _, o := range b.owners {
 		owners = append(owners, o)
 	}
@@ -186,14 +210,14 @@ func (b *balancer) stop(ctx context.Context) error {
 	// Leave first, so the others recompute the desired owners while we drain.
 	rerr := member.Release(ctx)
 	for _, o := range owners {
-		o.handOver()
+		o.owner.HandOver()
 	}
 	for _, o := range owners {
 		select {
-		case <-o.done:
+		case <-o.owner.Done():
 		case <-ctx.Done():
-			o.abort()
-			<-o.done
+			o.owner.Abort()
+			<-o.owner.Done()
 		}
 	}
 	b.cancel()

@@ -1,4 +1,4 @@
-package keylane
+package balance
 
 import (
 	"context"
@@ -12,12 +12,12 @@ import (
 
 // barred reports whether worker id has a stuck mark on p, so that it may
 // neither keep nor receive p. It runs with b.mu held.
-func (b *balancer) barred(p int, id string) bool { return b.stuck[p][id] }
+func (b *Balancer[O]) barred(p int, id string) bool { return b.stuck[p][id] }
 
 // lapse reports whether o's lease has ended while o still runs. Once it
 // has run stuckAfter past the end, lapse counts and logs it and starts
 // holdStuckMark. It runs with b.mu held.
-func (b *balancer) lapse(p int, o *owner, now time.Time) bool {
+func (b *Balancer[O]) lapse(p int, o *held[O], now time.Time) bool {
 	if !isClosed(o.l.Done()) {
 		return false
 	}
@@ -26,12 +26,12 @@ func (b *balancer) lapse(p int, o *owner, now time.Time) bool {
 		b.lapsed[o] = &lapse{since: now}
 		return true
 	}
-	if lp.marked || now.Sub(lp.since) < stuckAfter(b.w.cfg.Topology.LeaseTTL) {
+	if lp.marked || now.Sub(lp.since) < stuckAfter(b.cfg.Lease.TTL) {
 		return true
 	}
 	lp.marked = true
-	b.w.stats.stuck.Add(1)
-	b.w.log.Warn("partition lease ended but its handlers have not returned (do they ignore their context?); publishing a stuck mark so another worker owns it meanwhile",
+	b.cfg.Stuck()
+	b.cfg.Log.Warn("partition lease ended but its handlers have not returned (do they ignore their context?); publishing a stuck mark so another worker owns it meanwhile",
 		"partition", p, "stuck_for", now.Sub(lp.since).Round(time.Millisecond), "err", o.l.Err())
 	b.wg.Add(1)
 	go b.holdStuckMark(p, o, lp.since)
@@ -45,10 +45,10 @@ func (b *balancer) lapse(p int, o *owner, now time.Time) bool {
 // either.
 func stuckAfter(ttl time.Duration) time.Duration { return ttl / 3 }
 
-// stuckKey is the lease-bucket key of worker id's stuck mark on partition
+// StuckKey is the lease-bucket key of worker id's stuck mark on partition
 // p. Worker IDs hold no '.', and the key does not start with "p.", so
 // older balancers ignore it.
-func stuckKey(p int, id string) string { return "s." + strconv.Itoa(p) + "." + id }
+func StuckKey(p int, id string) string { return "s." + strconv.Itoa(p) + "." + id }
 
 func parseStuckKey(key string) (p int, id string, ok bool) {
 	rest, ok := strings.CutPrefix(key, "s.")
@@ -70,16 +70,16 @@ func parseStuckKey(key string) (p int, id string, ok bool) {
 // the mark's lease (again, with backoff, if it is lost) and releases it
 // when o is done. It logs at Error, at doubling intervals, how long o has
 // been stuck.
-func (b *balancer) holdStuckMark(p int, o *owner, since time.Time) {
+func (b *Balancer[O]) holdStuckMark(p int, o *held[O], since time.Time) {
 	defer b.wg.Done()
-	ttl := b.w.cfg.Topology.LeaseTTL
-	key := stuckKey(p, b.w.cfg.ID)
+	ttl := b.cfg.Lease.TTL
+	key := StuckKey(p, b.cfg.ID)
 	var mark *lease.Lease
 	defer func() {
 		if mark != nil {
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(b.ctx), ttl)
 			if err := mark.Release(ctx); err != nil && !errors.Is(err, lease.ErrLost) {
-				b.w.log.Warn("release stuck mark", "partition", p, "err", err)
+				b.cfg.Log.Warn("release stuck mark", "partition", p, "err", err)
 			}
 			cancel()
 		}
@@ -97,30 +97,30 @@ func (b *balancer) holdStuckMark(p int, o *owner, since time.Time) {
 			markDone = mark.Done()
 		}
 		select {
-		case <-o.done:
-			b.w.log.Warn("stuck partition's handlers returned; giving the partition back to balancing",
+		case <-o.owner.Done():
+			b.cfg.Log.Warn("stuck partition's handlers returned; giving the partition back to balancing",
 				"partition", p, "stuck_for", time.Since(since).Round(time.Millisecond))
 			return
 		case <-b.ctx.Done():
 			return
 		case <-remind.C:
-			b.w.log.Error("partition handlers still running after the lease ended",
+			b.cfg.Log.Error("partition handlers still running after the lease ended",
 				"partition", p, "stuck_for", time.Since(since).Round(time.Millisecond))
 			every = min(2*every, 5*time.Minute)
 			remind.Reset(every)
 		case <-markDone:
-			b.w.log.Warn("stuck mark lost; publishing it again", "partition", p, "err", mark.Err())
+			b.cfg.Log.Warn("stuck mark lost; publishing it again", "partition", p, "err", mark.Err())
 			mark = nil
 			backoff = nextBackoff(backoff, ttl)
 			retry.Reset(backoff)
 		case <-retry.C:
 			ctx, cancel := context.WithTimeout(b.ctx, ttl)
-			l, err := lease.Acquire(ctx, b.w.topo.Leases, key, b.w.leaseConfig())
+			l, err := lease.Acquire(ctx, b.cfg.Leases, key, b.cfg.Lease)
 			cancel()
 			if err != nil {
 				// Held: our mark from before a restart, which expires.
 				backoff = nextBackoff(backoff, ttl)
-				b.w.log.Warn("publish stuck mark", "partition", p, "err", err, "retry_in", backoff)
+				b.cfg.Log.Warn("publish stuck mark", "partition", p, "err", err, "retry_in", backoff)
 				retry.Reset(backoff)
 				continue
 			}

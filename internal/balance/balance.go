@@ -1,4 +1,4 @@
-package keylane
+package balance
 
 import (
 	"context"
@@ -12,47 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// balancer decides which partitions this worker should own. Every
-// balancer computes the same sticky assignment from its view of the live
-// members and the lease holders (partition.Assign): each member owns
-// floor(N/W) or ceil(N/W) partitions and keeps those it holds up to its
-// share, and the rest go by rendezvous hash to members with room. The
-// balancer acquires free partitions assigned to it, hands over those it
-// owns but are assigned to someone else alive, and takes an orphan
-// partition (free for a whole TTL with its assigned owner not claiming
-// it). It learns the member set and the lease holders by watching the two
-// buckets, and re-checks every TTL/3 as a safety net.
-//
-// Plain rendezvous hashing (each partition to its highest scored member)
-// moves only what must move but is uneven: four workers on 16 partitions
-// got 3, 2, 6 and 5. A bounded-load greedy over the member set alone is
-// even but cascades: one join shifts partitions between the old members
-// too. Taking the current holders as input keeps both: a joining worker
-// gets only what the others hold above their new share, and a leaving
-// worker's partitions go only to those below theirs. The views of
-// different workers lag, and the rule is built so that transients settle
-// instead of flapping: a worker hands over only what it holds above its
-// share, so a partition it just released, free for a moment in its own
-// view, goes to a member with room, never back to it; a worker that saw
-// itself alone at start owns everything and gives away its lowest scored
-// partitions as others join, which moves each once.
-//
-// A handler that ignores its context keeps its owner running after the
-// lease is lost, and the worker cannot own the partition again until it
-// returns. If such a worker stayed the desired owner, the others would take
-// the partition as an orphan, hand it back after orphanHold TTLs to a
-// worker that cannot take it, and take it again a TTL later: it would
-// bounce, free a quarter of the time. So a worker whose owner outlives its
-// lease by stuckAfter publishes a stuck mark for the partition in the lease
-// bucket (key s.<p>.<worker>, a lease of its own, so it expires with a
-// crashed worker), and every balancer bars marked workers from the
-// partition when it computes the assignment: they neither keep nor
-// receive it, so it goes to a worker that can take it and, held there,
-// stays. The mark is released when the owner returns; the partition then
-// stays where it is unless the assignment, no longer barred, moves
-// something to even the split.
-type balancer struct {
-	w      *Worker
+// Balancer decides which partitions this worker should own, and starts,
+// hands over and aborts their owners (Config.NewOwner). The design notes
+// are in the package doc (doc.go). Create it with Start; Stop ends it. Its
+// methods are safe for concurrent use.
+type Balancer[O Owner] struct {
+	cfg    Config[O]
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -67,8 +32,8 @@ type balancer struct {
 	// memberSeen is when each member's last write was seen.
 	memberSeen map[string]time.Time
 	stuck      map[int]map[string]bool // partition → workers with a stuck mark on it
-	owners     map[int]*owner
-	lapsed     map[*owner]*lapse // our owners whose lease ended while they still run
+	owners     map[int]*held[O]
+	lapsed     map[*held[O]]*lapse // our owners whose lease ended while they still run
 	acquiring  map[int]bool
 	stopping   bool
 }
@@ -84,6 +49,15 @@ type view struct {
 	reset  func()                        // forgets what the bucket said; b.mu held
 	apply  func(jetstream.KeyValueEntry) // learns one entry; b.mu held
 	synced bool                          // the current watch delivered its initial values; b.mu
+}
+
+// held is an owner of ours, with its lease and what the balancer knows of
+// its tenure.
+type held[O Owner] struct {
+	owner  O
+	l      *lease.Lease
+	orphan bool      // taken because its desired owner did not claim it
+	since  time.Time // when the lease was taken
 }
 
 // lapse is an owner of ours whose lease ended before its run returned.
@@ -106,27 +80,35 @@ type holder struct {
 // watchers would otherwise wait for ever on a dead worker's entries.
 func staleAfter(ttl time.Duration) time.Duration { return ttl + ttl/2 }
 
-func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
-	n := w.topo.Partitions
-	b := &balancer{
-		w: w, kick: make(chan struct{}, 1),
+// Start registers the worker as a member (waiting up to two TTLs for an
+// entry of its own ID left by a crashed run to expire, never for a live
+// twin), starts watching the members and leases buckets and balancing,
+// and returns once it is registered; partitions are taken in the
+// background. The balancer outlives ctx: it runs until Stop.
+func Start[O Owner](ctx context.Context, cfg Config[O]) (*Balancer[O], error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	n := cfg.Partitions
+	b := &Balancer[O]{
+		cfg: cfg, kick: make(chan struct{}, 1),
 		members: map[string]bool{}, memberSeen: map[string]time.Time{}, holders: make([]holder, n), stuck: map[int]map[string]bool{},
-		owners: map[int]*owner{}, acquiring: map[int]bool{}, lapsed: map[*owner]*lapse{},
+		owners: map[int]*held[O]{}, acquiring: map[int]bool{}, lapsed: map[*held[O]]*lapse{},
 	}
 	b.forgetLeases()
 	// A worker restarted with the same ID finds its old entry until it
 	// expires: wait for it, but not for a live twin.
-	rctx, cancel := context.WithTimeout(ctx, 2*w.cfg.Topology.LeaseTTL)
-	m, err := lease.Campaign(rctx, w.topo.Members, w.cfg.ID, w.leaseConfig())
+	rctx, cancel := context.WithTimeout(ctx, 2*cfg.Lease.TTL)
+	m, err := lease.Campaign(rctx, cfg.Members, cfg.ID, cfg.Lease)
 	cancel()
 	if err != nil {
-		return nil, fmt.Errorf("keylane: register member %s (is another worker running with this ID?): %w", w.cfg.ID, err)
+		return nil, fmt.Errorf("keylane: register member %s (is another worker running with this ID?): %w", cfg.ID, err)
 	}
 	b.member = m
 	// The balancer outlives Start's ctx: it stops with Stop.
 	b.ctx, b.cancel = context.WithCancel(context.WithoutCancel(ctx))
-	b.memberv = &view{kv: w.topo.Members, reset: func() { clear(b.members) }, apply: b.onMember}
-	b.leasev = &view{kv: w.topo.Leases, reset: b.forgetLeases, apply: b.onLease}
+	b.memberv = &view{kv: cfg.Members, reset: func() { clear(b.members) }, apply: b.onMember}
+	b.leasev = &view{kv: cfg.Leases, reset: b.forgetLeases, apply: b.onLease}
 	mw, mstop, err := b.openAtStart(ctx, b.memberv)
 	if err != nil {
 		b.cancel()
@@ -149,7 +131,7 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 
 // open starts a watch of v's bucket. stop ends it, and the goroutine
 // nats.go keeps for the watch's context with it.
-func (b *balancer) open(v *view) (kw jetstream.KeyWatcher, stop func(), err error) {
+func (b *Balancer[O]) open(v *view) (kw jetstream.KeyWatcher, stop func(), err error) {
 	ctx, cancel := context.WithCancel(b.ctx)
 	kw, err = v.kv.WatchAll(ctx)
 	if err != nil {
@@ -159,21 +141,21 @@ func (b *balancer) open(v *view) (kw jetstream.KeyWatcher, stop func(), err erro
 	return kw, func() { _ = kw.Stop(); cancel() }, nil
 }
 
-// openAtStart opens v's watch for startBalancer, trying again while the
+// openAtStart opens v's watch for Start, trying again while the
 // server says no for a passing reason (a cluster electing its meta
 // leader answers "JetStream system temporarily unavailable"), with a
 // doubling pause, until ctx (Start's) ends; a permanent refusal (a
 // permissions violation) ends it at once. Before, Start failed on the
 // first refusal: TestNoJobRunsTwiceWithALaggingFollower's new worker,
 // started on a node right after another node's crash, failed so in CI.
-func (b *balancer) openAtStart(ctx context.Context, v *view) (jetstream.KeyWatcher, func(), error) {
+func (b *Balancer[O]) openAtStart(ctx context.Context, v *view) (jetstream.KeyWatcher, func(), error) {
 	pause := 50 * time.Millisecond
 	for {
 		kw, stop, err := b.open(v)
 		if err == nil || natserr.IsPermanent(err) {
 			return kw, stop, err
 		}
-		b.w.log.Warn("watch at start failed; trying again", "bucket", v.kv.Bucket(), "err", err)
+		b.cfg.Log.Warn("watch at start failed; trying again", "bucket", v.kv.Bucket(), "err", err)
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -189,9 +171,9 @@ func (b *balancer) openAtStart(ctx context.Context, v *view) (jetstream.KeyWatch
 // watch's channel closes: after a jittered backoff that doubles from
 // TTL/20 up to TTL while watches keep failing or closing early, and starts
 // over once one lived a TTL.
-func (b *balancer) follow(v *view, kw jetstream.KeyWatcher, stop func()) {
+func (b *Balancer[O]) follow(v *view, kw jetstream.KeyWatcher, stop func()) {
 	defer b.wg.Done()
-	ttl := b.w.cfg.Topology.LeaseTTL
+	ttl := b.cfg.Lease.TTL
 	bucket := v.kv.Bucket()
 	var backoff time.Duration
 	for {
@@ -208,7 +190,7 @@ func (b *balancer) follow(v *view, kw jetstream.KeyWatcher, stop func()) {
 			backoff = 0
 		}
 		backoff = nextBackoff(backoff, ttl)
-		b.w.log.Warn("bucket watch closed; watching it again", "bucket", bucket, "retry_in", backoff)
+		b.cfg.Log.Warn("bucket watch closed; watching it again", "bucket", bucket, "retry_in", backoff)
 		for {
 			t := time.NewTimer(backoff)
 			select {
@@ -223,20 +205,20 @@ func (b *balancer) follow(v *view, kw jetstream.KeyWatcher, stop func()) {
 				break
 			}
 			backoff = nextBackoff(backoff, ttl)
-			b.w.log.Warn("watch bucket", "bucket", bucket, "err", err, "retry_in", backoff)
+			b.cfg.Log.Warn("watch bucket", "bucket", bucket, "err", err, "retry_in", backoff)
 		}
 		// The new watch replays the bucket: forget what the old one said,
 		// including deletes and expiries it never delivered.
 		b.mu.Lock()
 		v.reset()
 		b.mu.Unlock()
-		b.w.log.Info("watching bucket again", "bucket", bucket)
+		b.cfg.Log.Info("watching bucket again", "bucket", bucket)
 	}
 }
 
 // drain applies kw's entries to v until its channel closes or the
 // balancer stops.
-func (b *balancer) drain(v *view, kw jetstream.KeyWatcher) {
+func (b *Balancer[O]) drain(v *view, kw jetstream.KeyWatcher) {
 	for {
 		select {
 		case <-b.ctx.Done():
@@ -259,7 +241,7 @@ func (b *balancer) drain(v *view, kw jetstream.KeyWatcher) {
 
 // forgetLeases marks every partition free as of now, with no stuck marks.
 // It runs with b.mu held.
-func (b *balancer) forgetLeases() {
+func (b *Balancer[O]) forgetLeases() {
 	now := time.Now()
 	for p := range b.holders {
 		b.holders[p] = holder{free: true, since: now}
@@ -268,7 +250,7 @@ func (b *balancer) forgetLeases() {
 }
 
 // onMember and onLease run with b.mu held.
-func (b *balancer) onMember(e jetstream.KeyValueEntry) {
+func (b *Balancer[O]) onMember(e jetstream.KeyValueEntry) {
 	if e.Operation() == jetstream.KeyValuePut {
 		b.members[e.Key()] = true
 		b.memberSeen[e.Key()] = time.Now()
@@ -278,7 +260,7 @@ func (b *balancer) onMember(e jetstream.KeyValueEntry) {
 	}
 }
 
-func (b *balancer) onLease(e jetstream.KeyValueEntry) {
+func (b *Balancer[O]) onLease(e jetstream.KeyValueEntry) {
 	if p, id, ok := parseStuckKey(e.Key()); ok {
 		if e.Operation() == jetstream.KeyValuePut {
 			if b.stuck[p] == nil {
@@ -303,22 +285,22 @@ func (b *balancer) onLease(e jetstream.KeyValueEntry) {
 	}
 	info, err := lease.Decode(e.Value())
 	if err != nil {
-		b.w.log.Warn("undecodable lease entry", "partition", p, "err", err)
+		b.cfg.Log.Warn("undecodable lease entry", "partition", p, "err", err)
 		return
 	}
 	b.holders[p] = holder{id: info.Holder, seen: time.Now()}
 }
 
-func (b *balancer) poke() {
+func (b *Balancer[O]) poke() {
 	select {
 	case b.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (b *balancer) loop() {
+func (b *Balancer[O]) loop() {
 	defer b.wg.Done()
-	t := time.NewTicker(b.w.cfg.Topology.LeaseTTL / 3)
+	t := time.NewTicker(b.cfg.Lease.TTL / 3)
 	defer t.Stop()
 	for {
 		b.mu.Lock()
@@ -341,22 +323,31 @@ func (b *balancer) loop() {
 
 // reregister puts the worker back into the member set after its entry was
 // lost (for example while the process was paused).
-func (b *balancer) reregister() {
+func (b *Balancer[O]) reregister() {
 	b.mu.Lock()
 	stopping := b.stopping
 	b.mu.Unlock()
 	if stopping {
 		return
 	}
-	b.w.log.Warn("member entry lost; registering again", "err", b.member.Err())
-	ctx, cancel := context.WithTimeout(b.ctx, 2*b.w.cfg.Topology.LeaseTTL)
+	b.cfg.Log.Warn("member entry lost; registering again", "err", b.member.Err())
+	ctx, cancel := context.WithTimeout(b.ctx, 2*b.cfg.Lease.TTL)
 	defer cancel()
-	m, err := lease.Campaign(ctx, b.w.topo.Members, b.w.cfg.ID, b.w.leaseConfig())
+	m, err := lease.Campaign(ctx, b.cfg.Members, b.cfg.ID, b.cfg.Lease)
 	if err != nil {
-		b.w.log.Error("register member again", "err", err)
+		b.cfg.Log.Error("register member again", "err", err)
 		return
 	}
 	b.mu.Lock()
 	b.member = m
 	b.mu.Unlock()
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
