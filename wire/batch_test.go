@@ -180,12 +180,14 @@ func TestParseBatchRefusesEachBadJobAlone(t *testing.T) {
 		{BatchJob{Key: k, ID: tbID(10), Header: map[string][]string{"Nats-Rollup": {"sub"}}}, ErrReservedHeader, ""},
 		{BatchJob{Key: k, ID: tbID(11), Header: map[string][]string{"X": {"1 "}}}, ErrBadHeader, ""},
 		{BatchJob{Key: k, ID: tbID(12), Header: map[string][]string{"Keylane-Redrive-Of": {"victim"}}}, ErrReservedHeader, ""},
-		// A job's ID is its batch's and its index's: another (a caller's,
-		// another job's) would claim a job the server never de-duplicated.
+		// A job not marked as carrying its caller's ID has its batch's and
+		// index's ID: another (a caller's, another job's) would claim a
+		// job without being looked up by it.
 		{BatchJob{Key: k, ID: "victim-1"}, nil, `job ID "victim-1" in a batch, where job 13's ID is its batch's`},
 		{BatchJob{Key: k, ID: tbID(13)}, nil, `where job 14's ID is its batch's`},
 		{BatchJob{Key: k, ID: BatchedJobID("Other0Batch00000000001", 15)}, nil, "where job 15's ID is its batch's"},
-		{BatchJob{Key: k, ID: tbID(16), Idempotent: true}, nil, "carrying its caller's ID in a batch"},
+		// A caller's ID is checked as any job ID.
+		{BatchJob{Key: k, ID: "order..16", Idempotent: true}, ErrBadJobID, ""},
 	}
 	all := append([]BatchJob(nil), jobs...)
 	for _, b := range bad {
@@ -408,12 +410,17 @@ func FuzzDecodeBatch(f *testing.F) {
 				continue
 			}
 			j := e.Job
-			if ValidateKey(j.Key) != nil || partition.Of(j.Key, 4) != 1 || ValidateJobID(j.ID) != nil || ids[j.ID] ||
+			// A generated ID is its batch's and index's, given once; a
+			// caller's (marked idempotent) is any valid ID, given again
+			// as it likes (the worker de-duplicates it).
+			if ValidateKey(j.Key) != nil || partition.Of(j.Key, 4) != 1 || ValidateJobID(j.ID) != nil ||
 				ValidateType(j.Type) != nil || j.Reply != "" && ValidateReply(j.Reply, "_INBOX.") != nil || ValidateUserHeaders(e.Header) != nil ||
-				j.ID != tbID(i) || j.Idempotent {
+				!j.Idempotent && (ids[j.ID] || j.ID != tbID(i)) {
 				t.Fatalf("accepted job %d: %+v", i, e)
 			}
-			ids[j.ID] = true
+			if !j.Idempotent {
+				ids[j.ID] = true
+			}
 			if want := jobs[i]; j.Key != want.Key || j.ID != want.ID || !bytes.Equal(e.Payload, want.Payload) {
 				t.Fatalf("job %d read as %+v, sent %+v", i, e, want)
 			}
