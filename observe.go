@@ -156,8 +156,9 @@ type Tenure struct {
 	// do not finish).
 	Backlog uint64
 	// InFlight counts the jobs fetched and not yet finished, held in this
-	// worker's memory: at most MaxInFlight, plus the head job of each key
-	// that retries it (at most Concurrency).
+	// worker's memory: of one-job messages at most MaxInFlight, plus the
+	// head job of each key that retries it (at most Concurrency); jobs of
+	// batch messages besides, bounded by MaxPending messages.
 	InFlight int
 	// HandedBack counts the jobs a failing key handed back to the server
 	// that have not come back yet. It returns to 0 once no key's head

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +91,8 @@ type deployment struct {
 	w   *keylane.Worker
 	c   *keylane.Client
 	reg *prometheus.Registry
+	// runs counts a handler's runs, where the test counts them.
+	runs *atomic.Int64
 }
 
 // start runs cfg's worker (Observer set here) and a client; with
@@ -147,16 +150,25 @@ var echo = keylane.HandlerFunc(func(_ context.Context, j keylane.Job) ([]byte, e
 })
 
 // runHandlerJobs runs, through a Handler worker on 2 partitions: 5 Calls
-// that succeed, 1 that is dead-lettered, 2 Submits and one duplicate
-// Submit, and a SubmitMany of 3. It returns once all 11 stored jobs are
-// settled.
+// that succeed, 1 that is dead-lettered, 2 Submits and a third Submit of
+// the second's ID, and a SubmitMany of 3. Every job travels in a batch
+// message, so the third Submit is stored too (the server de-duplicates no
+// job of a batch): the worker answers it from the second's kept outcome
+// without running the handler. It returns once all 12 stored jobs are
+// settled; d.runs counts the handler's runs.
 func runHandlerJobs(t *testing.T) *deployment {
 	t.Helper()
+	runs := new(atomic.Int64)
+	counted := keylane.HandlerFunc(func(ctx context.Context, j keylane.Job) ([]byte, error) {
+		runs.Add(1)
+		return echo(ctx, j)
+	})
 	d := start(t, keylane.WorkerConfig{
 		ID:       "h1",
 		Topology: keylane.TopologyConfig{Namespace: "mh", Partitions: 2, LeaseTTL: time.Second},
-		Handler:  echo,
+		Handler:  counted,
 	}, nil)
+	d.runs = runs
 	ctx := t.Context()
 	for i := range 5 {
 		if _, err := d.c.Call(ctx, fmt.Sprintf("k%d", i), []byte("x")); err != nil {
@@ -168,9 +180,10 @@ func runHandlerJobs(t *testing.T) *deployment {
 		t.Fatalf("call of a failing job: %v, want a dead-lettered RemoteError", err)
 	}
 	for _, id := range []string{"s1", "s2", "s2"} {
-		_, err := d.c.Submit(ctx, "k1", []byte("x"), keylane.WithID(id))
-		if err != nil && !(id == "s2" && errors.Is(err, keylane.ErrDuplicate)) {
-			t.Fatal(err)
+		// The repeated ID is stored again and answered by the worker: no
+		// ErrDuplicate on a namespace without a key backlog cap.
+		if _, err := d.c.Submit(ctx, "k1", []byte("x"), keylane.WithID(id)); err != nil {
+			t.Fatalf("submit of ID %s: %v", id, err)
 		}
 	}
 	reqs := []keylane.Request{{Key: "a", Payload: []byte("x")}, {Key: "b", Payload: []byte("x")}, {Key: "c", Payload: []byte("x")}}
@@ -187,17 +200,26 @@ func runHandlerJobs(t *testing.T) *deployment {
 		s := d.w.Stats()
 		// The dead letter is counted before its ack: wait for the ack too.
 		n, _ := histogram(t, d.reg, "keylane_job_end_to_end_seconds", nil)
-		return s.Succeeded == 10 && s.DeadLettered == 1 && n >= 11
+		return s.Succeeded == 10 && s.DeadLettered == 1 && n >= 12
 	})
 	return d
 }
 
 func TestHandlerWorkerHistogramsCountEveryJob(t *testing.T) {
 	d := runHandlerJobs(t)
-	const jobs = 11 // 6 calls, 2 submits, 3 of SubmitMany
-	for _, name := range []string{"keylane_job_queue_wait_seconds", "keylane_job_run_seconds", "keylane_job_end_to_end_seconds"} {
-		if n, _ := histogram(t, d.reg, name, nil); n != jobs {
-			t.Errorf("%s has %d observations, want %d (one per job: a handler runs each once)", name, n, jobs)
+	const (
+		jobs   = 11       // 6 calls, 2 submits, 3 of SubmitMany: each run once
+		stored = jobs + 1 // and the repeated ID's copy, answered from its kept outcome
+	)
+	if n := d.runs.Load(); n != jobs {
+		t.Errorf("the handler ran %d times, want %d (once per job: the repeated ID's copy is not run)", n, jobs)
+	}
+	if n, _ := histogram(t, d.reg, "keylane_job_run_seconds", nil); n != jobs {
+		t.Errorf("keylane_job_run_seconds has %d observations, want %d (one per handler run)", n, jobs)
+	}
+	for _, name := range []string{"keylane_job_queue_wait_seconds", "keylane_job_end_to_end_seconds"} {
+		if n, _ := histogram(t, d.reg, name, nil); n != stored {
+			t.Errorf("%s has %d observations, want %d (one per stored job: the repeated ID's copy waited and was answered too)", name, n, stored)
 		}
 	}
 	if n, _ := histogram(t, d.reg, "keylane_group_jobs", nil); n != 0 {
@@ -214,7 +236,7 @@ func TestHandlerWorkerHistogramsCountEveryJob(t *testing.T) {
 		want        float64
 	}{
 		{OpCall, OutcomeOK, 5}, {OpCall, OutcomeRemoteError, 1},
-		{OpSubmit, OutcomeOK, 2}, {OpSubmit, OutcomeDuplicate, 1},
+		{OpSubmit, OutcomeOK, 3}, {OpSubmit, OutcomeDuplicate, 0},
 		{OpSubmitMany, OutcomeOK, 3}, {OpSubmitMany, OutcomeError, 0},
 		{OpCall, OutcomeNoReply, 0},
 	}
@@ -292,41 +314,136 @@ func TestReducerWorkerGroupSizesAddUpToJobs(t *testing.T) {
 	}
 }
 
-func TestBacklogAndInFlightPerPartition(t *testing.T) {
-	gate := make(chan struct{})
-	blocked := keylane.HandlerFunc(func(ctx context.Context, j keylane.Job) ([]byte, error) {
-		select {
-		case <-gate:
-			return nil, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// TestClientCountsDuplicates covers the "duplicate" outcome: on a
+// namespace with a key backlog cap every job is a one-job message, which
+// the server de-duplicates by its ID, so a second Submit of an ID within
+// the duplicate window is refused with ErrDuplicate and stored once.
+func TestClientCountsDuplicates(t *testing.T) {
+	runs := new(atomic.Int64)
+	counted := keylane.HandlerFunc(func(ctx context.Context, j keylane.Job) ([]byte, error) {
+		runs.Add(1)
+		return echo(ctx, j)
 	})
-	const jobs = 10
 	d := start(t, keylane.WorkerConfig{
-		ID:          "b1",
-		Topology:    keylane.TopologyConfig{Namespace: "mb", Partitions: 1, LeaseTTL: time.Second},
-		Handler:     blocked,
-		Concurrency: 1,
-		MaxInFlight: 2,
-	}, func(c *keylane.Client) {
-		for i := range jobs {
-			if _, err := c.Submit(t.Context(), fmt.Sprintf("k%d", i), nil); err != nil {
-				t.Fatal(err)
+		ID:       "d1",
+		Topology: keylane.TopologyConfig{Namespace: "md", Partitions: 1, LeaseTTL: time.Second, MaxKeyBacklog: 10},
+		Handler:  counted,
+	}, nil)
+	for i, id := range []string{"s1", "s2", "s2"} {
+		_, err := d.c.Submit(t.Context(), "k1", []byte("x"), keylane.WithID(id))
+		if i == 2 {
+			if !errors.Is(err, keylane.ErrDuplicate) {
+				t.Fatalf("second submit of ID %s: %v, want ErrDuplicate", id, err)
 			}
+		} else if err != nil {
+			t.Fatalf("submit of ID %s: %v", id, err)
 		}
+	}
+	testwait.Eventually(t, 10*time.Second, "both jobs settled", func() bool {
+		n, _ := histogram(t, d.reg, "keylane_job_end_to_end_seconds", nil)
+		return d.w.Stats().Succeeded == 2 && n >= 2
 	})
-	labels := map[string]string{"partition": "0", "worker": "b1"}
-	// The worker holds MaxInFlight jobs and waits; the last one delivered
-	// said 8 more were pending.
-	testwait.Eventually(t, 10*time.Second, "backlog 8, in flight 2", func() bool {
-		return value(t, d.reg, "keylane_partition_backlog", labels) == jobs-2 && value(t, d.reg, "keylane_partition_in_flight", labels) == 2
-	})
-	close(gate)
-	testwait.Eventually(t, 10*time.Second, "every job done", func() bool {
-		return d.w.Stats().Succeeded == jobs &&
-			value(t, d.reg, "keylane_partition_backlog", labels) == 0 && value(t, d.reg, "keylane_partition_in_flight", labels) == 0
-	})
+	for outcome, want := range map[string]float64{OutcomeOK: 2, OutcomeDuplicate: 1} {
+		if got := value(t, d.reg, "keylane_client_jobs_total", map[string]string{"op": OpSubmit, "outcome": outcome}); got != want {
+			t.Errorf("keylane_client_jobs_total{op=%q,outcome=%q} = %v, want %v", OpSubmit, outcome, got, want)
+		}
+	}
+	if n, _ := histogram(t, d.reg, "keylane_client_request_seconds", map[string]string{"op": OpSubmit}); n != 3 {
+		t.Errorf("keylane_client_request_seconds{op=%q} has %d observations, want 3", OpSubmit, n)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2 (the duplicate was never stored)", n)
+	}
+	for _, name := range []string{"keylane_job_queue_wait_seconds", "keylane_job_run_seconds", "keylane_job_end_to_end_seconds"} {
+		if n, _ := histogram(t, d.reg, name, nil); n != 2 {
+			t.Errorf("%s has %d observations, want 2 (one per stored job)", name, n)
+		}
+	}
+}
+
+// TestBacklogAndInFlightPerPartition: jobs sent as one-job messages (a
+// namespace with a key backlog cap, where no batch is sent) are held at
+// most MaxInFlight at a time, the rest reported as the partition's
+// backlog; the jobs of a batch message do not count in MaxInFlight's
+// window, so the worker holds them all, in flight, none in the backlog.
+func TestBacklogAndInFlightPerPartition(t *testing.T) {
+	const jobs = 10
+	cases := []struct {
+		name          string
+		maxKeyBacklog int64
+		send          func(t *testing.T, c *keylane.Client)
+		// backlog and inFlight while the handler blocks
+		backlog, inFlight float64
+	}{
+		{
+			name:          "one-job messages",
+			maxKeyBacklog: jobs,
+			send: func(t *testing.T, c *keylane.Client) {
+				for i := range jobs {
+					if _, err := c.Submit(t.Context(), fmt.Sprintf("k%d", i), nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+			},
+			// The worker holds MaxInFlight jobs and waits; the last one
+			// delivered said 8 more were pending.
+			backlog: jobs - 2, inFlight: 2,
+		},
+		{
+			name: "batch message",
+			send: func(t *testing.T, c *keylane.Client) {
+				reqs := make([]keylane.Request, jobs)
+				for i := range reqs {
+					reqs[i] = keylane.Request{Key: fmt.Sprintf("k%d", i)}
+				}
+				out, err := c.SubmitMany(t.Context(), reqs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, o := range out {
+					if o.Err != nil {
+						t.Fatal(o.Err)
+					}
+				}
+			},
+			// Batch jobs are never handed back and do not count in
+			// MaxInFlight's window: all are delivered and held.
+			backlog: 0, inFlight: jobs,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := make(chan struct{})
+			blocked := keylane.HandlerFunc(func(ctx context.Context, j keylane.Job) ([]byte, error) {
+				select {
+				case <-gate:
+					return nil, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			})
+			d := start(t, keylane.WorkerConfig{
+				ID:          "b1",
+				Topology:    keylane.TopologyConfig{Namespace: "mb", Partitions: 1, LeaseTTL: time.Second, MaxKeyBacklog: tc.maxKeyBacklog},
+				Handler:     blocked,
+				Concurrency: 1,
+				MaxInFlight: 2,
+			}, func(c *keylane.Client) { tc.send(t, c) })
+			labels := map[string]string{"partition": "0", "worker": "b1"}
+			gauges := func() [2]float64 {
+				return [2]float64{value(t, d.reg, "keylane_partition_backlog", labels), value(t, d.reg, "keylane_partition_in_flight", labels)}
+			}
+			testwait.Until(t, 10*time.Second, fmt.Sprintf("[backlog in-flight] = [%v %v]", tc.backlog, tc.inFlight), func() ([2]float64, bool) {
+				g := gauges()
+				return g, g == [2]float64{tc.backlog, tc.inFlight}
+			})
+			close(gate)
+			testwait.Until(t, 10*time.Second, "every job done, [backlog in-flight] = [0 0]", func() ([2]float64, bool) {
+				g := gauges()
+				return g, d.w.Stats().Succeeded == jobs && g == [2]float64{}
+			})
+		})
+	}
 }
 
 // The observers' hooks run on the job path: they must not allocate.
