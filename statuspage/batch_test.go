@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// TestBacklogCountsJobsOfBatches: a job and a batch message of 50 jobs
-// waiting behind a job that does not finish are a backlog of 51 on the
-// page, not 2.
+// TestBacklogCountsJobsOfBatches: a one-job message and a batch message
+// of 50 jobs waiting behind a job that does not finish are a backlog of
+// 51 on the page, not 2.
 func TestBacklogCountsJobsOfBatches(t *testing.T) {
 	const space = "batched"
 	srv := natstest.Start(t)
@@ -60,15 +60,13 @@ func TestBacklogCountsJobsOfBatches(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) }) // runs before the Stop above
 	testwait.Eventually(t, 10*time.Second, "the worker owns the partition", func() bool { return len(w.Owned()) == 1 })
-	c, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: space})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	// The two held jobs go as one-job messages: a batch message's jobs,
+	// even a lone one's, hold no place in the worker's MaxInFlight window
+	// (the worker would fetch the second, up to MaxPending messages), while
+	// a one-job message stays on the server behind the one running. The
+	// backlog is then a one-job message and a batch message.
 	for _, key := range []string{"seat:0", "seat:9"} {
-		if _, err := c.Submit(ctx, key, []byte("held")); err != nil {
-			t.Fatal(err)
-		}
+		submitOneJob(ctx, t, js, space, 1, key, []byte("held"))
 	}
 	testwait.Eventually(t, 10*time.Second, "one job running, the other pending", func() bool {
 		st, err := keylane.Inspect(ctx, js, space)

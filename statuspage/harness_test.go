@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +17,9 @@ import (
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/statuspage"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -122,24 +126,47 @@ func newScene(t *testing.T) *scene {
 			t.Fatalf("count-%d: %q, %v", i, res, err)
 		}
 	}
-	if _, err := c.Submit(ctx, s.blockedKey, []byte("block")); err != nil {
-		t.Fatal(err)
-	}
+	// The blocked key's jobs go as one-job messages (as the Node.js
+	// client sends them): the Go client's batch messages, even of one
+	// job, hold no place in the worker's MaxInFlight window, so the worker
+	// would fetch them up to MaxPending messages and the backlog would not
+	// stay on the server.
+	submitOneJob(ctx, t, js, ns, partitions, s.blockedKey, []byte("block"))
 	select {
 	case <-started:
 	case <-ctx.Done():
 		t.Fatal("the blocking job never started")
 	}
 	for i := range backlog {
-		if _, err := c.Submit(ctx, s.blockedKey, fmt.Appendf(nil, "queued %d", i)); err != nil {
-			t.Fatal(err)
-		}
+		submitOneJob(ctx, t, js, ns, partitions, s.blockedKey, fmt.Appendf(nil, "queued %d", i))
 	}
 	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("Inspect shows %d pending on partition %d and one dead letter", backlog, blocked), func() bool {
 		st, err := keylane.Inspect(ctx, js, ns)
 		return err == nil && st.DeadLetters == 1 && st.Partition[blocked].Pending == backlog
 	})
 	return s
+}
+
+// oneJobs numbers the IDs of the jobs submitOneJob sends.
+var oneJobs atomic.Int64
+
+// submitOneJob stores a job of key in namespace (of n partitions, one
+// shard: the tests' default) as a one-job message on the key's own
+// subject, in the format wire.Rules.Parse reads (the Node.js client's,
+// and a Go client's of the release before every Go client job travelled
+// in a batch message), and waits for the stream's ack.
+func submitOneJob(ctx context.Context, t *testing.T, js jetstream.JetStream, namespace string, n int, key string, payload []byte) {
+	t.Helper()
+	p := partition.Of(key, n)
+	m := nats.NewMsg(partition.Subject(namespace, p, key))
+	m.Header[wire.HeaderJobID] = []string{fmt.Sprintf("one-job-%d", oneJobs.Add(1))}
+	m.Header[wire.HeaderKey] = []string{key}
+	m.Header[wire.HeaderPartitions] = []string{strconv.Itoa(n)}
+	m.Header[jetstream.ExpectedStreamHeader] = []string{keylane.Names{Namespace: namespace}.JobsShard(0)}
+	m.Data = payload
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatalf("one-job message of %s: %v", key, err)
+	}
 }
 
 // serve serves the page on 127.0.0.1:0 until the test ends.
