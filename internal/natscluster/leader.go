@@ -209,16 +209,33 @@ const (
 )
 
 // StepDownConsumer asks the leader of a consumer to step down and waits
-// until another node leads it, which it returns.
+// until another node leads it, which it returns. A step-down the server
+// accepted whose consumer is still led by the same node moveWait later
+// (the same node elected again, or the consumer re-created there by its
+// owner meanwhile: a loaded CI run of e2e TestClusterSale waited its 3
+// minutes on one) is asked again, at most moveTries times.
 func (c *Cluster) StepDownConsumer(ctx context.Context, stream, consumer string) (*Node, error) {
-	old, err := c.WaitConsumerLeader(ctx, stream, consumer, nil)
-	if err != nil {
-		return nil, err
+	var last error
+	for range moveTries {
+		old, err := c.WaitConsumerLeader(ctx, stream, consumer, nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := stepDown(ctx, c.nc, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer); err != nil {
+			return nil, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, moveWait)
+		n, err := c.WaitConsumerLeader(wctx, stream, consumer, old)
+		cancel()
+		if err == nil {
+			return n, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		last = err
 	}
-	if err := stepDown(ctx, c.nc, "$JS.API.CONSUMER.LEADER.STEPDOWN."+stream+"."+consumer); err != nil {
-		return nil, err
-	}
-	return c.WaitConsumerLeader(ctx, stream, consumer, old)
+	return nil, last
 }
 
 // stepDown makes a step-down request and maps its API error.
