@@ -121,26 +121,23 @@ func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []job
 	defer cancel()
 	out := make([]jobbatcher.Outcome[bool], len(ms))
 	m, err := c.batchMessage(p, ms)
-	var dup bool
 	if err == nil && len(ms) > 1 && c.beforeBatch != nil {
 		c.beforeBatch(m)
 	}
 	if err == nil {
+		var dup bool
 		dup, err = c.publishWatched(ctx, m) // a refused publish (permissions) ends it at once
+		// A duplicate answer to a batch's first copy (publish reports no
+		// other) is another message under its ID: the batch was not
+		// stored. To a later copy it is our earlier one (a batch ID is
+		// unguessable: randid.go), stored. A job with a caller's ID that
+		// the stream held before is the worker's to de-duplicate.
+		if dup && err == nil {
+			err = errBatchIDUsed
+		}
 	}
-	// A duplicate answer to a batch's first copy (publish reports no
-	// other) is another message under its ID: the batch was not stored.
-	// To a later copy it is our earlier one (a batch ID is unguessable:
-	// randid.go), stored.
-	if dup && err == nil {
-		err = errBatchIDUsed
-	}
-	dup = false
-	// A job with a caller's ID that the stream held before is the
-	// worker's to de-duplicate: it is stored again, looked up by its ID
-	// and answered from its kept outcome.
 	for i := range out {
-		out[i] = jobbatcher.Outcome[bool]{Value: dup, Err: err}
+		out[i] = jobbatcher.Outcome[bool]{Err: err}
 	}
 	return out
 }
