@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/keylane/keylane/internal/natserr"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -163,7 +164,7 @@ func (c *Client) queued(ctx context.Context, m *nats.Msg, id string) (bool, erro
 		case r.Message == nil || r.Message.Seq < req.Seq || r.Message.Subject != m.Subject:
 			return 0, false, false, fmt.Errorf("keylane: bad answer from %s: %q", api, resp.Data)
 		}
-		return r.Message.Seq, jobIDOf(r.Message.Header) == id, false, nil
+		return r.Message.Seq, jobIDOf(r.Message.Header, r.Message.Data) == id, false, nil
 	}
 	last, found, none, err := get(msgGetRequest{LastFor: m.Subject})
 	if err != nil || found || none {
@@ -195,11 +196,13 @@ type msgGetResponse struct {
 		Subject string `json:"subject"`
 		Seq     uint64 `json:"seq"`
 		Header  []byte `json:"hdrs"`
+		Data    []byte `json:"data"`
 	} `json:"message"`
 }
 
-// jobIDOf returns the Nats-Msg-Id in a stored message's raw headers.
-func jobIDOf(hdr []byte) string {
+// jobIDOf returns the ID of the job a stored message carries, from its raw
+// headers and body: its Nats-Msg-Id, or its one job's in a batch of one.
+func jobIDOf(hdr, body []byte) string {
 	if len(hdr) == 0 {
 		return ""
 	}
@@ -207,5 +210,13 @@ func jobIDOf(hdr []byte) string {
 	if err != nil {
 		return ""
 	}
-	return h.Get(nats.MsgIdHdr)
+	if h.Get(wire.HeaderBatch) == "" {
+		return h.Get(nats.MsgIdHdr) // a one-job message
+	}
+	// A batch of one on its key's subject: its job's ID is in the body.
+	jobs, err := wire.DecodeBatch(body)
+	if err != nil || len(jobs) != 1 {
+		return ""
+	}
+	return jobs[0].ID
 }

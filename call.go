@@ -35,8 +35,10 @@ import (
 // answers a copy from the first's outcome.
 //
 // A Call travels in its partition's batch message (see callBatched), with
-// or without WithID; on a namespace with a key backlog cap it goes as a
-// one-job message, whose republish the server de-duplicates by its ID.
+// or without WithID; on a namespace with a key backlog cap it goes alone,
+// as a batch of one on its key's subject (keyed), published again under
+// its batch's ID until stored (the server drops a copy it has), each later
+// copy marked for the worker to look the job's ID up before running it.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
 	defer c.observeCall(c.now(), &err)
 	r := build(key, payload, opts)
@@ -68,6 +70,12 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
+	wm, _, err := c.keyed(m) // on a capped namespace, a batch of one on its key's subject
+	if err != nil {
+		return nil, err
+	}
+	r.ID = m.Header.Get(HeaderJobID) // (sealed when keyed)
+	span.messageID(m)
 	before := c.nc.LastError() // a refusal after it is this publish's
 	status := *c.reconnected.Load()
 	publish := func(m *nats.Msg) {
@@ -76,7 +84,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 		// the ack timer publishes again.
 		_ = c.nc.PublishMsg(m)
 	}
-	publish(m)
+	publish(wm)
 	// No stream ack within ackWait: the publish, or its ack, was lost (a
 	// reconnect, a stream leader change). Publish again with the same job
 	// ID; the stream drops it if it has the job, and the copy asks the
@@ -86,7 +94,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	defer ackTimer.Stop()
 	acked := false
 	republish := func() {
-		again := &nats.Msg{Subject: m.Subject, Data: m.Data, Header: maps.Clone(m.Header)}
+		again := &nats.Msg{Subject: wm.Subject, Data: wm.Data, Header: maps.Clone(wm.Header)}
 		again.Header[HeaderIdempotent] = oneHeader
 		publish(again)
 		ackWait = min(2*ackWait, maxCallAckWait)

@@ -3,8 +3,13 @@ package keylane
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 )
 
 // TestRetriedCallGetsTheOutcome: a Call retried with the same WithID, after
@@ -72,21 +77,48 @@ func TestRetriedCallGetsTheOutcome(t *testing.T) {
 	}
 }
 
-// TestSubmitSaysDuplicate: on a namespace with a key backlog cap, where a
-// job goes as a one-job message whose Nats-Msg-Id is its ID, a second
-// Submit with the same ID stores nothing and says so. (Elsewhere the copy
-// travels in a batch and is de-duplicated by the worker:
-// TestRetryByIDInABatchRunsOnce.)
-func TestSubmitSaysDuplicate(t *testing.T) {
+// TestRepeatedSubmitOnACappedNamespaceRunsOnce: on a namespace with a key
+// backlog cap a job goes alone, as a batch of one on its key's subject
+// (where the server counts it against the cap), under a batch ID of its
+// own: a second Submit with the same caller's ID is stored too, and the
+// worker, which looks a caller's ID up before running it, runs the job
+// once. (On main before the one path, a one-job message under its ID,
+// de-duplicated by the server and answered ErrDuplicate.)
+func TestRepeatedSubmitOnACappedNamespaceRunsOnce(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1, MaxKeyBacklog: 10})
-	if _, err := e.client.Submit(ctx(t), "k", nil, WithID("s-1")); err != nil {
+	for range 2 {
+		if id, err := e.client.Submit(ctx(t), "k", []byte("x"), WithID("s-1")); err != nil || id != "s-1" {
+			t.Fatalf("submit = %q, %v; want s-1 stored", id, err)
+		}
+	}
+	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 2 {
+		t.Fatalf("%d messages stored, want 2 (both copies, for the worker to de-duplicate)", n)
+	}
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Jobs())
+	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := e.client.Submit(ctx(t), "k", nil, WithID("s-1"))
-	if !errors.Is(err, ErrDuplicate) || id != "s-1" {
-		t.Fatalf("second submit = %q, %v; want s-1 and ErrDuplicate", id, err)
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := s.GetMsg(ctx(t), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get(wire.HeaderBatch) != "1" || m.Header.Get(wire.HeaderBatchJobs) != "1" || m.Subject != partition.Subject(e.ns, 0, "k") {
+			t.Fatalf("stored message %d on %s with headers %v: want a batch of one on the key's subject", seq, m.Subject, m.Header)
+		}
+		if m.Header.Get(HeaderJobID) == "s-1" {
+			t.Fatalf("stored message %d under the caller's ID: a batch's ID is its own", seq)
+		}
 	}
-	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 1 {
-		t.Fatalf("%d jobs stored, want 1", n)
+	var runs atomic.Int32
+	e.worker("w", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) {
+		runs.Add(1)
+		return []byte("ok"), nil
+	}), nil)
+	testwait.Eventually(t, 20*time.Second, "both copies acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("job s-1 ran %d times, want once", n)
 	}
 }

@@ -29,14 +29,24 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if c.batchable(m) {
 		return c.submitBatched(ctx, m, r.ID, partition.Of(r.Key, c.n))
 	}
-	dup, err := c.publishWatched(ctx, m)
+	wm, keyed, err := c.keyed(m)
 	if err != nil {
-		return c.submitError(ctx, m, r.ID, err)
+		return "", err
 	}
-	if dup {
-		return r.ID, fmt.Errorf("%w (job %s)", ErrDuplicate, r.ID)
+	id := m.Header.Get(HeaderJobID) // (sealed when keyed)
+	dup, err := c.publishWatched(ctx, wm)
+	if err != nil {
+		return c.submitError(ctx, m, id, err)
 	}
-	return r.ID, nil
+	switch {
+	case dup && keyed:
+		// A duplicate answer to a batch's first copy: another message
+		// holds its (unguessable) ID; this one was not stored.
+		return "", fmt.Errorf("keylane: submit %s: %w", id, errBatchIDUsed)
+	case dup:
+		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
+	}
+	return id, nil
 }
 
 // submitError is the error of a submit the stream refused: a
@@ -72,6 +82,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 	if c.wire != nil {
 		batches = c.newManyBatches()
 	}
+	jobs := make([]*nats.Msg, len(reqs)) // each job sent alone, as built (futures hold what carries it)
 	for i := range reqs {
 		m, err := c.message(&reqs[i], "")
 		out[i].ID = reqs[i].ID
@@ -88,7 +99,16 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			}
 			batches.flush(p) // a key's earlier jobs are stored first
 		}
-		f, err := c.async.PublishMsgAsync(m, jetstream.WithStallWait(30*time.Second))
+		wm, keyed, err := c.keyed(m)
+		if keyed {
+			out[i].ID = m.Header.Get(HeaderJobID) // sealed
+		}
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		jobs[i] = m
+		f, err := c.async.PublishMsgAsync(wm, jetstream.WithStallWait(30*time.Second))
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -124,12 +144,12 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			return out, done
 		case err == nil:
 		case !retryablePublish(err):
-			_, out[i].Err = c.submitError(ctx, f.Msg(), out[i].ID, natsError(err))
+			_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, natsError(err))
 		default:
 			// Lost with a connection or a leader: publish it again, with
 			// its ID, until it is stored or ctx ends.
 			if _, err := c.publishWatched(ctx, f.Msg()); err != nil {
-				_, out[i].Err = c.submitError(ctx, f.Msg(), out[i].ID, err)
+				_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, err)
 			}
 		}
 	}

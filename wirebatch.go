@@ -10,6 +10,7 @@ import (
 	"time"
 
 	jobbatcher "github.com/keylane/keylane/internal/batcher"
+	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,10 +98,28 @@ func sealGrowth(m *nats.Msg) int {
 
 var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 
-// batchable reports whether m, built by message, travels in a batch
-// message: not a delayed job, not a redrive, not on a namespace with a
-// key backlog cap (the server counts messages per key subject, and a
-// batch's is no key's), not a job larger than any batch.
+// keyed returns the message that carries m, a job on a namespace with a
+// key backlog cap that is neither delayed nor a redrive, and fits a batch:
+// a batch of one on its key's subject (batchMessage), sent at once, not
+// through the batcher. m is sealed first (sealBatch: a generated ID
+// becomes its batch's and index's), so read m's ID after it. ok is false
+// for any other job, which goes as it is (a one-job message).
+func (c *Client) keyed(m *nats.Msg) (_ *nats.Msg, ok bool, err error) {
+	if c.maxKeyBacklog == 0 || m.Header[HeaderRunAt] != nil || m.Header[HeaderRedriveOf] != nil {
+		return m, false, nil
+	}
+	if room := c.batchRoom(); len(m.Data) > room/2 && wire.BatchJobSize(batchJobOf(m))+sealGrowth(m) > room {
+		return m, false, nil
+	}
+	bm, err := c.batchMessage(partition.Of(m.Header.Get(HeaderKey), c.n), []*nats.Msg{m})
+	return bm, err == nil, err
+}
+
+// batchable reports whether m, built by message, travels through its
+// partition's batcher: not a delayed job, not a redrive, not on a
+// namespace with a key backlog cap (the server counts messages per key
+// subject, and a batch's is no key's: there a job goes alone, keyed), not
+// a job larger than any batch.
 func (c *Client) batchable(m *nats.Msg) bool {
 	if c.maxKeyBacklog != 0 || m.Header[HeaderRunAt] != nil || m.Header[HeaderRedriveOf] != nil {
 		return false
@@ -146,12 +165,21 @@ func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []job
 // its first copy was sent, so the batch was dropped as a duplicate.
 var errBatchIDUsed = errors.New("keylane: batch ID already used: not stored")
 
-// batchMessage returns the message carrying ms, jobs of partition p built
-// by Client.message: the job itself when alone, else a batch message with
-// an ID of its own.
+// batchMessage returns the batch message carrying ms, jobs of partition p
+// built by Client.message (a lone job as a batch of one), with an ID of
+// its own. It travels on p's batch subject; on a namespace with a key
+// backlog cap, where ms is one job (keyed), on that job's key's subject,
+// where the server counts it against the cap (wire.Rules.ParseBatch).
 func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 	if ms[0].Header.Get(headerSealedBatch) == "" {
-		sealBatch(ms) // SubmitMany's (the batcher's are sealed when cut)
+		sealBatch(ms) // SubmitMany's and keyed's (the batcher's are sealed when cut)
+	}
+	subject := wire.BatchSubject(c.names.Namespace, p)
+	if c.maxKeyBacklog != 0 {
+		if len(ms) != 1 {
+			return nil, fmt.Errorf("keylane: %d jobs in one batch on a namespace with a key backlog cap (a batch there carries one job)", len(ms))
+		}
+		subject = ms[0].Subject
 	}
 	id := ms[0].Header.Get(headerSealedBatch)
 	jobs := make([]wire.BatchJob, len(ms))
@@ -162,7 +190,7 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &nats.Msg{Subject: wire.BatchSubject(c.names.Namespace, p), Data: body, Header: nats.Header{
+	return &nats.Msg{Subject: subject, Data: body, Header: nats.Header{
 		HeaderJobID:          {id},
 		expectStreamHeader:   c.expect[ShardOf(p, c.shards)],
 		wire.HeaderBatch:     {"1"},

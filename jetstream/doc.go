@@ -2010,12 +2010,16 @@
 //
 // One path. Every job the Go client submits travels in a batch message,
 // lone jobs as batches of one, a job with a caller's ID (WithID) among
-// them; what still goes as a one-job message: a delayed job (its
-// submission is moved into a schedule), a redrive (it carries
-// Keylane-Redrive-Of) and any job on a namespace with a key backlog cap
-// (the server counts messages per key subject, and a batch's subject is
-// no key's; a worker refuses any batch there but one job on its key's
-// subject: TestKeyBacklogCapHoldsForBatches). There is no switch: ClientConfig.Batches and NoBatches,
+// them; on a namespace with a key backlog cap, where the server counts
+// messages per key subject, a job goes alone as a batch of one on its
+// key's subject (Client.keyed), the only batch a worker accepts there
+// (TestKeyBacklogCapHoldsForBatches); a second Submit with the same
+// caller's ID is stored and runs once
+// (TestRepeatedSubmitOnACappedNamespaceRunsOnce; before, a one-job
+// message de-duplicated by the server). What still goes as a one-job
+// message: a delayed job (its submission is moved into a schedule) and a
+// redrive (it carries Keylane-Redrive-Of). There is no switch:
+// ClientConfig.Batches and NoBatches,
 // WorkerConfig.Batches, the namespace's keylane.batches, SetBatches and
 // `keylane batches` are gone (the last answers with an error saying so),
 // and every worker reads batches. Before, batches were off by default and
