@@ -34,10 +34,12 @@ const (
 	wireBatchTimeout = 30 * time.Second
 )
 
-type wireBatcher = jobbatcher.Batcher[*nats.Msg, bool]
+// wireBatcher's outcome per job is its batch's publish error alone (a
+// duplicate answer is an error or our own copy: sendWireBatch).
+type wireBatcher = jobbatcher.Batcher[*nats.Msg, struct{}]
 
 func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
-	return jobbatcher.New(jobbatcher.Config[*nats.Msg, bool]{
+	return jobbatcher.New(jobbatcher.Config[*nats.Msg, struct{}]{
 		Send:     c.sendWireBatch,
 		Size:     func(m *nats.Msg) int { return wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m) },
 		MaxCount: wireBatchMaxJobs,
@@ -134,11 +136,11 @@ func (c *Client) batchable(m *nats.Msg) bool {
 
 // sendWireBatch publishes ms, jobs of partition p, as one batch message
 // (a lone job as a batch of one). Every job's outcome is the publish's
-// (the value: always false; a batch's duplicate answer is its own copy).
-func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []jobbatcher.Outcome[bool] {
+// error.
+func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []jobbatcher.Outcome[struct{}] {
 	ctx, cancel := context.WithTimeout(ctx, wireBatchTimeout)
 	defer cancel()
-	out := make([]jobbatcher.Outcome[bool], len(ms))
+	out := make([]jobbatcher.Outcome[struct{}], len(ms))
 	m, err := c.batchMessage(p, ms)
 	if err == nil && len(ms) > 1 && c.beforeBatch != nil {
 		c.beforeBatch(m)
@@ -156,7 +158,7 @@ func (c *Client) sendWireBatch(ctx context.Context, p int, ms []*nats.Msg) []job
 		}
 	}
 	for i := range out {
-		out[i] = jobbatcher.Outcome[bool]{Err: err}
+		out[i] = jobbatcher.Outcome[struct{}]{Err: err}
 	}
 	return out
 }
@@ -369,15 +371,13 @@ func hasPrefixFold(s, prefix string) bool {
 
 // submitBatched is Submit's path for a batchable job m of ID id.
 func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p int) (string, error) {
-	dup, err := c.wire.Do(ctx, p, m)
+	_, err := c.wire.Do(ctx, p, m)
 	id = m.Header.Get(HeaderJobID) // (read after Do: cut into a batch, it was sealed)
 	switch {
 	case errors.Is(err, jobbatcher.ErrClosed):
 		return "", fmt.Errorf("keylane: submit %s: %w", id, ErrClosed)
 	case err != nil:
 		return "", fmt.Errorf("keylane: submit %s: %w", id, natsError(err))
-	case dup:
-		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
 	}
 	return id, nil
 }
@@ -397,7 +397,7 @@ func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p in
 // by its ID where the worker keeps it so (a lone job; a namespace without
 // held outcomes; StoreResults).
 func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int, w *waiter) ([]byte, error) {
-	dup, err := c.wire.Do(ctx, p, m)
+	_, err := c.wire.Do(ctx, p, m)
 	// (Read after Do: the batcher's seal happened before it returned.)
 	id = m.Header.Get(HeaderJobID)
 	switch {
@@ -409,10 +409,6 @@ func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int,
 		return nil, &NoReplyError{JobID: id, Err: err}
 	case err != nil:
 		return nil, fmt.Errorf("keylane: submit %s: %w", id, natsError(err))
-	case dup:
-		// (A lone job whose first copy the stream had: its outcome is
-		// kept by ID. Generated IDs make it all but impossible.)
-		return c.awaitOutcome(ctx, id)
 	}
 	status := *c.reconnected.Load()
 	var recovered chan outcome
