@@ -184,8 +184,8 @@ func contenders() []spec {
 	return []spec{
 		{c: &keylaneSale{}, nats: true, limit: rawRR},
 		{c: &keylaneSale{submit: true}, nats: true, limit: rawPC},
-		{c: &keylaneSale{batched: true}, nats: true, limit: rawRR},
-		{c: &keylaneSale{submit: true, batched: true}, nats: true, limit: rawPC},
+		{c: &keylaneSale{noIDs: true}, nats: true, limit: rawRR},
+		{c: &keylaneSale{submit: true, noIDs: true}, nats: true, limit: rawPC},
 		{c: &rawSale{}, nats: true},
 		{c: &rawSale{bulk: true}, nats: true},
 		{c: &redisSale{name: "fallback.Do", kind: Peer, open: fallbackDo}, limit: luaRow},
@@ -195,6 +195,7 @@ func contenders() []spec {
 		{c: &redisSale{name: "redislock tuned", kind: Peer, open: openRedislock(redislockTuned)}, limit: luaRow},
 		{c: &redisSale{name: luaRow, kind: Limit, open: luaLimit}},
 		{c: &pgSale{name: pgKeylaneRow}, pg: true},
+		{c: &pgSale{name: pgKeylaneRow, noIDs: true}, pg: true},
 		{c: &pgSale{name: pgSubmitRow}, pg: true},
 		{c: &pgSale{name: pgUpdateRow}, pg: true},
 		{c: &pgSale{name: pgForUpdateRow}, pg: true},
@@ -204,7 +205,8 @@ func contenders() []spec {
 // settings says how the peers and limits are configured, for the header.
 const settings = `keylane: 3 workers and inventory handler as sale.StartLocal runs them, 16 partitions; Call = request-reply,
   Submit = SubmitMany then wait until the stream is empty; with fsync the workers keep outcomes in atomic batches of 16 or more (WorkerConfig.OutcomeBatch, as advised for a server that syncs always);
-  every purchase has its caller's ID (WithID, Request.ID); ", batched" rows: batch messages on (keylane batches on, ClientConfig and WorkerConfig.Batches) and no caller's ID (a job with one never travels in a batch), outcomes kept per batch
+  every purchase has its caller's ID, its order ID (WithID, Request.ID), as a shop sends it, keylane → Postgres rows too; ", no IDs" rows: a variant where keylane names the jobs
+  (no caller's ID: nothing to look up before a job runs, a Call's outcome kept in its batch's entry); every job on the one path (batch messages)
 fallback.Do: defaults (blocked waiters wake on a pub/sub unlock notification, 10-500 ms backoff net)
 redsync: defaults (32 tries, 50-250 ms random delay); after ErrFailed the harness calls Lock again
 redsync tuned: WithTries(100000), exponential backoff with full jitter: delay uniform in [0, min(32 ms, 1 ms * 2^try))

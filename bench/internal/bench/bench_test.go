@@ -74,13 +74,13 @@ func TestQuick(t *testing.T) {
 		}
 	}
 	t.Run("nats", func(t *testing.T) {
-		check(t, "keylane Call", "keylane Submit", "keylane Call, batched", "keylane Submit, batched", rawRR, rawPC)
+		check(t, "keylane Call", "keylane Submit", "keylane Call, no IDs", "keylane Submit, no IDs", rawRR, rawPC)
 	})
 	t.Run("postgres", func(t *testing.T) {
 		if _, err := pgAvailable(); err != nil {
 			t.Skip(err)
 		}
-		check(t, pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow)
+		check(t, pgKeylaneRow, pgKeylaneRow+", no IDs", pgSubmitRow, pgUpdateRow, pgForUpdateRow)
 		for _, w := range []string{"skewed b=64 fsync", "skewed-ample b=64 fsync"} {
 			for _, name := range []string{pgKeylaneRow, pgSubmitRow, pgUpdateRow, pgForUpdateRow} {
 				if inv := got[w+"/"+name+"/-"]; inv != "ok" {

@@ -26,11 +26,10 @@ const workers = 3
 // jobs stream is empty, as sale.Run does.
 type keylaneSale struct {
 	submit bool
-	// batched rows send batch messages (ClientConfig.Batches and
-	// WorkerConfig.Batches, the namespace's keylane.batches on) and give
-	// no caller's ID (a job with one never travels in a batch); the
-	// other rows follow KEYLANE_BENCH_BATCHES and the ID knobs.
-	batched bool
+	// noIDs rows are a labelled variant: keylane names the jobs (no
+	// caller's ID); the other rows send order IDs unless the ID knobs
+	// turn them off.
+	noIDs bool
 
 	local   *sale.Local          // embedded
 	srv     *natsServer          // separate
@@ -49,22 +48,19 @@ func (k *keylaneSale) Name() string {
 	if k.submit {
 		name = "keylane Submit"
 	}
-	if k.batched {
-		name += ", batched"
+	if k.noIDs {
+		name += ", no IDs"
 	}
 	return name
 }
 
-// batches reports whether this row's workers read and its client sends
-// batch messages.
-func (k *keylaneSale) batches() bool { return k.batched || batches() }
-
-// queue is the row's keylaneQueue: caller IDs unless batched or turned
-// off by the ID knobs.
+// queue is the row's keylaneQueue: caller IDs (order IDs, as a shop
+// sends them) unless the row is the no-IDs variant or the ID knobs turn
+// them off.
 func (k *keylaneSale) queue() queueShop {
 	return queueShop{keylaneQueue{c: k.client,
-		callIDs:   !k.batched && envInt("KEYLANE_BENCH_CALL_IDS", 1) != 0,
-		submitIDs: !k.batched && envInt("KEYLANE_BENCH_SUBMIT_IDS", 1) != 0}}
+		callIDs:   !k.noIDs && envInt("KEYLANE_BENCH_CALL_IDS", 1) != 0,
+		submitIDs: !k.noIDs && envInt("KEYLANE_BENCH_SUBMIT_IDS", 1) != 0}}
 }
 
 func (k *keylaneSale) Kind() Kind { return Keylane }
@@ -191,7 +187,7 @@ func (k *keylaneSale) Teardown(ctx context.Context) {
 	if k.local != nil {
 		k.local.Stop(ctx)
 	}
-	*k = keylaneSale{submit: k.submit, batched: k.batched}
+	*k = keylaneSale{submit: k.submit, noIDs: k.noIDs}
 }
 
 // keylaneQueue is a queue through a keylane Client.
@@ -285,18 +281,13 @@ func outcomeBatch(durable bool) int {
 
 // knobs are the environment variables of the bench's experiments; the
 // header names any that is set, and Run refuses one that is not a number.
-var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_STATE_BATCH", "KEYLANE_BENCH_BATCHES", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS",
+var knobs = []string{"KEYLANE_BENCH_OUTCOME_BATCH", "KEYLANE_BENCH_STATE_BATCH", "KEYLANE_BENCH_SUBMIT_IDS", "KEYLANE_BENCH_CALL_IDS",
 	"KEYLANE_BENCH_PG_PARTITIONS", "KEYLANE_BENCH_PG_CONCURRENCY", "KEYLANE_BENCH_PG_MAX_JOBS", "KEYLANE_BENCH_PG_NATS_SYNC",
 	"KEYLANE_BENCH_PG_SHARDS", "KEYLANE_BENCH_PG_PIPELINE", "KEYLANE_BENCH_PG_SET"}
 
 // durationKnobs are the knobs that are durations ("1ms"): the header
 // names them too, and Run refuses one that is not a duration of 0 or more.
 var durationKnobs = []string{"KEYLANE_BENCH_PG_CORK"}
-
-// batches reports whether keylane's workers read and its clients send
-// batch messages (ClientConfig.Batches, WorkerConfig.Batches):
-// KEYLANE_BENCH_BATCHES=1. Off by default.
-func batches() bool { return envInt("KEYLANE_BENCH_BATCHES", 0) > 0 }
 
 // checkKnobs refuses a knob that is set but not an integer (a duration
 // for durationKnobs): a typo must not run the default and be read as the

@@ -29,7 +29,8 @@ const (
 
 // pgSale sells from a postgres of its own, started by Setup.
 type pgSale struct {
-	name string
+	name  string
+	noIDs bool // a labelled variant: keylane names the jobs (no caller's ID)
 
 	dir    string
 	srv    *pgtest.Server
@@ -39,7 +40,12 @@ type pgSale struct {
 	stages *stages         // KEYLANE_BENCH_STAGES
 }
 
-func (p *pgSale) Name() string { return p.name }
+func (p *pgSale) Name() string {
+	if p.noIDs {
+		return p.name + ", no IDs"
+	}
+	return p.name
+}
 
 func (p *pgSale) Kind() Kind {
 	if p.keylane() {
@@ -119,7 +125,7 @@ func (p *pgSale) Setup(ctx context.Context, env Env) error {
 
 func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 	s := pgShop{db: p.db, stages: p.stages}
-	q := queueShop{keylaneQueue{c: p.client, callIDs: envInt("KEYLANE_BENCH_CALL_IDS", 0) != 0, submitIDs: envInt("KEYLANE_BENCH_SUBMIT_IDS", 0) != 0}}
+	q := queueShop{keylaneQueue{c: p.client, callIDs: !p.noIDs && envInt("KEYLANE_BENCH_CALL_IDS", 1) != 0, submitIDs: !p.noIDs && envInt("KEYLANE_BENCH_SUBMIT_IDS", 1) != 0}}
 	switch p.name {
 	case pgKeylaneRow, pgSubmitRow:
 		s.purchase = q.buy
@@ -146,7 +152,7 @@ func (p *pgSale) Run(ctx context.Context, w Workload) (Result, error) {
 		sh = pgBulkShop{s, q}
 	}
 	res, err := sell(ctx, w, sh, p.name == pgSubmitRow, 0, worker)
-	p.stages.report(os.Stderr, w.Label()+" | "+p.name)
+	p.stages.report(os.Stderr, w.Label()+" | "+p.Name())
 	if err != nil || p.name == pgUpdateRow {
 		return res, err
 	}
@@ -204,14 +210,11 @@ func (s pgShop) levels(ctx context.Context, skus []string) ([]int64, error) {
 	return pgshop.Levels(ctx, s.db, skus)
 }
 
-// The keylane → Postgres rows send batch messages and let keylane name
-// the jobs (no caller's ID), unlike keylane's own rows: the bench showed
-// both pay there (docs/bench-pg-2026-11-26.md). Without a caller's ID a
-// Call or Submit travels in a batch, and the worker keeps no outcome in
-// NATS for it; exactly once still holds, by the job's own ID, in
-// keylane_outcomes. KEYLANE_BENCH_BATCHES, KEYLANE_BENCH_CALL_IDS and
-// KEYLANE_BENCH_SUBMIT_IDS set to 0 or 1 override these defaults.
-func pgBatches() bool { return envInt("KEYLANE_BENCH_BATCHES", 1) > 0 }
+// The keylane → Postgres rows send every purchase with its order ID (a
+// caller's ID), as a shop does, like keylane's own rows; the ", no IDs"
+// variant lets keylane name the jobs. Exactly once holds either way, by
+// the job's ID, in keylane_outcomes. KEYLANE_BENCH_CALL_IDS and
+// KEYLANE_BENCH_SUBMIT_IDS set to 0 turn the IDs off in every row.
 
 // pgBulkShop submits purchases through keylane and waits until its
 // jobs stream is empty; the stock is read from the database.
