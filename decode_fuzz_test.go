@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -55,14 +56,14 @@ func FuzzDecodeGrouped(f *testing.F) {
 		body := []byte{groupedVersion}
 		seen := map[string]bool{}
 		for _, e := range es {
-			if seen[e.token] || len(e.token) < 2 || e.token[:1] != groupedMark || !base36(e.token[1:]) {
-				t.Fatalf("decodeGrouped(%q) gave token %q", b, e.token)
+			if seen[e.Token] || !wire.ValidGroupedToken(e.Token) {
+				t.Fatalf("decodeGrouped(%q) gave token %q", b, e.Token)
 			}
-			seen[e.token] = true
-			if _, _, ok := decodeResult(e.outcome); !ok || cap(e.outcome) != len(e.outcome) {
-				t.Fatalf("decodeGrouped(%q) gave outcome %q (cap %d)", b, e.outcome, cap(e.outcome))
+			seen[e.Token] = true
+			if _, _, ok := decodeResult(e.Outcome); !ok || cap(e.Outcome) != len(e.Outcome) {
+				t.Fatalf("decodeGrouped(%q) gave outcome %q (cap %d)", b, e.Outcome, cap(e.Outcome))
 			}
-			body = appendGroupedEntry(body, e.token, e.outcome[0], e.outcome[1:])
+			body = appendGroupedEntry(body, e.Token, e.Outcome[0], e.Outcome[1:])
 		}
 		if !bytes.Equal(body, b) {
 			t.Fatalf("decodeGrouped(%q) re-encodes as %q", b, body)

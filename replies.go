@@ -3,6 +3,7 @@ package keylane
 import (
 	"strings"
 
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -99,7 +100,7 @@ func (o *owner) replyGrouped(ts []*task, out [][]byte) {
 func groupedInbox(reply string) (string, bool) {
 	dot := strings.LastIndexByte(reply, '.')
 	tok := reply[dot+1:]
-	if dot < 0 || len(tok) < 2 || len(tok) > groupedTokenMax || !strings.HasPrefix(tok, groupedMark) || !base36(tok[1:]) {
+	if dot < 0 || !wire.ValidGroupedToken(tok) {
 		return "", false
 	}
 	return reply[:dot+1], true
@@ -116,7 +117,7 @@ func (c *Client) deliverGrouped(m *nats.Msg) {
 	for _, e := range es {
 		// The grouped subject, not the job's: deliverTo reads only that
 		// it is no stream ack, and Call only the data and headers.
-		c.deliverTo(e.token, outcomeMsg(m.Subject, e.outcome))
+		c.deliverTo(e.Token, outcomeMsg(m.Subject, e.Outcome))
 	}
 }
 
@@ -160,8 +161,8 @@ func DecodeGroupedReply(data []byte) ([]ReplyOutcome, error) {
 	}
 	out := make([]ReplyOutcome, len(es))
 	for i, e := range es {
-		res, rerr, _ := decodeResult(e.outcome)
-		out[i] = ReplyOutcome{Token: e.token, Result: res, Err: rerr}
+		res, rerr, _ := decodeResult(e.Outcome)
+		out[i] = ReplyOutcome{Token: e.Token, Result: res, Err: rerr}
 	}
 	return out, nil
 }

@@ -314,7 +314,7 @@ func TestGroupedOutcomeCodec(t *testing.T) {
 	}
 	var es []groupedEntry
 	for i, o := range outcomes {
-		es = append(es, groupedEntry{token: groupedMark + strconv.Itoa(i), outcome: encodeResult(o.res, o.err, o.dead)})
+		es = append(es, groupedEntry{Token: groupedMark + strconv.Itoa(i), Outcome: encodeResult(o.res, o.err, o.dead)})
 	}
 	body := encodeGrouped(nil, es)
 	got, err := decodeGrouped(body)
@@ -323,8 +323,8 @@ func TestGroupedOutcomeCodec(t *testing.T) {
 	}
 	for i, o := range outcomes {
 		single, serr := decodeReply(replyMsg("s", o.res, o.err, o.dead))
-		grouped, gerr := decodeReply(outcomeMsg("g", got[i].outcome))
-		if got[i].token != es[i].token || string(single) != string(grouped) || fmt.Sprint(serr) != fmt.Sprint(gerr) {
+		grouped, gerr := decodeReply(outcomeMsg("g", got[i].Outcome))
+		if got[i].Token != es[i].Token || string(single) != string(grouped) || fmt.Sprint(serr) != fmt.Sprint(gerr) {
 			t.Fatalf("entry %d: single %q, %v; grouped %q, %v", i, single, serr, grouped, gerr)
 		}
 		if o.err != nil && serr == nil {
@@ -335,7 +335,7 @@ func TestGroupedOutcomeCodec(t *testing.T) {
 			t.Fatalf("entry %d: grouped error %#v", i, gerr)
 		}
 	}
-	if len(got[0].outcome) != cap(got[0].outcome) {
+	if len(got[0].Outcome) != cap(got[0].Outcome) {
 		t.Fatal("an outcome shares capacity with the next entry")
 	}
 	bad := [][]byte{
@@ -344,11 +344,11 @@ func TestGroupedOutcomeCodec(t *testing.T) {
 		append([]byte{'X'}, body[1:]...),
 		body[:len(body)-1],
 		append(append([]byte(nil), body...), 0),
-		encodeGrouped(nil, []groupedEntry{{token: "1", outcome: []byte("o")}}),                                       // an old-style token
-		encodeGrouped(nil, []groupedEntry{{token: "-A", outcome: []byte("o")}}),                                      // not base 36
-		encodeGrouped(nil, []groupedEntry{{token: "-1", outcome: []byte("x")}}),                                      // unknown kind
-		encodeGrouped(nil, []groupedEntry{{token: "-1", outcome: nil}}),                                              // no outcome
-		encodeGrouped(nil, []groupedEntry{{token: "-1", outcome: []byte("o")}, {token: "-1", outcome: []byte("o")}}), // twice
+		encodeGrouped(nil, []groupedEntry{{Token: "1", Outcome: []byte("o")}}),                                       // an old-style token
+		encodeGrouped(nil, []groupedEntry{{Token: "-A", Outcome: []byte("o")}}),                                      // not base 36
+		encodeGrouped(nil, []groupedEntry{{Token: "-1", Outcome: []byte("x")}}),                                      // unknown kind
+		encodeGrouped(nil, []groupedEntry{{Token: "-1", Outcome: nil}}),                                              // no outcome
+		encodeGrouped(nil, []groupedEntry{{Token: "-1", Outcome: []byte("o")}, {Token: "-1", Outcome: []byte("o")}}), // twice
 		{groupedVersion, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
 	}
 	for i, b := range bad {
@@ -382,8 +382,8 @@ func TestGroupedReplyCarriesAnError(t *testing.T) {
 	inbox := e.client.inbox
 	e.client.mu.Unlock()
 	body := encodeGrouped(nil, []groupedEntry{
-		{token: token, outcome: encodeResult(nil, Permanent(errors.New("out of stock")), true)},
-		{token: groupedMark + "zz", outcome: encodeResult([]byte("x"), nil, false)}, // nobody waits
+		{Token: token, Outcome: encodeResult(nil, Permanent(errors.New("out of stock")), true)},
+		{Token: groupedMark + "zz", Outcome: encodeResult([]byte("x"), nil, false)}, // nobody waits
 	})
 	if err := e.nc.Publish(inbox+groupedToken, body); err != nil {
 		t.Fatal(err)
@@ -456,7 +456,7 @@ func TestMalformedGroupedReplyIsDropped(t *testing.T) {
 	c.mu.Unlock()
 	var es []groupedEntry
 	for _, tok := range tokens {
-		es = append(es, groupedEntry{token: tok, outcome: encodeResult([]byte("999"), nil, false)})
+		es = append(es, groupedEntry{Token: tok, Outcome: encodeResult([]byte("999"), nil, false)})
 	}
 	for _, body := range [][]byte{
 		append(encodeGrouped(nil, es), 0x7),
@@ -548,8 +548,8 @@ func TestGroupedInboxTakesOnlyDecodableTokens(t *testing.T) {
 // its result or RemoteError, and refuses a malformed body.
 func TestDecodeGroupedReply(t *testing.T) {
 	body := encodeGrouped(nil, []groupedEntry{
-		{token: "-1", outcome: encodeResult([]byte("sold 1"), nil, false)},
-		{token: "-2", outcome: encodeResult(nil, Permanent(errors.New("no stock")), false)},
+		{Token: "-1", Outcome: encodeResult([]byte("sold 1"), nil, false)},
+		{Token: "-2", Outcome: encodeResult(nil, Permanent(errors.New("no stock")), false)},
 	})
 	outs, err := DecodeGroupedReply(body)
 	if err != nil || len(outs) != 2 {
@@ -593,13 +593,13 @@ func TestEmptyErrorReplyIsAnError(t *testing.T) {
 func encodeGrouped(buf []byte, es []groupedEntry) []byte {
 	buf = append(buf, groupedVersion)
 	for _, e := range es {
-		if len(e.outcome) == 0 { // as it is: decodeGrouped refuses it
-			buf = binary.AppendUvarint(buf, uint64(len(e.token)))
-			buf = append(buf, e.token...)
+		if len(e.Outcome) == 0 { // as it is: decodeGrouped refuses it
+			buf = binary.AppendUvarint(buf, uint64(len(e.Token)))
+			buf = append(buf, e.Token...)
 			buf = append(buf, 0)
 			continue
 		}
-		buf = appendGroupedEntry(buf, e.token, e.outcome[0], e.outcome[1:])
+		buf = appendGroupedEntry(buf, e.Token, e.Outcome[0], e.Outcome[1:])
 	}
 	return buf
 }

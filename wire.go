@@ -2,7 +2,6 @@ package keylane
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,7 +81,7 @@ const (
 	// groupedMark starts the reply token of a client that takes grouped
 	// replies (one message answering several of its Calls). Base 36 never
 	// holds it, so a previous build's tokens are never taken for one.
-	groupedMark = "-"
+	groupedMark = wire.GroupedMark
 	// groupedToken is the inbox token grouped replies are sent to; a
 	// waiter's token is groupedMark and at least one digit more.
 	groupedToken = groupedMark
@@ -148,29 +147,29 @@ func batchStored(m *nats.Msg, id string, n int) error {
 // oneHeader is the value of flag headers.
 var oneHeader = []string{"1"}
 
-// Outcome encoding. A reply carries the result as its data, or the error
-// in HeaderError with its kind (HeaderErrorKind: "error", "permanent",
-// "dead"); a kept outcome is one byte of kind and the result or the error
-// text.
+// Outcomes: package wire's encoding (wire.EncodeOutcome), read back into
+// a *RemoteError here.
 const (
-	resultOK   = 'o'
-	resultErr  = 'e'
-	resultPerm = 'p'
-	resultDead = 'd'
+	resultOK   = wire.OutcomeOK
+	resultErr  = wire.OutcomeError
+	resultPerm = wire.OutcomePermanent
+	resultDead = wire.OutcomeDead
 )
 
+// encodeResult is the outcome of a job that returned res and err (dead:
+// it was dead-lettered).
 func encodeResult(res []byte, err error, dead bool) []byte {
 	if err == nil {
-		return append([]byte{resultOK}, res...)
+		return wire.EncodeOutcome(wire.OutcomeOK, res)
 	}
-	kind := byte(resultErr)
+	kind := byte(wire.OutcomeError)
 	switch errorKind(err, dead) {
-	case "dead":
-		kind = resultDead
-	case "permanent":
-		kind = resultPerm
+	case wire.KindDead:
+		kind = wire.OutcomeDead
+	case wire.KindPermanent:
+		kind = wire.OutcomePermanent
 	}
-	return append([]byte{kind}, errMessage(err)...)
+	return wire.EncodeOutcome(kind, []byte(errMessage(err)))
 }
 
 // errMessage is the text a reply or a kept outcome carries for err: a
@@ -185,17 +184,17 @@ func errMessage(err error) string {
 	return err.Error()
 }
 
-func decodeResult(b []byte) ([]byte, error, bool) {
-	if len(b) == 0 {
+// decodeResult reads an outcome: the result, or a *RemoteError; ok is
+// false for one wire.DecodeOutcome refuses.
+func decodeResult(b []byte) (_ []byte, _ error, ok bool) {
+	kind, rest, ok := wire.DecodeOutcome(b)
+	switch {
+	case !ok:
 		return nil, nil, false
+	case kind == wire.OutcomeOK:
+		return rest, nil, true
 	}
-	switch b[0] {
-	case resultOK:
-		return b[1:], nil, true
-	case resultErr, resultPerm, resultDead:
-		return nil, &RemoteError{Message: string(b[1:]), Permanent: b[0] != resultErr, DeadLettered: b[0] == resultDead}, true
-	}
-	return nil, nil, false
+	return nil, &RemoteError{Message: string(rest), Permanent: kind != wire.OutcomeError, DeadLettered: kind == wire.OutcomeDead}, true
 }
 
 // replyMsg is the reply carrying a job's outcome.
@@ -218,104 +217,34 @@ func errorText(s string) string {
 	return s
 }
 
-// Grouped replies. The body is groupedVersion, then one entry per job:
-// uvarint length and the job's reply token, uvarint length and its
-// outcome as encodeResult writes it (a kept outcome's encoding: kind
-// byte, then the result or the error text). No header, nothing after the
-// last entry.
+// Grouped replies: package wire's (wire.DecodeGrouped).
 const (
-	groupedVersion = 'G'
-	// groupedTokenMax bounds a token in a grouped reply; ours are
-	// groupedMark and at most 13 base 36 digits.
-	groupedTokenMax = 64
+	groupedVersion  = wire.GroupedVersion
+	groupedTokenMax = wire.GroupedTokenMax
 )
 
-// groupedEntry is one job's part of a grouped reply.
-type groupedEntry struct {
-	token   string
-	outcome []byte // encodeResult's encoding
-}
+type groupedEntry = wire.GroupedEntry
 
-// groupedEntrySize is what an entry adds to a grouped reply's body.
 func groupedEntrySize(token string, outcomeLen int) int {
-	return uvarintLen(len(token)) + len(token) + uvarintLen(outcomeLen) + outcomeLen
+	return wire.GroupedEntrySize(token, outcomeLen)
 }
 
-// appendGroupedEntry appends one entry, its outcome being kind and then
-// rest (the result or the error text), as encodeResult would write it.
 func appendGroupedEntry(buf []byte, token string, kind byte, rest []byte) []byte {
-	buf = binary.AppendUvarint(buf, uint64(len(token)))
-	buf = append(buf, token...)
-	buf = binary.AppendUvarint(buf, uint64(1+len(rest)))
-	buf = append(buf, kind)
-	return append(buf, rest...)
+	return wire.AppendGroupedEntry(buf, token, kind, rest)
 }
 
-func uvarintLen(n int) int {
-	var b [binary.MaxVarintLen64]byte
-	return binary.PutUvarint(b[:], uint64(n))
-}
+var errBadGrouped = wire.ErrBadGrouped
 
-// errBadGrouped is why a grouped reply was dropped.
-var errBadGrouped = errors.New("keylane: malformed grouped reply")
-
-// decodeGrouped reads a grouped reply's body strictly: a wrong version, a
-// token that is not a grouped client's, an outcome decodeResult refuses, a
-// repeated token, a length past the end or bytes after the last entry
-// refuse the whole message. Each outcome is cut from b with no spare
-// capacity, so appending to one result cannot overwrite the next.
-func decodeGrouped(b []byte) ([]groupedEntry, error) {
-	if len(b) < 2 || b[0] != groupedVersion {
-		return nil, errBadGrouped
-	}
-	var es []groupedEntry
-	seen := map[string]bool{}
-	for i := 1; i < len(b); {
-		field := func() ([]byte, bool) {
-			n, w := binary.Uvarint(b[i:])
-			if w <= 0 || n > uint64(len(b)-i-w) {
-				return nil, false
-			}
-			i += w
-			f := b[i : i+int(n) : i+int(n)]
-			i += int(n)
-			return f, true
-		}
-		tok, ok := field()
-		if !ok || len(tok) < 2 || len(tok) > groupedTokenMax || string(tok[:1]) != groupedMark || !base36(tok[1:]) || seen[string(tok)] {
-			return nil, errBadGrouped
-		}
-		out, ok := field()
-		if !ok {
-			return nil, errBadGrouped
-		}
-		if _, _, ok := decodeResult(out); !ok {
-			return nil, errBadGrouped
-		}
-		token := string(tok)
-		seen[token] = true
-		es = append(es, groupedEntry{token: token, outcome: out})
-	}
-	return es, nil
-}
-
-func base36[T string | []byte](b T) bool {
-	for i := 0; i < len(b); i++ {
-		if c := b[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'z') {
-			return false
-		}
-	}
-	return true
-}
+func decodeGrouped(b []byte) ([]groupedEntry, error) { return wire.DecodeGrouped(b) }
 
 func errorKind(err error, dead bool) string {
 	switch {
 	case dead:
-		return "dead"
+		return wire.KindDead
 	case errors.Is(err, ErrPermanent):
-		return "permanent"
+		return wire.KindPermanent
 	default:
-		return "error"
+		return wire.KindError
 	}
 }
 
@@ -327,7 +256,7 @@ func decodeReply(m *nats.Msg) ([]byte, error) {
 	_, hasErr := m.Header[HeaderError]
 	kind := m.Header.Get(HeaderErrorKind)
 	if hasErr || kind != "" {
-		return nil, &RemoteError{Message: errorText(m.Header.Get(HeaderError)), Permanent: kind == "permanent" || kind == "dead", DeadLettered: kind == "dead"}
+		return nil, &RemoteError{Message: errorText(m.Header.Get(HeaderError)), Permanent: kind == wire.KindPermanent || kind == wire.KindDead, DeadLettered: kind == wire.KindDead}
 	}
 	return m.Data, nil
 }
