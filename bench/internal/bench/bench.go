@@ -222,9 +222,9 @@ Postgres rows: a throwaway postgres per run (pgtest: initdb, 127.0.0.1, max_conn
   keylane → Postgres: embedded NATS (fsync: sync always), 1 partition (64 keys at once), 3 workers in this process, keylanepg.Applier with
   shop.SellSet (a partition's ready keys in one transaction of at most 64 jobs: their stock rows read FOR UPDATE in the first
   round trip, the sale decided in Go, the stock and order rows written with one statement each in the second, with the record
-  and COMMIT: 2 round trips and 9 statements a transaction whatever its jobs; KEYLANE_BENCH_PG_SET=0: shop.SellPipeline, a statement a job), Calls without
-  a caller's ID, in batch messages (with fsync the clients cork a busy partition's batch 1ms: ClientConfig.BatchCork)
-  (Submit: SubmitMany without IDs, in batch messages, then wait until the stream is empty);
+  and COMMIT: 2 round trips and 9 statements a transaction whatever its jobs; KEYLANE_BENCH_PG_SET=0: shop.SellPipeline, a statement a job), Calls with
+  order IDs (", no IDs": keylane names the jobs), in batch messages (with fsync the clients cork a busy partition's batch 1ms: ClientConfig.BatchCork)
+  (Submit: SubmitMany with order IDs, then wait until the stream is empty);
   Postgres UPDATE: UPDATE stock SET n = n-1 WHERE sku = $1 AND n > 0, no order row; Postgres FOR UPDATE tx: BEGIN; SELECT n … FOR UPDATE;
   UPDATE; INSERT order; COMMIT; both a pool connection per buyer; the skewed fsync sales run the Postgres rows only; server CPU not measured`
 

@@ -185,7 +185,7 @@ func (p *pgSale) Teardown(ctx context.Context) {
 	if p.dir != "" {
 		_ = os.RemoveAll(p.dir)
 	}
-	*p = pgSale{name: p.name}
+	*p = pgSale{name: p.name, noIDs: p.noIDs}
 }
 
 // pgShop keeps the stock in PostgreSQL's stock table and sells through
