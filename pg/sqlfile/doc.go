@@ -12,10 +12,15 @@
 //
 //	{
 //	  "jobs": {
-//	    "buy": {
+//	    "buy-one": {
 //	      "fields": ["qty"],
 //	      "statements": [
-//	        "WITH u AS (UPDATE stock SET n = n - :qty WHERE sku = :job.key AND n >= :qty RETURNING n), o AS (INSERT INTO orders (order_id, sku, qty) SELECT :job.id, :job.key, :qty FROM u) SELECT EXISTS (SELECT FROM u) AS sold, coalesce((SELECT n FROM u), (SELECT n FROM stock WHERE sku = :job.key)) AS left"
+//	        [
+//	          "WITH u AS (UPDATE stock SET n = n - :qty WHERE sku = :job.key AND n >= :qty RETURNING n),",
+//	          "o AS (INSERT INTO orders (order_id, sku, qty) SELECT :job.id, :job.key, :qty FROM u)",
+//	          "SELECT EXISTS (SELECT FROM u) AS sold,",
+//	          "  coalesce((SELECT n FROM u), (SELECT n FROM stock WHERE sku = :job.key), 0) AS left"
+//	        ]
 //	      ],
 //	      "result": "row"
 //	    },
@@ -34,7 +39,8 @@
 //     whose payload is not a JSON object fails for good
 //     (keylane.Permanent) with an error naming them. A type without
 //     fields takes an empty payload, or {}.
-//   - "statements": one or more SQL statements, run in order in the
+//   - "statements": one or more SQL statements (each a string, or an
+//     array of strings, its lines), run in order in the
 //     group's transaction (keylanepg's: never BEGIN, COMMIT, ROLLBACK,
 //     SAVEPOINT, RELEASE or PREPARE; one statement a string). Parameters
 //     are named: :qty binds the payload's field qty, :job.id the job's
@@ -82,25 +88,33 @@
 // text-typed array the statement casts and unnests, with :job.id and
 // :job.key beside it. The result statement returns rows that each name
 // their job in a column job_id (its :job.id element): a job's result is
-// made of its rows. Such a statement sees the jobs of one key together:
+// made of its rows (job_id is left out of them, so the result is the same
+// as a plain type's). Such a statement sees the jobs of one key together:
 // it must fold them in their order itself (WITH ORDINALITY; a running
-// sum), as keylanepg's SetHandler does in Go. The shop's set sale:
+// sum), as keylanepg's SetHandler does in Go. The example's set sale
+// (pg/cmd/keylane-pg/example/shop.json, type "buy"; a statement's lines
+// may be given as an array of strings):
 //
 //	WITH req AS (
-//	  SELECT * FROM unnest(:job.id::text[], :job.key::text[], :qty::bigint[]) WITH ORDINALITY AS r(job_id, sku, qty, ord)),
+//	  SELECT * FROM unnest(:job.id::text[], :job.key::text[], :qty::bigint[])
+//	    WITH ORDINALITY AS r(job_id, sku, qty, ord)),
 //	s AS (SELECT sku, n FROM stock WHERE sku IN (SELECT sku FROM req) FOR UPDATE),
 //	run AS (
-//	  SELECT req.*, coalesce(s.n, 0) AS stock, sum(req.qty) OVER (PARTITION BY req.sku ORDER BY req.ord) AS upto
+//	  SELECT req.*, coalesce(s.n, 0) AS stock,
+//	    sum(req.qty) OVER (PARTITION BY req.sku ORDER BY req.ord) AS upto
 //	  FROM req LEFT JOIN s USING (sku)),
 //	sold AS (SELECT * FROM run WHERE upto <= stock),
-//	u AS (UPDATE stock SET n = stock.n - t.qty FROM (SELECT sku, sum(qty) AS qty FROM sold GROUP BY sku) t WHERE stock.sku = t.sku),
+//	u AS (UPDATE stock SET n = stock.n - t.qty
+//	  FROM (SELECT sku, sum(qty) AS qty FROM sold GROUP BY sku) t WHERE stock.sku = t.sku),
 //	o AS (INSERT INTO orders (order_id, sku, qty) SELECT job_id, sku, qty FROM sold)
 //	SELECT job_id, upto <= stock AS sold,
-//	  stock - coalesce((SELECT max(upto) FROM sold WHERE sold.sku = run.sku), 0) AS left
+//	  CASE WHEN upto <= stock THEN stock - upto
+//	    ELSE stock - coalesce((SELECT max(upto) FROM sold WHERE sold.sku = run.sku), 0) END AS left
 //	FROM run
 //
-// (a SKU's purchases sell while their running sum fits its stock: with
-// one unit each, as the single statement does one at a time). If a set's
+// A SKU's purchases sell while their running sum fits its stock: with
+// one unit each, what type "buy-one" does a statement a purchase
+// (TestSetMatchesOneByOne holds the two to the same answers and rows). If a set's
 // statement fails, keylanepg's careful path applies the transaction's
 // jobs one at a time, each a set of one, so that the failing job fails
 // alone (see "Set handlers" in package keylanepg).
