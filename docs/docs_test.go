@@ -239,12 +239,13 @@ func (i invocation) String() string { return i.line }
 // programs maps how a page runs a command (the directory go run runs in,
 // and its package) to the name the helper builds it under.
 var programs = map[[2]string]string{
-	{".", "./cmd/keylane"}:    "keylane",
-	{".", "./cmd/submit"}:     "submit",
-	{".", "./cmd/worker"}:     "worker",
-	{".", "./e2e/testworker"}: "testworker",
-	{"pg", "./cmd/sale"}:      "pgsale",
-	{"bench", "."}:            "bench",
+	{".", "./cmd/keylane"}:     "keylane",
+	{".", "./cmd/submit"}:      "submit",
+	{".", "./cmd/worker"}:      "worker",
+	{".", "./e2e/testworker"}:  "testworker",
+	{"pg", "./cmd/sale"}:       "pgsale",
+	{"pg", "./cmd/keylane-pg"}: "keylane-pg",
+	{"bench", "."}:             "bench",
 }
 
 // invocations finds the command lines of a page: each line of a fenced
@@ -328,13 +329,15 @@ func isAssignment(w string) bool {
 }
 
 // invocationOf recognises "go run [-C dir] PKG ARGS", "./cmd/X ARGS" and
-// "keylane|submit|worker ARGS".
+// "keylane|submit|worker|keylane-pg ARGS".
 func invocationOf(line, dir string, words []string) (invocation, bool) {
 	switch words[0] {
 	case "keylane", "submit", "worker":
 		return invocation{line: line, prog: words[0], args: words[1:]}, true
 	case "./cmd/keylane", "./cmd/submit", "./cmd/worker":
 		return invocation{line: line, prog: strings.TrimPrefix(words[0], "./cmd/"), args: words[1:]}, true
+	case "keylane-pg", "./keylane-pg": // the pg module's deployable worker, built
+		return invocation{line: line, prog: "keylane-pg", args: words[1:]}, true
 	case "go":
 	default:
 		return invocation{}, false
@@ -451,7 +454,7 @@ var (
 )
 
 // newHelper builds keylane's commands (the root module's, the pg module's
-// sale and the bench) into a directory shared by the tests of this run.
+// sale and keylane-pg, and the bench) into a directory shared by the tests of this run.
 func newHelper(t *testing.T) *helper {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -465,6 +468,7 @@ func newHelper(t *testing.T) *helper {
 			{"..", "", "./cmd/worker"},
 			{"..", "testworker", "./e2e/testworker"},
 			{"../pg", "pgsale", "./cmd/sale"},
+			{"../pg", "keylane-pg", "./cmd/keylane-pg"},
 			{"../bench", "bench", "."},
 		} {
 			out := filepath.Join(buildDir, b.out)

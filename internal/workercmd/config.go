@@ -44,7 +44,7 @@ type Config struct {
 	Auth []nats.Option
 	// Worker is the worker's configuration. Parse sets its ID (a default
 	// one if none was given) and Logger; Run defaults its Reducer to the
-	// inventory handler when neither Reducer nor Handler is set.
+	// inventory handler when none of Reducer, Handler and Applier is set.
 	Worker keylane.WorkerConfig
 }
 

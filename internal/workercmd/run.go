@@ -76,7 +76,7 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 	}
 	defer nc.Close()
 	defer func() { err = natsflags.Refused(nc, err) }()
-	if c.Worker.Reducer == nil && c.Worker.Handler == nil {
+	if c.Worker.Reducer == nil && c.Worker.Handler == nil && c.Worker.Applier == nil {
 		c.Worker.Reducer = &inventory.Handler{}
 	}
 	var observed *metrics.Worker
