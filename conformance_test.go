@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -56,6 +57,8 @@ func TestConformanceVectors(t *testing.T) {
 		"outcomes.json":   gen.outcomes(),
 		"replies.json":    gen.replies(),
 		"refusals.json":   gen.refusals(),
+		"streams.json":    gen.streams(),
+		"delays.json":     gen.delays(),
 	}
 	update := *updateVectors || os.Getenv("KEYLANE_UPDATE_VECTORS") == "1"
 	names := make([]string, 0, len(files))
@@ -149,6 +152,7 @@ func vectorDiff(want, got []byte) string {
 // namespaces on a real server.
 type conformanceGen struct {
 	t       *testing.T
+	js      jetstream.JetStream
 	clients map[string]*Client
 	topos   map[string]*Topology
 }
@@ -158,6 +162,7 @@ var conformanceNamespaces = []TopologyConfig{
 	{Namespace: "keylane", Partitions: 4},
 	{Namespace: "orders-eu", Partitions: 8, StreamShards: 2},
 	{Namespace: "shop", Partitions: 16, ReplyPrefix: "replies."},
+	{Namespace: "timers", Partitions: 4, StreamShards: 2, Delays: true},
 }
 
 func newConformanceGen(t *testing.T) *conformanceGen {
@@ -167,7 +172,7 @@ func newConformanceGen(t *testing.T) *conformanceGen {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &conformanceGen{t: t, clients: map[string]*Client{}, topos: map[string]*Topology{}}
+	g := &conformanceGen{t: t, js: js, clients: map[string]*Client{}, topos: map[string]*Topology{}}
 	for _, tc := range conformanceNamespaces {
 		tc.LeaseTTL = time.Second
 		topo, err := Setup(ctx(t), js, tc)
@@ -883,6 +888,55 @@ type streamAckVector struct {
 	Stored    bool   `json:"stored"`
 	Duplicate bool   `json:"duplicate"`
 	ErrorCode int    `json:"error_code"`
+	// Class is what the Go client makes of the ack (ackClass).
+	Class string `json:"class"`
+}
+
+// ackClass is what the Go client makes of a stream ack: "stored",
+// "duplicate", "key_backlog_full" (the key at its cap: never retried;
+// admission.go's refused), "transient" (published again, the same
+// message: publish, retryablePublish), "limit" (a full stream: reported)
+// or "permanent" (reported) — decided by err_code first (natserr.Classify).
+func ackClass(data []byte) string {
+	dup, err := pubAckError(&nats.Msg{Data: data})
+	switch {
+	case err == nil && dup:
+		return "duplicate"
+	case err == nil:
+		return "stored"
+	case backlogFull(err):
+		return "key_backlog_full"
+	case retryablePublish(err):
+		return "transient"
+	case natserr.Classify(err) == natserr.Limit:
+		return "limit"
+	}
+	return "permanent"
+}
+
+// serverRefusal is a real server's ack of the publish that goes over a
+// stream's limit: a key's cap (perSubject) or the stream's message count.
+func serverRefusal(t *testing.T, js jetstream.JetStream, perSubject bool) *jetstream.APIError {
+	name := "ACKCHECK"
+	sc := jetstream.StreamConfig{Name: name, Subjects: []string{"ackcheck.>"}, Storage: jetstream.MemoryStorage, Discard: jetstream.DiscardNew, MaxMsgs: 1}
+	if perSubject {
+		sc.MaxMsgs, sc.MaxMsgsPerSubject, sc.DiscardNewPerSubject = -1, 1, true
+	}
+	if _, err := js.CreateStream(ctx(t), sc); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = js.DeleteStream(ctx(t), name) }()
+	var apiErr *jetstream.APIError
+	for i := range 2 {
+		_, err := js.Publish(ctx(t), "ackcheck.k", nil)
+		if i == 0 && err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 && !errors.As(err, &apiErr) {
+			t.Fatalf("the server took a message over the limit: %v", err)
+		}
+	}
+	return apiErr
 }
 
 func decodeReplyVector(m *nats.Msg) decodedReply {
@@ -964,15 +1018,45 @@ func (g *conformanceGen) replies() any {
 		held = append(held, heldVector{Name: r.name, Reply: r.reply, Subject: m.Subject, Headers: hdrs(m.Header)})
 	}
 	var acks []streamAckVector
+	keyFull := `{"error":{"code":503,"err_code":10077,"description":"maximum messages per subject exceeded"}}`
+	streamFull := `{"error":{"code":503,"err_code":10077,"description":"maximum messages exceeded"}}`
+	// Those two as a real server sends them: the same code and err_code,
+	// told apart by the description only.
+	for _, c := range []struct {
+		data       string
+		perSubject bool
+	}{{keyFull, true}, {streamFull, false}} {
+		got := serverRefusal(g.t, g.js, c.perSubject)
+		var want struct{ Error *jetstream.APIError }
+		if err := json.Unmarshal([]byte(c.data), &want); err != nil {
+			g.t.Fatal(err)
+		}
+		if got.Code != want.Error.Code || got.ErrorCode != want.Error.ErrorCode || got.Description != want.Error.Description {
+			g.t.Fatalf("the server refuses with %+v, the vector says %s", got, c.data)
+		}
+	}
 	for _, a := range []struct{ name, data string }{
 		{"stored", `{"stream":"KEYLANE_JOBS","seq":12}`},
 		{"stored-in-domain", `{"stream":"KEYLANE_JOBS","domain":"hub","seq":13}`},
 		{"duplicate", `{"stream":"KEYLANE_JOBS","seq":12,"duplicate":true}`},
-		{"key-backlog-full", `{"error":{"code":503,"err_code":10077,"description":"maximum messages per subject exceeded"}}`},
+		{"key-backlog-full", keyFull},
+		{"stream-full-messages", streamFull},
+		{"stream-full-bytes", `{"error":{"code":503,"err_code":10077,"description":"maximum bytes exceeded"}}`},
+		{"insufficient-resources", `{"error":{"code":503,"err_code":10023,"description":"insufficient resources"}}`},
+		{"cluster-not-available", `{"error":{"code":503,"err_code":10008,"description":"JetStream system temporarily unavailable"}}`},
+		{"no-suitable-peers", `{"error":{"code":400,"err_code":10005,"description":"no suitable peers for placement"}}`},
 		{"wrong-stream", `{"error":{"code":400,"err_code":10060,"description":"expected stream does not match"}}`},
+		{"message-too-large", `{"error":{"code":400,"err_code":10054,"description":"message size exceeds maximum allowed"}}`},
+		{"stream-not-found", `{"error":{"code":404,"err_code":10059,"description":"stream not found"}}`},
+		{"schedules-disabled", `{"error":{"code":400,"err_code":10188,"description":"message schedules is disabled"}}`},
+		// Read, with an err_code this release does not list: the code decides.
+		{"read-unlisted-503", `{"error":{"code":503,"err_code":19999,"description":"a later release's"}}`},
+		{"read-unlisted-408", `{"error":{"code":408,"err_code":19998,"description":"a later release's"}}`},
+		{"read-unlisted-500", `{"error":{"code":500,"err_code":19997,"description":"a later release's"}}`},
+		{"read-unlisted-400", `{"error":{"code":400,"err_code":19996,"description":"a later release's"}}`},
 	} {
 		dup, err := pubAckError(&nats.Msg{Data: []byte(a.data)})
-		v := streamAckVector{Name: a.name, DataHex: hx([]byte(a.data)), Stored: err == nil, Duplicate: dup}
+		v := streamAckVector{Name: a.name, DataHex: hx([]byte(a.data)), Stored: err == nil, Duplicate: dup, Class: ackClass([]byte(a.data))}
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) {
 			v.ErrorCode = int(apiErr.ErrorCode)
@@ -1360,6 +1444,13 @@ func TestConformanceVectorsRead(t *testing.T) {
 			t.Errorf("refusals.json %s: the worker refuses with %+v, the file says %+v", v.Name, got, v.Refusals)
 		}
 	}
+	for name, check := range map[string]func(*testing.T, []byte){"delays.json": checkDelaysRead, "streams.json": checkStreamsRead} {
+		b, err := os.ReadFile(filepath.Join(conformanceDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(t, b)
+	}
 	var outcomes struct{ Kept []keptVector }
 	read("outcomes.json", &outcomes)
 	for _, v := range outcomes.Kept {
@@ -1370,14 +1461,20 @@ func TestConformanceVectorsRead(t *testing.T) {
 		}
 	}
 	var replies struct {
-		Single  []singleReplyVector
-		Grouped []groupedVector
+		Single     []singleReplyVector
+		Grouped    []groupedVector
+		StreamAcks []streamAckVector `json:"stream_acks"`
 	}
 	read("replies.json", &replies)
 	for _, v := range replies.Single {
 		m := &nats.Msg{Header: nats.Header(v.Headers), Data: unhex(v.DataHex)}
 		if got := decodeReplyVector(m); got != v.Decoded {
 			t.Errorf("replies.json %s: decodes to %+v, the file says %+v", v.Name, got, v.Decoded)
+		}
+	}
+	for _, v := range replies.StreamAcks {
+		if got := ackClass(unhex(v.DataHex)); got != v.Class {
+			t.Errorf("replies.json stream_acks %s: the client takes it as %s, the file says %s", v.Name, got, v.Class)
 		}
 	}
 	for _, v := range replies.Grouped {
