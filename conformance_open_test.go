@@ -223,6 +223,7 @@ func streamsVectors(t *testing.T) []streamsVector {
 		{"shard-index-absent", "store", 0, one(map[string]string{MetaShards: "2"})},
 		{"shard-missing", "store", 0, two(nil, nil)[:1]},
 		{"shard-says-another-index", "store", 0, two(nil, map[string]string{MetaShard: "0"})},
+		{"shard-0-says-another-index", "store", 0, two(map[string]string{MetaShard: "1"}, nil)},
 		{"shards-disagree-on-count", "store", 0, two(nil, map[string]string{MetaShards: "3", MetaShard: "1"})},
 		{"shards-disagree-on-partitions", "store", 0, two(nil, map[string]string{MetaPartitions: "6"})},
 		{"shards-disagree-on-reply-prefix", "store", 0, two(nil, map[string]string{MetaReplyPrefix: "replies."})},

@@ -104,6 +104,11 @@ func openShards(ctx context.Context, js jetstream.JetStream, namespace string) (
 	if err != nil {
 		return nil, nil, err
 	}
+	// The namespace's settings are shard 0's: a first stream that claims
+	// another index is not the layout its metadata describes.
+	if err := sameShards(m0, m0, 0, s0.CachedInfo().Config.Name); err != nil {
+		return nil, nil, err
+	}
 	streams := []jetstream.Stream{s0}
 	metas := []shardMeta{{m0, s0.CachedInfo()}}
 	names := Names{Namespace: namespace}
