@@ -36,7 +36,7 @@ import (
 //
 // A Call travels in its partition's batch message (see callBatched), with
 // or without WithID; on a namespace with a key backlog cap it goes alone,
-// as a batch of one on its key's subject (keyed), published again under
+// as a batch of one on its key's subject (alone), published again under
 // its batch's ID until stored (the server drops a copy it has), each later
 // copy marked for the worker to look the job's ID up before running it.
 func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
@@ -70,11 +70,11 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
-	wm, _, err := c.keyed(m) // on a capped namespace, a batch of one on its key's subject
+	wm, _, err := c.alone(m) // a redrive, or on a capped namespace: a batch of one
 	if err != nil {
 		return nil, err
 	}
-	r.ID = m.Header.Get(HeaderJobID) // (sealed when keyed)
+	r.ID = m.Header.Get(HeaderJobID) // (sealed when alone)
 	span.messageID(m)
 	before := c.nc.LastError() // a refusal after it is this publish's
 	status := *c.reconnected.Load()

@@ -15,6 +15,7 @@ import (
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestDeadLettersRedriveAndPurge: a job that failed permanently is listed
@@ -289,5 +290,79 @@ func TestRedriveOfAWholeBatchDeadLetter(t *testing.T) {
 	defer mu.Unlock()
 	if len(runs) != 3 {
 		t.Fatalf("%d runs: a refused batch's redrive stored a job (%+v)", len(runs), runs[3:])
+	}
+}
+
+// TestRedriveGoesAsABatchOfOneAndRunsOnce: a redrive travels in the one
+// format, a batch of one carrying Keylane-Redrive-Of on the message,
+// under a batch ID of its own; redriven twice, it is stored twice and
+// runs once (the worker looks its ID up before running it), its outcome
+// kept under both IDs. (Before the one path: a one-job message under the
+// redrive's ID, which the server de-duplicated.)
+func TestRedriveGoesAsABatchOfOneAndRunsOnce(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	failing := e.worker("w1", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) {
+		return nil, Permanent(errors.New("inventory service down"))
+	}), nil)
+	if _, err := e.client.Call(ctx(t), "seat:9", []byte("ann"), WithID("order-1")); err == nil {
+		t.Fatal("the job succeeded")
+	}
+	var dls []DeadLetter
+	testwait.Eventually(t, 10*time.Second, "one dead letter", func() bool {
+		var err error
+		dls, err = DeadLetters(ctx(t), e.js, e.ns, 0, 10)
+		return err == nil && len(dls) == 1
+	})
+	if err := failing.Stop(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 2 {
+		id, err := e.client.Redrive(ctx(t), dls[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if ids[0] != ids[1] {
+		t.Fatalf("two redrives of one dead letter gave IDs %q and %q", ids[0], ids[1])
+	}
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Jobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); ; seq++ {
+		m, err := s.GetMsg(ctx(t), seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			if seq < 3 {
+				continue // the dead-lettered call, acked
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Header.Get(wire.HeaderBatch) != "1" || m.Header.Get(wire.HeaderBatchJobs) != "1" || m.Header.Get(HeaderRedriveOf) != "order-1" || m.Header.Get(HeaderJobID) == ids[0] {
+			t.Fatalf("stored redrive %d: headers %v; want a batch of one with Keylane-Redrive-Of, under its own batch ID", seq, m.Header)
+		}
+	}
+	if n := e.streamMsgs(e.topo.Names.Jobs()); n != 2 {
+		t.Fatalf("%d messages stored, want both redrives", n)
+	}
+	var runs atomic.Int32
+	e.worker("w2", HandlerFunc(func(ctx context.Context, job Job) ([]byte, error) {
+		runs.Add(1)
+		return []byte("booked " + string(job.Payload)), nil
+	}), nil)
+	testwait.Eventually(t, 20*time.Second, "both redrives acked", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the redriven job ran %d times, want once", n)
+	}
+	for _, id := range []string{"order-1", ids[0]} {
+		if res, err := e.client.Result(ctx(t), id); err != nil || string(res) != "booked ann" {
+			t.Fatalf("Result(%s) = %q, %v; want the redriven outcome", id, res, err)
+		}
 	}
 }

@@ -302,6 +302,9 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			continue
 		}
 		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome, keptInBatch: o.keptInBatch(b, e.Job, i)}
+		if len(es) == 1 {
+			t.redriveOf = msg.Headers().Get(HeaderRedriveOf) // a redrive: checked against its ticket (checkRedrive)
+		}
 		t.stored = meta.Timestamp
 		t.job = Job{
 			ID: e.Job.ID, Key: e.Job.Key, Type: e.Job.Type, Payload: e.Payload, Partition: o.p,

@@ -29,17 +29,17 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if c.batchable(m) {
 		return c.submitBatched(ctx, m, r.ID, partition.Of(r.Key, c.n))
 	}
-	wm, keyed, err := c.keyed(m)
+	wm, alone, err := c.alone(m)
 	if err != nil {
 		return "", err
 	}
-	id := m.Header.Get(HeaderJobID) // (sealed when keyed)
+	id := m.Header.Get(HeaderJobID) // (sealed when alone)
 	dup, err := c.publishWatched(ctx, wm)
 	if err != nil {
 		return c.submitError(ctx, m, id, err)
 	}
 	switch {
-	case dup && keyed:
+	case dup && alone:
 		// A duplicate answer to a batch's first copy: another message
 		// holds its (unguessable) ID; this one was not stored.
 		return "", fmt.Errorf("keylane: submit %s: %w", id, errBatchIDUsed)
@@ -99,8 +99,8 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			}
 			batches.flush(p) // a key's earlier jobs are stored first
 		}
-		wm, keyed, err := c.keyed(m)
-		if keyed {
+		wm, alone, err := c.alone(m)
+		if alone {
 			out[i].ID = m.Header.Get(HeaderJobID) // sealed
 		}
 		if err != nil {

@@ -49,7 +49,7 @@ const (
 	HeaderKeepOutcome = wire.HeaderKeepOutcome
 	// HeaderRedriveOf names the dead-lettered job a redriven job replaces:
 	// the worker keeps the new outcome under that ID too.
-	HeaderRedriveOf = "Keylane-Redrive-Of"
+	HeaderRedriveOf = wire.HeaderRedriveOf
 )
 
 // Metadata keys written into the jobs stream's configuration.

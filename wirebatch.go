@@ -100,14 +100,17 @@ func sealGrowth(m *nats.Msg) int {
 
 var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 
-// keyed returns the message that carries m, a job on a namespace with a
-// key backlog cap that is neither delayed nor a redrive, and fits a batch:
-// a batch of one on its key's subject (batchMessage), sent at once, not
-// through the batcher. m is sealed first (sealBatch: a generated ID
+// alone returns the message that carries m, a job that goes alone and
+// at once, not through its partition's batcher, as a batch of one
+// (batchMessage): a redrive (its Keylane-Redrive-Of travels on the batch,
+// which a worker takes only on a batch of one) and any job on a namespace
+// with a key backlog cap (on its key's subject, where the server counts
+// it against the cap). m is sealed first (sealBatch: a generated ID
 // becomes its batch's and index's), so read m's ID after it. ok is false
-// for any other job, which goes as it is (a one-job message).
-func (c *Client) keyed(m *nats.Msg) (_ *nats.Msg, ok bool, err error) {
-	if c.maxKeyBacklog == 0 || m.Header[HeaderRunAt] != nil || m.Header[HeaderRedriveOf] != nil {
+// for a delayed job and for a job larger than any batch, which go as they
+// are (one-job messages).
+func (c *Client) alone(m *nats.Msg) (_ *nats.Msg, ok bool, err error) {
+	if m.Header[HeaderRunAt] != nil || c.maxKeyBacklog == 0 && m.Header[HeaderRedriveOf] == nil {
 		return m, false, nil
 	}
 	if room := c.batchRoom(); len(m.Data) > room/2 && wire.BatchJobSize(batchJobOf(m))+sealGrowth(m) > room {
@@ -120,7 +123,7 @@ func (c *Client) keyed(m *nats.Msg) (_ *nats.Msg, ok bool, err error) {
 // batchable reports whether m, built by message, travels through its
 // partition's batcher: not a delayed job, not a redrive, not on a
 // namespace with a key backlog cap (the server counts messages per key
-// subject, and a batch's is no key's: there a job goes alone, keyed), not
+// subject, and a batch's is no key's: there a job goes alone), not
 // a job larger than any batch.
 func (c *Client) batchable(m *nats.Msg) bool {
 	if c.maxKeyBacklog != 0 || m.Header[HeaderRunAt] != nil || m.Header[HeaderRedriveOf] != nil {
@@ -170,11 +173,12 @@ var errBatchIDUsed = errors.New("keylane: batch ID already used: not stored")
 // batchMessage returns the batch message carrying ms, jobs of partition p
 // built by Client.message (a lone job as a batch of one), with an ID of
 // its own. It travels on p's batch subject; on a namespace with a key
-// backlog cap, where ms is one job (keyed), on that job's key's subject,
-// where the server counts it against the cap (wire.Rules.ParseBatch).
+// backlog cap, where ms is one job (alone), on that job's key's subject,
+// where the server counts it against the cap (wire.Rules.ParseBatch). A
+// redrive, alone too, carries its Keylane-Redrive-Of on the batch.
 func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 	if ms[0].Header.Get(headerSealedBatch) == "" {
-		sealBatch(ms) // SubmitMany's and keyed's (the batcher's are sealed when cut)
+		sealBatch(ms) // SubmitMany's and alone's (the batcher's are sealed when cut)
 	}
 	subject := wire.BatchSubject(c.names.Namespace, p)
 	if c.maxKeyBacklog != 0 {
@@ -192,13 +196,20 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &nats.Msg{Subject: subject, Data: body, Header: nats.Header{
+	bm := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{
 		HeaderJobID:          {id},
 		expectStreamHeader:   c.expect[ShardOf(p, c.shards)],
 		wire.HeaderBatch:     {"1"},
 		wire.HeaderBatchJobs: {strconv.Itoa(len(ms))},
 		HeaderPartitions:     c.nHeader,
-	}}, nil
+	}}
+	if of := ms[0].Header[HeaderRedriveOf]; of != nil {
+		if len(ms) != 1 {
+			return nil, fmt.Errorf("keylane: a redrive in a batch of %d jobs (a redrive goes alone)", len(ms))
+		}
+		bm.Header[HeaderRedriveOf] = of
+	}
+	return bm, nil
 }
 
 // manyBatches is SubmitMany's batching (ClientConfig.Batches): per

@@ -1434,9 +1434,13 @@
 // Client.Redrive submits a dead-lettered job again as a new job of the
 // same key, type and payload, then deletes the dead letter. Its ID is
 // derived from the dead letter: the original ID plus the dead-letter
-// sequence and a digest that takes in the time it was dead-lettered
-// (redriving one dead letter twice stores one job; a client, which cannot
-// read the dead-letter stream, cannot guess the ID and take it first). A
+// sequence and a digest that takes in the time it was dead-lettered (a
+// client, which cannot read the dead-letter stream, cannot guess the ID
+// and take it first). The redrive travels as a batch of one, the redrive
+// ID its job's caller's ID (flagged idempotent), with Keylane-Redrive-Of
+// on the message: redriving one dead letter twice stores two messages
+// and runs the job once, the second answered from the first's kept
+// outcome (TestRedriveGoesAsABatchOfOneAndRunsOnce). A
 // dead letter without a job ID (a producer that sent no Nats-Msg-Id) is
 // redriven as redrive-p<partition>-<sequence>-<digest>; one of a delayed
 // job carries its Keylane-Job-Id (the server strips Nats-Msg-Id when a
@@ -1460,9 +1464,8 @@
 // outcome. It stops at the first job not stored (a key's later jobs are
 // never stored before its earlier ones) and deletes the dead letter only
 // once every job is stored; run again, it stores the rest, and the jobs
-// stored before are the stream's duplicates by their IDs (beyond the
-// duplicate window, the worker's look-up by ID of a job with its
-// caller's ID answers them), as for one job. A batch whose body does not
+// stored before are answered by the worker's look-up by ID of a job with
+// its caller's ID, as for one job. A batch whose body does not
 // decode is ErrMalformedBatch ("this dead letter is a malformed batch:
 // nothing to redrive"), left in place. DeadLetter.RedriveJobs says what a
 // redrive submits; --dry-run prints it. Tested by
@@ -2012,13 +2015,17 @@
 // lone jobs as batches of one, a job with a caller's ID (WithID) among
 // them; on a namespace with a key backlog cap, where the server counts
 // messages per key subject, a job goes alone as a batch of one on its
-// key's subject (Client.keyed), the only batch a worker accepts there
+// key's subject (Client.alone), the only batch a worker accepts there
 // (TestKeyBacklogCapHoldsForBatches); a second Submit with the same
 // caller's ID is stored and runs once
 // (TestRepeatedSubmitOnACappedNamespaceRunsOnce; before, a one-job
-// message de-duplicated by the server). What still goes as a one-job
-// message: a delayed job (its submission is moved into a schedule) and a
-// redrive (it carries Keylane-Redrive-Of). There is no switch:
+// message de-duplicated by the server). A redrive goes alone too, as a
+// batch of one carrying Keylane-Redrive-Of, which a worker takes on a
+// batch of one only; redriven twice it is stored twice and runs once
+// (TestRedriveGoesAsABatchOfOneAndRunsOnce; before, a one-job message
+// under the redrive's ID). What still goes as a one-job message: a
+// delayed job (its submission is moved into a schedule). There is no
+// switch:
 // ClientConfig.Batches and NoBatches,
 // WorkerConfig.Batches, the namespace's keylane.batches, SetBatches and
 // `keylane batches` are gone (the last answers with an error saying so),

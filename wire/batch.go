@@ -328,7 +328,9 @@ type BatchEntry struct {
 // ParseBatch reads and checks a received batch message of subject,
 // header h and body. An error means the message as a whole is malformed
 // (dead-lettered whole): a server header no job carries (Nats-Rollup,
-// Nats-Schedule), a header given more than once, a subject that is not
+// Nats-Schedule), a header given more than once, a Keylane-Redrive-Of
+// (HeaderRedriveOf: a redrive's hint) on more than one job or naming no
+// valid job ID, a subject that is not
 // this partition's BatchSubject (on a namespace with a key backlog cap,
 // Rules.MaxKeyBacklog: not its job's key's subject, or more than one
 // job; see keyBatch), no Keylane-Batch of BatchVersion, a
@@ -354,7 +356,7 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 			return nil, fmt.Errorf("carries %s, which keylane clients never send (the server acts on it when it stores the message)", name)
 		}
 	}
-	for _, name := range []string{HeaderBatch, HeaderBatchJobs, HeaderPartitions, HeaderJobID, HeaderKey, HeaderDelayedID, HeaderReply, HeaderType} {
+	for _, name := range []string{HeaderBatch, HeaderBatchJobs, HeaderPartitions, HeaderJobID, HeaderKey, HeaderDelayedID, HeaderReply, HeaderType, HeaderRedriveOf} {
 		if n := len(h[name]); n > 1 {
 			return nil, fmt.Errorf("%s header given %d times", name, n)
 		}
@@ -396,6 +398,15 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 	if r.MaxKeyBacklog > 0 {
 		if err := r.keyBatch(subject, jobs); err != nil {
 			return nil, err
+		}
+	}
+	if of, ok := h[HeaderRedriveOf]; ok {
+		// A redrive goes alone: its hint names one job's original.
+		if len(jobs) != 1 {
+			return nil, fmt.Errorf("%s on a batch of %d jobs (a redrive is a batch of one)", HeaderRedriveOf, len(jobs))
+		}
+		if err := ValidateJobID(first(h, HeaderRedriveOf)); err != nil {
+			return nil, fmt.Errorf("bad %s header %q: %w", HeaderRedriveOf, clip(of[0]), err)
 		}
 	}
 	out := make([]BatchEntry, len(jobs))

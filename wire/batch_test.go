@@ -435,3 +435,39 @@ func ExampleEncodeBatch() {
 	fmt.Println(len(body), len(jobs), jobs[1].Key, jobs[1].KeepOutcome, err)
 	// Output: 34 2 sku:2 true <nil>
 }
+
+// TestParseBatchRedriveHint: a redrive is a batch of one carrying
+// Keylane-Redrive-Of; on a batch of more jobs, or naming no valid job ID,
+// the hint refuses the whole message (it names one job's original).
+func TestParseBatchRedriveHint(t *testing.T) {
+	k := keyIn(1, 4)
+	one := encode(t, []BatchJob{{Key: k, ID: "redrive-1", Idempotent: true}})
+	two := encode(t, []BatchJob{{Key: k, ID: tbID(0)}, {Key: k, ID: tbID(1)}})
+	with := func(n int, of ...string) map[string][]string {
+		h := batchHeaderOf(n)
+		h[HeaderRedriveOf] = of
+		return h
+	}
+	if es, err := rules4.ParseBatch(BatchSubject("ns", 1), with(1, "order-7"), one); err != nil || len(es) != 1 || es[0].Err != nil {
+		t.Fatalf("a redrive of one job: %+v, %v; want its job", es, err)
+	}
+	for _, c := range []struct {
+		name string
+		n    int
+		h    map[string][]string
+		body []byte
+		text string
+	}{
+		{"on two jobs", 2, with(2, "order-7"), two, "on a batch of 2 jobs"},
+		{"given twice", 1, with(1, "order-7", "order-8"), one, "given 2 times"},
+		{"naming no job ID", 1, with(1, "a b"), one, "bad Keylane-Redrive-Of"},
+		{"empty", 1, with(1, ""), one, "bad Keylane-Redrive-Of"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			es, err := rules4.ParseBatch(BatchSubject("ns", 1), c.h, c.body)
+			if err == nil || !strings.Contains(err.Error(), c.text) || es != nil {
+				t.Fatalf("ParseBatch = %v, %v; want a refusal with %q", es, err, c.text)
+			}
+		})
+	}
+}

@@ -70,6 +70,10 @@ const (
 	// HeaderDelayedID carries a delayed job's ID: the server leaves
 	// Nats-Msg-Id out of the job it stores when the job is due.
 	HeaderDelayedID = "Keylane-Job-Id"
+	// HeaderRedriveOf names, on a redrive (a batch of one), the
+	// dead-lettered job it replaces: a hint, which the worker honours only
+	// when an operator's redrive ticket says so.
+	HeaderRedriveOf = "Keylane-Redrive-Of"
 )
 
 // Server headers a received job may not carry (see Rules.Parse).
