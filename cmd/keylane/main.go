@@ -145,7 +145,7 @@ func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
 	}
 	nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-cli"), nats.Timeout(5 * time.Second)}, auth...)...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", natsflags.Redact(c.url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -159,14 +159,15 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-submit")}, auth...)...)
 		if err != nil {
 			flush()
-			return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
+			return nil, nil, nil, fmt.Errorf("connect to %s: %w", natsflags.Redact(c.url), err)
 		}
 		c.nc = nc
 		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, Observer: c.clientObs, TracerProvider: tracing})
 		if err != nil {
+			err = natsflags.Refused(nc, err) // while nc is open: it may ask the server why
 			nc.Close()
 			flush()
-			return nil, nil, nil, natsflags.Refused(nc, err)
+			return nil, nil, nil, err
 		}
 		return cl, nil, func() { cl.Close(); nc.Close(); flush() }, nil
 	}

@@ -10,6 +10,7 @@
 package natsflags
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -126,10 +127,18 @@ func (a *Auth) Options() ([]nats.Option, error) {
 // Refused adds to err the permissions violation the server last reported
 // on nc, if any. A request the server refuses to pass on (a JetStream API
 // call a user may not make) otherwise ends only with its timeout; the
-// server says why asynchronously, on the connection.
+// server says why asynchronously, on the connection. An err that may come
+// of a server without JetStream ("no responders available") is checked
+// with CheckJetStream and, if so, returned with ErrNoJetStream, which
+// says how to start the server.
 func Refused(nc *nats.Conn, err error) error {
 	if err == nil || nc == nil {
 		return err
+	}
+	if maybeNoJetStream(err) && !errors.Is(err, ErrNoJetStream) {
+		if noJS := CheckJetStream(context.Background(), nc); noJS != nil {
+			return fmt.Errorf("%w (%w)", noJS, err)
+		}
 	}
 	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && !errors.Is(err, nats.ErrPermissionViolation) {
 		return fmt.Errorf("%w (the server refused: %v)", err, last)

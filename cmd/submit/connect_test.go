@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// TestConnectErrorHidesPassword: a password in the NATS URL never shows
+// in what submit prints when it cannot connect.
+func TestConnectErrorHidesPassword(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, args := range [][]string{{"send", "--key", "k"}, {"call", "--key", "k"}, {"sale"}, {"bulk"}} {
+		var out bytes.Buffer
+		err := run(ctx, append(args, "--nats", "nats://ops:s3cret-pw@127.0.0.1:1"), &out, &out)
+		said := out.String() + fmt.Sprint(err)
+		if err == nil || strings.Contains(said, "s3cret") || !strings.Contains(said, "nats://ops:***@127.0.0.1:1") {
+			t.Errorf("submit %q with a password in --nats: %v\n%s\nwant an error naming nats://ops:***@127.0.0.1:1, without the password", args, err, out.String())
+		}
+	}
+}
+
+// TestNoJetStreamSaysStartWithJS: against a nats-server without
+// JetStream, submit says so and how to start it.
+func TestNoJetStreamSaysStartWithJS(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, args := range [][]string{{"send", "--key", "k"}, {"sale", "--purchases", "10"}} {
+		var out bytes.Buffer
+		err := run(ctx, append(args, "--nats", s.ClientURL(), "--timeout", "10s"), &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "-js") {
+			t.Errorf("submit %q on a server without JetStream: %v\nwant it to say JetStream is off and to start nats-server with -js", args, err)
+		}
+	}
+}
