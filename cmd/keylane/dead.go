@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
-	"github.com/keylane/keylane/internal/cmdutil"
 	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/internal/progress"
 	"github.com/nats-io/nats.go/jetstream"
@@ -46,9 +45,6 @@ var deadFlags = map[string][]string{
 
 // planShown bounds the dead letters a plan lists one by one.
 const planShown = 20
-
-// usagef is a usage error: exit 2, nothing done.
-var usagef = cmdutil.Usagef
 
 // dead runs the dead-letter subcommands on keylane's library API
 // (keylane.DeadLetterSpan, DeadLetterAt, Client.Redrive,

@@ -33,7 +33,7 @@ func TestHelpAndBadFlags(t *testing.T) {
 		{[]string{"state", "-h"}, 0, "usage: keylane state get KEY"},
 		{[]string{"state", "get", "-h"}, 0, "-json"},
 		{[]string{"job", "-h"}, 0, "-key"},
-		{[]string{"namespace", "-h"}, 0, "usage: keylane namespace delete"},
+		{[]string{"namespace", "-h"}, 0, "usage: keylane namespace <list|delete>"},
 		{[]string{"namespace", "delete", "-h"}, 0, "-force"},
 		{[]string{"state", "put", "--nats", nowhere}, 2, `unknown state command "put"`},
 		{[]string{"namespace", "drop", "--nats", nowhere}, 2, `unknown namespace command "drop"`},

@@ -8,7 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestConnectErrorHidesPassword: a password in the NATS URL never shows
@@ -46,5 +50,25 @@ func TestNoJetStreamSaysStartWithJS(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "-js") {
 			t.Errorf("submit %q on a server without JetStream: %v\nwant it to say JetStream is off and to start nats-server with -js", args, err)
 		}
+	}
+}
+
+// TestSaleHidesToken: a token in the URL of a server that accepts it is
+// not printed by the sale's first line, which names the server.
+func TestSaleHidesToken(t *testing.T) {
+	srv := natstest.StartConfig(t, "authorization { token: s3cret-tok }\n")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	url := strings.Replace(srv.ClientURL(), "nats://", "nats://s3cret-tok@", 1)
+	js, _ := jetstream.New(natstest.Connect(t, srv, nats.Token("s3cret-tok")))
+	if _, err := keylane.Setup(ctx, js, keylane.TopologyConfig{Namespace: "tok", Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	// No worker runs: the sale stops at its timeout, after its first line.
+	err := run(ctx, []string{"sale", "--nats", url, "--namespace", "tok", "--purchases", "10", "--timeout", "1s"}, &out, &out)
+	said := out.String() + fmt.Sprint(err)
+	if strings.Contains(said, "s3cret") || !strings.Contains(said, "nats://***@127.0.0.1") {
+		t.Fatalf("submit sale with a token in --nats printed:\n%s", said)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func quiet(t *testing.T) {
 // in the worker's connect error.
 func TestConnectErrorHidesPassword(t *testing.T) {
 	quiet(t)
-	err := run([]string{"--nats", "nats://ops:s3cret-pw@127.0.0.1:1", "--log-level", "error"})
+	err := run([]string{"--nats", "nats://ops:s3cret-pw@127.0.0.1:1", "--log-level", "error"}, io.Discard)
 	if said := fmt.Sprint(err); err == nil || strings.Contains(said, "s3cret") || !strings.Contains(said, "nats://ops:***@127.0.0.1:1") {
 		t.Errorf("worker with a password in --nats: %v; want an error naming nats://ops:***@127.0.0.1:1, without the password", err)
 	}
@@ -47,7 +48,7 @@ func TestNoJetStreamSaysStartWithJS(t *testing.T) {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	done := make(chan error, 1)
-	go func() { done <- run([]string{"--nats", s.ClientURL(), "--log-level", "error"}) }()
+	go func() { done <- run([]string{"--nats", s.ClientURL(), "--log-level", "error"}, io.Discard) }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), "JetStream") || !strings.Contains(err.Error(), "-js") {
