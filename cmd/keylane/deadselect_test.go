@@ -62,7 +62,7 @@ func TestDeadSelection(t *testing.T) {
 	for i, j := range jobs {
 		if i == 3 {
 			// An age between the third dead letter and the fourth.
-			testwait.Eventually(t, 10*time.Second, "the third dead letter is 1s old", func() bool { return time.Since(third) > time.Second })
+			testwait.Eventually(t, 10*time.Second, "the third dead letter is 2s old", func() bool { return time.Since(third) > 2*time.Second })
 		}
 		if _, err := c.Call(ctx, j.key, []byte(j.why), keylane.WithID(j.id)); err == nil {
 			t.Fatalf("%s succeeded while broken", j.id)
@@ -115,10 +115,10 @@ func TestDeadSelection(t *testing.T) {
 			t.Errorf("dead list %q: sequences %v, want %v", tc.args, got, tc.want)
 		}
 	}
-	// An age half a second after the third dead letter's (the fourth is a
+	// An age a second below the third dead letter's (the fourth is a
 	// second younger still), as the command's clock reads it: computed
-	// right before each command.
-	mid := func() string { return (time.Since(third) - 500*time.Millisecond).Round(time.Millisecond).String() }
+	// right before each command, which has a second to read its own.
+	mid := func() string { return (time.Since(third) - time.Second).Round(time.Millisecond).String() }
 	if got := list("--older-than", mid()); !slices.Equal(got, []uint64{3, 2, 1}) {
 		t.Errorf("dead list --older-than (the third's age): %v, want [3 2 1]", got)
 	}

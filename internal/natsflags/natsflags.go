@@ -149,13 +149,15 @@ func Refused(nc *nats.Conn, err error) error {
 	if err == nil || nc == nil {
 		return err
 	}
+	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && !errors.Is(err, nats.ErrPermissionViolation) {
+		return fmt.Errorf("%w (the server refused: %v)", err, last)
+	}
 	if maybeNoJetStream(err) && !errors.Is(err, ErrNoJetStream) {
+		// Asked last: a user who may not ask is refused, and that
+		// refusal must not pass for the reason err has.
 		if noJS := CheckJetStream(context.Background(), nc); noJS != nil {
 			return fmt.Errorf("%w (%w)", noJS, err)
 		}
-	}
-	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && !errors.Is(err, nats.ErrPermissionViolation) {
-		return fmt.Errorf("%w (the server refused: %v)", err, last)
 	}
 	return err
 }

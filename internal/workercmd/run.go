@@ -96,7 +96,9 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 		}
 		defer stopMetrics()
 	}
-	err = startChecked(ctx, nc, w)
+	err = startChecked(ctx, w, func() (*nats.Conn, error) {
+		return nats.Connect(url, append([]nats.Option{nats.Name("keylane-worker-probe"), nats.Timeout(2 * time.Second)}, c.Auth...)...)
+	})
 	if err != nil {
 		err = startError(c, err)
 	} else {
@@ -125,18 +127,30 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 // JetStream at all: without, every request the start makes ends "no
 // responders available", which it takes for a server restarting and
 // tries again for ever. A server that says it has none ends the start
-// with natsflags.ErrNoJetStream, which says how to start one.
-func startChecked(ctx context.Context, nc *nats.Conn, w *keylane.Worker) error {
+// with natsflags.ErrNoJetStream, which says how to start one. The
+// question goes on a connection of its own (probe), made with the
+// worker's credentials: a user not allowed to ask ($JS.API.INFO) is then
+// refused there, and the worker's connection carries no permission
+// error that its own start would take for a refusal of its requests.
+func startChecked(ctx context.Context, w *keylane.Worker, probe func() (*nats.Conn, error)) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	checked := make(chan struct{})
 	go func() {
 		defer close(checked)
+		nc, err := probe()
+		if err != nil {
+			return // the worker's own connection works: its start says more
+		}
+		defer nc.Close()
 		if err := natsflags.CheckJetStream(ctx, nc); err != nil {
 			cancel(err)
 		}
 	}()
 	err := w.Start(ctx)
+	if err == nil {
+		cancel(nil) // started: JetStream answered; the probe need not wait
+	}
 	<-checked
 	if cause := context.Cause(ctx); errors.Is(cause, natsflags.ErrNoJetStream) {
 		return cause
