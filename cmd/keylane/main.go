@@ -6,6 +6,13 @@
 //	keylane state get order:42          # a key's state entry and its held outcomes
 //	keylane job pay-1                   # a job's outcome by ID, wherever it is kept
 //	keylane namespace delete shpo --yes # remove a mistyped namespace's streams and buckets
+//	keylane namespace list              # every namespace on the server
+//	keylane dead list --error declined --newer-than 1h  # dead letters, newest first, filtered
+//	keylane status --context prod       # connect as the nats CLI's saved context "prod"
+//
+// Exit statuses: 0 done, 1 failed, 2 a usage error (nothing done), 3
+// nothing found (state get, job, dead show and a dead letter named by
+// sequence).
 package main
 
 import (
