@@ -1501,13 +1501,19 @@
 // nor its next order, which runs) and TestDeadLettersRedriveAndPurge.
 //
 // keylane dead redrive and purge act on exactly what they are given: the
-// sequences named (purge 2 deletes dead letter 2 only), or with --all
-// every dead letter, or what --from and --limit select (with or without
-// --all); a sequence together with a selection is refused. They print the
-// dead letters they will act on and act only with --yes; --dry-run prints
-// and stops. Purging every dead letter purges through the last sequence
-// seen, never one dead-lettered since. Flags work after the arguments in
-// every keylane command. Tested by TestDeadCommandsHonourTheirFilters and
+// sequences named (purge 2 deletes dead letter 2 only), or what the
+// filters select (--key, --error, --job, --older-than, --newer-than,
+// --from, --before, --limit; all given must hold), or with --all every
+// dead letter (the filters may narrow it); a sequence together with a
+// selection is refused, and so is no selection at all (exit 2). They print
+// the dead letters they will act on, oldest first, and act only with
+// --yes; --dry-run prints and stops. Purging every dead letter purges
+// through the last sequence seen, never one dead-lettered since. dead list
+// reads newest first, a page (--limit) at a time, the next page named by
+// --before. A sequence or job with no dead letter exits 3 with "no dead
+// letter at sequence N", never the server's error code. Flags work after
+// the arguments in every keylane command. Tested by
+// TestDeadCommandsHonourTheirFilters, TestDeadSelection and
 // TestParseFlagsAfterArguments.
 //
 // # Operators' reads, and removing a namespace

@@ -19,31 +19,36 @@ import (
 
 const deadUsage = `usage: keylane dead <list|show|redrive|purge> [flags]
 
-  list                   dead letters, oldest first: sequence, job, key, attempts, worker, error (--from, --limit, --json)
-  show SEQ               one dead letter, its payload included (--json)
-  redrive SEQ...|--all   submit again as new jobs (the original job ID then answers with the new outcome), then delete them;
-                         a batch dead-lettered whole is submitted again job by job
-  purge SEQ...|--all     delete dead letters
+  list                   dead letters, newest first: sequence, job, key, attempts, worker, age, error
+                         (--limit, a page; --before SEQ, the next; --json)
+  show SEQ | --job ID    one dead letter, its payload included (--json)
+  redrive SEQ...|FILTER  submit again as new jobs (the original job ID then answers with the new outcome), then
+                         delete them; a batch dead-lettered whole is submitted again job by job
+  purge SEQ...|FILTER    delete dead letters
 
-redrive and purge act on the sequences named, or with --all on every dead letter, or on those --from
-and --limit select (with or without --all). They print what they will do and do it only with --yes;
---dry-run prints it and stops. Flags may come after the arguments.`
+FILTER selects by --key KEY, --error TEXT (any case), --job ID, --older-than D, --newer-than D,
+--from SEQ, --before SEQ and --limit N (all that are given must hold); list takes them too.
+redrive and purge act on the sequences named, or on what the filters select, or with --all on
+every dead letter (filters may narrow --all); with neither they refuse (exit 2). They go oldest
+first, print what they will do and do it only with --yes; --dry-run prints it and stops.
+A sequence or job with no dead letter: exit 3. Flags may come after the arguments.`
 
 // deadFlags are the flags of each dead-letter command besides the
-// connection's: any other is refused by the flag package (exit 2).
+// connection's and the filters': any other is refused by the flag
+// package (exit 2).
 var deadFlags = map[string][]string{
-	"list":    {"json", "limit", "from"},
+	"list":    {"json", "limit"},
 	"show":    {"json"},
-	"redrive": {"all", "from", "limit", "yes", "dry-run", "progress"},
-	"purge":   {"all", "from", "limit", "yes", "dry-run"},
+	"redrive": {"all", "limit", "yes", "dry-run", "progress"},
+	"purge":   {"all", "limit", "yes", "dry-run"},
 }
 
 // planShown bounds the dead letters a plan lists one by one.
 const planShown = 20
 
 // dead runs the dead-letter subcommands on keylane's library API
-// (keylane.DeadLetters, DeadLetterAt, Client.Redrive, DeleteDeadLetter,
-// PurgeDeadLettersThrough).
+// (keylane.DeadLetterSpan, DeadLetterAt, Client.Redrive,
+// DeleteDeadLetter, PurgeDeadLettersThrough).
 func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	if err := subcommand(args, "dead-letter", func(c string) bool { return deadFlags[c] != nil }, deadUsage, out, errOut); err != nil {
 		return err
@@ -55,23 +60,26 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 	var (
 		asJSON, all, yes, dryRun bool
 		limit                    int
-		from                     uint64
 		forceBars                = new(bool)
+		sel                      deadSelection
 	)
+	if cmd != "show" {
+		sel.register(fs, cmd == "list")
+	} else {
+		fs.StringVar(&sel.job, "job", "", "show the dead letters of this job ID instead of a sequence")
+	}
 	for _, name := range deadFlags[cmd] {
 		switch name {
 		case "json":
-			fs.BoolVar(&asJSON, "json", false, "print JSON")
+			fs.BoolVar(&asJSON, "json", false, "print JSON (a list: [] when none)")
 		case "limit":
 			if cmd == "list" {
-				fs.IntVar(&limit, "limit", 100, "list at most this many")
+				fs.IntVar(&limit, "limit", 100, "list at most this many (a page)")
 			} else {
-				fs.IntVar(&limit, "limit", 0, "select at most this many dead letters (from --from on)")
+				fs.IntVar(&limit, "limit", 0, "select at most this many dead letters, the oldest of those selected")
 			}
-		case "from":
-			fs.Uint64Var(&from, "from", 0, "start at this dead-letter sequence")
 		case "all":
-			fs.BoolVar(&all, "all", false, "every dead letter (those --from and --limit select, if given)")
+			fs.BoolVar(&all, "all", false, "every dead letter (those the filters select, if given)")
 		case "yes":
 			fs.BoolVar(&yes, "yes", false, "do it: without, "+cmd+" only prints what it would do")
 		case "dry-run":
@@ -85,23 +93,30 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	filtered := set["limit"] && cmd != "list"
+	for _, f := range filterFlags {
+		filtered = filtered || set[f]
+	}
 	seqs, err := seqArgs(cmd, fs.Args())
 	if err != nil {
 		return err
 	}
+	if err := sel.check(cmd, set); err != nil {
+		return err
+	}
 	switch {
 	case set["limit"] && limit < 1:
-		return fmt.Errorf("dead %s: --limit %d: must be positive", cmd, limit)
+		return usagef("dead %s: --limit %d: must be positive", cmd, limit)
 	case cmd == "list" && len(seqs) > 0:
-		return fmt.Errorf("dead list: takes no sequence (use --from and --limit), got %q", fs.Args())
-	case cmd == "show" && len(seqs) != 1:
-		return errors.New("dead show: want one dead-letter sequence")
-	case (cmd == "redrive" || cmd == "purge") && len(seqs) > 0 && (all || set["from"] || set["limit"]):
-		return fmt.Errorf("dead %s: name sequences, or select with --all, --from and --limit; not both", cmd)
-	case (cmd == "redrive" || cmd == "purge") && len(seqs) == 0 && !all && !set["from"] && !set["limit"]:
-		return fmt.Errorf("dead %s: name the dead-letter sequences, or --all (with --from and --limit to select some)", cmd)
+		return usagef("dead list: takes no sequence (select with the filters, page with --limit and --before), got %q", fs.Args())
+	case cmd == "show" && (len(seqs) > 1 || (len(seqs) == 1) == (sel.job != "")):
+		return usagef("dead show: want one dead-letter sequence, or --job ID")
+	case (cmd == "redrive" || cmd == "purge") && len(seqs) > 0 && (all || filtered):
+		return usagef("dead %s: name sequences, or select with --all or the filters; not both", cmd)
+	case (cmd == "redrive" || cmd == "purge") && len(seqs) == 0 && !all && !filtered:
+		return usagef("dead %s: nothing selected, nothing done: name the dead-letter sequences, select with --key, --error, --job, --older-than, --newer-than, --from, --before or --limit, or give --all for every dead letter", cmd)
 	case yes && dryRun:
-		return fmt.Errorf("dead %s: --yes or --dry-run, not both", cmd)
+		return usagef("dead %s: --yes or --dry-run, not both", cmd)
 	}
 	nc, js, err := c.open()
 	if err != nil {
@@ -111,36 +126,86 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 	defer func() { err = natsflags.Refused(nc, err) }() // the server's reason, not a bare timeout
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
+	sel.now = time.Now()
+	notFound := func(err error) error {
+		var none errNoDeadLetter
+		if !errors.As(err, &none) {
+			return err
+		}
+		switch {
+		case asJSON:
+			_ = json.NewEncoder(out).Encode(map[string]any{"found": false, "error": none.Error()})
+		case cmd == "redrive" || cmd == "purge":
+			fmt.Fprintln(out, none.Error()+" (nothing done)")
+		default:
+			fmt.Fprintln(out, none.Error())
+		}
+		return exitNotFound
+	}
 	switch cmd {
 	case "list":
-		dls, err := keylane.DeadLetters(ctx, js, c.namespace, from, limit)
+		dls, more, err := sel.scan(ctx, js, c.namespace, true, limit)
 		if err != nil {
 			return err
 		}
+		next := ""
+		if more {
+			next = fmt.Sprintf("more: the next page is --before %d", dls[len(dls)-1].Seq)
+		}
 		if asJSON {
+			if dls == nil {
+				dls = []keylane.DeadLetter{}
+			}
+			if next != "" {
+				fmt.Fprintln(errOut, next)
+			}
 			return json.NewEncoder(out).Encode(dls)
+		}
+		if len(dls) == 0 {
+			fmt.Fprintf(out, "no dead letters selected in namespace %s\n", c.namespace)
+			return nil
 		}
 		tw := tabwriter.NewWriter(out, 2, 8, 2, ' ', 0)
 		fmt.Fprintln(tw, "seq\tjob\tkey\tattempts\tworker\tage\terror")
 		for _, d := range dls {
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Seq, d.JobID, d.Key, d.Attempts, d.Worker, time.Since(d.Time).Round(time.Second), d.Error)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\n", d.Seq, d.JobID, d.Key, d.Attempts, d.Worker, sel.now.Sub(d.Time).Round(time.Second), d.Error)
 		}
-		return tw.Flush()
+		tw.Flush()
+		if next != "" {
+			fmt.Fprintln(out, next)
+		}
+		return nil
 	case "show":
-		d, err := keylane.DeadLetterAt(ctx, js, c.namespace, seqs[0])
-		if err != nil {
-			return fmt.Errorf("dead letter %d: %w", seqs[0], err)
+		var dls []keylane.DeadLetter
+		if sel.job != "" {
+			if dls, _, err = sel.scan(ctx, js, c.namespace, true, 1<<20); err != nil {
+				return err
+			}
+			if len(dls) == 0 {
+				return notFound(errNoDeadLetter{fmt.Sprintf("of job %s in namespace %s (never dead-lettered, or redriven, purged or expired after 7 days)", sel.job, c.namespace)})
+			}
+		} else {
+			d, err := deadAt(ctx, js, c.namespace, seqs[0])
+			if err != nil {
+				return notFound(err)
+			}
+			dls = append(dls, d)
 		}
-		if asJSON {
-			return json.NewEncoder(out).Encode(d)
+		for _, d := range dls {
+			if asJSON {
+				if err := json.NewEncoder(out).Encode(d); err != nil {
+					return err
+				}
+				continue
+			}
+			fmt.Fprintf(out, "dead letter %d\n  job %s, key %s, type %q\n  error: %s\n  attempts %d, worker %s, partition %d, job seq %d, fence %d, at %s\n  payload (%d bytes, %d dropped): %q\n",
+				d.Seq, d.JobID, d.Key, d.Type, d.Error, d.Attempts, d.Worker, d.Partition, d.JobSeq, d.Fence, d.Time.UTC().Format(time.RFC3339), len(d.Payload), d.PayloadDropped, d.Payload)
 		}
-		fmt.Fprintf(out, "dead letter %d\n  job %s, key %s, type %q\n  error: %s\n  attempts %d, worker %s, partition %d, job seq %d, fence %d, at %s\n  payload (%d bytes, %d dropped): %q\n",
-			d.Seq, d.JobID, d.Key, d.Type, d.Error, d.Attempts, d.Worker, d.Partition, d.JobSeq, d.Fence, d.Time.UTC().Format(time.RFC3339), len(d.Payload), d.PayloadDropped, d.Payload)
 		return nil
 	}
 
 	// redrive or purge: select, say what will be done, do it only with --yes.
-	if cmd == "purge" && len(seqs) == 0 && !set["from"] && !set["limit"] {
+	if cmd == "purge" && len(seqs) == 0 && !filtered {
 		// Every dead letter: one purge through the last one seen now,
 		// whatever is dead-lettered meanwhile.
 		n, first, last, err := keylane.DeadLetterSpan(ctx, js, c.namespace)
@@ -164,9 +229,9 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 	var dls []keylane.DeadLetter
 	if len(seqs) > 0 {
 		for _, seq := range seqs {
-			d, err := keylane.DeadLetterAt(ctx, js, c.namespace, seq)
+			d, err := deadAt(ctx, js, c.namespace, seq)
 			if err != nil {
-				return fmt.Errorf("dead letter %d: %w (nothing done)", seq, err)
+				return notFound(err)
 			}
 			dls = append(dls, d)
 		}
@@ -174,7 +239,7 @@ func dead(ctx context.Context, args []string, out, errOut io.Writer) (err error)
 		if !set["limit"] {
 			limit = 1 << 20 // a bounded pass: what was dead-lettered when it started
 		}
-		if dls, err = keylane.DeadLetters(ctx, js, c.namespace, from, limit); err != nil {
+		if dls, _, err = sel.scan(ctx, js, c.namespace, false, limit); err != nil {
 			return err
 		}
 	}
@@ -296,7 +361,7 @@ func seqArgs(cmd string, args []string) ([]uint64, error) {
 	for _, a := range args {
 		seq, err := strconv.ParseUint(a, 10, 64)
 		if err != nil || seq == 0 {
-			return nil, fmt.Errorf("dead %s: %q is not a dead-letter sequence", cmd, a)
+			return nil, usagef("dead %s: %q is not a dead-letter sequence", cmd, a)
 		}
 		seqs = append(seqs, seq)
 	}

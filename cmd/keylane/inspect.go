@@ -37,7 +37,7 @@ func stateCmd(ctx context.Context, args []string, out, errOut io.Writer) (err er
 		return err
 	}
 	if fs.NArg() != 1 {
-		return fmt.Errorf("state get: want one key, got %d arguments", fs.NArg())
+		return usagef("state get: want one key, got %d arguments", fs.NArg())
 	}
 	key := fs.Arg(0)
 	nc, js, err := c.open()
@@ -48,7 +48,11 @@ func stateCmd(ctx context.Context, args []string, out, errOut io.Writer) (err er
 	defer func() { err = natsflags.Refused(nc, err) }()
 	e, rev, err := keylane.InspectState(ctx, js, c.namespace, key)
 	if errors.Is(err, keylane.ErrNoState) {
-		fmt.Fprintf(out, "key %q has no state entry in namespace %s (no job of it was applied by a reducer, or the entry was deleted)\n", key, c.namespace)
+		why := fmt.Sprintf("key %q has no state entry in namespace %s (no job of it was applied by a reducer, or the entry was deleted)", key, c.namespace)
+		if *asJSON {
+			return notFoundJSON(out, map[string]any{"Key": key, "found": false, "error": why})
+		}
+		fmt.Fprintln(out, why)
 		return exitNotFound
 	}
 	if err != nil {
@@ -66,6 +70,17 @@ func stateCmd(ctx context.Context, args []string, out, errOut io.Writer) (err er
 	}
 	fmt.Fprintf(out, "  seq %d  %s  %s\n", e.Seq, e.JobID, printable(e.Result))
 	return nil
+}
+
+// notFoundJSON is what --json prints when nothing is found: v, an
+// object with "found": false and why; the status is exitNotFound.
+func notFoundJSON(out io.Writer, v map[string]any) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	return exitNotFound
 }
 
 // stateJSON is keylane state get --json's output.
@@ -113,8 +128,12 @@ func jobCmd(ctx context.Context, args []string, out, errOut io.Writer) (err erro
 		if *key != "" {
 			where = "results bucket, key " + strconv.Quote(*key) + "'s state and dead letters"
 		}
-		fmt.Fprintf(out, "job %s: not found in namespace %s (%s); kept outcomes expire after %s, held ones leave a key's window after %d newer jobs, dead letters after 7 days; a job without an ID of yours keeps none unless workers run with --results\n",
+		why := fmt.Sprintf("job %s: not found in namespace %s (%s); kept outcomes expire after %s, held ones leave a key's window after %d newer jobs, dead letters after 7 days; a job without an ID of yours keeps none unless workers run with --results",
 			id, c.namespace, where, ttl, keylane.HeldJobs)
+		if *asJSON {
+			return notFoundJSON(out, map[string]any{"ID": id, "found": false, "error": why})
+		}
+		fmt.Fprintln(out, why)
 		return exitNotFound
 	}
 	if err != nil {

@@ -99,7 +99,7 @@ func TestStateAndJobCommands(t *testing.T) {
 	if out, code = cmd("state", "get", ""); code != 1 || !strings.Contains(out, "key") || !strings.Contains(out, "empty") {
 		t.Fatalf("state get of an empty key: exit %d\n%s", code, out)
 	}
-	if out, code = cmd("state", "get", "a", "b"); code != 1 || !strings.Contains(out, "want one key") {
+	if out, code = cmd("state", "get", "a", "b"); code != 2 || !strings.Contains(out, "want one key") {
 		t.Fatalf("state get of two keys: exit %d\n%s", code, out)
 	}
 
@@ -268,7 +268,7 @@ func TestNamespaceDelete(t *testing.T) {
 	if out, code = cmd("namespace", "delete", "sh.op", "--yes"); code != 1 || !strings.Contains(out, "must match") {
 		t.Fatalf("namespace delete of a bad name: exit %d\n%s", code, out)
 	}
-	if out, code = cmd("namespace", "delete"); code != 1 || !strings.Contains(out, "name the namespace") {
+	if out, code = cmd("namespace", "delete"); code != 2 || !strings.Contains(out, "name the namespace") {
 		t.Fatalf("namespace delete without a name: exit %d\n%s", code, out)
 	}
 	if got := streams(); !slices.Equal(got, want) {

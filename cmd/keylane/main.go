@@ -6,6 +6,13 @@
 //	keylane state get order:42          # a key's state entry and its held outcomes
 //	keylane job pay-1                   # a job's outcome by ID, wherever it is kept
 //	keylane namespace delete shpo --yes # remove a mistyped namespace's streams and buckets
+//	keylane namespace list              # every namespace on the server
+//	keylane dead list --error declined --newer-than 1h  # dead letters, newest first, filtered
+//	keylane status --context prod       # connect as the nats CLI's saved context "prod"
+//
+// Exit statuses: 0 done, 1 failed, 2 a usage error (nothing done), 3
+// nothing found (state get, job, dead show and a dead letter named by
+// sequence).
 package main
 
 import (
@@ -46,9 +53,12 @@ commands:
   status       partitions with owner, fence, tenure, backlog, in flight, redeliveries, last activity; members; dead letters (--json, --watch)
   state        get KEY: a key's decoded state entry: value, last job, fence, held outcomes (--json; exit 3 when it has none)
   job          ID: a job's outcome from wherever it is kept: results, its batch's entry, its key's state (--key), dead letters (--json; exit 3 when nowhere)
-  namespace    delete NS: list, and with --yes delete, every stream and bucket of a namespace (--force while workers hold leases)
+  namespace    list: the namespaces on the server; delete NS: list, and with --yes delete, every stream and bucket of a namespace (--force while workers hold leases)
+  version      the command's version (also --version)
 
-run "keylane <command> -h" for flags.`
+run "keylane <command> -h" for flags. Exit status: 0 done, 1 failed, 2 a usage error (nothing done),
+3 nothing found (state get, job, dead show; the read worked). Every command takes --context NAME
+(env NATS_CONTEXT): a natscli context, ~/.config/nats/context/NAME.json; flags given win over it.`
 
 func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(args) == 0 {
@@ -74,6 +84,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return jobCmd(ctx, args[1:], out, errOut)
 	case "namespace":
 		return namespaceCmd(ctx, args[1:], out, errOut)
+	case "version", "--version", "-version":
+		fmt.Fprintln(out, cmdutil.VersionLine("keylane"))
+		return nil
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil
@@ -100,6 +113,9 @@ func subcommand(args []string, kind string, known func(string) bool, usage strin
 	return nil
 }
 
+// usagef is a usage error: exit 2, nothing done.
+var usagef = cmdutil.Usagef
+
 // parse parses a command's flags: cmdutil.Parse.
 func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 	return cmdutil.Parse(fs, args, errOut)
@@ -112,7 +128,7 @@ func parseFlagsOnly(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%s takes flags only, not %q", fs.Name(), fs.Args())
+		return usagef("%s takes flags only, not %q", fs.Name(), fs.Args())
 	}
 	return nil
 }
@@ -120,6 +136,7 @@ func parseFlagsOnly(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 type conn struct {
 	url, namespace string
 	auth           *natsflags.Auth
+	fs             *flag.FlagSet // to tell the flags given from a --context's settings
 }
 
 func (c *conn) register(fs *flag.FlagSet) {
@@ -130,6 +147,7 @@ func (c *conn) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.url, "nats", url, "NATS URL (env NATS_URL)")
 	fs.StringVar(&c.namespace, "namespace", cmdutil.Namespace(), "keylane namespace (env KEYLANE_NAMESPACE)")
 	c.auth = natsflags.Register(fs)
+	c.fs = fs
 }
 
 // progressFlag registers --progress on a command with long work, whose
@@ -139,13 +157,16 @@ func progressFlag(fs *flag.FlagSet) *bool {
 }
 
 func (c *conn) open() (*nats.Conn, jetstream.JetStream, error) {
+	if err := c.auth.UseContext(c.fs, "nats", &c.url); err != nil {
+		return nil, nil, err
+	}
 	auth, err := c.auth.Options()
 	if err != nil {
 		return nil, nil, err
 	}
 	nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-cli"), nats.Timeout(5 * time.Second)}, auth...)...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
+		return nil, nil, fmt.Errorf("connect to %s: %w", natsflags.Redact(c.url), err)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -170,7 +191,7 @@ func repartition(ctx context.Context, args []string, out, errOut io.Writer) (err
 		return err
 	}
 	if *to <= 0 || *timeout <= 0 {
-		return errors.New("repartition: --to must be a positive partition count and --timeout positive")
+		return usagef("repartition: --to must be a positive partition count and --timeout positive")
 	}
 	nc, js, err := c.open()
 	if err != nil {
@@ -231,7 +252,7 @@ func adopt(ctx context.Context, args []string, out, errOut io.Writer) (err error
 	}
 	e, err := strconv.ParseUint(*epoch, 16, 64)
 	if err != nil || e == 0 {
-		return fmt.Errorf("adopt: --epoch %q is not a hex epoch", *epoch)
+		return usagef("adopt: --epoch %q is not a hex epoch", *epoch)
 	}
 	nc, js, err := c.open()
 	if err != nil {

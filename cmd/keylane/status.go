@@ -25,7 +25,7 @@ func status(ctx context.Context, args []string, out, errOut io.Writer) (err erro
 		return err
 	}
 	if *watch < 0 {
-		return fmt.Errorf("--watch %s: must not be negative", *watch)
+		return usagef("--watch %s: must not be negative", *watch)
 	}
 	nc, js, err := c.open()
 	if err != nil {

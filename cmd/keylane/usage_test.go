@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/keylane/keylane/internal/cmdutil"
 )
 
 // TestHelpAndBadFlags: -h on the command and on every subcommand prints
@@ -31,7 +33,7 @@ func TestHelpAndBadFlags(t *testing.T) {
 		{[]string{"state", "-h"}, 0, "usage: keylane state get KEY"},
 		{[]string{"state", "get", "-h"}, 0, "-json"},
 		{[]string{"job", "-h"}, 0, "-key"},
-		{[]string{"namespace", "-h"}, 0, "usage: keylane namespace delete"},
+		{[]string{"namespace", "-h"}, 0, "usage: keylane namespace <list|delete>"},
 		{[]string{"namespace", "delete", "-h"}, 0, "-force"},
 		{[]string{"state", "put", "--nats", nowhere}, 2, `unknown state command "put"`},
 		{[]string{"namespace", "drop", "--nats", nowhere}, 2, `unknown namespace command "drop"`},
@@ -55,22 +57,15 @@ func TestHelpAndBadFlags(t *testing.T) {
 	}
 }
 
-// errText is what main prints for err.
+// errText is what main prints for err: nothing for an exit explained
+// already.
 func errText(err error) string {
-	if err == nil || exitCode(err) != 1 {
+	var exit exitError
+	if err == nil || errors.As(err, &exit) {
 		return ""
 	}
 	return err.Error()
 }
 
 // exitCode is main's exit status for run's error.
-func exitCode(err error) int {
-	var exit exitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit):
-		return int(exit)
-	}
-	return 1
-}
+func exitCode(err error) int { return cmdutil.Code(err) }

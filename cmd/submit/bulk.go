@@ -45,11 +45,11 @@ func bulk(ctx context.Context, args []string, out, errOut io.Writer) error {
 	c.register(fs, false)
 	file := fs.String("file", "-", `JSON lines to submit, one {"key":…,"payload":…,"id":…,"type":…} each ("-": stdin); give IDs so that running it again applies nothing twice`)
 	forceBars := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal")
-	if err := parse(fs, args, errOut); err != nil {
+	if err := c.parse(fs, args, errOut); err != nil {
 		return err
 	}
 	if c.url == "" {
-		return errors.New("--nats (or NATS_URL) is required: start workers with `go run ./cmd/worker` first")
+		return usagef("--nats (or NATS_URL, or --context) is required: start workers with `go run ./cmd/worker` first")
 	}
 	var in io.Reader = os.Stdin
 	total := int64(0) // not known for stdin

@@ -54,8 +54,9 @@ commands:
   call    submit one job and print its result
   send    submit one job and print its ID
   bulk    submit JSON lines {"key":…,"payload":…,"id":…,"type":…} from a file or stdin, fire-and-forget
+  version the command's version (also --version)
 
-run "submit <command> -h" for flags.`
+run "submit <command> -h" for flags. Exit status: 0 done, 1 failed, 2 a usage error (nothing done).`
 
 func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	if len(args) == 0 {
@@ -69,6 +70,9 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return one(ctx, args[0], args[1:], out, errOut)
 	case "bulk":
 		return bulk(ctx, args[1:], out, errOut)
+	case "version", "--version", "-version":
+		fmt.Fprintln(out, cmdutil.VersionLine("submit"))
+		return nil
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil
@@ -81,6 +85,18 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 func parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 	return cmdutil.Parse(fs, args, errOut)
 }
+
+// parse parses a command's flags (cmdutil.Parse), then fills what they
+// did not give from the --context named, if any.
+func (c *common) parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
+	if err := parse(fs, args, errOut); err != nil {
+		return err
+	}
+	return c.auth.UseContext(fs, "nats", &c.url)
+}
+
+// usagef is a usage error: exit 2, nothing done.
+var usagef = cmdutil.Usagef
 
 type common struct {
 	url        string
@@ -136,10 +152,15 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		return nil, nil, nil, err
 	}
 	if c.auth.Set() && c.url == "" {
-		return nil, nil, nil, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the in-process deployment runs without them")
+		return nil, nil, nil, usagef("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the in-process deployment runs without them")
 	}
 	if *c.otlp != "" && c.url == "" {
-		return nil, nil, nil, errors.New("--otlp-endpoint traces a client of workers given with --nats; the in-process deployment does not trace")
+		return nil, nil, nil, usagef("--otlp-endpoint traces a client of workers given with --nats; the in-process deployment does not trace")
+	}
+	if *c.otlp != "" {
+		if _, err := otlp.Endpoint(*c.otlp); err != nil {
+			return nil, nil, nil, &cmdutil.UsageError{Err: err}
+		}
 	}
 	tp, err := otlp.New(*c.otlp, "keylane-submit")
 	if err != nil {
@@ -159,14 +180,15 @@ func (c *common) connect(ctx context.Context, hold time.Duration) (*keylane.Clie
 		nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-submit")}, auth...)...)
 		if err != nil {
 			flush()
-			return nil, nil, nil, fmt.Errorf("connect to %s: %w", c.url, err)
+			return nil, nil, nil, fmt.Errorf("connect to %s: %w", natsflags.Redact(c.url), err)
 		}
 		c.nc = nc
 		cl, err := keylane.NewClient(ctx, nc, keylane.ClientConfig{Namespace: c.namespace, Partitions: c.partitions, StreamShards: c.shards, Observer: c.clientObs, TracerProvider: tracing})
 		if err != nil {
+			err = natsflags.Refused(nc, err) // while nc is open: it may ask the server why
 			nc.Close()
 			flush()
-			return nil, nil, nil, natsflags.Refused(nc, err)
+			return nil, nil, nil, err
 		}
 		return cl, nil, func() { cl.Close(); nc.Close(); flush() }, nil
 	}
@@ -217,7 +239,7 @@ func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 	metricsAddr := fs.String("metrics", os.Getenv("KEYLANE_METRICS"), "serve Prometheus metrics at http://ADDR/metrics while the sale runs: the client's, and the in-process workers' (env KEYLANE_METRICS)")
 	forceBars := fs.Bool("progress", false, "draw a progress bar on stderr even when it is not a terminal, and from the start (on a terminal it shows once the sale has run 2s)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the sale itself (not the set-up) to FILE; with no --nats it covers the embedded server and workers too")
-	if err := parse(fs, args, errOut); err != nil {
+	if err := c.parse(fs, args, errOut); err != nil {
 		return err
 	}
 	var reg *prometheus.Registry
@@ -228,19 +250,19 @@ func runSale(ctx context.Context, args []string, out, errOut io.Writer) error {
 		reg.MustRegister(wm, cm)
 	}
 	if c.maxBacklog < 0 || (c.maxBacklog > 0 && c.url != "") {
-		return errors.New("--max-key-backlog must be 0 or more, and only without --nats: a namespace's workers fix its cap (worker --max-key-backlog)")
+		return usagef("--max-key-backlog must be 0 or more, and only without --nats: a namespace's workers fix its cap (worker --max-key-backlog)")
 	}
 	if cfg.Skew == 0 {
 		cfg.Even = true
 	} else if cfg.Skew <= 1 {
-		return errors.New("--skew must be above 1, or 0 for even demand")
+		return usagef("--skew must be above 1, or 0 for even demand")
 	}
 	cl, local, done, err := c.connect(ctx, hold)
 	if err != nil {
 		return err
 	}
 	defer done()
-	where := c.url
+	where := natsflags.Redact(c.url)
 	var tr *sale.Tracker
 	if local != nil {
 		where = fmt.Sprintf("embedded NATS at %s, %d workers in this process", local.URL, len(local.Workers))
@@ -319,11 +341,11 @@ func one(ctx context.Context, cmd string, args []string, out, errOut io.Writer) 
 	typ := fs.String("type", "", "job type, for workers with a Mux")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait")
 	delay := fs.Duration("delay", 0, "send only: the job joins its key's queue this much later (a namespace made with worker --delays)")
-	if err := parse(fs, args, errOut); err != nil {
+	if err := c.parse(fs, args, errOut); err != nil {
 		return err
 	}
 	if c.url == "" {
-		return errors.New("--nats (or NATS_URL) is required: start workers with `go run ./cmd/worker` first")
+		return usagef("--nats (or NATS_URL, or --context) is required: start workers with `go run ./cmd/worker` first")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout) // covers opening the namespace, which waits until ctx ends
 	defer cancel()

@@ -3,9 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/keylane/keylane/internal/cmdutil"
 )
 
 // TestHelpAndBadFlags: -h on the command and on every subcommand prints
@@ -42,13 +43,4 @@ func TestHelpAndBadFlags(t *testing.T) {
 }
 
 // exitCode is main's exit status for run's error.
-func exitCode(err error) int {
-	var exit exitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &exit):
-		return int(exit)
-	}
-	return 1
-}
+func exitCode(err error) int { return cmdutil.Code(err) }

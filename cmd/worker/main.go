@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/keylane/keylane/internal/cmdutil"
@@ -18,15 +19,15 @@ import (
 )
 
 func main() {
-	err := run(os.Args[1:])
+	err := run(os.Args[1:], os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 	}
 	os.Exit(exitCode(err))
 }
 
-// exitCode is 0 for success (and -h), 2 for a command line refused, 1 for
-// anything else.
+// exitCode is 0 for success (and -h, --version), 2 for a command line
+// refused, 1 for anything else.
 func exitCode(err error) int {
 	var usage *workercmd.UsageError
 	switch {
@@ -41,8 +42,17 @@ func exitCode(err error) int {
 // run parses args and runs the worker until the first SIGINT or SIGTERM,
 // then drains it; a second signal ends the process at once
 // (cmdutil.SignalContext).
-func run(args []string) error {
-	c, err := workercmd.Parse(flag.NewFlagSet("worker", flag.ContinueOnError), args)
+func run(args []string, out io.Writer) error {
+	if len(args) == 1 && args[0] == "version" {
+		args = []string{"--version"}
+	}
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	version := fs.Bool("version", false, "print the command's version and exit")
+	c, err := workercmd.Parse(fs, args)
+	if *version {
+		fmt.Fprintln(out, cmdutil.VersionLine("worker"))
+		return nil
+	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil // the flags were printed, as asked

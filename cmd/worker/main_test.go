@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -19,7 +20,7 @@ func TestHelpExitsZero(t *testing.T) {
 	os.Stderr = devnull
 	defer func() { os.Stderr = stderr }()
 	for _, arg := range []string{"-h", "--help"} {
-		if err := run([]string{arg}); err != nil {
+		if err := run([]string{arg}, io.Discard); err != nil {
 			t.Errorf("run(%q) = %v; want nil (exit 0)", arg, err)
 		}
 	}
@@ -46,7 +47,7 @@ func TestBadFlagsExitTwo(t *testing.T) {
 		{[]string{"--log-format", "xml"}, `--log-format "xml": want text or json`},
 		{[]string{"--lease-ttl", "soon"}, `invalid value "soon" for flag -lease-ttl`},
 	} {
-		err := run(tc.args)
+		err := run(tc.args, io.Discard)
 		if code := exitCode(err); code != 2 || !strings.Contains(fmt.Sprint(err), tc.says) {
 			t.Errorf("worker %q: exit %d, %v; want exit 2 saying %q", tc.args, code, err, tc.says)
 		}

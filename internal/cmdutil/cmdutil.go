@@ -1,6 +1,7 @@
 // Package cmdutil is what keylane's commands share about flags and exit
-// statuses: -h is no failure (status 0), a usage error is status 2 after
-// the flag package has said which flag, anything else status 1.
+// statuses: -h is no failure (status 0), a usage error is status 2 (after
+// the flag package has said which flag, or with a *UsageError's message),
+// anything else status 1.
 package cmdutil
 
 import (
@@ -54,8 +55,10 @@ func Parse(fs *flag.FlagSet, args []string, errOut io.Writer) error {
 	return nil
 }
 
-// Exit ends the process as err says: an ExitError's status, or the error
-// on stderr after the command's name and status 1. A nil err returns.
+// Exit ends the process as err says: an ExitError's status (its
+// explanation printed already), or the error on stderr after the
+// command's name and Code's status (2 for a *UsageError, else 1). A nil
+// err returns.
 func Exit(name string, err error) {
 	var exit ExitError
 	switch {
@@ -63,7 +66,7 @@ func Exit(name string, err error) {
 		os.Exit(int(exit))
 	case err != nil:
 		fmt.Fprintln(os.Stderr, name+":", err)
-		os.Exit(1)
+		os.Exit(Code(err))
 	}
 }
 
@@ -75,4 +78,34 @@ func Namespace() string {
 		return ns
 	}
 	return "keylane"
+}
+
+// UsageError is a command line refused for what it says rather than for
+// its syntax (a missing argument, flags that do not go together, a value
+// out of range): Exit prints it and ends with status 2, as for a bad
+// flag. Nothing was done.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// Usagef returns a *UsageError with the message fmt.Errorf makes.
+func Usagef(format string, args ...any) error {
+	return &UsageError{fmt.Errorf(format, args...)}
+}
+
+// Code is the exit status of a command that returned err: 0 for nil, an
+// ExitError's own, 2 for a *UsageError, else 1.
+func Code(err error) int {
+	var exit ExitError
+	var usage *UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return int(exit)
+	case errors.As(err, &usage):
+		return 2
+	}
+	return 1
 }

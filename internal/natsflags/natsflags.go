@@ -10,6 +10,7 @@
 package natsflags
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +30,11 @@ type Auth struct {
 	// InboxPrefix replaces nats.go's _INBOX for this connection's
 	// replies, so a user's permissions can confine it to its own inboxes.
 	InboxPrefix string
+	// Token is a token to authenticate with; only a context (UseContext)
+	// gives one.
+	Token string
+	// Context names a nats CLI context (UseContext); empty: none.
+	Context string
 }
 
 // Register adds the flags to fs, each defaulting to its environment
@@ -45,12 +51,18 @@ func Register(fs *flag.FlagSet) *Auth {
 	fs.StringVar(&a.TLSCA, "tls-ca", os.Getenv("NATS_CA"), "CA certificate file to verify the NATS server by (env NATS_CA)")
 	fs.StringVar(&a.TLSCert, "tls-cert", os.Getenv("NATS_CERT"), "TLS client certificate file; needs --tls-key (env NATS_CERT)")
 	fs.StringVar(&a.TLSKey, "tls-key", os.Getenv("NATS_KEY"), "TLS client key file; needs --tls-cert (env NATS_KEY)")
+	fs.StringVar(&a.Context, "context", os.Getenv("NATS_CONTEXT"), "a saved nats CLI context: the URL and credentials of ~/.config/nats/context/NAME.json; flags given win over it (env NATS_CONTEXT)")
 	fs.StringVar(&a.InboxPrefix, "inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "prefix of this connection's reply subjects, e.g. _INBOX.a for a user that may only subscribe to _INBOX.a.> (env NATS_INBOX_PREFIX)")
 	return a
 }
 
-// Set reports whether any credential, TLS or inbox setting was given.
-func (a *Auth) Set() bool { return *a != Auth{} || os.Getenv("NATS_PASSWORD") != "" }
+// Set reports whether any credential, TLS or inbox setting was given (a
+// context counts once UseContext has read it).
+func (a *Auth) Set() bool {
+	b := *a
+	b.Context = ""
+	return b != Auth{} || os.Getenv("NATS_PASSWORD") != ""
+}
 
 // Options checks the settings together and returns the nats.Options that
 // apply them. It reads the password and NKey seed files, so that a missing
@@ -61,7 +73,7 @@ func (a *Auth) Options() ([]nats.Option, error) {
 	}
 	var errs []error
 	var ways []string
-	for _, w := range []struct{ name, v string }{{"--creds", a.Creds}, {"--nkey", a.NKey}, {"--user", a.User}} {
+	for _, w := range []struct{ name, v string }{{"--creds", a.Creds}, {"--nkey", a.NKey}, {"--user", a.User}, {"a token", a.Token}} {
 		if w.v != "" {
 			ways = append(ways, w.name)
 		}
@@ -111,6 +123,9 @@ func (a *Auth) Options() ([]nats.Option, error) {
 	if a.User != "" {
 		opts = append(opts, nats.UserInfo(a.User, password))
 	}
+	if a.Token != "" {
+		opts = append(opts, nats.Token(a.Token))
+	}
 	if a.InboxPrefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(a.InboxPrefix))
 	}
@@ -126,13 +141,23 @@ func (a *Auth) Options() ([]nats.Option, error) {
 // Refused adds to err the permissions violation the server last reported
 // on nc, if any. A request the server refuses to pass on (a JetStream API
 // call a user may not make) otherwise ends only with its timeout; the
-// server says why asynchronously, on the connection.
+// server says why asynchronously, on the connection. An err that may come
+// of a server without JetStream ("no responders available") is checked
+// with CheckJetStream and, if so, returned with ErrNoJetStream, which
+// says how to start the server.
 func Refused(nc *nats.Conn, err error) error {
 	if err == nil || nc == nil {
 		return err
 	}
 	if last := nc.LastError(); errors.Is(last, nats.ErrPermissionViolation) && !errors.Is(err, nats.ErrPermissionViolation) {
 		return fmt.Errorf("%w (the server refused: %v)", err, last)
+	}
+	if maybeNoJetStream(err) && !errors.Is(err, ErrNoJetStream) {
+		// Asked last: a user who may not ask is refused, and that
+		// refusal must not pass for the reason err has.
+		if noJS := CheckJetStream(context.Background(), nc); noJS != nil {
+			return fmt.Errorf("%w (%w)", noJS, err)
+		}
 	}
 	return err
 }

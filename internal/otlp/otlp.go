@@ -53,7 +53,9 @@ type Provider = sdktrace.TracerProvider
 
 // New returns a tracer provider that batches spans and posts them to
 // endpoint (an --otlp-endpoint value), naming the process service (the
-// resource's service.name). An empty endpoint returns nil and no error:
+// resource's service.name) unless the environment names it
+// (OTEL_SERVICE_NAME, or service.name in OTEL_RESOURCE_ATTRIBUTES, whose
+// other attributes are added too). An empty endpoint returns nil and no error:
 // tracing stays off. Export failures do not stop the command: the
 // exporter retries for a while, then drops the batch (OpenTelemetry's
 // global error handler logs it). The caller calls Shutdown, with a
@@ -75,6 +77,15 @@ func New(endpoint, service string) (*Provider, error) {
 	}
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(attribute.String("service.name", service)))
 	if err != nil && !errors.Is(err, resource.ErrSchemaURLConflict) {
+		return nil, fmt.Errorf("--%s: %w", FlagName, err)
+	}
+	// The environment's OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
+	// win over the command's name, as every OpenTelemetry SDK reads them.
+	env, err := resource.New(context.Background(), resource.WithFromEnv())
+	if err != nil {
+		return nil, fmt.Errorf("--%s: OTEL_RESOURCE_ATTRIBUTES: %w", FlagName, err)
+	}
+	if res, err = resource.Merge(res, env); err != nil && !errors.Is(err, resource.ErrSchemaURLConflict) {
 		return nil, fmt.Errorf("--%s: %w", FlagName, err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil

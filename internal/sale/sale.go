@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nuid"
 )
 
@@ -203,8 +204,13 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 	defer cancel()
 	v := Verdict{Config: cfg, MaxPerKey: -1, Final: make([]int64, cfg.SKUs), Demand: make([]int64, cfg.SKUs), Full: make([]int64, cfg.SKUs)}
 	sku := func(i int) string { return cfg.Prefix + strconv.Itoa(i) }
+	runID := nuid.Next()
 	for i := 0; i < cfg.SKUs; i++ {
-		if _, err := c.Call(ctx, sku(i), []byte("set "+strconv.FormatInt(cfg.Stock, 10))); err != nil {
+		// By ID: a set tried again after a timeout is stored once.
+		set := []byte("set " + strconv.FormatInt(cfg.Stock, 10))
+		if _, err := retry(ctx, func() ([]byte, error) {
+			return c.Call(ctx, sku(i), set, keylane.WithID(runID+"-stock-"+strconv.Itoa(i)))
+		}); err != nil {
 			return v, fmt.Errorf("stock %s: %w", sku(i), err)
 		}
 	}
@@ -213,7 +219,6 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 	for _, p := range picks {
 		v.Demand[p]++
 	}
-	runID := nuid.Next()
 	start := time.Now()
 	var err error
 	var lat []time.Duration
@@ -231,9 +236,9 @@ func Run(ctx context.Context, c *keylane.Client, cfg Config, tr *Tracker) (Verdi
 		// lane, which polling its stock with "get" jobs would load.
 		pause := 2 * time.Millisecond
 		for {
-			n, err := c.Backlog(ctx)
+			n, err := retry(ctx, func() (uint64, error) { return c.Backlog(ctx) })
 			if err != nil {
-				return v, err
+				return v, fmt.Errorf("fire-and-forget sale: every purchase stored; waiting for them to run: %w", err)
 			}
 			if cfg.Progress != nil {
 				cfg.Progress(cfg.Purchases - int(min(n, uint64(cfg.Purchases))))
@@ -395,8 +400,32 @@ func storedSoFar(bound string, stored, total int) string {
 	return fmt.Sprintf("fire-and-forget sale aborted with %s%d of %d purchases stored (those will run; no more were submitted)", bound, stored, total)
 }
 
+// retry runs f until it returns no error, an error other than a
+// transient one (natserr.IsTransient), or ctx ends. A request that times
+// out or finds no responder while a node of the cluster restarts or a
+// leader is elected is tried again, with backoff, within the sale's
+// deadline, instead of ending the sale: only what is safe to repeat goes
+// through it (a read, a job with an ID).
+func retry[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	pause := 50 * time.Millisecond
+	for {
+		v, err := f()
+		if err == nil || !natserr.IsTransient(err) || ctx.Err() != nil {
+			return v, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return v, fmt.Errorf("%w (tried again until the sale's deadline: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
 func stock(ctx context.Context, c *keylane.Client, key string) (int64, error) {
-	res, err := c.Call(ctx, key, []byte("get"))
+	res, err := retry(ctx, func() ([]byte, error) { return c.Call(ctx, key, []byte("get")) })
 	if err != nil {
 		return 0, fmt.Errorf("read %s: %w", key, err)
 	}

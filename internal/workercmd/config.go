@@ -160,6 +160,9 @@ func parse(fs *flag.FlagSet, args []string) (Config, error) {
 			return c, err
 		}
 	}
+	if err := auth.UseContext(fs, "nats", &c.URL); err != nil {
+		return c, err
+	}
 	if auth.Set() && c.URL == "" {
 		return c, errors.New("--creds, --nkey, --user, --password, --tls-* and --inbox-prefix are for a server given with --nats; the embedded server runs without them")
 	}

@@ -72,7 +72,7 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 	opts := append(connHandlers(log), nats.Name("keylane-worker"), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.PingInterval(c.Ping), nats.MaxPingsOutstanding(2))
 	nc, err := nats.Connect(url, append(opts, c.Auth...)...)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", url, err)
+		return fmt.Errorf("connect to %s: %w", natsflags.Redact(url), err)
 	}
 	defer nc.Close()
 	defer func() { err = natsflags.Refused(nc, err) }()
@@ -96,7 +96,9 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 		}
 		defer stopMetrics()
 	}
-	err = w.Start(ctx)
+	err = startChecked(ctx, w, func() (*nats.Conn, error) {
+		return nats.Connect(url, append([]nats.Option{nats.Name("keylane-worker-probe"), nats.Timeout(2 * time.Second)}, c.Auth...)...)
+	})
 	if err != nil {
 		err = startError(c, err)
 	} else {
@@ -117,6 +119,41 @@ func Run(ctx context.Context, c Config, stopped func(*keylane.Worker) error) (er
 	}
 	if stopped != nil {
 		err = errors.Join(err, stopped(w))
+	}
+	return err
+}
+
+// startChecked starts w while asking the server whether it has
+// JetStream at all: without, every request the start makes ends "no
+// responders available", which it takes for a server restarting and
+// tries again for ever. A server that says it has none ends the start
+// with natsflags.ErrNoJetStream, which says how to start one. The
+// question goes on a connection of its own (probe), made with the
+// worker's credentials: a user not allowed to ask ($JS.API.INFO) is then
+// refused there, and the worker's connection carries no permission
+// error that its own start would take for a refusal of its requests.
+func startChecked(ctx context.Context, w *keylane.Worker, probe func() (*nats.Conn, error)) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		nc, err := probe()
+		if err != nil {
+			return // the worker's own connection works: its start says more
+		}
+		defer nc.Close()
+		if err := natsflags.CheckJetStream(ctx, nc); err != nil {
+			cancel(err)
+		}
+	}()
+	err := w.Start(ctx)
+	if err == nil {
+		cancel(nil) // started: JetStream answered; the probe need not wait
+	}
+	<-checked
+	if cause := context.Cause(ctx); errors.Is(cause, natsflags.ErrNoJetStream) {
+		return cause
 	}
 	return err
 }
@@ -157,7 +194,7 @@ func connHandlers(log *slog.Logger) []nats.Option {
 			log.Warn("NATS disconnected; reconnecting")
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted(), "reconnects", nc.Reconnects)
+			log.Info("NATS reconnected", "url", natsflags.Redact(nc.ConnectedUrl()), "reconnects", nc.Reconnects)
 		}),
 		nats.ClosedHandler(func(nc *nats.Conn) {
 			if err := nc.LastError(); err != nil {
