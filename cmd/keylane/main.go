@@ -47,6 +47,7 @@ commands:
   state        get KEY: a key's decoded state entry: value, last job, fence, held outcomes (--json; exit 3 when it has none)
   job          ID: a job's outcome from wherever it is kept: results, its batch's entry, its key's state (--key), dead letters (--json; exit 3 when nowhere)
   namespace    delete NS: list, and with --yes delete, every stream and bucket of a namespace (--force while workers hold leases)
+  ui           serve the console (status, dead letters with filters, redrive and purge) on 127.0.0.1:7781; needs no worker
 
 run "keylane <command> -h" for flags.`
 
@@ -74,6 +75,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return jobCmd(ctx, args[1:], out, errOut)
 	case "namespace":
 		return namespaceCmd(ctx, args[1:], out, errOut)
+	case "ui":
+		return ui(ctx, args[1:], out, errOut)
 	case "-h", "--help", "help":
 		fmt.Fprintln(out, usage)
 		return nil
