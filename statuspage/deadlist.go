@@ -25,11 +25,6 @@ type DeadQuery struct {
 	Newer  time.Duration `json:",omitempty"`
 }
 
-// filtered reports whether q selects by anything but Before.
-func (q DeadQuery) filtered() bool {
-	return q.Key != "" || q.Error != "" || q.Older != 0 || q.Newer != 0
-}
-
 // zero reports whether q is the default listing: the newest, unfiltered.
 func (q DeadQuery) zero() bool { return q == DeadQuery{} }
 
