@@ -121,15 +121,20 @@ type Lookup struct {
 	Error string `json:",omitempty"`
 }
 
-// KeyView is a key's partition: its owner, and the jobs queued (backlog),
-// in flight (running, or delivered and waiting to be retried) and
-// redelivered there, the key's among them.
+// KeyView is a key's jobs and its partition: the key's jobs stored and
+// not yet delivered (Queued) and delivered but not yet acknowledged
+// (Delivered: running, or waiting to be retried), counted from the jobs
+// stream (keyJobs; lower bounds when Cut); and its partition's owner and
+// counts of all keys: the jobs queued (Pending), in flight and
+// redelivered there.
 type KeyView struct {
-	Partition   int
-	Owner       string `json:",omitempty"`
-	Pending     uint64
-	InFlight    int
-	Redelivered int
+	Queued, Delivered int
+	Cut               bool `json:",omitempty"`
+	Partition         int
+	Owner             string `json:",omitempty"`
+	Pending           uint64
+	InFlight          int
+	Redelivered       int
 }
 
 // Handler returns an http.Handler that serves the page of cfg.Namespace,
@@ -244,7 +249,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.Lookup = h.lookup(lctx, q.Get("job"), q.Get("key"), q.Has("job"))
 			if k := q.Get("key"); k != "" && p.Status != nil && partition.ValidateKey(k) == nil {
 				ps := p.Status.Partition[partition.Of(k, p.Status.Partitions)]
-				p.Lookup.KeyView = &KeyView{Partition: ps.Partition, Owner: ps.Owner, Pending: ps.Pending, InFlight: ps.InFlight, Redelivered: ps.Redelivered}
+				kv := &KeyView{Partition: ps.Partition, Owner: ps.Owner, Pending: ps.Pending, InFlight: ps.InFlight, Redelivered: ps.Redelivered}
+				if err := keyJobs(lctx, h.js, h.cfg.Namespace, k, p.Status, kv); err != nil {
+					p.Lookup.Error = strings.TrimPrefix(p.Lookup.Error+"\n", "\n") + h.failed("counting the jobs of key "+strconv.Quote(k), lctx, err)
+				}
+				p.Lookup.KeyView = kv
 			}
 			cancel()
 			<-h.lookups
