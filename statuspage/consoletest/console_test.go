@@ -79,6 +79,7 @@ func TestConsole(t *testing.T) {
 	if got, want := deadRows(t, b), seqRows(bad+1-19, bad+1); !slices.Equal(got, want) {
 		t.Fatalf("first page: rows %v, want the 20 newest, newest first: %v", got, want)
 	}
+	screenshot(t, b, "console.png")
 	run(t, b, "following the link to older dead letters", chromedp.Click(chromedp.CSS(`#older`)), chromedp.WaitVisible(chromedp.CSS(`#dead6`)))
 	if got, want := deadRows(t, b), seqRows(1, bad+1-20); !slices.Equal(got, want) {
 		t.Fatalf("second page: rows %v, want %v", got, want)
@@ -113,6 +114,7 @@ func TestConsole(t *testing.T) {
 	// A redrive: the row's button, the confirmation, the job runs.
 	run(t, b, "redriving through the confirmation", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS(`#dead26`)),
 		chromedp.Click(chromedp.CSS(`#dead26 .redrive`)), chromedp.WaitVisible(chromedp.CSS(`#confirm-form`)))
+	screenshot(t, b, "console-confirm.png")
 	plan := value(t, b, "reading the confirmation", chromedp.Text(chromedp.CSS(`#confirm-plan`)))
 	if !strings.Contains(plan, redriveID) || !strings.Contains(plan, redriveKey) {
 		t.Fatalf("the confirmation does not name the job and key: %q", plan)
@@ -136,6 +138,18 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("after the redrive %d dead letters, want %d", n, bad)
 	}
 
+	// The key's view: nothing queued or running, its last outcome the
+	// redriven restock's.
+	run(t, b, "looking the key up", chromedp.Navigate(base),
+		chromedp.SendKeys(chromedp.CSS(`#lookup-form input[name=key]`), redriveKey),
+		chromedp.Submit(chromedp.CSS(`#lookup-form`)), chromedp.WaitVisible(chromedp.CSS(`#lookup-key`)))
+	keyText := value(t, b, "reading the key's view", chromedp.Text(chromedp.CSS(`#lookup`)))
+	for _, want := range []string{"queued 0", "running or retrying 0", `"ok 5"`} {
+		if !strings.Contains(keyText, want) {
+			t.Errorf("the key's view does not say %q:\n%s", want, keyText)
+		}
+	}
+
 	phone := browser(t, phoneWidth, phoneHeight)
 	fits(t, phone, base, "console-phone.png")
 
@@ -155,6 +169,17 @@ func TestConsole(t *testing.T) {
 	run(t, b, "the console after the workers died", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS(`#dead25`)))
 	if got := deadRows(t, b); len(got) != 20 || got[0] != "dead25" {
 		t.Fatalf("after the workers died: rows %v", got)
+	}
+
+	// With no worker left, a purge through its confirmation.
+	run(t, b, "purging through the confirmation", chromedp.Click(chromedp.CSS(`#purge-all`)), chromedp.WaitVisible(chromedp.CSS(`#confirm-form`)),
+		chromedp.Click(chromedp.CSS(`#confirm-check`)), chromedp.Click(chromedp.CSS(`#confirm-submit`)),
+		chromedp.WaitVisible(chromedp.CSS(`#action-result`)))
+	if result := value(t, b, "reading the result", chromedp.Text(chromedp.CSS(`#action-result`))); !strings.Contains(result, "purged") {
+		t.Fatalf("the purge says %q", result)
+	}
+	if n := deadCount(t, s); n != 0 {
+		t.Fatalf("after the purge %d dead letters", n)
 	}
 }
 
