@@ -50,6 +50,9 @@ func fits(t *testing.T, phone context.Context, url, shot string) {
 	width := value(t, phone, "measuring the page", chromedp.Evaluate[int](`document.documentElement.scrollWidth`))
 	inner := value(t, phone, "measuring the window", chromedp.Evaluate[int](`window.innerWidth`))
 	path := screenshot(t, phone, shot)
+	// And the dead letters, scrolled to, as a phone shows them.
+	value(t, phone, "scrolling to the dead letters", chromedp.Evaluate[bool](`document.getElementById('dead').scrollIntoView(), true`))
+	screenshot(t, phone, strings.TrimSuffix(shot, ".png")+"-dead.png")
 	t.Logf("%s at %dpx: scrollWidth %d; screenshot %s", url, inner, width, path)
 	if inner != phoneWidth {
 		t.Fatalf("the viewport is %dpx wide, want %d", inner, phoneWidth)
