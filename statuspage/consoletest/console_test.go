@@ -91,7 +91,13 @@ func TestConsole(t *testing.T) {
 	// Filters: by key, by a piece of the error, by age.
 	run(t, b, "filtering by key", chromedp.Navigate(base), chromedp.WaitVisible(chromedp.CSS(`#dead-filter`)),
 		chromedp.SendKeys(chromedp.CSS(`#dead-filter input[name=dkey]`), "sku:1"),
-		chromedp.Submit(chromedp.CSS(`#dead-filter`)), chromedp.WaitVisible(chromedp.CSS(`#dead-shown`)))
+		chromedp.Submit(chromedp.CSS(`#dead-filter`)))
+	// The unfiltered page has a #dead-shown too: wait for the filtered one.
+	testwait.Eventually(t, 30*time.Second, "the browser shows the filtered page", func() bool {
+		loc, err := chromedp.Run(b, chromedp.Location())
+		return err == nil && strings.Contains(loc, "dkey=sku%3A1")
+	})
+	run(t, b, "waiting for the filtered page", chromedp.WaitVisible(chromedp.CSS(`#dead-shown`)))
 	// sku:1 and sku:10..19 contain "sku:1".
 	want := []string{"dead19", "dead18", "dead17", "dead16", "dead15", "dead14", "dead13", "dead12", "dead11", "dead10", "dead1"}
 	if got := deadRows(t, b); !slices.Equal(got, want) {
