@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,7 +57,11 @@ func build(t *testing.T) {
 		workerBin, cli = filepath.Join(binsDir, "worker"), filepath.Join(binsDir, "keylane")
 		for _, b := range []struct{ out, pkg string }{{workerBin, "github.com/keylane/keylane/cmd/worker"}, {cli, "github.com/keylane/keylane/cmd/keylane"}} {
 			// Built in the root module, as shipped: with its go.mod.
-			cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+			goBin, err := exec.LookPath("go")
+			if err != nil {
+				goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+			}
+			cmd := exec.Command(goBin, "build", "-o", b.out, b.pkg)
 			cmd.Dir = filepath.Join("..", "..")
 			out, err := cmd.CombinedOutput()
 			if err != nil {
