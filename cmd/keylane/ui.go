@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -55,7 +56,7 @@ func ui(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	// runs, and its page says the connection is down meanwhile.
 	nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-ui"), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}, auth...)...)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", c.url, err)
+		return fmt.Errorf("connect to %s: %w", redactURLs(c.url), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -90,6 +91,18 @@ func ui(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	return nil
+}
+
+// redactURLs hides the passwords of a comma-separated NATS URL list:
+// an error message is no place for them.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // isLoopback reports whether host names this machine only.
