@@ -77,11 +77,11 @@ func TestPageInABrowser(t *testing.T) {
 	}
 	for p := range partitions {
 		r := row(t, dom, fmt.Sprintf("p%d", p))
-		if !strings.Contains(r, `<td class="owner">`+workerID+`</td>`) {
+		if !strings.Contains(r, `<td class="owner" data-label="owner">`+workerID+`</td>`) {
 			t.Errorf("partition %d's row does not show owner %s:\n%s", p, workerID, r)
 		}
 	}
-	if r := row(t, dom, fmt.Sprintf("p%d", blocked)); !strings.Contains(r, fmt.Sprintf(`<td class="num pending">%d</td>`, backlog)) || !strings.Contains(r, "backlog") {
+	if r := row(t, dom, fmt.Sprintf("p%d", blocked)); !strings.Contains(r, fmt.Sprintf(`<td class="num pending" data-label="backlog">%d</td>`, backlog)) || !strings.Contains(r, "backlog") {
 		t.Errorf("partition %d's row does not show the backlog of %d:\n%s", blocked, backlog, r)
 	}
 	if !strings.Contains(dom, fmt.Sprintf(`<strong id="backlog">%d</strong>`, backlog)) {
@@ -96,8 +96,8 @@ func TestPageInABrowser(t *testing.T) {
 			t.Errorf("the dead letter's row does not show %q:\n%s", want, dead)
 		}
 	}
-	if !strings.Contains(dom, `<li><code>`+workerID+`</code></li>`) {
-		t.Errorf("the members list does not show %s:\n%s", workerID, dom)
+	if w := row(t, dom, "worker-"+workerID); !strings.Contains(w, `<code>`+workerID+`</code>`) || !strings.Contains(w, "ago") || !strings.Contains(w, `data-label="partitions">0, 1<`) {
+		t.Errorf("the workers table does not show %s with its start, heartbeat and partitions:\n%s", workerID, w)
 	}
 
 	// A screenshot, for a person to look at: kept in

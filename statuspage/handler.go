@@ -3,6 +3,7 @@ package statuspage
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	_ "embed"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -46,15 +48,23 @@ type Config struct {
 	// a negative Refresh turns reloading off. A page with a look-up
 	// (?job=, ?key=) never reloads: reload it by hand.
 	Refresh time.Duration
-	// DeadLetters is how many dead letters the page lists, oldest first
-	// (the count is always the stream's). Defaults to 20.
+	// DeadLetters is how many dead letters a page lists, newest first,
+	// with a link to the older ones (the count is always the stream's).
+	// Defaults to 20.
 	DeadLetters int
 	// MaxLookups is how many look-ups (?job=, ?key=) may read NATS at
 	// once: each reads anew, a job's look-up scans the dead-letter
 	// stream, and a reload-happy browser or a script must not turn the
 	// page into that many scans. One beyond it is refused at once, in
-	// its look-up's box, and reads nothing. Defaults to 2.
+	// its look-up's box, and reads nothing. Defaults to 2. A filtered
+	// or older page of dead letters counts as a look-up.
 	MaxLookups int
+	// Actions turns on the actions on dead letters: redrive, delete and
+	// purge, each behind a confirmation page and a POST that carries its
+	// token (actions.go). Off, the page only reads, and confirm and
+	// action are 404. keylane ui turns it on; a worker's page leaves it
+	// off. The NATS user's permissions decide what an action may do.
+	Actions bool
 }
 
 // Page is one reading of a namespace: what the HTML page shows and what
@@ -66,9 +76,19 @@ type Page struct {
 	Worker string `json:",omitempty"`
 	// Status is keylane.Inspect's report; nil if the reading failed.
 	Status *keylane.Status `json:",omitempty"`
-	// DeadLetters are the oldest dead letters, at most Config.DeadLetters,
-	// with their Payload left out.
+	// DeadLetters are the dead letters of this page, newest first, at
+	// most Config.DeadLetters, with their Payload left out: the newest
+	// ones, or those Dead.Query selected (?before=, ?dkey=, ?derr=,
+	// ?older=, ?newer=).
 	DeadLetters []keylane.DeadLetter `json:",omitempty"`
+	// Dead says which page of dead letters DeadLetters is, and where
+	// the next (older) one starts.
+	Dead *DeadList `json:",omitempty"`
+	// DeadError says why the dead letters asked for were not listed: a
+	// bad filter, or a failed read.
+	DeadError string `json:",omitempty"`
+	// Workers are the live workers, from their member entries.
+	Workers []Worker `json:",omitempty"`
 	// Error says why the reading failed, or what part of it did.
 	Error string `json:",omitempty"`
 	// Lookup is the job or key the request asked for (?job=ID, ?key=KEY);
@@ -94,8 +114,27 @@ type Lookup struct {
 	Revision uint64              `json:",omitempty"`
 	// StateNotFound says the key has no state entry (keylane.ErrNoState).
 	StateNotFound bool `json:",omitempty"`
+	// KeyView is where the key's jobs wait and run: its partition as
+	// the namespace's reading shows it; nil when no key was asked for.
+	KeyView *KeyView `json:",omitempty"`
 	// Error says why a look-up failed: a bad job ID or key, or NATS.
 	Error string `json:",omitempty"`
+}
+
+// KeyView is a key's jobs and its partition: the key's jobs stored and
+// not yet delivered (Queued) and delivered but not yet acknowledged
+// (Delivered: running, or waiting to be retried), counted from the jobs
+// stream (keyJobs; lower bounds when Cut); and its partition's owner and
+// counts of all keys: the jobs queued (Pending), in flight and
+// redelivered there.
+type KeyView struct {
+	Queued, Delivered int
+	Cut               bool `json:",omitempty"`
+	Partition         int
+	Owner             string `json:",omitempty"`
+	Pending           uint64
+	InFlight          int
+	Redelivered       int
 }
 
 // Handler returns an http.Handler that serves the page of cfg.Namespace,
@@ -132,7 +171,9 @@ func Handler(js jetstream.JetStream, cfg Config) (http.Handler, error) {
 	if cfg.MaxLookups == 0 {
 		cfg.MaxLookups = DefaultMaxLookups
 	}
-	return &handler{js: js, cfg: cfg, sem: make(chan struct{}, 1), lookups: make(chan struct{}, cfg.MaxLookups)}, nil
+	h := &handler{js: js, cfg: cfg, sem: make(chan struct{}, 1), lookups: make(chan struct{}, cfg.MaxLookups)}
+	_, _ = rand.Read(h.secret[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return h, nil
 }
 
 type handler struct {
@@ -146,10 +187,29 @@ type handler struct {
 	lastAt time.Time
 	// lookups holds a token per look-up reading NATS (MaxLookups).
 	lookups chan struct{}
+	// secret keys the actions' tokens (Config.Actions).
+	secret [32]byte
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/" && r.URL.Path != "" && r.URL.Path != "/status.json" {
+	switch {
+	case h.cfg.Actions && r.URL.Path == "/action":
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", "POST")
+			http.Error(w, "statuspage: method "+r.Method+" not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.act(w, r)
+		return
+	case h.cfg.Actions && r.URL.Path == "/confirm":
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "statuspage: method "+r.Method+" not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.confirm(w, r)
+		return
+	case r.URL.Path != "/" && r.URL.Path != "" && r.URL.Path != "/status.json":
 		http.NotFound(w, r)
 		return
 	}
@@ -161,11 +221,40 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	p := h.read(ctx)
-	if q := r.URL.Query(); q.Has("job") || q.Has("key") {
+	q := r.URL.Query()
+	if dq, err := parseDeadQuery(q); err != nil {
+		p.DeadLetters, p.Dead, p.DeadError = nil, nil, err.Error()
+	} else if !dq.zero() && p.Status != nil {
+		// A filtered or older page is read for this request, as a
+		// look-up is: it scans the dead-letter stream.
+		p.DeadLetters, p.Dead, p.DeadError = nil, &DeadList{Query: dq}, ""
+		select {
+		case h.lookups <- struct{}{}:
+			lctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
+			l, dead, err := listDead(lctx, h.js, h.cfg.Namespace, dq, h.cfg.DeadLetters, time.Now())
+			if err != nil {
+				p.DeadError = h.failed("reading the dead letters of namespace "+h.cfg.Namespace, lctx, err)
+			}
+			cancel()
+			<-h.lookups
+			p.DeadLetters, p.Dead = dead, &l
+		default:
+			p.DeadError = fmt.Sprintf("statuspage: %d look-ups are running (Config.MaxLookups); try again in a moment", h.cfg.MaxLookups)
+		}
+	}
+	if q.Has("job") || q.Has("key") {
 		select {
 		case h.lookups <- struct{}{}:
 			lctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 			p.Lookup = h.lookup(lctx, q.Get("job"), q.Get("key"), q.Has("job"))
+			if k := q.Get("key"); k != "" && p.Status != nil && partition.ValidateKey(k) == nil {
+				ps := p.Status.Partition[partition.Of(k, p.Status.Partitions)]
+				kv := &KeyView{Partition: ps.Partition, Owner: ps.Owner, Pending: ps.Pending, InFlight: ps.InFlight, Redelivered: ps.Redelivered}
+				if err := keyJobs(lctx, h.js, h.cfg.Namespace, k, p.Status, kv); err != nil {
+					p.Lookup.Error = strings.TrimPrefix(p.Lookup.Error+"\n", "\n") + h.failed("counting the jobs of key "+strconv.Quote(k), lctx, err)
+				}
+				p.Lookup.KeyView = kv
+			}
 			cancel()
 			<-h.lookups
 		default:
@@ -236,18 +325,18 @@ func (h *handler) take(ctx context.Context) Page {
 		return p
 	}
 	p.Status = &st
+	if p.Workers, err = readWorkers(ctx, h.js, h.cfg.Namespace, &st); err != nil {
+		p.Error = h.failed("reading the members of namespace "+h.cfg.Namespace, ctx, err)
+	}
 	if st.DeadLetters == 0 {
 		return p
 	}
-	dead, err := keylane.DeadLetters(ctx, h.js, h.cfg.Namespace, 0, h.cfg.DeadLetters)
+	l, dead, err := listDead(ctx, h.js, h.cfg.Namespace, DeadQuery{}, h.cfg.DeadLetters, p.Time)
 	if err != nil {
 		p.Error = h.failed("reading the dead letters of namespace "+h.cfg.Namespace, ctx, err)
 		return p
 	}
-	for i := range dead {
-		dead[i].Payload = nil
-	}
-	p.DeadLetters = dead
+	p.DeadLetters, p.Dead = dead, &l
 	return p
 }
 
@@ -306,15 +395,30 @@ type view struct {
 	Backlog   uint64
 	InFlight  int
 	Free      int
-	MoreDead  uint64 // dead letters not listed
+	// Actions is Config.Actions.
+	Actions bool
+	// Query is the dead letters' query (filters and page); Listing says
+	// it is not the default (newest, unfiltered).
+	Query   DeadQuery
+	Listing bool
+	// NewestURL leads to the newest page with the same filters (on an
+	// older page); OlderURL to the next older page; RedriveURL,
+	// DeleteURL and PurgeURL to the confirmations of the actions on the
+	// letters listed, or (purge) on all the stream holds now.
+	NewestURL, OlderURL, RedriveURL, DeleteURL, PurgeURL string
 }
 
 func (h *handler) view(p Page) view {
-	v := view{Page: p, Namespace: h.cfg.Namespace}
-	// A look-up's page does not reload: each look-up reads anew (the
-	// dead-letter stream through, for a job), and a tab left open on one
-	// would repeat it every Refresh.
-	if h.cfg.Refresh > 0 && p.Lookup == nil {
+	v := view{Page: p, Namespace: h.cfg.Namespace, Actions: h.cfg.Actions}
+	// A look-up's page, or a page of filtered or older dead letters,
+	// does not reload: each reads anew (the dead-letter stream through,
+	// for a job), and a tab left open on one would repeat it every
+	// Refresh.
+	if p.Dead != nil {
+		v.Query = p.Dead.Query
+	}
+	v.Listing = !v.Query.zero()
+	if h.cfg.Refresh > 0 && p.Lookup == nil && v.Query.zero() && p.DeadError == "" {
 		v.Refresh = int(math.Ceil(h.cfg.Refresh.Seconds()))
 	}
 	if p.Status != nil {
@@ -325,8 +429,27 @@ func (h *handler) view(p Page) view {
 				v.Free++
 			}
 		}
-		if n := uint64(len(p.DeadLetters)); p.Status.DeadLetters > n {
-			v.MoreDead = p.Status.DeadLetters - n
+	}
+	if p.Dead != nil {
+		if v.Query.Before != 0 {
+			q := v.Query
+			q.Before = 0
+			v.NewestURL = "?" + q.values().Encode()
+		}
+		if p.Dead.Older != 0 {
+			q := v.Query
+			q.Before = p.Dead.Older
+			v.OlderURL = "?" + q.values().Encode()
+		}
+		if h.cfg.Actions && len(p.DeadLetters) > 0 {
+			redrive, del := plan{Op: opRedrive}, plan{Op: opDelete}
+			for _, d := range p.DeadLetters {
+				redrive.Seqs = append(redrive.Seqs, d.Seq)
+				del.Seqs = append(del.Seqs, d.Seq)
+			}
+			v.RedriveURL = "confirm?" + redrive.values().Encode()
+			v.DeleteURL = "confirm?" + del.values().Encode()
+			v.PurgeURL = "confirm?" + plan{Op: opPurge, Through: p.Dead.Last}.values().Encode()
 		}
 	}
 	return v
@@ -378,4 +501,14 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 		return fmt.Sprintf("%d bytes: %x", len(b), b)
 	},
 	"plus1": func(n int) int { return n + 1 },
+	// confirmURL is the confirmation page of op on one dead letter.
+	"confirmURL": func(op string, seq uint64) string {
+		return "confirm?" + plan{Op: op, Seqs: []uint64{seq}}.values().Encode()
+	},
+	"durs": func(d time.Duration) string {
+		if d == 0 {
+			return ""
+		}
+		return d.String()
+	},
 }).Parse(pageHTML))

@@ -3,6 +3,7 @@ package statuspage_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/statuspage"
 )
 
@@ -115,4 +117,55 @@ func TestLookupsInABrowser(t *testing.T) {
 // section returns the look-up section of dom.
 func section(dom string) string {
 	return regexp.MustCompile(`(?s)<div id="lookup">.*?</div>\s*<p`).FindString(dom)
+}
+
+// TestKeyView: a key's look-up counts its jobs: queued (stored, not yet
+// delivered) and delivered but not acknowledged (running or waiting to
+// be retried), from one-job messages and from batch messages alike, and
+// names its partition's owner.
+func TestKeyView(t *testing.T) {
+	s := newScene(t)
+	hs := serve(t, s.js, statuspage.Config{Namespace: ns, Worker: workerID})
+	keyView := func(js string, key string) *statuspage.KeyView {
+		t.Helper()
+		code, body, _ := get(t, http.MethodGet, js+"/keylane/status.json?key="+url.QueryEscape(key))
+		var p statuspage.Page
+		if err := json.Unmarshal([]byte(body), &p); err != nil || code != http.StatusOK || p.Lookup == nil || p.Lookup.KeyView == nil || p.Lookup.Error != "" {
+			t.Fatalf("status.json?key=%s: %d %v\n%s", key, code, err, body)
+		}
+		return p.Lookup.KeyView
+	}
+	// The blocked key: its first job runs, three wait behind it.
+	if kv := keyView(hs.URL, s.blockedKey); kv.Queued != backlog || kv.Delivered != 1 || kv.Owner != workerID || kv.Partition != blocked || kv.Cut {
+		t.Fatalf("the blocked key: %+v, want %d queued, 1 running, owner %s", kv, backlog, workerID)
+	}
+	if kv := keyView(hs.URL, s.countKey); kv.Queued != 0 || kv.Delivered != 0 {
+		t.Fatalf("a key whose jobs are done: %+v", kv)
+	}
+
+	// Batch messages (every Go client's jobs) in a namespace no worker
+	// serves: all queued, counted by key.
+	ctx := t.Context()
+	if _, err := keylane.Setup(ctx, s.js, keylane.TopologyConfig{Namespace: "idle", Partitions: partitions}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := keylane.NewClient(ctx, natstest.Connect(t, s.srv), keylane.ClientConfig{Namespace: "idle"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var reqs []keylane.Request
+	for i := range 5 {
+		reqs = append(reqs, keylane.Request{Key: "sku:a", Payload: []byte("x")}, keylane.Request{Key: fmt.Sprintf("sku:b%d", i), Payload: []byte("y")})
+	}
+	if _, err := c.SubmitMany(ctx, reqs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(ctx, "sku:a", []byte("z")); err != nil {
+		t.Fatal(err)
+	}
+	idle := serve(t, s.js, statuspage.Config{Namespace: "idle"})
+	if kv := keyView(idle.URL, "sku:a"); kv.Queued != 6 || kv.Delivered != 0 || kv.Owner != "" {
+		t.Fatalf("sku:a in a namespace without workers: %+v, want 6 queued", kv)
+	}
 }

@@ -54,6 +54,7 @@ commands:
   state        get KEY: a key's decoded state entry: value, last job, fence, held outcomes (--json; exit 3 when it has none)
   job          ID: a job's outcome from wherever it is kept: results, its batch's entry, its key's state (--key), dead letters (--json; exit 3 when nowhere)
   namespace    list: the namespaces on the server; delete NS: list, and with --yes delete, every stream and bucket of a namespace (--force while workers hold leases)
+  ui           serve the console (status, dead letters with filters, redrive and purge) on 127.0.0.1:7781; needs no worker
   version      the command's version (also --version)
 
 run "keylane <command> -h" for flags. Exit status: 0 done, 1 failed, 2 a usage error (nothing done),
@@ -84,6 +85,8 @@ func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 		return jobCmd(ctx, args[1:], out, errOut)
 	case "namespace":
 		return namespaceCmd(ctx, args[1:], out, errOut)
+	case "ui":
+		return ui(ctx, args[1:], out, errOut)
 	case "version", "--version", "-version":
 		fmt.Fprintln(out, cmdutil.VersionLine("keylane"))
 		return nil

@@ -309,7 +309,7 @@ func TestRunServesTheStatusPage(t *testing.T) {
 		}
 		return true
 	})
-	if code, body, err := get("/"); err != nil || code != http.StatusOK || !strings.Contains(body, `<td class="owner">w1</td>`) {
+	if code, body, err := get("/"); err != nil || code != http.StatusOK || !strings.Contains(body, `<td class="owner" data-label="owner">w1</td>`) {
 		t.Fatalf("GET /: %d %v\n%s", code, err, body)
 	}
 	if code, body, err := get("/metrics"); err != nil || code != http.StatusOK || !strings.Contains(body, `keylane_partitions_owned{namespace="ops",worker="w1"} 2`) {
