@@ -8,10 +8,11 @@
 
 import { randomBytes } from "node:crypto";
 import { connect as natsConnect, type NodeConnectionOptions } from "@nats-io/transport-node";
-import { headers as natsHeaders, nuid, PermissionViolationError, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
-import { jetstream, jetstreamManager, JetStreamApiError, type StreamInfo } from "@nats-io/jetstream";
+import { headers as natsHeaders, nuid, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { jetstream, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { HeldError, KeyBacklogFullError, KeylaneError, NoReplyError } from "./errors.js";
+import { jetStreamErrCode, publishRefusal } from "./natserrors.js";
 import {
   DefaultNamespace,
   DefaultReplyPrefix,
@@ -312,7 +313,7 @@ export class Client {
       try {
         return await jsm.streams.info(name);
       } catch (err) {
-        if (err instanceof JetStreamApiError && err.code === 10059) {
+        if (jetStreamErrCode(err) === 10059) {
           throw new KeylaneError("no_topology", `keylane: no jobs stream for namespace ${JSON.stringify(namespace)}${what}: start a worker (it creates the namespace), or call Setup`, undefined, { cause: err });
         }
         throw err;
@@ -764,7 +765,7 @@ export class Client {
       const jsm = await jetstreamManager(this.nc, { timeout: this.requestTimeout, checkAPI: false });
       info = await jsm.streams.info(name);
     } catch (err) {
-      if (err instanceof JetStreamApiError && err.code === 10059) {
+      if (jetStreamErrCode(err) === 10059) {
         throw new KeylaneError("no_topology", `keylane: submit ${id}: no responders: the jobs stream ${name} of namespace ${JSON.stringify(this.info.namespace)} does not exist`, id);
       }
       return;
@@ -935,8 +936,13 @@ export class Client {
           }
           // The server refused a publish (a permissions violation): the
           // job it names is never stored, and no ack will come.
-          if (s.type === "error" && s.error instanceof PermissionViolationError && s.error.operation === "publish") {
-            const e = { t: "refused" as const, subject: s.error.subject, error: s.error };
+          // Read by its shape: the connection may be another copy's of
+          // the NATS packages (Client.open), whose error classes are not
+          // the client's.
+          const err: unknown = s.type === "error" ? (s as { error?: unknown }).error : undefined;
+          const refusal = publishRefusal(err);
+          if (refusal) {
+            const e = { t: "refused" as const, subject: refusal.subject, error: err instanceof Error ? err : new Error(refusal.message) };
             for (const w of this.waiters.values()) w.push(e);
           }
         }

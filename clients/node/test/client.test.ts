@@ -8,6 +8,7 @@ import { createServer, connect as tcpConnect, type AddressInfo } from "node:net"
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Msg, NatsConnection } from "@nats-io/nats-core";
 import { after, before, describe, test } from "node:test";
+import { connect as otherConnect } from "nats-other";
 import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect, decodeBatch, keyToken, partitionOf, validBatchID, type BatchJob } from "../src/index.js";
 
 const url = process.env.KEYLANE_NATS_URL;
@@ -368,6 +369,28 @@ describe("keylane client against a Go worker", { skip }, () => {
       await expectCode(p.call(uniq("k"), "buy 1", { timeout: 20000 }), "refused");
     } finally {
       await p.close();
+    }
+  });
+
+  test("an application's own connection from another copy of the NATS packages: a refused publish ends with refused at once", { skip: permURL ? false : "KEYLANE_PERM_URL not set" }, async () => {
+    // The application connected with its own @nats-io/transport-node,
+    // another version than the client's (nats-other, an alias of
+    // 3.0.2 with its own nats-core): its errors are instances of other
+    // classes than the client's. Before, the client recognised the
+    // refusal with instanceof against its own copy, missed it, and both
+    // waited the whole timeout: unknown_outcome and no_reply.
+    const nc = await otherConnect({ servers: permURL, user: process.env.KEYLANE_PERM_USER, pass: process.env.KEYLANE_PERM_PASS });
+    try {
+      const p = await Client.open(nc as unknown as NatsConnection, { namespace: "perm" });
+      const started = Date.now();
+      const e1 = await expectCode(p.submit(uniq("k"), "buy 1", { timeout: 15000 }), "refused");
+      assert.match(e1.message, /Permissions Violation/i);
+      await expectCode(p.call(uniq("k"), "buy 1", { timeout: 15000 }), "refused");
+      const took = Date.now() - started;
+      assert.ok(took < 5000, `refused after ${took} ms: the refusal was waited out`);
+      await p.close();
+    } finally {
+      await nc.close();
     }
   });
 
