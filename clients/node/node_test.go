@@ -34,9 +34,15 @@ import (
 )
 
 // needNode returns the paths of node and npm, or skips (fails under CI).
+// KEYLANE_NODE, when set, names the node that runs the tests (e.g. the
+// package's minimum, Debian 12's node 18); npm and the TypeScript build
+// run under the PATH's node either way.
 func needNode(t *testing.T) (node, npm string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
+	if n := os.Getenv("KEYLANE_NODE"); n != "" {
+		node = n
+	}
 	if err == nil {
 		npm, err = exec.LookPath("npm")
 	}
