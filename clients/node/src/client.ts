@@ -355,7 +355,7 @@ export class Client {
         return await jsm.streams.info(name);
       } catch (err) {
         if (jetStreamErrCode(err) === 10059) {
-          throw new KeylaneError("no_topology", `keylane: no jobs stream for namespace ${JSON.stringify(namespace)}${what}: start a worker (it creates the namespace), or call Setup`, undefined, { cause: err });
+          throw new KeylaneError("no_topology", `keylane: no jobs stream for namespace ${JSON.stringify(namespace)}${what}: start a keylane worker for it, which creates it (worker --namespace ${namespace})`, undefined, { cause: err });
         }
         throw err;
       }
@@ -769,7 +769,7 @@ export class Client {
     }
     if (until <= 0) return null; // due: it runs at once
     if (!this.info.delays) {
-      throw new KeylaneError("delays_off", `keylane: namespace ${this.info.namespace} takes no delayed jobs: it was created without them (keylane worker --delays, on a new namespace)`, opts.id);
+      throw new KeylaneError("delays_off", `keylane: namespace ${this.info.namespace} takes no delayed jobs: it was created without them (a namespace takes them when the worker that creates it runs with --delays: worker --namespace NAME --delays)`, opts.id);
     }
     return runAt;
   }

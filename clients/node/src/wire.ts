@@ -158,7 +158,7 @@ function hasPrefixFold(s: string, prefix: string): boolean {
 /** validateUserHeader: a submitter's own header, by package wire's rule. */
 export function validateUserHeader(name: string, value: string): void {
   if (hasPrefixFold(name, "Nats-") || hasPrefixFold(name, "Keylane-") || name.toLowerCase() === "status" || name.toLowerCase() === "description") {
-    throw new KeylaneError("reserved_header", `wire: header is reserved (Nats-* for the server, Keylane-* for keylane, Status and Description for nats.go): ${JSON.stringify(clip(name))}`);
+    throw new KeylaneError("reserved_header", `wire: header is reserved (Nats-* for the server, Keylane-* for keylane, Status and Description for the NATS clients): ${JSON.stringify(clip(name))}`);
   }
   let nameOK = name.length > 0 && name.length <= MaxHeaderNameLen;
   for (let i = 0; nameOK && i < name.length; i++) {
