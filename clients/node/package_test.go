@@ -29,6 +29,11 @@ import (
 func TestNodePackage(t *testing.T) {
 	node, npm := needNode(t)
 	build(t, npm) // node_modules for the copy's build
+	if v, err := exec.Command(node, "--version").CombinedOutput(); err != nil {
+		t.Fatalf("%s --version: %v: %s", node, err, v)
+	} else {
+		t.Logf("the application runs on node %s", bytes.TrimSpace(v))
+	}
 	src, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)

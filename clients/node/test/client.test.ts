@@ -55,6 +55,31 @@ function batchesOf(msgs: Msg[], key: string): SeenBatch[] {
   return msgs.filter((m) => m.subject.endsWith(".batch")).map(seenBatch).filter((b) => b.jobs.some((j) => j.key === key));
 }
 
+// once drops the copies of a batch published again (its ack was late,
+// as on a loaded machine): every copy is the same bytes under the same
+// batch ID.
+function once(seen: SeenBatch[]): SeenBatch[] {
+  const first = new Map<string, SeenBatch>();
+  for (const b of seen) {
+    const f = first.get(b.batchID);
+    if (f) assert.equal(b.body, f.body, `batch ${b.batchID} published again with other bytes`);
+    else first.set(b.batchID, b);
+  }
+  return [...first.values()];
+}
+
+// onceByID drops the copies of a one-job message published again (same
+// Nats-Msg-Id), keeping the first of each.
+function onceByID(msgs: Msg[]): Msg[] {
+  const ids = new Set<string>();
+  return msgs.filter((m) => {
+    const id = m.headers?.get("Nats-Msg-Id") ?? "";
+    if (ids.has(id)) return false;
+    ids.add(id);
+    return true;
+  });
+}
+
 // expectCode asserts that p rejects with a KeylaneError of code.
 async function expectCode(p: Promise<unknown>, code: string): Promise<KeylaneError> {
   try {
@@ -146,7 +171,7 @@ describe("keylane client against a Go worker", { skip }, () => {
     }
     // Nothing on the key's own subject: no one-job message.
     assert.deepEqual(s.msgs.filter((m) => m.subject.endsWith("." + keyToken(sku))).map((m) => m.subject), []);
-    const seen = batchesOf(s.msgs, sku);
+    const seen = once(batchesOf(s.msgs, sku));
     assert.equal(seen.length, 4, "four jobs, four batch messages");
     const p = partitionOf(sku, c.partitions);
     for (const b of seen) {
@@ -196,9 +221,9 @@ describe("keylane client against a Go worker", { skip }, () => {
       // The submit's batch went again after its ack wait: the same batch
       // ID and the same bytes, which the server drops as its copy (the
       // duplicate answer to a later copy is ours: submit resolves).
-      assert.equal(buy1.length, 2, "the submit's batch sent twice");
-      assert.equal(buy1[0].batchID, buy1[1].batchID);
-      assert.equal(buy1[0].body, buy1[1].body);
+      // (Twice, or more when a copy's ack is late on a loaded machine.)
+      assert.ok(buy1.length >= 2, "the submit's batch sent again");
+      assert.equal(once(buy1).length, 1, "every copy the same batch ID and bytes");
       assert.equal(id, `${buy1[0].batchID}.0`);
       // The call's reply proves its batch stored: it may come before the
       // ack wait ends (one copy), or after a copy went again (the same).
@@ -245,7 +270,7 @@ describe("keylane client against a Go worker", { skip }, () => {
       s.stop();
     }
     assert.deepEqual(answers, ["sold 4", "sold 4", "sold 4"]);
-    const seen = batchesOf(s.msgs, sku);
+    const seen = once(batchesOf(s.msgs, sku));
     assert.equal(seen.length, 3);
     assert.equal(new Set(seen.map((b) => b.batchID)).size, 3, "three batches, each its own ID");
     for (const b of seen) assert.ok(b.jobs[0].id === id && b.jobs[0].idempotent);
@@ -510,7 +535,7 @@ describe("keylane client against a Go worker", { skip }, () => {
     // Nothing on the keys' own subjects; each batch one partition's, at
     // most 256 jobs, a generated ID its batch's and index's.
     assert.deepEqual(s.msgs.filter((m) => !m.subject.endsWith(".batch")).map((m) => m.subject), []);
-    const seen = s.msgs.map(seenBatch);
+    const seen = once(s.msgs.map(seenBatch));
     const sent: string[] = [];
     for (const b of seen) {
       assert.ok(b.jobs.length >= 1 && b.jobs.length <= 256, `a batch of ${b.jobs.length}`);
@@ -555,8 +580,9 @@ describe("keylane client against a Go worker", { skip }, () => {
       const out = await k.submitMany([1, 2, 3].map((n) => ({ key, payload: `buy ${n}` })));
       s.stop();
       assert.deepEqual(out.map((o) => o.error?.code), [undefined, undefined, "key_backlog_full"]);
-      assert.deepEqual(s.msgs.map((m) => m.subject.split(".").pop()), [keyToken(key), keyToken(key), keyToken(key)]);
-      assert.deepEqual(s.msgs.map((m) => m.headers?.get("Nats-Msg-Id")), out.map((o) => o.id));
+      const msgs = onceByID(s.msgs);
+      assert.deepEqual(msgs.map((m) => m.subject.split(".").pop()), [keyToken(key), keyToken(key), keyToken(key)]);
+      assert.deepEqual(msgs.map((m) => m.headers?.get("Nats-Msg-Id")), out.map((o) => o.id));
     } finally {
       await k.close();
     }
@@ -652,7 +678,7 @@ describe("keylane client against a Go worker", { skip }, () => {
       } finally {
         s.stop();
       }
-      const sub = s.msgs.filter((m) => m.subject.includes(".delay."));
+      const sub = onceByID(s.msgs.filter((m) => m.subject.includes(".delay.")));
       assert.equal(sub.length, 1, "one submission on the delay subject");
       const m = sub[0];
       assert.equal(m.subject, `${delayNamespace}.delay.${partitionOf(key, d.partitions)}.${id.replaceAll(".", "~")}`);
