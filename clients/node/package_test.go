@@ -143,6 +143,34 @@ func TestNodePackage(t *testing.T) {
 	if err := os.Symlink(filepath.Join(src, "node_modules", "@nats-io"), filepath.Join(mods, "@nats-io")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Symlink(filepath.Join(src, "node_modules", "@types"), filepath.Join(mods, "@types")); err != nil {
+		t.Fatal(err)
+	}
+	// Its TypeScript, an ES module and a CommonJS one, type-checks
+	// against the package's declarations (moduleResolution NodeNext).
+	for name, code := range map[string]string{
+		"tsconfig.json": `{"compilerOptions": {"module": "NodeNext", "moduleResolution": "NodeNext", "target": "ES2022", "strict": true, "noEmit": true, "types": ["node"]}, "files": ["typed.mts", "typed.cts"]}`,
+		"typed.mts": `import { connect, KeylaneError, type JobOptions, type Submitted } from "@keylane/client";
+const opts: JobOptions = { id: "order-1", signal: new AbortController().signal, delay: 1000 };
+const c = await connect({ servers: "127.0.0.1:4222" });
+const out: Submitted[] = await c.submitMany([{ key: "k", payload: "p", ...opts }]);
+if (out[0].error instanceof KeylaneError) console.log(out[0].error.code);
+`,
+		"typed.cts": `import kl = require("@keylane/client");
+export async function f(): Promise<string> {
+  const c = await kl.connect({ namespace: "shop" });
+  return c.submit("k", new Uint8Array(1), { runAt: new Date() });
+}
+`,
+	} {
+		if err := os.WriteFile(filepath.Join(app, name), []byte(code), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tsc := exec.CommandContext(ctx, node, filepath.Join(src, "node_modules", "typescript", "bin", "tsc"), "-p", app)
+	if b, err := tsc.CombinedOutput(); err != nil {
+		t.Fatalf("tsc on an application's TypeScript: %v\n%s", err, b)
+	}
 	l := startSale(t, "pkgtest")
 	u, err := url.Parse(l.URL)
 	if err != nil {
