@@ -34,9 +34,15 @@ import (
 )
 
 // needNode returns the paths of node and npm, or skips (fails under CI).
+// KEYLANE_NODE, when set, names the node that runs the tests (e.g. the
+// package's minimum, Debian 12's node 18); npm and the TypeScript build
+// run under the PATH's node either way.
 func needNode(t *testing.T) (node, npm string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
+	if n := os.Getenv("KEYLANE_NODE"); n != "" {
+		node = n
+	}
 	if err == nil {
 		npm, err = exec.LookPath("npm")
 	}
@@ -150,6 +156,20 @@ func startSale(t *testing.T, ns string) *sale.Local {
 // {"key": <job key>, "got": <the JSON payload>}, for the JSON helpers.
 func jsonWorker(t *testing.T, url, ns string) {
 	t.Helper()
+	jsonWorkerOf(t, url, keylane.TopologyConfig{Namespace: ns, Partitions: 2, LeaseTTL: 2 * time.Second})
+}
+
+// delayWorker runs a worker on namespace ns of url, made with delayed
+// jobs, whose handler answers {"key": <job key>, "got": <the JSON
+// payload>, "at": <when it ran, Unix ms>}: a delayed job's outcome says
+// when it ran.
+func delayWorker(t *testing.T, url, ns string) {
+	t.Helper()
+	jsonWorkerOf(t, url, keylane.TopologyConfig{Namespace: ns, Partitions: 2, LeaseTTL: 2 * time.Second, Delays: true})
+}
+
+func jsonWorkerOf(t *testing.T, url string, tc keylane.TopologyConfig) {
+	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
@@ -160,12 +180,12 @@ func jsonWorker(t *testing.T, url, ns string) {
 		if err := json.Unmarshal(job.Payload, &got); err != nil {
 			return nil, keylane.Permanent(err)
 		}
-		return json.Marshal(map[string]any{"key": job.Key, "got": got})
+		return json.Marshal(map[string]any{"key": job.Key, "got": got, "at": time.Now().UnixMilli()})
 	})
 	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
-		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: 2, LeaseTTL: 2 * time.Second},
+		Topology: tc,
 		Handler:  h,
-		ID:       "json-worker",
+		ID:       tc.Namespace + "-worker",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -325,11 +345,12 @@ func TestNodeClient(t *testing.T) {
 	build(t, npm)
 	l := startSale(t, "nodetest")
 	jsonWorker(t, l.URL, "nodejson")
+	delayWorker(t, l.URL, "nodedelay")
 	capNamespace(t, l.URL, "nodecap")
 	perm := permServer(t)
 	heldNamespace(t, l.URL, "nodeheld")
 	batchedID, batchedResult, garbledID := batchedCall(t, l, "nodetest")
-	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_CAP_NAMESPACE=nodecap",
+	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_DELAY_NAMESPACE=nodedelay", "KEYLANE_CAP_NAMESPACE=nodecap",
 		"KEYLANE_HELD_NAMESPACE=nodeheld", "KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret",
 		"KEYLANE_BATCHED_ID=" + batchedID, "KEYLANE_BATCHED_RESULT=" + batchedResult, "KEYLANE_GARBLED_BATCHED_ID=" + garbledID}
 	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {

@@ -46,7 +46,7 @@ func TestREADMEExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dist, err := filepath.Abs("dist/src/index.js")
+	dist, err := filepath.Abs("dist/cjs/index.js")
 	if err != nil {
 		t.Fatal(err)
 	}

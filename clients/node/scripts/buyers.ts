@@ -8,7 +8,7 @@
 // unanswered one as {"id","sku","error"}.
 
 import { createInterface } from "node:readline";
-import { connect, KeylaneError } from "../src/index.js";
+import { connect, KeylaneError } from "@keylane/client";
 
 const env = (k: string): string => {
   const v = process.env[k];

@@ -6,7 +6,7 @@
 // jobs: [{ key, id, explicit, type, reply, call, headers, payload_hex }] };
 // output: an array of { subject, headers, body_hex } or { error }.
 
-import { batchJobOf, buildBatch, buildJob, type JobInput } from "../src/index.js";
+import { batchJobOf, buildBatch, buildJob, type JobInput } from "@keylane/client";
 
 interface In {
   namespace: string;

@@ -8,10 +8,11 @@
 
 import { randomBytes } from "node:crypto";
 import { connect as natsConnect, type NodeConnectionOptions } from "@nats-io/transport-node";
-import { headers as natsHeaders, nuid, PermissionViolationError, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
-import { jetstream, jetstreamManager, JetStreamApiError, type StreamInfo } from "@nats-io/jetstream";
+import { headers as natsHeaders, nuid, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { jetstream, jetstreamManager, type StreamInfo } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
-import { HeldError, KeyBacklogFullError, KeylaneError, NoReplyError } from "./errors.js";
+import { AbortedError, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError } from "./errors.js";
+import { jetStreamErrCode, publishRefusal } from "./natserrors.js";
 import {
   DefaultNamespace,
   DefaultReplyPrefix,
@@ -36,7 +37,10 @@ import {
   DeadLetterReserve,
   MaxBatchBytes,
   messageSize,
+  MaxDelay,
+  RunAtTolerance,
   partitionOf,
+  type BatchJob,
   type BatchMessage,
   parseStreamAck,
   transient,
@@ -99,6 +103,37 @@ export interface JobOptions {
   headers?: Record<string, string | string[]>;
   /** How long to wait in all, in ms. Defaults to 30000. */
   timeout?: number;
+  /**
+   * Aborts the submit or call (AbortedError, name "AbortError"): before
+   * anything is sent, nothing is stored; after, whether the job was
+   * stored is unknown, as after a timeout (try again with the same id).
+   */
+  signal?: AbortSignal;
+  /**
+   * submit only: the job joins its key's queue this many ms from now
+   * (0 to 30 days; 0 is now). The namespace must take delayed jobs
+   * (keylane.delays), else delays_off. call refuses it (delayed_call).
+   */
+  delay?: number;
+  /**
+   * submit only: the job joins its key's queue at this time, never
+   * before and once (at most 30 days ahead; up to a second in the past
+   * runs at once, further is bad_delay). Give it an id to read its
+   * outcome later with result(id).
+   */
+  runAt?: Date;
+}
+
+/** One job of submitMany: its key and payload, and a submit's options but timeout and signal. */
+export interface ManyJob extends Omit<JobOptions, "timeout" | "signal"> {
+  key: string;
+  payload?: Uint8Array | string;
+}
+
+/** submitMany's answer for one job: its ID, and error unless the stream stored it. */
+export interface Submitted {
+  id: string;
+  error?: KeylaneError;
 }
 
 /** What the namespace's jobs stream metadata says (Go's Meta, the parts a client uses). */
@@ -116,7 +151,7 @@ export interface NamespaceInfo {
    * says.
    */
   batches: boolean;
-  /** The namespace takes delayed jobs (this client does not send any). */
+  /** The namespace takes delayed jobs (keylane.delays "2"): submit's delay and runAt. */
   delays: boolean;
 }
 
@@ -135,6 +170,12 @@ const noLeaderPause = 250;
 const defaultTimeout = 30000;
 const defaultRequestTimeout = 5000;
 
+// submitMany cuts a partition's jobs into batches of at most this many
+// (the Go client's wireBatchMaxJobs; the wire takes 1024), and has at
+// most manyMaxPending messages awaiting their acks at once.
+const manyBatchMaxJobs = 256;
+const manyMaxPending = 256;
+
 const ackMark = "_"; // an ack's token: ackMark and the job's token
 const heldMark = "="; // a held notice's token: heldMark and the job's token
 
@@ -144,7 +185,8 @@ type Event =
   | { t: "held"; m: Msg }
   | { t: "reconnect" }
   | { t: "refused"; subject: string; error: Error }
-  | { t: "closed" };
+  | { t: "closed" }
+  | { t: "aborted" };
 
 // Waiter receives one job's acks, its reply, a held notice and the
 // connection's news, in order; next waits for the next one, bounded.
@@ -312,8 +354,8 @@ export class Client {
       try {
         return await jsm.streams.info(name);
       } catch (err) {
-        if (err instanceof JetStreamApiError && err.code === 10059) {
-          throw new KeylaneError("no_topology", `keylane: no jobs stream for namespace ${JSON.stringify(namespace)}${what}: start a worker (it creates the namespace), or call Setup`, undefined, { cause: err });
+        if (jetStreamErrCode(err) === 10059) {
+          throw new KeylaneError("no_topology", `keylane: no jobs stream for namespace ${JSON.stringify(namespace)}${what}: start a keylane worker for it, which creates it (worker --namespace ${namespace})`, undefined, { cause: err });
         }
         throw err;
       }
@@ -364,12 +406,135 @@ export class Client {
    * without running (submit resolves); only on a namespace with a key
    * backlog cap, where a job goes as a one-job message, is one whose ID
    * the stream stored before refused with duplicate (nothing new stored).
+   * A delayed job (delay or runAt) goes as a one-job message on its
+   * partition's delay subject. opts.signal aborts it (AbortedError).
    */
   async submit(key: string, payload?: Uint8Array | string, opts: JobOptions = {}): Promise<string> {
+    notAborted(opts.signal, "submit", opts.id);
     const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
     const { job, batch } = this.message(key, toBytes(payload), opts, false);
-    if (batch) return this.submitBatch(job, batch, deadline);
+    if (batch) {
+      await this.submitBatch(batch, job.id, job.id, deadline, opts.signal);
+      return job.id;
+    }
+    return this.submitOne(job, deadline, opts.signal);
+  }
+
+  /**
+   * submitMany stores many jobs at once and resolves, once every one is
+   * stored or refused, to one entry per job in the order given: its ID,
+   * and error when it was not stored (or whether it was is unknown). It
+   * never rejects for a job's sake. The jobs of a partition given in a
+   * row travel in batch messages (the format of every job, PROTOCOL.md §
+   * 12) of at most 256 jobs and the server's max_payload; a generated ID
+   * is "<batch ID>.<index>", a caller's id stays. A job that goes alone
+   * (a delayed job, any job on a namespace with a key backlog cap, one too
+   * large for a batch) is a one-job message, and its partition's batch
+   * before it is sent first, so a key's jobs are stored in the order
+   * given. A batch the server refuses refuses each of its jobs.
+   * opts.timeout bounds the whole; opts.signal aborts what is not stored
+   * yet (AbortedError: sent false for what was never published).
+   */
+  async submitMany(jobs: ManyJob[], opts: { timeout?: number; signal?: AbortSignal } = {}): Promise<Submitted[]> {
+    const out: Submitted[] = jobs.map((j) => ({ id: j?.id ?? "" }));
+    const signal = opts.signal;
+    if (signal?.aborted) {
+      out.forEach((o) => (o.error = new AbortedError("submit", o.id || undefined, false, signal.reason)));
+      return out;
+    }
+    const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
+    const room = this.batchRoom();
+    type Open = { batchID: string; jobs: BatchJob[]; idx: number[]; bytes: number; ids: Set<string> };
+    const open = new Map<number, Open>();
+    // Every message in the order it is published: a batch when cut, a
+    // one-job message when met.
+    const sends: Array<{ idx: number[]; run: () => Promise<void> }> = [];
+    const flush = (p: number) => {
+      const b = open.get(p);
+      if (!b) return;
+      open.delete(p);
+      const msg = buildBatch(this.info, p, b.batchID, b.jobs);
+      const label = `batch ${b.batchID} (${b.jobs.length} job${b.jobs.length === 1 ? "" : "s"})`;
+      sends.push({
+        idx: b.idx,
+        run: async () => {
+          try {
+            await this.submitBatch(msg, label, undefined, deadline, signal);
+          } catch (err) {
+            for (const i of b.idx) out[i].error = errorOfJob(err, out[i].id);
+          }
+        },
+      });
+    };
+    for (let i = 0; i < jobs.length; i++) {
+      const j = jobs[i];
+      let built: ReturnType<Client["message"]>;
+      try {
+        if (typeof j !== "object" || j === null) throw new KeylaneError("bad_key", `keylane: submitMany: job ${i} is not an object`);
+        built = this.message(j.key, toBytes(j.payload), j, false);
+      } catch (err) {
+        out[i].error = errorOfJob(err, out[i].id);
+        continue;
+      }
+      const { job, batch, bj } = built;
+      const p = partitionOf(job.key, this.info.partitions);
+      if (!batch || !bj) {
+        flush(p); // a key's earlier jobs are stored first
+        out[i].id = job.id;
+        sends.push({
+          idx: [i],
+          run: async () => {
+            try {
+              await this.submitOne(job, deadline, signal);
+            } catch (err) {
+              out[i].error = errorOfJob(err, job.id);
+            }
+          },
+        });
+        continue;
+      }
+      let b = open.get(p);
+      const size = (o: Open) => batchJobSize({ ...bj, id: bj.idempotent ? bj.id : batchedJobID(o.batchID, o.jobs.length) });
+      if (b && (b.jobs.length >= manyBatchMaxJobs || b.bytes + size(b) > room || (bj.idempotent && b.ids.has(bj.id)))) {
+        // Full, or the caller's ID twice (the worker would refuse the
+        // second copy in one batch): the next batch.
+        flush(p);
+        b = undefined;
+      }
+      if (!b) {
+        b = { batchID: this.batchIDs(), jobs: [], idx: [], bytes: 0, ids: new Set() };
+        open.set(p, b);
+      }
+      const id = bj.idempotent ? bj.id : batchedJobID(b.batchID, b.jobs.length);
+      b.bytes += size(b);
+      b.jobs.push({ ...bj, id });
+      b.idx.push(i);
+      b.ids.add(id);
+      out[i].id = id;
+    }
+    for (const p of [...open.keys()]) flush(p);
+    // Published in order, at most manyMaxPending messages awaiting their
+    // acks at once.
+    const running = new Set<Promise<void>>();
+    for (const s of sends) {
+      while (running.size >= manyMaxPending) await Promise.race(running);
+      if (signal?.aborted) {
+        for (const i of s.idx) out[i].error = new AbortedError("submit", out[i].id, false, signal.reason);
+        continue;
+      }
+      const r: Promise<void> = s.run().finally(() => running.delete(r));
+      running.add(r);
+    }
+    await Promise.all(running);
+    return out;
+  }
+
+  // submitOne is submit's path for a one-job message: resolved to its ID
+  // once stored. A copy whose stream ack does not come is published
+  // again, flagged idempotent, until the timeout.
+  private async submitOne(job: Job, deadline: number, signal?: AbortSignal): Promise<string> {
     const { token, w } = this.wait();
+    const unwatch = watchAbort(signal, w);
     try {
       let resent = false;
       let ackWait = ackWaitFirst;
@@ -389,6 +554,7 @@ export class Client {
           continue;
         }
         if (e.t === "closed") throw new KeylaneError("closed", `keylane: submit ${job.id}: client closed`, job.id);
+        if (e.t === "aborted") throw new AbortedError("submit", job.id, true, signal?.reason);
         if (e.t === "reconnect") {
           republishAt = Date.now(); // a lost publish or ack: send it again now
           continue;
@@ -424,6 +590,7 @@ export class Client {
         return job.id;
       }
     } finally {
+      unwatch();
       this.unwait(token);
     }
   }
@@ -433,13 +600,20 @@ export class Client {
    * error rejects with a RemoteError; no outcome before the timeout with
    * a NoReplyError (call again with the same id: the job never runs
    * twice, and its outcome comes from where the worker keeps it).
+   * opts.signal stops the wait (AbortedError); a call takes no delay
+   * (delayed_call).
    */
   async call(key: string, payload?: Uint8Array | string, opts: JobOptions = {}): Promise<Uint8Array> {
+    notAborted(opts.signal, "call", opts.id);
+    if ((opts.delay !== undefined && opts.delay !== 0) || opts.runAt !== undefined) {
+      throw new KeylaneError("delayed_call", "keylane: call takes no delay: submit the delayed job with an id, and read its outcome with result(id)", opts.id);
+    }
     const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
     const { token, w } = this.wait();
+    const unwatch = watchAbort(opts.signal, w);
     try {
       const { job, batch } = this.message(key, toBytes(payload), opts, true, this.inbox + token);
-      if (batch) return await this.callBatch(job, batch, token, w, deadline);
+      if (batch) return await this.callBatch(job, batch, token, w, deadline, opts.signal);
       let acked = false;
       let ackWait = ackWaitFirst;
       let republishAt = Date.now() + ackWait;
@@ -466,6 +640,8 @@ export class Client {
         switch (e.t) {
           case "closed":
             throw new KeylaneError("closed", `keylane: call ${job.id}: client closed`, job.id);
+          case "aborted":
+            throw new AbortedError("call", job.id, true, opts.signal?.reason);
           case "reconnect":
             // The reply may have been lost while away: read the kept
             // outcome too, and publish again if unacked.
@@ -474,7 +650,7 @@ export class Client {
             continue;
           case "refused":
             if (e.subject !== job.subject || acked) continue;
-            throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
+            throw new KeylaneError("refused", `keylane: call ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
           case "result":
             return unwrap(decodeReply(getter(e.m.headers), e.m.data, job.id));
           case "held":
@@ -506,7 +682,7 @@ export class Client {
                 pollAt = Math.min(pollAt, Date.now());
                 continue;
               }
-              throw new KeylaneError("refused", `keylane: submit ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
+              throw new KeylaneError("refused", `keylane: call ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
             }
             if (a.ack.duplicate) {
               // Stored before, by an earlier call with this ID (or our
@@ -521,6 +697,7 @@ export class Client {
         }
       }
     } finally {
+      unwatch();
       this.unwait(token);
     }
   }
@@ -541,10 +718,13 @@ export class Client {
    * its result, or a RemoteError; no_result when none is kept. A Go
    * client's batched Call (a job ID "<batch ID>.<index>", as a Go
    * NoReplyError names it) is read from its batch's entry too.
+   * opts.signal stops the read (AbortedError).
    */
-  async result(id: string, opts: { timeout?: number } = {}): Promise<Uint8Array> {
+  async result(id: string, opts: { timeout?: number; signal?: AbortSignal } = {}): Promise<Uint8Array> {
+    notAborted(opts.signal, "result", id);
     validateJobID(id);
-    const kept = await this.keptOrNull(id, Date.now() + (opts.timeout ?? this.requestTimeout), true);
+    const read = this.keptOrNull(id, Date.now() + (opts.timeout ?? this.requestTimeout), true);
+    const kept = await abortable(read, opts.signal, () => new AbortedError("result", id, false, opts.signal?.reason));
     if (!kept) throw new KeylaneError("no_result", `keylane: no stored result (job ${id})`, id);
     return unwrap(kept);
   }
@@ -558,31 +738,78 @@ export class Client {
     if (this.ownsConnection) await this.nc.close();
   }
 
+  // runAtOf reads a job's delay options as the Go client's WithDelay and
+  // WithRunAt do: null for a job due now (no delay, a delay of 0, a run-at
+  // time up to RunAtTolerance in the past); bad_delay for a negative or
+  // non-finite delay, one beyond MaxDelay, a run-at time further in the
+  // past; delays_off when the namespace takes no delayed jobs.
+  private runAtOf(opts: JobOptions): Date | null {
+    let runAt: Date | null = null;
+    if (opts.delay !== undefined) {
+      const d = opts.delay;
+      if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || d > MaxDelay) {
+        throw new KeylaneError("bad_delay", `keylane: bad delay: ${String(d)} ms must be 0 to ${MaxDelay} (30 days)`, opts.id);
+      }
+      if (d > 0) runAt = new Date(Date.now() + d);
+    }
+    if (opts.runAt !== undefined) {
+      const t = opts.runAt;
+      if (!(t instanceof Date) || Number.isNaN(t.getTime())) {
+        throw new KeylaneError("bad_delay", `keylane: bad delay: runAt must be a valid Date (got ${String(t)})`, opts.id);
+      }
+      runAt = t;
+    }
+    if (runAt === null) return null;
+    const until = runAt.getTime() - Date.now();
+    if (until < -RunAtTolerance) {
+      throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is ${-until} ms in the past (tolerance ${RunAtTolerance} ms)`, opts.id);
+    }
+    if (until > MaxDelay) {
+      throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is beyond 30 days from now`, opts.id);
+    }
+    if (until <= 0) return null; // due: it runs at once
+    if (!this.info.delays) {
+      throw new KeylaneError("delays_off", `keylane: namespace ${this.info.namespace} takes no delayed jobs: it was created without them (a namespace takes them when the worker that creates it runs with --delays: worker --namespace NAME --delays)`, opts.id);
+    }
+    return runAt;
+  }
+
+  // batchRoom is the most bytes (by batchJobSize) the jobs of one batch
+  // message take: max_payload less the dead letter's reserve, 1 KiB of
+  // headers and the body's head, and at most the wire's limit on a body
+  // (the Go client's batchRoom).
+  private batchRoom(): number {
+    const maxPayload = this.nc.info?.max_payload ?? 1024 * 1024;
+    return Math.max(1, Math.min(maxPayload - DeadLetterReserve - 1024, MaxBatchBytes) - BatchHeaderSize);
+  }
+
   // message builds the job with this namespace's settings: checked by
   // every rule and the size limit of a one-job message (buildJob), and,
-  // unless it must go as one, as a batch of one (batch). A job goes as a
-  // one-job message (batch null) on a namespace with a key backlog cap
-  // (the server counts a key's messages on its key's subject, and a
-  // worker refuses a batch on the batch subject there), and when its
-  // batch would exceed the wire's limit on a body (MaxBatchBytes) or
-  // max_payload less DeadLetterReserve, which a one-job message it
-  // passed does not. In a batch a generated ID is <batch ID>.0 (the worker
-  // refuses any other), and a caller's ID stays, flagged idempotent.
-  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): { job: Job; batch: BatchMessage | null } {
+  // unless it must go as one, as a batch of one (batch, and bj its job).
+  // A job goes as a one-job message (batch null) when delayed (on its
+  // delay subject), on a namespace with a key backlog cap (the server
+  // counts a key's messages on its key's subject, and a worker refuses a
+  // batch on the batch subject there), and when its batch would exceed
+  // the wire's limit on a body (MaxBatchBytes) or max_payload less
+  // DeadLetterReserve, which a one-job message it passed does not. In a
+  // batch a generated ID is <batch ID>.0 (the worker refuses any other),
+  // and a caller's ID stays, flagged idempotent.
+  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): { job: Job; batch: BatchMessage | null; bj: BatchJob | null } {
     const explicit = opts.id !== undefined;
     const maxPayload = this.nc.info?.max_payload ?? 1024 * 1024;
-    if (this.info.maxKeyBacklog > 0) {
+    const runAt = call ? null : this.runAtOf(opts);
+    if (runAt || this.info.maxKeyBacklog > 0) {
       const id = explicit ? opts.id! : newJobID();
-      return { job: buildJob(this.info, { key, payload, id, explicit, type: opts.type, headers: opts.headers, reply, call }, maxPayload), batch: null };
+      return { job: buildJob(this.info, { key, payload, id, explicit, type: opts.type, headers: opts.headers, reply, call, runAt: runAt ?? undefined }, maxPayload), batch: null, bj: null };
     }
     const batchID = this.batchIDs();
     const input = { key, payload, id: explicit ? opts.id! : batchedJobID(batchID, 0), explicit, type: opts.type, headers: opts.headers, reply, call };
     const job = buildJob(this.info, input, maxPayload);
     const bj = batchJobOf(input);
-    if (BatchHeaderSize + batchJobSize(bj) > MaxBatchBytes) return { job, batch: null };
+    if (BatchHeaderSize + batchJobSize(bj) > MaxBatchBytes) return { job, batch: null, bj: null };
     const batch = buildBatch(this.info, partitionOf(key, this.info.partitions), batchID, [bj]);
-    if (messageSize(batch.subject, batch.body, batch.headers) > maxPayload - DeadLetterReserve) return { job, batch: null };
-    return { job, batch };
+    if (messageSize(batch.subject, batch.body, batch.headers) > maxPayload - DeadLetterReserve) return { job, batch: null, bj: null };
+    return { job, batch, bj };
   }
 
   // publishBatch publishes copy n of batch b, its stream ack to token's
@@ -627,15 +854,17 @@ export class Client {
     return s;
   }
 
-  // batchAck reads a stream ack of batch b (job, its only job): true when
-  // the batch is stored; false when it must be published again (no
-  // leader, a transient refusal: s.republishAt is set). It throws for a
-  // refusal, the stream's absence or another partition count
-  // (noStream), and a duplicate answer to the batch's first copy.
-  private async batchAck(e: { m: Msg; copy?: number }, s: ReturnType<Client["batchSend"]>, b: BatchMessage, job: Job, what: string): Promise<boolean> {
+  // batchAck reads a stream ack of batch b (what: "submit" or "call", id
+  // the job's ID or the batch's label in messages, jobId the job's ID
+  // when it is one job's): true when the batch is stored; false when it
+  // must be published again (no leader, a transient refusal:
+  // s.republishAt is set). It throws for a refusal, the stream's absence
+  // or another partition count (noStream), and a duplicate answer to the
+  // batch's first copy.
+  private async batchAck(e: { m: Msg; copy?: number }, s: ReturnType<Client["batchSend"]>, b: BatchMessage, what: string, id: string, jobId?: string): Promise<boolean> {
     const a = ackOf(e.m);
     if (a.noResponders) {
-      await this.noStream(job.id, streamOf(b.headers));
+      await this.noStream(id, streamOf(b.headers));
       s.republishAt = Date.now() + noLeaderPause;
       return false;
     }
@@ -645,22 +874,25 @@ export class Client {
       return false;
     }
     if (err) {
-      throw new KeylaneError("refused", `keylane: ${what} ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
+      throw new KeylaneError("refused", `keylane: ${what} ${id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, jobId);
     }
     if (a.ack.duplicate && e.copy === s.first) {
       // The server had a message under the batch's ID before its first
       // copy: the batch was dropped, not stored. (Batch IDs are random:
       // not an accident.)
-      throw new KeylaneError("batch_id_used", `keylane: ${what} ${job.id}: batch ID ${b.id} already used: not stored`, job.id);
+      throw new KeylaneError("batch_id_used", `keylane: ${what} ${id}: batch ID ${b.id} already used: not stored`, jobId);
     }
     return true;
   }
 
-  // submitBatch is submit's path for a job in batch b: resolved once the
-  // batch is stored. A batch whose stream ack does not come is published
-  // again whole, as it was (its batch ID), until the timeout.
-  private async submitBatch(job: Job, b: BatchMessage, deadline: number): Promise<string> {
+  // submitBatch is submit's (and submitMany's) path for batch b: resolved
+  // once the batch is stored. A batch whose stream ack does not come is
+  // published again whole, as it was (its batch ID), until the timeout.
+  // id names it in errors (a job's ID, or the batch), jobId is the job's
+  // ID when it is one job's.
+  private async submitBatch(b: BatchMessage, id: string, jobId: string | undefined, deadline: number, signal?: AbortSignal): Promise<void> {
     const { token, w } = this.wait();
+    const unwatch = watchAbort(signal, w);
     try {
       const s = this.batchSend(b, token);
       s.send();
@@ -668,26 +900,29 @@ export class Client {
         const e = await w.next(Math.min(deadline, s.republishAt));
         if (e === null) {
           if (Date.now() >= deadline) {
-            throw new KeylaneError("unknown_outcome", `keylane: submit ${job.id}: no stream ack before the timeout: stored or not, unknown; submit again with the same id`, job.id);
+            throw new KeylaneError("unknown_outcome", `keylane: submit ${id}: no stream ack before the timeout: stored or not, unknown; submit again with the same id`, jobId);
           }
           s.send();
           continue;
         }
         switch (e.t) {
           case "closed":
-            throw new KeylaneError("closed", `keylane: submit ${job.id}: client closed`, job.id);
+            throw new KeylaneError("closed", `keylane: submit ${id}: client closed`, jobId);
+          case "aborted":
+            throw new AbortedError("submit", id, true, signal?.reason);
           case "reconnect":
             s.republishAt = Date.now(); // a lost publish or ack: send it again now
             continue;
           case "refused":
             if (e.subject !== b.subject) continue;
-            throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
+            throw new KeylaneError("refused", `keylane: submit ${id}: refused by the server: ${e.error.message}`, jobId, { cause: e.error });
           case "ack":
-            if (await this.batchAck(e, s, b, job, "submit")) return job.id;
+            if (await this.batchAck(e, s, b, "submit", id, jobId)) return;
             continue;
         }
       }
     } finally {
+      unwatch();
       this.unwait(token);
     }
   }
@@ -697,7 +932,7 @@ export class Client {
   // while no stream ack comes), then the reply awaited; a reply not come
   // within replyWait, or a reconnect, makes it read the kept outcome too:
   // by its ID, and for a generated ID (<batch ID>.0) in its batch's entry.
-  private async callBatch(job: Job, b: BatchMessage, token: string, w: Waiter, deadline: number): Promise<Uint8Array> {
+  private async callBatch(job: Job, b: BatchMessage, token: string, w: Waiter, deadline: number, signal?: AbortSignal): Promise<Uint8Array> {
     const s = this.batchSend(b, token);
     let acked = false;
     let pollAt = Infinity; // when to read the kept outcome next
@@ -718,6 +953,8 @@ export class Client {
       switch (e.t) {
         case "closed":
           throw new KeylaneError("closed", `keylane: call ${job.id}: client closed`, job.id);
+        case "aborted":
+          throw new AbortedError("call", job.id, true, signal?.reason);
         case "reconnect":
           // The reply may have been lost while away: read the kept
           // outcome too, and publish again if unacked.
@@ -733,7 +970,7 @@ export class Client {
           throw new HeldError(job.id, getter(e.m.headers)(Header.Error) || "(no error text)", getter(e.m.headers)(Header.ErrorKind) === "held-epoch");
         case "ack":
           if (acked) continue;
-          if (await this.batchAck(e, s, b, job, "call")) {
+          if (await this.batchAck(e, s, b, "call", job.id, job.id)) {
             acked = true;
             pollAt = Math.min(pollAt, Date.now() + replyWait);
           }
@@ -764,7 +1001,7 @@ export class Client {
       const jsm = await jetstreamManager(this.nc, { timeout: this.requestTimeout, checkAPI: false });
       info = await jsm.streams.info(name);
     } catch (err) {
-      if (err instanceof JetStreamApiError && err.code === 10059) {
+      if (jetStreamErrCode(err) === 10059) {
         throw new KeylaneError("no_topology", `keylane: submit ${id}: no responders: the jobs stream ${name} of namespace ${JSON.stringify(this.info.namespace)} does not exist`, id);
       }
       return;
@@ -935,8 +1172,13 @@ export class Client {
           }
           // The server refused a publish (a permissions violation): the
           // job it names is never stored, and no ack will come.
-          if (s.type === "error" && s.error instanceof PermissionViolationError && s.error.operation === "publish") {
-            const e = { t: "refused" as const, subject: s.error.subject, error: s.error };
+          // Read by its shape: the connection may be another copy's of
+          // the NATS packages (Client.open), whose error classes are not
+          // the client's.
+          const err: unknown = s.type === "error" ? (s as { error?: unknown }).error : undefined;
+          const refusal = publishRefusal(err);
+          if (refusal) {
+            const e = { t: "refused" as const, subject: refusal.subject, error: err instanceof Error ? err : new Error(refusal.message) };
             for (const w of this.waiters.values()) w.push(e);
           }
         }
@@ -963,6 +1205,45 @@ function msgIdOf(hdrs: string | undefined): string {
     if (i > 0 && line.slice(0, i) === Header.JobID) return line.slice(i + 1).trim();
   }
   return "";
+}
+
+// notAborted throws AbortedError (nothing sent) when signal has fired.
+function notAborted(signal: AbortSignal | undefined, what: string, id?: string): void {
+  if (signal?.aborted) throw new AbortedError(what, id, false, signal.reason);
+}
+
+// watchAbort tells w when signal fires; the returned function stops it.
+function watchAbort(signal: AbortSignal | undefined, w: Waiter): () => void {
+  if (!signal) return () => {};
+  const on = () => w.push({ t: "aborted" });
+  signal.addEventListener("abort", on, { once: true });
+  return () => signal.removeEventListener("abort", on);
+}
+
+// abortable is p, or a rejection with aborted() once signal fires.
+async function abortable<T>(p: Promise<T>, signal: AbortSignal | undefined, aborted: () => Error): Promise<T> {
+  if (!signal) return p;
+  let on: (() => void) | undefined;
+  try {
+    return await Promise.race([
+      p,
+      new Promise<never>((_, reject) => {
+        on = () => reject(aborted());
+        signal.addEventListener("abort", on, { once: true });
+      }),
+    ]);
+  } finally {
+    if (on) signal.removeEventListener("abort", on);
+  }
+}
+
+// errorOfJob is err as submitMany reports it for job id: a KeylaneError
+// naming that job (one of its batch's, or its own).
+function errorOfJob(err: unknown, id: string): KeylaneError {
+  if (err instanceof KeylaneError && (err.jobId === id || id === "")) return err;
+  if (err instanceof AbortedError) return new AbortedError("submit", id, err.sent, err.cause);
+  if (err instanceof KeylaneError) return new KeylaneError(err.code, err.message, id, { cause: err });
+  return new KeylaneError("unknown_outcome", `keylane: submit ${id}: ${String(err)}`, id, { cause: err });
 }
 
 function unwrap(o: Outcome): Uint8Array {

@@ -34,6 +34,13 @@
  * - refused: the server refused the publish (its error is in the message)
  * - unknown_outcome: whether the job was stored or applied is unknown
  *   (e.g. no stream ack before the timeout); retry with the same id
+ * - aborted: the caller's AbortSignal fired (Go: context.Canceled):
+ *   AbortedError, whose sent says whether anything was published
+ * - bad_delay: ErrBadDelay (a negative delay, one over 30 days, a run-at
+ *   time over a second in the past; nothing sent)
+ * - delays_off: ErrDelaysOff (a delayed job on a namespace made without
+ *   delays; nothing sent)
+ * - delayed_call: ErrDelayedCall (call takes no delay; nothing sent)
  */
 export type ErrorCode =
   | "bad_key"
@@ -57,7 +64,11 @@ export type ErrorCode =
   | "no_result"
   | "closed"
   | "refused"
-  | "unknown_outcome";
+  | "unknown_outcome"
+  | "aborted"
+  | "bad_delay"
+  | "delays_off"
+  | "delayed_call";
 
 /** KeylaneError is every error the client throws on its own account. */
 export class KeylaneError extends Error {
@@ -124,9 +135,33 @@ export class KeyBacklogFullError extends KeylaneError {
   readonly cap: number;
 
   constructor(key: string, cap: number, jobId?: string) {
-    super("key_backlog_full", `key ${JSON.stringify(key)} backlog full: it already has ${cap} jobs waiting or running (MaxKeyBacklog); refused, nothing stored`, jobId);
+    super("key_backlog_full", `keylane: key ${JSON.stringify(key)} backlog full: it already has ${cap} jobs waiting or running (the namespace's key backlog cap); refused, nothing stored`, jobId);
     this.name = "KeyBacklogFullError";
     this.key = key;
     this.cap = cap;
+  }
+}
+
+/**
+ * AbortedError: the caller's AbortSignal fired. Its name is "AbortError",
+ * as for fetch and the rest of Node's API; cause is the signal's reason.
+ * sent false: nothing was published (nothing stored). sent true: the job
+ * was published, and whether it was stored (or ran) is unknown, as after
+ * a timeout: submit or call again with the same id.
+ */
+export class AbortedError extends KeylaneError {
+  readonly sent: boolean;
+
+  constructor(what: string, jobId: string | undefined, sent: boolean, reason: unknown) {
+    super(
+      "aborted",
+      sent
+        ? `keylane: ${what}${jobId ? " " + jobId : ""}: aborted after it was sent: stored or not, unknown; ${what === "call" ? "call" : "submit"} again with the same id`
+        : `keylane: ${what}${jobId ? " " + jobId : ""}: aborted before it was sent: nothing stored`,
+      jobId,
+      { cause: reason },
+    );
+    this.name = "AbortError";
+    this.sent = sent;
   }
 }

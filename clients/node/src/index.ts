@@ -1,7 +1,7 @@
 // @keylane/client: submit and call keylane jobs from Node.js.
 export { Client, connect } from "./client.js";
-export type { ConnectOptions, JobOptions, NamespaceInfo, OpenOptions } from "./client.js";
-export { HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError } from "./errors.js";
+export type { ConnectOptions, JobOptions, ManyJob, NamespaceInfo, OpenOptions, Submitted } from "./client.js";
+export { AbortedError, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError } from "./errors.js";
 export type { ErrorCode } from "./errors.js";
 export {
   HashName,
@@ -35,6 +35,10 @@ export {
   batchJobSize,
   batchSubject,
   batchedJobID,
+  delaySubject,
+  formatRunAt,
+  MaxDelay,
+  RunAtTolerance,
   buildBatch,
   decodeBatch,
   encodeBatch,

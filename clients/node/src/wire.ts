@@ -22,6 +22,8 @@ export const Header = {
   Batch: "Keylane-Batch",
   /** A batch message's job count (decimal). */
   BatchJobs: "Keylane-Batch-Jobs",
+  /** A delayed job's due time (RFC 3339, UTC), on its submission. */
+  RunAt: "Keylane-Run-At",
 } as const;
 
 /** Metadata keys of the jobs stream (meta.go). */
@@ -48,6 +50,10 @@ export const MaxHeaderNameLen = 256;
 /** Room left under max_payload for what a dead letter adds. */
 export const DeadLetterReserve = 2048;
 export const DefaultNamespace = "keylane";
+/** How far after now a delayed job may be due: 30 days, in ms (wire.MaxDelay). */
+export const MaxDelay = 30 * 24 * 3600 * 1000;
+/** How far in the past a run-at time may be (it then runs at once), in ms (RunAtTolerance). */
+export const RunAtTolerance = 1000;
 export const DefaultReplyPrefix = "_INBOX.";
 
 const enc = new TextEncoder();
@@ -152,7 +158,7 @@ function hasPrefixFold(s: string, prefix: string): boolean {
 /** validateUserHeader: a submitter's own header, by package wire's rule. */
 export function validateUserHeader(name: string, value: string): void {
   if (hasPrefixFold(name, "Nats-") || hasPrefixFold(name, "Keylane-") || name.toLowerCase() === "status" || name.toLowerCase() === "description") {
-    throw new KeylaneError("reserved_header", `wire: header is reserved (Nats-* for the server, Keylane-* for keylane, Status and Description for nats.go): ${JSON.stringify(clip(name))}`);
+    throw new KeylaneError("reserved_header", `wire: header is reserved (Nats-* for the server, Keylane-* for keylane, Status and Description for the NATS clients): ${JSON.stringify(clip(name))}`);
   }
   let nameOK = name.length > 0 && name.length <= MaxHeaderNameLen;
   for (let i = 0; nameOK && i < name.length; i++) {
@@ -196,6 +202,24 @@ export function partitionOf(key: string, n: number): number {
 /** jobsSubject is where a job of key goes: <ns>.jobs.<p>.<token>. */
 export function jobsSubject(namespace: string, p: number, key: string): string {
   return `${namespace}.jobs.${p}.${keyToken(key)}`;
+}
+
+/**
+ * delaySubject is where a delayed job's submission goes:
+ * <ns>.delay.<p>.<id~>, the job ID with every "." replaced by "~"
+ * (partition.DelaySubject); p is its key's partition.
+ */
+export function delaySubject(namespace: string, p: number, id: string): string {
+  return `${namespace}.delay.${p}.${id.replaceAll(".", "~")}`;
+}
+
+/**
+ * formatRunAt writes t as Go's time.RFC3339Nano in UTC: no fraction when
+ * it is whole seconds, else the fraction without trailing zeros
+ * ("2026-11-27T12:00:00Z", "2026-11-27T12:00:00.25Z").
+ */
+export function formatRunAt(t: Date): string {
+  return t.toISOString().replace(/\.?0*Z$/, "Z");
 }
 
 /** shardOf is the jobs stream shard that holds partition p among s. */
@@ -288,6 +312,8 @@ export interface JobInput {
   reply?: string;
   /** A call: the worker keeps its outcome by ID. */
   call?: boolean;
+  /** A delayed job's due time: a submission on its delay subject (delaySubject). */
+  runAt?: Date;
 }
 
 /** A job message as it is published. */
@@ -324,7 +350,10 @@ export function buildJob(ns: NamespaceSettings, input: JobInput, maxPayload: num
   }
   validateJobID(input.id);
   const p = partitionOf(input.key, ns.partitions);
-  const subject = jobsSubject(ns.namespace, p, input.key);
+  if (input.runAt !== undefined && input.reply !== undefined) {
+    throw new KeylaneError("delayed_call", "keylane: call takes no delay: submit the delayed job with an id, and read its outcome with result(id)", input.id);
+  }
+  const subject = input.runAt !== undefined ? delaySubject(ns.namespace, p, input.id) : jobsSubject(ns.namespace, p, input.key);
   const headers: Array<[string, string]> = [...user];
   headers.push([Header.JobID, input.id], [Header.Key, input.key], [Header.Partitions, String(ns.partitions)]);
   // The subject decides the shard's stream; the server refuses the job
@@ -332,6 +361,7 @@ export function buildJob(ns: NamespaceSettings, input: JobInput, maxPayload: num
   headers.push([Header.ExpectedStream, new Names(ns.namespace).jobsShard(shardOf(p, ns.shards))]);
   if (type !== "") headers.push([Header.Type, type]);
   if (input.reply !== undefined) headers.push([Header.Reply, input.reply]);
+  if (input.runAt !== undefined) headers.push([Header.RunAt, formatRunAt(input.runAt)]);
   // The caller may retry with this ID: the worker keeps its outcome by ID.
   if (input.explicit) headers.push([Header.Idempotent, "1"]);
   const size = messageSize(subject, input.payload, headers);

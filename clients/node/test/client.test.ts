@@ -8,7 +8,8 @@ import { createServer, connect as tcpConnect, type AddressInfo } from "node:net"
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Msg, NatsConnection } from "@nats-io/nats-core";
 import { after, before, describe, test } from "node:test";
-import { Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect, decodeBatch, keyToken, partitionOf, validBatchID, type BatchJob } from "../src/index.js";
+import { connect as otherConnect } from "nats-other";
+import { AbortedError, Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect, decodeBatch, formatRunAt, keyToken, partitionOf, validBatchID, type BatchJob } from "@keylane/client";
 
 const url = process.env.KEYLANE_NATS_URL;
 const namespace = process.env.KEYLANE_NAMESPACE;
@@ -16,7 +17,11 @@ const jsonNamespace = process.env.KEYLANE_JSON_NAMESPACE;
 const capNamespace = process.env.KEYLANE_CAP_NAMESPACE;
 const permURL = process.env.KEYLANE_PERM_URL;
 const heldNamespace = process.env.KEYLANE_HELD_NAMESPACE;
-const skip = !url || !namespace ? "KEYLANE_NATS_URL and KEYLANE_NAMESPACE not set (run by clients/node/node_test.go)" : false;
+const delayNamespace = process.env.KEYLANE_DELAY_NAMESPACE;
+// Without a server the suite skips, but never under CI: there a suite
+// that did not run fails (see before).
+const noServer = !url || !namespace ? "KEYLANE_NATS_URL and KEYLANE_NAMESPACE not set (run by clients/node/node_test.go, or npm test)" : "";
+const skip = noServer && !process.env.CI ? noServer : false;
 
 const text = (b: Uint8Array) => Buffer.from(b).toString("utf8");
 let seq = 0;
@@ -50,6 +55,31 @@ function batchesOf(msgs: Msg[], key: string): SeenBatch[] {
   return msgs.filter((m) => m.subject.endsWith(".batch")).map(seenBatch).filter((b) => b.jobs.some((j) => j.key === key));
 }
 
+// once drops the copies of a batch published again (its ack was late,
+// as on a loaded machine): every copy is the same bytes under the same
+// batch ID.
+function once(seen: SeenBatch[]): SeenBatch[] {
+  const first = new Map<string, SeenBatch>();
+  for (const b of seen) {
+    const f = first.get(b.batchID);
+    if (f) assert.equal(b.body, f.body, `batch ${b.batchID} published again with other bytes`);
+    else first.set(b.batchID, b);
+  }
+  return [...first.values()];
+}
+
+// onceByID drops the copies of a one-job message published again (same
+// Nats-Msg-Id), keeping the first of each.
+function onceByID(msgs: Msg[]): Msg[] {
+  const ids = new Set<string>();
+  return msgs.filter((m) => {
+    const id = m.headers?.get("Nats-Msg-Id") ?? "";
+    if (ids.has(id)) return false;
+    ids.add(id);
+    return true;
+  });
+}
+
 // expectCode asserts that p rejects with a KeylaneError of code.
 async function expectCode(p: Promise<unknown>, code: string): Promise<KeylaneError> {
   try {
@@ -65,6 +95,7 @@ async function expectCode(p: Promise<unknown>, code: string): Promise<KeylaneErr
 describe("keylane client against a Go worker", { skip }, () => {
   let c: Client;
   before(async () => {
+    if (noServer) throw new Error(`CI=${process.env.CI} and the server suite cannot run: ${noServer}`);
     c = await connect({ servers: url, namespace });
   });
   after(async () => {
@@ -140,7 +171,7 @@ describe("keylane client against a Go worker", { skip }, () => {
     }
     // Nothing on the key's own subject: no one-job message.
     assert.deepEqual(s.msgs.filter((m) => m.subject.endsWith("." + keyToken(sku))).map((m) => m.subject), []);
-    const seen = batchesOf(s.msgs, sku);
+    const seen = once(batchesOf(s.msgs, sku));
     assert.equal(seen.length, 4, "four jobs, four batch messages");
     const p = partitionOf(sku, c.partitions);
     for (const b of seen) {
@@ -190,9 +221,9 @@ describe("keylane client against a Go worker", { skip }, () => {
       // The submit's batch went again after its ack wait: the same batch
       // ID and the same bytes, which the server drops as its copy (the
       // duplicate answer to a later copy is ours: submit resolves).
-      assert.equal(buy1.length, 2, "the submit's batch sent twice");
-      assert.equal(buy1[0].batchID, buy1[1].batchID);
-      assert.equal(buy1[0].body, buy1[1].body);
+      // (Twice, or more when a copy's ack is late on a loaded machine.)
+      assert.ok(buy1.length >= 2, "the submit's batch sent again");
+      assert.equal(once(buy1).length, 1, "every copy the same batch ID and bytes");
       assert.equal(id, `${buy1[0].batchID}.0`);
       // The call's reply proves its batch stored: it may come before the
       // ack wait ends (one copy), or after a copy went again (the same).
@@ -239,7 +270,7 @@ describe("keylane client against a Go worker", { skip }, () => {
       s.stop();
     }
     assert.deepEqual(answers, ["sold 4", "sold 4", "sold 4"]);
-    const seen = batchesOf(s.msgs, sku);
+    const seen = once(batchesOf(s.msgs, sku));
     assert.equal(seen.length, 3);
     assert.equal(new Set(seen.map((b) => b.batchID)).size, 3, "three batches, each its own ID");
     for (const b of seen) assert.ok(b.jobs[0].id === id && b.jobs[0].idempotent);
@@ -254,7 +285,7 @@ describe("keylane client against a Go worker", { skip }, () => {
     const j = await Client.open(c.nc, { namespace: jsonNamespace });
     try {
       const key = uniq("doc");
-      const got = await j.callJSON<{ key: string; got: { n: number; tags: string[] } }>(key, { n: 3, tags: ["a", "é"] });
+      const { at: _at, ...got } = await j.callJSON<{ key: string; got: { n: number; tags: string[] }; at: number }>(key, { n: 3, tags: ["a", "é"] });
       assert.deepEqual(got, { key, got: { n: 3, tags: ["a", "é"] } });
       const id = uniq("doc-job");
       assert.equal(await j.submitJSON(key, { n: 4 }, { id }), id);
@@ -262,7 +293,8 @@ describe("keylane client against a Go worker", { skip }, () => {
       let kept: unknown;
       for (let i = 0; i < 100 && kept === undefined; i++) {
         try {
-          kept = JSON.parse(text(await j.result(id)));
+          const { at: _at, ...rest } = JSON.parse(text(await j.result(id))) as Record<string, unknown>;
+          kept = rest;
         } catch (err) {
           assert.ok(err instanceof KeylaneError && err.code === "no_result", String(err));
           await new Promise((r) => setTimeout(r, 100));
@@ -371,6 +403,28 @@ describe("keylane client against a Go worker", { skip }, () => {
     }
   });
 
+  test("an application's own connection from another copy of the NATS packages: a refused publish ends with refused at once", { skip: permURL ? false : "KEYLANE_PERM_URL not set" }, async () => {
+    // The application connected with its own @nats-io/transport-node,
+    // another version than the client's (nats-other, an alias of
+    // 3.0.2 with its own nats-core): its errors are instances of other
+    // classes than the client's. Before, the client recognised the
+    // refusal with instanceof against its own copy, missed it, and both
+    // waited the whole timeout: unknown_outcome and no_reply.
+    const nc = await otherConnect({ servers: permURL, user: process.env.KEYLANE_PERM_USER, pass: process.env.KEYLANE_PERM_PASS });
+    try {
+      const p = await Client.open(nc as unknown as NatsConnection, { namespace: "perm" });
+      const started = Date.now();
+      const e1 = await expectCode(p.submit(uniq("k"), "buy 1", { timeout: 15000 }), "refused");
+      assert.match(e1.message, /Permissions Violation/i);
+      await expectCode(p.call(uniq("k"), "buy 1", { timeout: 15000 }), "refused");
+      const took = Date.now() - started;
+      assert.ok(took < 5000, `refused after ${took} ms: the refusal was waited out`);
+      await p.close();
+    } finally {
+      await nc.close();
+    }
+  });
+
   test("a job the worker holds ends the call with held, at once", { skip: heldNamespace ? false : "KEYLANE_HELD_NAMESPACE not set" }, async () => {
     // The harness re-created this namespace's jobs stream under a worker:
     // key "k"'s state carries the old stream's epoch, so the worker holds
@@ -457,6 +511,212 @@ describe("keylane client against a Go worker", { skip }, () => {
       slow = 0;
       await c2.close();
       proxy.close();
+    }
+  });
+
+  test("submitMany: a partition's jobs in batch messages of at most 256, every job stored and applied once, in order", async () => {
+    const skus = [uniq("sku"), uniq("sku"), uniq("sku")];
+    for (const sku of skus) await c.call(sku, "set 300");
+    const s = await sniff(c.nc, `${namespace}.jobs.>`);
+    const jobs = Array.from({ length: 600 }, (_, i) => ({ key: skus[i % 3], payload: "buy 1", ...(i % 10 === 0 ? { id: uniq("order") } : {}) }));
+    let out: Awaited<ReturnType<Client["submitMany"]>>;
+    try {
+      out = await c.submitMany(jobs);
+    } finally {
+      s.stop();
+    }
+    assert.equal(out.length, 600);
+    out.forEach((o, i) => {
+      assert.equal(o.error, undefined, `job ${i}: ${o.error?.message}`);
+      if (jobs[i].id) assert.equal(o.id, jobs[i].id);
+      else assert.match(o.id, /^[A-Za-z0-9]{22}\.[0-9]+$/);
+    });
+    assert.equal(new Set(out.map((o) => o.id)).size, 600, "600 distinct job IDs");
+    // Nothing on the keys' own subjects; each batch one partition's, at
+    // most 256 jobs, a generated ID its batch's and index's.
+    assert.deepEqual(s.msgs.filter((m) => !m.subject.endsWith(".batch")).map((m) => m.subject), []);
+    const seen = once(s.msgs.map(seenBatch));
+    const sent: string[] = [];
+    for (const b of seen) {
+      assert.ok(b.jobs.length >= 1 && b.jobs.length <= 256, `a batch of ${b.jobs.length}`);
+      assert.equal(b.header("Keylane-Batch-Jobs"), String(b.jobs.length));
+      b.jobs.forEach((j, k) => {
+        assert.equal(b.subject, `${namespace}.jobs.${partitionOf(j.key, c.partitions)}.batch`);
+        if (!j.idempotent) assert.equal(j.id, `${b.batchID}.${k}`);
+        sent.push(j.id);
+      });
+    }
+    assert.deepEqual([...sent].sort(), out.map((o) => o.id).sort(), "every job sent once, under the ID submitMany answered");
+    const perPartition = new Map<number, number>();
+    for (const j of jobs) perPartition.set(partitionOf(j.key, c.partitions), (perPartition.get(partitionOf(j.key, c.partitions)) ?? 0) + 1);
+    const want = [...perPartition.values()].reduce((n, jobsOf) => n + Math.ceil(jobsOf / 256), 0);
+    assert.equal(seen.length, want, `600 jobs of ${perPartition.size} partition(s) in full batches of at most 256`);
+    for (const sku of skus) assert.equal(text(await c.call(sku, "get")), "stock 100");
+    // A caller's ID: its outcome kept by ID.
+    assert.match(text(await c.result(jobs[0].id!, { timeout: 5000 })), /^sold [0-9]+$/);
+
+    // A key's jobs in the order given, a bad one refused alone, a
+    // caller's ID given twice stored twice and applied once.
+    const k = uniq("sku");
+    const twice = uniq("order");
+    const mixed = await c.submitMany([
+      { key: k, payload: "set 50" },
+      { key: "", payload: "buy 1" },
+      { key: k, payload: "buy 1", id: twice },
+      { key: k, payload: "buy 2" },
+      { key: k, payload: "buy 1", id: twice },
+      { key: k, payload: "buy 1", id: "bad..id" },
+    ]);
+    assert.deepEqual(mixed.map((o) => o.error?.code), [undefined, "bad_key", undefined, undefined, undefined, "bad_job_id"]);
+    assert.equal(mixed[2].id, twice);
+    assert.equal(text(await c.call(k, "get")), "stock 47");
+  });
+
+  test("submitMany on a namespace with a key backlog cap: one-job messages, the key's third job refused alone", { skip: capNamespace ? false : "KEYLANE_CAP_NAMESPACE not set" }, async () => {
+    const k = await Client.open(c.nc, { namespace: capNamespace });
+    try {
+      const key = uniq("hot");
+      const s = await sniff(c.nc, `${capNamespace}.jobs.>`);
+      const out = await k.submitMany([1, 2, 3].map((n) => ({ key, payload: `buy ${n}` })));
+      s.stop();
+      assert.deepEqual(out.map((o) => o.error?.code), [undefined, undefined, "key_backlog_full"]);
+      const msgs = onceByID(s.msgs);
+      assert.deepEqual(msgs.map((m) => m.subject.split(".").pop()), [keyToken(key), keyToken(key), keyToken(key)]);
+      assert.deepEqual(msgs.map((m) => m.headers?.get("Nats-Msg-Id")), out.map((o) => o.id));
+    } finally {
+      await k.close();
+    }
+  });
+
+  test("an AbortSignal fired before: AbortError, nothing sent", async () => {
+    const ac = new AbortController();
+    ac.abort(new Error("the order was cancelled"));
+    const sku = uniq("sku");
+    const s = await sniff(c.nc, `${namespace}.jobs.>`);
+    try {
+      for (const p of [c.call(sku, "buy 1", { signal: ac.signal }), c.submit(sku, "buy 1", { signal: ac.signal, id: uniq("order") }), c.result(uniq("order"), { signal: ac.signal })]) {
+        const err = await expectCode(p, "aborted");
+        assert.ok(err instanceof AbortedError);
+        assert.equal(err.name, "AbortError");
+        assert.equal(err.sent, false);
+        assert.match(String((err.cause as Error).message), /cancelled/);
+      }
+      const many = await c.submitMany([{ key: sku, payload: "buy 1" }, { key: sku, payload: "buy 2" }], { signal: ac.signal });
+      assert.deepEqual(many.map((o) => [o.error?.code, (o.error as AbortedError).sent]), [["aborted", false], ["aborted", false]]);
+      await c.nc.flush();
+    } finally {
+      s.stop();
+    }
+    assert.deepEqual(s.msgs.filter((m) => batchesOf([m], sku).length > 0), []);
+  });
+
+  test("an AbortSignal fired while waiting ends the call and the submit at once", { skip: capNamespace ? false : "KEYLANE_CAP_NAMESPACE not set" }, async () => {
+    // The cap namespace has no worker: a call waits for ever (here its
+    // 20 s timeout, no_reply) unless its signal ends it.
+    const k = await Client.open(c.nc, { namespace: capNamespace });
+    try {
+      const ac = new AbortController();
+      const started = Date.now();
+      setTimeout(() => ac.abort(), 300);
+      const err = await expectCode(k.call(uniq("hot"), "buy 1", { id: uniq("order"), timeout: 20000, signal: ac.signal }), "aborted");
+      assert.ok(err instanceof AbortedError && err.sent, "sent: stored or not, unknown");
+      assert.ok(Date.now() - started < 5000, `aborted after ${Date.now() - started} ms`);
+    } finally {
+      await k.close();
+    }
+    // A submit whose stream acks are lost: aborted mid-wait; the same id
+    // again stores nothing new, and it is applied once.
+    const sku = uniq("sku");
+    await c.call(sku, "set 10");
+    const priv = c as unknown as { lostAcks: number };
+    const id = uniq("order");
+    const ac = new AbortController();
+    try {
+      priv.lostAcks = 1000;
+      setTimeout(() => ac.abort(), 300);
+      const err = await expectCode(c.submit(sku, "buy 1", { id, timeout: 20000, signal: ac.signal }), "aborted");
+      assert.ok(err instanceof AbortedError && err.sent && err.jobId === id);
+    } finally {
+      priv.lostAcks = 0;
+    }
+    assert.equal(await c.submit(sku, "buy 1", { id }), id);
+    assert.equal(text(await c.call(sku, "get")), "stock 9");
+  });
+
+  test("delayed jobs: on the delay subject with Keylane-Run-At, run when due and not before, after the key's jobs that came first", { skip: delayNamespace ? false : "KEYLANE_DELAY_NAMESPACE not set" }, async () => {
+    const d = await Client.open(c.nc, { namespace: delayNamespace });
+    try {
+      assert.equal(d.info.delays, true);
+      type Ran = { key: string; got: { n: number }; at: number };
+      const ranAt = async (id: string): Promise<Ran> => {
+        const until = Date.now() + 30000;
+        for (;;) {
+          try {
+            return JSON.parse(text(await d.result(id, { timeout: 2000 }))) as Ran;
+          } catch (err) {
+            assert.ok(err instanceof KeylaneError && err.code === "no_result", String(err));
+            assert.ok(Date.now() < until, `job ${id} did not run in 30 s`);
+            await new Promise((r) => setTimeout(r, 100));
+          }
+        }
+      };
+      const key = uniq("doc");
+      const id = `order.${uniq("d")}`; // a dot: "~" in its subject
+      const runAt = new Date(Date.now() + 2000);
+      const s = await sniff(c.nc, `${delayNamespace}.>`);
+      try {
+        assert.equal(await d.submitJSON(key, { n: 1 }, { id, runAt }), id);
+        // A job of the same key submitted now runs first.
+        const now = uniq("now");
+        await d.submitJSON(key, { n: 2 }, { id: now });
+        const first = await ranAt(now);
+        await expectCode(d.result(id), "no_result");
+        const late = await ranAt(id);
+        assert.deepEqual(late.got, { n: 1 });
+        assert.ok(late.at >= runAt.getTime(), `ran at ${late.at}, before its run-at ${runAt.getTime()}`);
+        assert.ok(first.at < late.at);
+      } finally {
+        s.stop();
+      }
+      const sub = onceByID(s.msgs.filter((m) => m.subject.includes(".delay.")));
+      assert.equal(sub.length, 1, "one submission on the delay subject");
+      const m = sub[0];
+      assert.equal(m.subject, `${delayNamespace}.delay.${partitionOf(key, d.partitions)}.${id.replaceAll(".", "~")}`);
+      assert.equal(m.headers?.get("Keylane-Run-At"), formatRunAt(runAt));
+      assert.match(formatRunAt(runAt), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d*[1-9])?Z$/);
+      assert.equal(m.headers?.get("Nats-Msg-Id"), id);
+      assert.equal(m.headers?.get("Keylane-Key"), key);
+      assert.equal(m.headers?.get("Keylane-Idempotent"), "1");
+      assert.equal(m.headers?.has("Keylane-Reply"), false);
+
+      // delay (ms from now), and a generated ID (22 letters and digits);
+      // submitMany sends a delayed job alone, the others in batches.
+      const before = Date.now();
+      const gen = await d.submit(uniq("doc"), JSON.stringify({ n: 3 }), { delay: 1500 });
+      assert.match(gen, /^[A-Za-z0-9]{22}$/);
+      const many = await d.submitMany([
+        { key, payload: JSON.stringify({ n: 4 }), id: uniq("m"), delay: 1500 },
+        { key, payload: JSON.stringify({ n: 5 }), id: uniq("m") },
+      ]);
+      assert.deepEqual(many.map((o) => o.error), [undefined, undefined]);
+      const [m4, m5] = [await ranAt(many[0].id), await ranAt(many[1].id)];
+      assert.ok(m4.at >= before + 1500 && m5.at < m4.at, `delayed ran at ${m4.at - before} ms, the other at ${m5.at - before} ms`);
+      // A run-at a little in the past (within a second) runs at once.
+      const soon = uniq("soon");
+      await d.submit(key, JSON.stringify({ n: 6 }), { id: soon, runAt: new Date(Date.now() - 300) });
+      await ranAt(soon);
+
+      // Refused before anything is sent.
+      await expectCode(d.submit(key, "x", { delay: -1 }), "bad_delay");
+      await expectCode(d.submit(key, "x", { delay: 31 * 24 * 3600 * 1000 }), "bad_delay");
+      await expectCode(d.submit(key, "x", { runAt: new Date(Date.now() - 5000) }), "bad_delay");
+      await expectCode(d.submit(key, "x", { runAt: new Date(Number.NaN) }), "bad_delay");
+      await expectCode(d.call(key, "x", { delay: 1000 }), "delayed_call");
+      // A namespace made without delays.
+      const off = await expectCode(c.submit(uniq("sku"), "buy 1", { delay: 1000 }), "delays_off");
+      assert.doesNotMatch(off.message, /TopologyConfig|WithDelay|Setup/);
+    } finally {
+      await d.close();
     }
   });
 

@@ -37,7 +37,7 @@ import {
   validateType,
   validateUserHeader,
   xxhash64,
-} from "../src/index.js";
+} from "@keylane/client";
 
 const dir = new URL("../../../../testdata/conformance/", import.meta.url);
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
