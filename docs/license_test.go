@@ -11,7 +11,7 @@ import (
 // at the root and beside each module that is published on its own, and the
 // same licence named in the Node package and the README.
 func TestLicenseIsApache2(t *testing.T) {
-	for _, f := range []string{"../LICENSE", "../pg/LICENSE", "../bench/LICENSE"} {
+	for _, f := range []string{"../LICENSE", "../pg/LICENSE", "../bench/LICENSE", "../clients/node/LICENSE"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatalf("%s: %v (every module carries the licence)", f, err)

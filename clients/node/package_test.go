@@ -88,7 +88,7 @@ func TestNodePackage(t *testing.T) {
 	for _, f := range packed[0].Files {
 		files = append(files, f.Path)
 	}
-	for _, want := range []string{"package.json", "README.md", "dist/cjs/package.json", "dist/cjs/index.js", "dist/cjs/index.d.ts",
+	for _, want := range []string{"package.json", "README.md", "LICENSE", "dist/cjs/package.json", "dist/cjs/index.js", "dist/cjs/index.d.ts",
 		"dist/cjs/index.js.map", "dist/cjs/index.d.ts.map", "dist/cjs/client.js", "dist/cjs/client.js.map", "src/client.ts", "src/index.ts"} {
 		if !slices.Contains(files, want) {
 			t.Errorf("the package lacks %s: %v", want, files)
