@@ -276,8 +276,9 @@ type parsedDelayed struct {
 }
 
 // delayedVector is a delayed job's submission as the Go client publishes
-// it, and as the worker of its partition reads it (wire.Rules.ParseDelayed)
-// when the stream stored it at StoredAt.
+// it, a batch of one on its delay subject with the run-at on the message
+// (its payload the batch body), and as the worker of its partition reads
+// it (wire.Rules.ParseDelayedBatch) when the stream stored it at StoredAt.
 type delayedVector struct {
 	Name        string        `json:"name"`
 	Namespace   string        `json:"namespace"`
@@ -359,18 +360,22 @@ func (g *conformanceGen) delayed() []delayedVector {
 			g.t.Fatalf("delayed %s: the client writes run-at %q for %s, the vector's substitution expects %q", v.name, got, real, want)
 		}
 		m.Header[HeaderRunAt] = []string{conformanceRunAt.UTC().Format(time.RFC3339Nano)}
-		id := m.Header.Get(HeaderJobID)
-		if m.Subject != partition.DelaySubject(ns, p, id) {
-			g.t.Fatalf("delayed %s: subject %s is not %s", v.name, m.Subject, partition.DelaySubject(ns, p, id))
-		}
+		// It goes as a batch of one (Client.alone), under a batch ID of
+		// its own: the vector's fixed one, sealed here as sealBatch would.
+		m.Header[headerSealedBatch] = []string{conformanceNUID1}
 		if v.in.IDGenerated {
-			if !wire.ValidBatchID(id) {
-				g.t.Fatalf("delayed %s: generated ID %q is not a nuid", v.name, id)
-			}
+			v.in.ID = wire.BatchedJobID(conformanceNUID1, 0)
 			m.Header[HeaderJobID] = []string{v.in.ID}
-			m.Subject = partition.DelaySubject(ns, p, v.in.ID)
 		}
-		d, err := g.rules(ns, p).ParseDelayed(m.Subject, m.Header, conformanceStoredAt)
+		bm, err := c.batchMessage(p, []*nats.Msg{m})
+		if err != nil {
+			g.t.Fatalf("delayed %s: %v", v.name, err)
+		}
+		if bm.Subject != partition.DelaySubject(ns, p, v.in.ID) {
+			g.t.Fatalf("delayed %s: subject %s is not %s", v.name, bm.Subject, partition.DelaySubject(ns, p, v.in.ID))
+		}
+		m = bm
+		d, _, _, err := g.rules(ns, p).ParseDelayedBatch(m.Subject, m.Header, m.Data, conformanceStoredAt)
 		if err != nil {
 			g.t.Fatalf("delayed %s refused by the worker's rules: %v", v.name, err)
 		}
@@ -492,7 +497,11 @@ func checkDelaysRead(t *testing.T, raw []byte) {
 		}
 		p := partition.Of(v.Input.Key, v.Partitions)
 		r := wire.Rules{Namespace: v.Namespace, Partition: p, Partitions: v.Partitions, ReplyPrefix: v.ReplyPrefix, Delays: true, DelaysStream: Names{v.Namespace}.Delays()}
-		d, err := r.ParseDelayed(v.Message.Subject, v.Message.Headers, stored)
+		body, herr := hex.DecodeString(v.Message.PayloadHex)
+		if herr != nil {
+			t.Fatal(herr)
+		}
+		d, _, _, err := r.ParseDelayedBatch(v.Message.Subject, v.Message.Headers, body, stored)
 		got := parsedDelayed{ID: d.ID, Key: d.Key, Type: d.Type, Idempotent: d.Idempotent, RunAt: d.RunAt.UTC().Format(time.RFC3339Nano), Partition: p}
 		if err != nil || got != v.Parsed || v.Message.Subject != partition.DelaySubject(v.Namespace, p, v.Parsed.ID) {
 			t.Errorf("delays.json %s: the worker reads %+v (%v), the file says %+v", v.Name, got, err, v.Parsed)

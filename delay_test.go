@@ -9,6 +9,7 @@ import (
 
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -277,5 +278,49 @@ func TestServerAtLeast(t *testing.T) {
 		if got := serverAtLeast(tc.v, 2, 12); got != tc.want {
 			t.Errorf("serverAtLeast(%q, 2, 12) = %v, want %v", tc.v, got, tc.want)
 		}
+	}
+}
+
+// TestDelayedSubmissionIsABatchOfOne: a delayed job's submission travels
+// in the one format, a batch of one on its ID's delay subject with
+// Keylane-Run-At on the message, under a batch ID of its own; submitted
+// twice by its caller's ID, it is stored twice and runs once, when due.
+// (Before the one path: a one-job message under the job's ID.)
+func TestDelayedSubmissionIsABatchOfOne(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 2, Delays: true})
+	due := time.Now().Add(2 * time.Second)
+	for range 2 {
+		if id, err := e.client.Submit(ctx(t), "seat:A7", []byte("release"), WithID("release.1"), WithRunAt(due)); err != nil || id != "release.1" {
+			t.Fatalf("submit = %q, %v", id, err)
+		}
+	}
+	p := partition.Of("seat:A7", 2)
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Jobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := s.GetMsg(ctx(t), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Subject != partition.DelaySubject(e.ns, p, "release.1") || m.Header.Get(wire.HeaderBatch) != "1" || m.Header.Get(wire.HeaderBatchJobs) != "1" ||
+			m.Header.Get(HeaderRunAt) != due.UTC().Format(time.RFC3339Nano) || m.Header.Get(HeaderJobID) == "release.1" {
+			t.Fatalf("stored submission %d on %s with headers %v: want a batch of one on the delay subject, its run-at on the message, its own batch ID", seq, m.Subject, m.Header)
+		}
+	}
+	var log runLog
+	e.worker("w1", log.handler(), nil)
+	testwait.Eventually(t, 15*time.Second, "the delayed job ran", func() bool { return len(log.of("release.1")) >= 1 })
+	if r := log.of("release.1")[0]; r.at.Before(due) || r.payload != "release" {
+		t.Fatalf("delayed job ran at %s (due %s) with %q", r.at, due, r.payload)
+	}
+	testwait.Eventually(t, 10*time.Second, "jobs stream empty", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	testwait.Eventually(t, 10*time.Second, "delays stream empty", func() bool { return e.streamMsgs(e.topo.Names.Delays()) == 0 })
+	if _, err := e.client.Call(ctx(t), "seat:A7", []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(log.of("release.1")); n != 1 {
+		t.Fatalf("the delayed job ran %d times, want once", n)
 	}
 }

@@ -23,7 +23,9 @@ func (o *owner) isSubmission(subject string) bool {
 
 // moveDelayed takes a delayed job's submission (stored at seq in the jobs
 // stream, on the partition's delay subject) out of the jobs stream: it
-// checks it (wire.Rules.ParseDelayed; a refused one is dead-lettered with
+// checks it (wire.Rules.ParseDelayedBatch for a batch of one, the format
+// clients send; wire.Rules.ParseDelayed for an earlier client's one-job
+// message; a refused one is dead-lettered with
 // the reason, as a malformed job is), stores its schedule in the delays
 // stream (wire.Rules.Schedule, built from what passed the rules), and
 // acks it. The schedule's Nats-Msg-Id is the submission's (wire.MoveID),
@@ -37,13 +39,20 @@ func (o *owner) isSubmission(subject string) bool {
 func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 	seq := meta.Sequence.Stream
 	r := o.rules()
-	d, err := r.ParseDelayed(msg.Subject(), msg.Headers(), meta.Timestamp)
+	var d wire.Delayed
+	var err error
+	received, data := msg.Headers(), msg.Data()
+	if _, isBatch := received[wire.HeaderBatch]; isBatch {
+		d, received, data, err = r.ParseDelayedBatch(msg.Subject(), msg.Headers(), msg.Data(), meta.Timestamp)
+	} else {
+		d, err = r.ParseDelayed(msg.Subject(), received, meta.Timestamp) // an earlier client's one-job message
+	}
 	if err != nil {
 		o.malformed(msg, seq, d.Job, err)
 		return
 	}
-	subject, h := r.Schedule(d, msg.Headers(), wire.MoveID(o.w.topo.EpochOf(o.p), seq))
-	sm := &nats.Msg{Subject: subject, Header: h, Data: msg.Data()}
+	subject, h := r.Schedule(d, received, wire.MoveID(o.w.topo.EpochOf(o.p), seq))
+	sm := &nats.Msg{Subject: subject, Header: h, Data: data}
 	select {
 	case o.moves <- struct{}{}:
 	case <-o.ctx.Done():

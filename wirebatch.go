@@ -102,15 +102,16 @@ var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 
 // alone returns the message that carries m, a job that goes alone and
 // at once, not through its partition's batcher, as a batch of one
-// (batchMessage): a redrive (its Keylane-Redrive-Of travels on the batch,
-// which a worker takes only on a batch of one) and any job on a namespace
-// with a key backlog cap (on its key's subject, where the server counts
-// it against the cap). m is sealed first (sealBatch: a generated ID
-// becomes its batch's and index's), so read m's ID after it. ok is false
-// for a delayed job and for a job larger than any batch, which go as they
-// are (one-job messages).
+// (batchMessage): a delayed job's submission (on its delay subject, its
+// Keylane-Run-At on the batch), a redrive (its Keylane-Redrive-Of on the
+// batch, which a worker takes only on a batch of one) and any job on a
+// namespace with a key backlog cap (on its key's subject, where the
+// server counts it against the cap). m is sealed first (sealBatch: a
+// generated ID becomes its batch's and index's), so read m's ID after it.
+// ok is false for a job larger than any batch, which goes as it is (a
+// one-job message).
 func (c *Client) alone(m *nats.Msg) (_ *nats.Msg, ok bool, err error) {
-	if m.Header[HeaderRunAt] != nil || c.maxKeyBacklog == 0 && m.Header[HeaderRedriveOf] == nil {
+	if c.maxKeyBacklog == 0 && m.Header[HeaderRedriveOf] == nil && m.Header[HeaderRunAt] == nil {
 		return m, false, nil
 	}
 	if room := c.batchRoom(); len(m.Data) > room/2 && wire.BatchJobSize(batchJobOf(m))+sealGrowth(m) > room {
@@ -181,7 +182,16 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 		sealBatch(ms) // SubmitMany's and alone's (the batcher's are sealed when cut)
 	}
 	subject := wire.BatchSubject(c.names.Namespace, p)
-	if c.maxKeyBacklog != 0 {
+	runAt := ms[0].Header[HeaderRunAt]
+	switch {
+	case runAt != nil:
+		// A delayed job's submission: alone, on its (sealed) ID's delay
+		// subject, its run-at on the batch.
+		if len(ms) != 1 {
+			return nil, fmt.Errorf("keylane: a delayed job in a batch of %d jobs (a delayed job goes alone)", len(ms))
+		}
+		subject = partition.DelaySubject(c.names.Namespace, p, ms[0].Header.Get(HeaderJobID))
+	case c.maxKeyBacklog != 0:
 		if len(ms) != 1 {
 			return nil, fmt.Errorf("keylane: %d jobs in one batch on a namespace with a key backlog cap (a batch there carries one job)", len(ms))
 		}
@@ -203,6 +213,9 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 		wire.HeaderBatchJobs: {strconv.Itoa(len(ms))},
 		HeaderPartitions:     c.nHeader,
 	}}
+	if runAt != nil {
+		bm.Header[HeaderRunAt] = runAt
+	}
 	if of := ms[0].Header[HeaderRedriveOf]; of != nil {
 		if len(ms) != 1 {
 			return nil, fmt.Errorf("keylane: a redrive in a batch of %d jobs (a redrive goes alone)", len(ms))

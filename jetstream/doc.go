@@ -2029,9 +2029,15 @@
 // batch of one carrying Keylane-Redrive-Of, which a worker takes on a
 // batch of one only; redriven twice it is stored twice and runs once
 // (TestRedriveGoesAsABatchOfOneAndRunsOnce; before, a one-job message
-// under the redrive's ID). What still goes as a one-job message: a
-// delayed job (its submission is moved into a schedule). There is no
-// switch:
+// under the redrive's ID). A delayed job's submission is a batch of one
+// on its ID's delay subject with Keylane-Run-At on the message
+// (wire.Rules.ParseDelayedBatch; TestDelayedSubmissionIsABatchOfOne):
+// the worker moves the job, with its own headers and payload, into a
+// schedule as before, and the due copy the server stores from it is the
+// worker's own message, not a producer's. The Go client sends no
+// one-job message any more but a job too large for any batch; workers
+// still read them (earlier producers; the Node client's delayed and
+// capped jobs for now). There is no switch:
 // ClientConfig.Batches and NoBatches,
 // WorkerConfig.Batches, the namespace's keylane.batches, SetBatches and
 // `keylane batches` are gone (the last answers with an error saying so),

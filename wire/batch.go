@@ -351,6 +351,15 @@ type BatchEntry struct {
 // before running the job and keeps its outcome by ID): the server
 // de-duplicates no job of a batch, only the batch's own publish.
 func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([]BatchEntry, error) {
+	if _, ok := h[HeaderRunAt]; ok {
+		return nil, fmt.Errorf("carries %s on subject %q: a delayed job's submission goes on its delay subject (ParseDelayedBatch)", HeaderRunAt, clip(subject))
+	}
+	return r.parseBatch(subject, h, body, true)
+}
+
+// parseBatch is ParseBatch; keyed is false for a delayed submission
+// (ParseDelayedBatch), whose subject is its delay subject, checked there.
+func (r Rules) parseBatch(subject string, h map[string][]string, body []byte, keyed bool) ([]BatchEntry, error) {
 	for _, name := range []string{headerRollup, headerSchedule} {
 		if _, ok := h[name]; ok {
 			return nil, fmt.Errorf("carries %s, which keylane clients never send (the server acts on it when it stores the message)", name)
@@ -361,12 +370,16 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 			return nil, fmt.Errorf("%s header given %d times", name, n)
 		}
 	}
-	if r.MaxKeyBacklog > 0 {
+	switch {
+	case !keyed:
+	case r.MaxKeyBacklog > 0:
 		if err := r.keySubject(subject); err != nil {
 			return nil, err
 		}
-	} else if want := BatchSubject(r.Namespace, r.Partition); subject != want {
-		return nil, fmt.Errorf("batch on subject %q, not this partition's %q", subject, want)
+	default:
+		if want := BatchSubject(r.Namespace, r.Partition); subject != want {
+			return nil, fmt.Errorf("batch on subject %q, not this partition's %q", subject, want)
+		}
 	}
 	if v := first(h, HeaderBatch); v != "1" {
 		return nil, fmt.Errorf("%s is %q, this build reads batches of version %d", HeaderBatch, clip(v), BatchVersion)
@@ -395,7 +408,7 @@ func (r Rules) ParseBatch(subject string, h map[string][]string, body []byte) ([
 	if n := first(h, HeaderBatchJobs); n != strconv.Itoa(len(jobs)) {
 		return nil, fmt.Errorf("%s is %q, the body holds %d jobs", HeaderBatchJobs, clip(n), len(jobs))
 	}
-	if r.MaxKeyBacklog > 0 {
+	if r.MaxKeyBacklog > 0 && keyed {
 		if err := r.keyBatch(subject, jobs); err != nil {
 			return nil, err
 		}

@@ -62,26 +62,76 @@ func (r Rules) ParseDelayed(subject string, h map[string][]string, stored time.T
 		refuse(fmt.Errorf("a delayed job's submission carries %s (no caller waits for a delayed job)", HeaderReply))
 		d.Reply = ""
 	}
-	switch vs := h[HeaderRunAt]; {
-	case len(vs) == 0:
-		refuse(fmt.Errorf("a delayed job's submission carries no %s", HeaderRunAt))
-	case len(vs) > 1:
-		refuse(fmt.Errorf("%s header given %d times", HeaderRunAt, len(vs)))
-	default:
-		t, perr := time.Parse(time.RFC3339Nano, vs[0])
-		switch {
-		case perr != nil:
-			refuse(fmt.Errorf("bad %s header %q: want an RFC 3339 time", HeaderRunAt, clip(vs[0])))
-		case t.After(stored.Add(MaxDelay + RunAtSlack)):
-			refuse(fmt.Errorf("%s %s is more than %s after the job was stored (%s)", HeaderRunAt, t.UTC().Format(time.RFC3339), MaxDelay, stored.UTC().Format(time.RFC3339)))
-		default:
-			d.RunAt = t
-		}
+	if t, rerr := runAt(h, stored); rerr != nil {
+		refuse(rerr)
+	} else {
+		d.RunAt = t
 	}
 	if err != nil {
 		d.RunAt = time.Time{}
 	}
 	return d, err
+}
+
+// runAt reads a submission's Keylane-Run-At: required, once, an RFC 3339
+// time at most MaxDelay (plus RunAtSlack) after stored.
+func runAt(h map[string][]string, stored time.Time) (time.Time, error) {
+	switch vs := h[HeaderRunAt]; {
+	case len(vs) == 0:
+		return time.Time{}, fmt.Errorf("a delayed job's submission carries no %s", HeaderRunAt)
+	case len(vs) > 1:
+		return time.Time{}, fmt.Errorf("%s header given %d times", HeaderRunAt, len(vs))
+	default:
+		t, perr := time.Parse(time.RFC3339Nano, vs[0])
+		switch {
+		case perr != nil:
+			return time.Time{}, fmt.Errorf("bad %s header %q: want an RFC 3339 time", HeaderRunAt, clip(vs[0]))
+		case t.After(stored.Add(MaxDelay + RunAtSlack)):
+			return time.Time{}, fmt.Errorf("%s %s is more than %s after the job was stored (%s)", HeaderRunAt, t.UTC().Format(time.RFC3339), MaxDelay, stored.UTC().Format(time.RFC3339))
+		}
+		return t, nil
+	}
+}
+
+// ParseDelayedBatch reads and checks a delayed job's submission sent in
+// the one message format: a batch of one job (ParseBatch's rules, but on
+// its delay subject) with Keylane-Run-At on the message, stored at
+// stored. The job must carry no reply (no caller waits for a delayed
+// job), the subject must be its ID's DelaySubject of this partition, and
+// the run-at follows ParseDelayed's rule. It returns the submission, the
+// job's own headers and its payload (what the schedule carries), and the
+// first refusal: a message that is no valid batch of one, or the job's.
+func (r Rules) ParseDelayedBatch(subject string, h map[string][]string, body []byte, stored time.Time) (Delayed, map[string][]string, []byte, error) {
+	if !r.Delays {
+		return Delayed{}, nil, nil, fmt.Errorf("a delayed job's submission on a namespace without delays")
+	}
+	if _, ok := h[HeaderRedriveOf]; ok {
+		return Delayed{}, nil, nil, fmt.Errorf("a delayed job's submission carries %s (a redrive is never delayed)", HeaderRedriveOf)
+	}
+	es, err := r.parseBatch(subject, h, body, false)
+	if err != nil {
+		return Delayed{}, nil, nil, err
+	}
+	if len(es) != 1 {
+		return Delayed{}, nil, nil, fmt.Errorf("a delayed submission of %d jobs (a delayed job goes alone, a batch of one)", len(es))
+	}
+	e := es[0]
+	d := Delayed{Job: e.Job}
+	switch {
+	case e.Err != nil:
+		return d, nil, nil, e.Err
+	case e.Job.Reply != "":
+		d.Reply = ""
+		return d, nil, nil, fmt.Errorf("a delayed job's submission carries a reply (no caller waits for a delayed job)")
+	case subject != partition.DelaySubject(r.Namespace, r.Partition, e.Job.ID):
+		return d, nil, nil, fmt.Errorf("subject %q is not delayed job %q's of partition %d (%s)", clip(subject), e.Job.ID, r.Partition, partition.DelaySubject(r.Namespace, r.Partition, e.Job.ID))
+	}
+	t, err := runAt(h, stored)
+	if err != nil {
+		return d, nil, nil, err
+	}
+	d.RunAt = t
+	return d, e.Header, e.Payload, nil
 }
 
 // Schedule returns the subject and headers of the schedule a worker

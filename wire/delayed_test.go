@@ -140,3 +140,91 @@ func FuzzParseDelayed(f *testing.F) {
 		}
 	})
 }
+
+// TestParseDelayedBatch: a delayed submission in the one format is a batch
+// of one on its ID's delay subject with Keylane-Run-At on the message;
+// each way it breaks that is refused with the reason, and what passes
+// gives the job, its own headers and its payload for the schedule.
+func TestParseDelayedBatch(t *testing.T) {
+	r := rules4
+	r.Delays = true
+	k := keyIn(1, 4)
+	stored := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	at := stored.Add(time.Hour).Format(time.RFC3339Nano)
+	one := encode(t, []BatchJob{{Key: k, ID: "release.1", Idempotent: true, Type: "release", Header: map[string][]string{"X-Order": {"7"}}, Payload: []byte("p")}})
+	generated := encode(t, []BatchJob{{Key: k, ID: tbID(0), Payload: []byte("p")}})
+	h := func(n int, runAt ...string) map[string][]string {
+		h := batchHeaderOf(n)
+		if runAt != nil {
+			h[HeaderRunAt] = runAt
+		}
+		return h
+	}
+	subj := partition.DelaySubject("ns", 1, "release.1")
+	d, hdrs, payload, err := r.ParseDelayedBatch(subj, h(1, at), one, stored)
+	if err != nil || d.ID != "release.1" || d.Key != k || d.Type != "release" || !d.RunAt.Equal(stored.Add(time.Hour)) || hdrs["X-Order"][0] != "7" || string(payload) != "p" {
+		t.Fatalf("a valid submission: %+v, %v, %q, %v", d, hdrs, payload, err)
+	}
+	if d, _, _, err := r.ParseDelayedBatch(partition.DelaySubject("ns", 1, tbID(0)), h(1, at), generated, stored); err != nil || d.ID != tbID(0) {
+		t.Fatalf("a submission with a generated ID: %+v, %v", d, err)
+	}
+	two := encode(t, []BatchJob{{Key: k, ID: tbID(0)}, {Key: k, ID: tbID(1)}})
+	withReply := encode(t, []BatchJob{{Key: k, ID: "release.1", Idempotent: true, Reply: "_INBOX.a.-1"}})
+	redrive := h(1, at)
+	redrive[HeaderRedriveOf] = []string{"order-1"}
+	noDelays := rules4
+	for _, c := range []struct {
+		name    string
+		r       Rules
+		subject string
+		h       map[string][]string
+		body    []byte
+		text    string
+	}{
+		{"on a namespace without delays", noDelays, subj, h(1, at), one, "without delays"},
+		{"no run-at", r, subj, h(1), one, "carries no Keylane-Run-At"},
+		{"run-at twice", r, subj, h(1, at, at), one, "given 2 times"},
+		{"run-at not a time", r, subj, h(1, "tomorrow"), one, "want an RFC 3339 time"},
+		{"run-at beyond the limit", r, subj, h(1, stored.Add(MaxDelay+2*RunAtSlack).Format(time.RFC3339Nano)), one, "more than"},
+		{"two jobs", r, subj, h(2, at), two, "of 2 jobs"},
+		{"a reply", r, subj, h(1, at), withReply, "carries a reply"},
+		{"another ID's subject", r, partition.DelaySubject("ns", 1, "other"), h(1, at), one, "is not delayed job"},
+		{"a redrive hint", r, subj, redrive, one, "a redrive is never delayed"},
+		{"a broken body", r, subj, h(1, at), []byte("KLB\x01\x05"), "malformed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, _, _, err := c.r.ParseDelayedBatch(c.subject, c.h, c.body, stored); err == nil || !strings.Contains(err.Error(), c.text) {
+				t.Fatalf("ParseDelayedBatch = %v; want a refusal with %q", err, c.text)
+			}
+		})
+	}
+	// And a batch on the batch subject may not carry a run-at.
+	if _, err := rules4.ParseBatch(BatchSubject("ns", 1), h(1, at), generated); err == nil || !strings.Contains(err.Error(), "Keylane-Run-At") {
+		t.Fatalf("a run-at on a batch on the batch subject: %v", err)
+	}
+}
+
+// FuzzParseDelayedBatch: whatever the body and run-at, a submission is
+// refused or gives a job on this partition whose subject is its ID's and
+// whose run-at is within the limit; it never panics.
+func FuzzParseDelayedBatch(f *testing.F) {
+	r := rules4
+	r.Delays = true
+	k := keyIn(1, 4)
+	stored := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	good, _ := EncodeBatch([]BatchJob{{Key: k, ID: "release.1", Idempotent: true, Payload: []byte("p")}})
+	f.Add(good, "release.1", stored.Add(time.Hour).Format(time.RFC3339Nano))
+	f.Add([]byte("KLB\x01"), "x", "2026-11-29T12:00:00Z")
+	f.Fuzz(func(t *testing.T, body []byte, id, runAt string) {
+		h := batchHeaderOf(1)
+		h[HeaderRunAt] = []string{runAt}
+		subject := "ns.delay.1." + id
+		d, _, _, err := r.ParseDelayedBatch(subject, h, body, stored)
+		if err != nil {
+			return
+		}
+		if subject != partition.DelaySubject("ns", 1, d.ID) || partition.Of(d.Key, 4) != 1 || d.RunAt.After(stored.Add(MaxDelay+RunAtSlack)) || d.Reply != "" {
+			t.Fatalf("accepted %+v on %s", d, subject)
+		}
+	})
+}

@@ -2,16 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/internal/natsflags"
 	"github.com/keylane/keylane/statuspage"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -39,14 +38,17 @@ func ui(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "listen" })
 	host, _, err := net.SplitHostPort(*listen)
 	if err != nil {
-		return fmt.Errorf("ui: --listen %q is not host:port: %w", *listen, err)
+		return usagef("ui: --listen %q is not host:port: %v", *listen, err)
 	}
 	loopback := isLoopback(host)
 	if !loopback && !given {
-		return fmt.Errorf("ui: %q is not a loopback address: give it with --listen to serve the console beyond this machine", *listen)
+		return usagef("ui: %q is not a loopback address: give it with --listen to serve the console beyond this machine", *listen)
 	}
 	if *timeout <= 0 {
-		return errors.New("ui: --timeout must be positive")
+		return usagef("ui: --timeout must be positive")
+	}
+	if err := c.auth.UseContext(c.fs, "nats", &c.url); err != nil {
+		return err
 	}
 	auth, err := c.auth.Options()
 	if err != nil {
@@ -56,7 +58,7 @@ func ui(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	// runs, and its page says the connection is down meanwhile.
 	nc, err := nats.Connect(c.url, append([]nats.Option{nats.Name("keylane-ui"), nats.Timeout(5 * time.Second), nats.MaxReconnects(-1)}, auth...)...)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redactURLs(c.url), err)
+		return fmt.Errorf("connect to %s: %w", natsflags.Redact(c.url), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -91,18 +93,6 @@ func ui(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	defer cancel()
 	_ = srv.Shutdown(sctx)
 	return nil
-}
-
-// redactURLs hides the passwords of a comma-separated NATS URL list:
-// an error message is no place for them.
-func redactURLs(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
-			parts[i] = u.Redacted()
-		}
-	}
-	return strings.Join(parts, ",")
 }
 
 // isLoopback reports whether host names this machine only.
