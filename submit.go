@@ -147,7 +147,9 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, natsError(err))
 		default:
 			// Lost with a connection or a leader: publish it again, with
-			// its ID, until it is stored or ctx ends.
+			// its ID, until it is stored or ctx ends; a later copy asks
+			// the worker to look its job up by ID.
+			f.Msg().Header[HeaderIdempotent] = oneHeader
 			if _, err := c.publishWatched(ctx, f.Msg()); err != nil {
 				_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, err)
 			}
