@@ -53,6 +53,7 @@ export type ErrorCode =
   | "no_topology"
   | "partition_mismatch"
   | "shards_mismatch"
+  | "max_deliver_mismatch"
   | "batches_mismatch"
   | "old_jobs_stream"
   | "duplicate"

@@ -15,6 +15,8 @@ import {
   batchOutcomesKey,
   batchJobOf,
   buildBatch,
+  batchedJobID,
+  classOf,
   decodeBatch,
   encodeBatch,
   validBatchID,
@@ -335,5 +337,35 @@ test("replies.json: single replies, held notices, stream acks", () => {
     assert.equal(!a.error, v.stored, v.name);
     assert.equal(Boolean(a.duplicate), v.duplicate, v.name);
     assert.equal(a.error?.err_code ?? 0, v.error_code, v.name);
+    // What the client makes of it (PROTOCOL.md § 7): classified by
+    // err_code, as the Go client did.
+    assert.equal(classOf(a), v.class, `${v.name}: ${Buffer.from(hex(v.data_hex)).toString()}`);
+  }
+});
+
+test("delays.json: delayed submissions byte for byte (a batch of one on the ID's delay subject)", () => {
+  const { submissions } = load("delays.json");
+  assert.ok(submissions.length > 0);
+  for (const v of submissions) {
+    const ns = { namespace: v.namespace, partitions: v.partitions, shards: v.shards, replyPrefix: v.reply_prefix };
+    const i = v.input;
+    // The vector's batch ID is the Go client's random one: this client
+    // builds its submission under the same ID.
+    const batchID = v.message.headers["Nats-Msg-Id"][0];
+    assert.ok(validBatchID(batchID), v.name);
+    if (i.id_generated) assert.equal(i.id, batchedJobID(batchID, 0), `${v.name}: a generated ID is its batch's`);
+    const runAt = new Date(i.run_at);
+    const input = { key: i.key, payload: hex(i.payload_hex), id: i.id, explicit: !i.id_generated, type: i.type, headers: i.headers, runAt };
+    buildJob(ns, input, 1024 * 1024); // every rule the client checks before sending
+    const p = partitionOf(i.key, v.partitions);
+    assert.equal(p, v.parsed.partition, v.name);
+    const m = buildBatch(ns, p, batchID, [batchJobOf(input)], { runAt });
+    assert.equal(m.subject, v.message.subject, v.name);
+    assert.equal(toHex(m.body), v.message.payload_hex, v.name);
+    const got: Record<string, string[]> = {};
+    for (const [k, val] of m.headers) (got[k] ??= []).push(val);
+    assert.deepEqual(got, v.message.headers, v.name);
+    const [j] = decodeBatch(m.body);
+    assert.deepEqual({ id: j.id, key: j.key, type: j.type, idempotent: j.idempotent }, { id: v.parsed.id, key: v.parsed.key, type: v.parsed.type, idempotent: v.parsed.idempotent }, v.name);
   }
 });
