@@ -37,8 +37,7 @@ import {
   DeadLetterReserve,
   MaxBatchBytes,
   messageSize,
-  MaxDelay,
-  RunAtTolerance,
+  runAtDecision,
   partitionOf,
   type BatchJob,
   type BatchMessage,
@@ -769,40 +768,10 @@ export class Client {
     if (this.ownsConnection) await this.nc.close();
   }
 
-  // runAtOf reads a job's delay options as the Go client's WithDelay and
-  // WithRunAt do: null for a job due now (no delay, a delay of 0, a run-at
-  // time up to RunAtTolerance in the past); bad_delay for a negative or
-  // non-finite delay, one beyond MaxDelay, a run-at time further in the
-  // past; delays_off when the namespace takes no delayed jobs.
+  // runAtOf reads a job's delay options (runAtDecision) on this
+  // namespace, now.
   private runAtOf(opts: JobOptions): Date | null {
-    let runAt: Date | null = null;
-    if (opts.delay !== undefined) {
-      const d = opts.delay;
-      if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || d > MaxDelay) {
-        throw new KeylaneError("bad_delay", `keylane: bad delay: ${String(d)} ms must be 0 to ${MaxDelay} (30 days)`, opts.id);
-      }
-      if (d > 0) runAt = new Date(Date.now() + d);
-    }
-    if (opts.runAt !== undefined) {
-      const t = opts.runAt;
-      if (!(t instanceof Date) || Number.isNaN(t.getTime())) {
-        throw new KeylaneError("bad_delay", `keylane: bad delay: runAt must be a valid Date (got ${String(t)})`, opts.id);
-      }
-      runAt = t;
-    }
-    if (runAt === null) return null;
-    const until = runAt.getTime() - Date.now();
-    if (until < -RunAtTolerance) {
-      throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is ${-until} ms in the past (tolerance ${RunAtTolerance} ms)`, opts.id);
-    }
-    if (until > MaxDelay) {
-      throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is beyond 30 days from now`, opts.id);
-    }
-    if (until <= 0) return null; // due: it runs at once
-    if (!this.info.delays) {
-      throw new KeylaneError("delays_off", `keylane: namespace ${this.info.namespace} takes no delayed jobs: it was created without them (a namespace takes them when the worker that creates it runs with --delays: worker --namespace NAME --delays)`, opts.id);
-    }
-    return runAt;
+    return runAtDecision(opts, Date.now(), this.info);
   }
 
   // batchRoom is the most bytes (by batchJobSize) the jobs of one batch

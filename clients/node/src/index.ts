@@ -40,6 +40,7 @@ export {
   formatRunAt,
   MaxDelay,
   RunAtTolerance,
+  runAtDecision,
   buildBatch,
   decodeBatch,
   encodeBatch,

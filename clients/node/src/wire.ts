@@ -228,6 +228,47 @@ export function formatRunAt(t: Date): string {
   return t.toISOString().replace(/\.?0*Z$/, "Z");
 }
 
+/**
+ * runAtDecision reads a job's delay options at now (ms) as the Go
+ * client's WithDelay and WithRunAt do (PROTOCOL.md § 13, delays.json's
+ * run_at_rules): null for a job due now (no delay, a delay of 0, a
+ * run-at time up to RunAtTolerance in the past: it is sent at once as any
+ * job, on any namespace); bad_delay for a negative or non-finite delay,
+ * one beyond MaxDelay, a run-at time further in the past or beyond
+ * MaxDelay; delays_off for a job in the future on a namespace that takes
+ * no delayed jobs. Otherwise the run-at time.
+ */
+export function runAtDecision(opts: { delay?: number; runAt?: Date; id?: string }, now: number, ns: { namespace: string; delays: boolean }): Date | null {
+  let runAt: Date | null = null;
+  if (opts.delay !== undefined) {
+    const d = opts.delay;
+    if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || d > MaxDelay) {
+      throw new KeylaneError("bad_delay", `keylane: bad delay: ${String(d)} ms must be 0 to ${MaxDelay} (30 days)`, opts.id);
+    }
+    if (d > 0) runAt = new Date(now + d);
+  }
+  if (opts.runAt !== undefined) {
+    const t = opts.runAt;
+    if (!(t instanceof Date) || Number.isNaN(t.getTime())) {
+      throw new KeylaneError("bad_delay", `keylane: bad delay: runAt must be a valid Date (got ${String(t)})`, opts.id);
+    }
+    runAt = t;
+  }
+  if (runAt === null) return null;
+  const until = runAt.getTime() - now;
+  if (until < -RunAtTolerance) {
+    throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is ${-until} ms in the past (tolerance ${RunAtTolerance} ms)`, opts.id);
+  }
+  if (until > MaxDelay) {
+    throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is beyond 30 days from now`, opts.id);
+  }
+  if (until <= 0) return null; // due: it runs at once
+  if (!ns.delays) {
+    throw new KeylaneError("delays_off", `keylane: namespace ${ns.namespace} takes no delayed jobs: it was created without them (a namespace takes them when the worker that creates it runs with --delays: worker --namespace NAME --delays)`, opts.id);
+  }
+  return runAt;
+}
+
 /** shardOf is the jobs stream shard that holds partition p among s. */
 export function shardOf(p: number, s: number): number {
   return p % s;

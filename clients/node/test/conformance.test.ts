@@ -11,12 +11,15 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import {
   HashName,
+  MaxDelay,
+  RunAtTolerance,
   KeylaneError,
   batchOutcomesKey,
   batchJobOf,
   buildBatch,
   batchedJobID,
   classOf,
+  runAtDecision,
   decodeBatch,
   encodeBatch,
   validBatchID,
@@ -340,6 +343,26 @@ test("replies.json: single replies, held notices, stream acks", () => {
     // What the client makes of it (PROTOCOL.md § 7): classified by
     // err_code, as the Go client did.
     assert.equal(classOf(a), v.class, `${v.name}: ${Buffer.from(hex(v.data_hex)).toString()}`);
+  }
+});
+
+test("delays.json: the client's rules for a run-at time", () => {
+  const { run_at_rules, max_delay_ms, run_at_tolerance_ms } = load("delays.json");
+  assert.equal(max_delay_ms, MaxDelay);
+  assert.equal(run_at_tolerance_ms, RunAtTolerance);
+  assert.ok(run_at_rules.length > 0);
+  const codeOf: Record<string, string> = { ErrBadDelay: "bad_delay", ErrDelaysOff: "delays_off" };
+  const now = Date.parse("2026-11-27T11:00:00Z");
+  for (const v of run_at_rules) {
+    const runAt = new Date(now + v.offset_ms);
+    let got: string;
+    try {
+      got = runAtDecision({ runAt }, now, { namespace: "keylane", delays: v.delays }) === null ? "now" : "delayed";
+    } catch (err) {
+      assert.ok(err instanceof KeylaneError, String(err));
+      got = err.code;
+    }
+    assert.equal(got, v.result === "refused" ? codeOf[v.go_error] : v.result, `${v.name}: Go ${v.result} ${v.go_error}`);
   }
 });
 
