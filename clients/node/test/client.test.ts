@@ -537,6 +537,43 @@ describe("keylane client against a Go worker", { skip }, () => {
     assert.deepEqual(wrong, []);
   });
 
+  test("a full stream (10077, not a key's cap) is refused at once, never published again until the timeout", async () => {
+    // A namespace whose one jobs stream holds at most one message
+    // (DiscardNew): the second job is refused "maximum messages
+    // exceeded", 503 and 10077 like a key at its cap, but it lasts until
+    // jobs are removed (PROTOCOL.md § 7, class limit).
+    const ns = `full${process.pid}`;
+    const name = new Names(ns).jobs();
+    const jsm = await jetstreamManager(c.nc);
+    await jsm.streams.add({
+      name,
+      subjects: [`${ns}.jobs.0.*`],
+      retention: "workqueue" as never,
+      discard: "new" as never,
+      storage: "memory" as never,
+      max_msgs: 1,
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+    });
+    const f = await Client.open(c.nc, { namespace: ns });
+    try {
+      await f.submit("k", "buy 1");
+      const s = await sniff(c.nc, `${ns}.jobs.>`);
+      const started = Date.now();
+      try {
+        const e = await expectCode(f.submit("k", "buy 1", { timeout: 10000 }), "refused");
+        assert.match(e.message, /maximum messages exceeded/);
+        await expectCode(f.call("k", "buy 1", { timeout: 10000 }), "refused");
+      } finally {
+        s.stop();
+      }
+      assert.ok(Date.now() - started < 5000, `refused after ${Date.now() - started} ms`);
+      assert.equal(s.msgs.length, 2, "each published once");
+    } finally {
+      await f.close();
+      await jsm.streams.delete(name);
+    }
+  });
+
   test("a partition count other than the namespace's is refused", async () => {
     await expectCode(Client.open(c.nc, { namespace, partitions: c.partitions + 1 }), "partition_mismatch");
   });
