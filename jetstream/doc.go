@@ -2035,9 +2035,10 @@
 // the worker moves the job, with its own headers and payload, into a
 // schedule as before, and the due copy the server stores from it is the
 // worker's own message, not a producer's. The Go client sends no
-// one-job message any more but a job too large for any batch; workers
-// still read them (earlier producers; the Node client's delayed and
-// capped jobs for now). There is no switch:
+// one-job message any more but a job too large for any batch, nor does
+// the Node client (clients/node: its capped and delayed jobs go as
+// batches of one too); workers still read them (earlier producers).
+// There is no switch:
 // ClientConfig.Batches and NoBatches,
 // WorkerConfig.Batches, the namespace's keylane.batches, SetBatches and
 // `keylane batches` are gone (the last answers with an error saying so),

@@ -1,10 +1,11 @@
 // The keylane client for Node.js: submit and call jobs of a namespace whose
 // workers run keylane (Go). It speaks the same wire protocol as the Go
 // client (submit.go, call.go, client.go, wirebatch.go): every job in a
-// batch message (a batch of one), except on a namespace with a key
-// backlog cap, where a job goes as a one-job message on its key's
-// subject; the same checks before anything is sent, the same retries, and
-// every wait bounded by a timeout.
+// batch message (a lone job as a batch of one; on a namespace with a key
+// backlog cap a batch of one on its key's subject; a delayed job's a
+// batch of one on its ID's delay subject); the same checks before
+// anything is sent, the same retries, the same classification of stream
+// acks (classOf), and every wait bounded by a timeout.
 
 import { randomBytes } from "node:crypto";
 import { connect as natsConnect, type NodeConnectionOptions } from "@nats-io/transport-node";
@@ -27,7 +28,6 @@ import {
   batchOutcomesKey,
   findBatchOutcome,
   parseBatchedJobID,
-  backlogFull,
   batchJobOf,
   batchedJobID,
   buildBatch,
@@ -37,13 +37,13 @@ import {
   DeadLetterReserve,
   MaxBatchBytes,
   messageSize,
-  MaxDelay,
-  RunAtTolerance,
+  runAtDecision,
   partitionOf,
   type BatchJob,
   type BatchMessage,
   parseStreamAck,
-  transient,
+  classOf,
+  decodeBatch,
   type StreamAck,
   decodeReply,
   markRetry,
@@ -248,6 +248,12 @@ function toBytes(payload: Uint8Array | string | undefined): Uint8Array {
   return typeof payload === "string" ? utf8(payload) : payload;
 }
 
+// hex64 reports whether s is a hexadecimal number (either case, no
+// sign or prefix) below 2^64, as Go's strconv.ParseUint(s, 16, 64) reads.
+function hex64(s: string): boolean {
+  return /^[0-9a-fA-F]+$/.test(s) && BigInt("0x" + s) < 1n << 64n;
+}
+
 // readMeta checks one jobs stream's metadata as the Go client's readMeta
 // does, and returns what it says.
 function readMeta(info: StreamInfo, namespace: string): NamespaceInfo & { shard: number } {
@@ -285,6 +291,21 @@ function readMeta(info: StreamInfo, namespace: string): NamespaceInfo & { shard:
     }
     shards = s;
     shard = i;
+  }
+  // Workers' keys, not used here, but a malformed value is refused as
+  // the Go client's readMeta refuses it (PROTOCOL.md § 2, checks h-j).
+  const maxDeliver = md[Meta.MaxDeliver];
+  if (maxDeliver !== undefined && !(/^[0-9]+$/.test(maxDeliver) && Number(maxDeliver) >= 1)) {
+    throw new KeylaneError("max_deliver_mismatch", `keylane: stream ${name} has a bad ${Meta.MaxDeliver} ${JSON.stringify(maxDeliver)}`);
+  }
+  const epoch = md[Meta.Epoch];
+  if (epoch !== undefined && !(hex64(epoch) && BigInt("0x" + epoch) !== 0n)) {
+    throw new KeylaneError("partition_mismatch", `keylane: stream ${name} has a bad ${Meta.Epoch} ${JSON.stringify(epoch)}`);
+  }
+  for (const a of (md[Meta.Adopted] ?? "").split(",")) {
+    if (a !== "" && !hex64(a)) {
+      throw new KeylaneError("partition_mismatch", `keylane: stream ${name} has a bad ${Meta.Adopted} ${JSON.stringify(a)}`);
+    }
   }
   const b = md[Meta.Batches] ?? "";
   if (b !== "" && b !== "on" && b !== "off") {
@@ -361,6 +382,9 @@ export class Client {
       }
     };
     const m0 = readMeta(await streamInfo(names.jobs(), ""), namespace);
+    if (m0.shard !== 0) {
+      throw new KeylaneError("shards_mismatch", `keylane: stream ${names.jobs()} says shard ${m0.shard} of ${m0.shards}, expected shard 0`);
+    }
     if (opts.partitions !== undefined && opts.partitions !== 0 && opts.partitions !== m0.partitions) {
       throw new KeylaneError("partition_mismatch", `keylane: stream ${names.jobs()} has ${m0.partitions} partitions, configured ${opts.partitions}`);
     }
@@ -404,17 +428,19 @@ export class Client {
    * generated ID is "<batch ID>.0". A job with an id that ran before is
    * stored again and answered by the worker from its kept outcome
    * without running (submit resolves); only on a namespace with a key
-   * backlog cap, where a job goes as a one-job message, is one whose ID
-   * the stream stored before refused with duplicate (nothing new stored).
-   * A delayed job (delay or runAt) goes as a one-job message on its
-   * partition's delay subject. opts.signal aborts it (AbortedError).
+   * backlog cap, where the batch goes on its key's subject, is one
+   * refused at the cap whose ID is still queued or was applied answered
+   * duplicate (nothing new stored), and key_backlog_full only when it is
+   * neither. A delayed job (delay or runAt) goes as a batch of one on its
+   * ID's delay subject, with Keylane-Run-At. opts.signal aborts it
+   * (AbortedError).
    */
   async submit(key: string, payload?: Uint8Array | string, opts: JobOptions = {}): Promise<string> {
     notAborted(opts.signal, "submit", opts.id);
     const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
     const { job, batch } = this.message(key, toBytes(payload), opts, false);
     if (batch) {
-      await this.submitBatch(batch, job.id, job.id, deadline, opts.signal);
+      await this.submitBatch(batch, job.id, job.id, deadline, opts.signal, capJob(job, batch));
       return job.id;
     }
     return this.submitOne(job, deadline, opts.signal);
@@ -428,10 +454,11 @@ export class Client {
    * row travel in batch messages (the format of every job, PROTOCOL.md §
    * 12) of at most 256 jobs and the server's max_payload; a generated ID
    * is "<batch ID>.<index>", a caller's id stays. A job that goes alone
-   * (a delayed job, any job on a namespace with a key backlog cap, one too
-   * large for a batch) is a one-job message, and its partition's batch
-   * before it is sent first, so a key's jobs are stored in the order
-   * given. A batch the server refuses refuses each of its jobs.
+   * (a delayed job, any job on a namespace with a key backlog cap: a
+   * batch of one, as submit sends it; one too large for any batch: a
+   * one-job message) goes after its partition's batch before it, so a
+   * key's jobs are stored in the order given. A batch the server refuses
+   * refuses each of its jobs.
    * opts.timeout bounds the whole; opts.signal aborts what is not stored
    * yet (AbortedError: sent false for what was never published).
    */
@@ -447,7 +474,7 @@ export class Client {
     type Open = { batchID: string; jobs: BatchJob[]; idx: number[]; bytes: number; ids: Set<string> };
     const open = new Map<number, Open>();
     // Every message in the order it is published: a batch when cut, a
-    // one-job message when met.
+    // job that goes alone when met.
     const sends: Array<{ idx: number[]; run: () => Promise<void> }> = [];
     const flush = (p: number) => {
       const b = open.get(p);
@@ -476,16 +503,17 @@ export class Client {
         out[i].error = errorOfJob(err, out[i].id);
         continue;
       }
-      const { job, batch, bj } = built;
+      const { job, batch, bj, alone } = built;
       const p = partitionOf(job.key, this.info.partitions);
-      if (!batch || !bj) {
+      if (alone || !batch || !bj) {
         flush(p); // a key's earlier jobs are stored first
         out[i].id = job.id;
         sends.push({
           idx: [i],
           run: async () => {
             try {
-              await this.submitOne(job, deadline, signal);
+              if (batch) await this.submitBatch(batch, job.id, job.id, deadline, signal, capJob(job, batch));
+              else await this.submitOne(job, deadline, signal);
             } catch (err) {
               out[i].error = errorOfJob(err, job.id);
             }
@@ -571,18 +599,19 @@ export class Client {
           continue;
         }
         const err = a.ack.error;
-        if (err && !backlogFull(err) && transient(err)) {
+        const cls = classOf(a.ack);
+        if (cls === "transient") {
           republishAt = Date.now() + noLeaderPause;
           continue;
         }
         if (err) {
-          if (backlogFull(err)) {
+          if (cls === "key_backlog_full") {
             // Applied or still queued from an earlier submit with this
             // ID: nothing new stored (Go: ErrDuplicate); else full.
-            await this.refusedAtCap(job, deadline);
+            await this.refusedAtCap(capJob(job), deadline);
             throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
           }
-          throw new KeylaneError("refused", `keylane: submit ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
+          throw refusal("submit", job.id, err, cls, job.id);
         }
         if (a.ack.duplicate && !resent) {
           throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
@@ -613,7 +642,7 @@ export class Client {
     const unwatch = watchAbort(opts.signal, w);
     try {
       const { job, batch } = this.message(key, toBytes(payload), opts, true, this.inbox + token);
-      if (batch) return await this.callBatch(job, batch, token, w, deadline, opts.signal);
+      if (batch) return await this.callBatch(job, batch, token, w, deadline, opts.signal, capJob(job, batch));
       let acked = false;
       let ackWait = ackWaitFirst;
       let republishAt = Date.now() + ackWait;
@@ -667,22 +696,23 @@ export class Client {
               continue;
             }
             const err = a.ack.error;
-            if (err && !backlogFull(err) && transient(err)) {
+            const cls = classOf(a.ack);
+            if (cls === "transient") {
               republishAt = Date.now() + noLeaderPause;
               continue;
             }
             if (err) {
-              if (backlogFull(err)) {
+              if (cls === "key_backlog_full") {
                 // Every call keeps its outcome: one applied before under
                 // this ID answers, never "full"; one still queued from an
                 // earlier call answers when it runs.
-                const kept = await this.refusedAtCap(job, deadline);
+                const kept = await this.refusedAtCap(capJob(job), deadline);
                 if (kept) return unwrap(kept);
                 acked = true; // nothing to publish again: wait for its outcome
                 pollAt = Math.min(pollAt, Date.now());
                 continue;
               }
-              throw new KeylaneError("refused", `keylane: call ${job.id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, job.id);
+              throw refusal("call", job.id, err, cls, job.id);
             }
             if (a.ack.duplicate) {
               // Stored before, by an earlier call with this ID (or our
@@ -738,40 +768,10 @@ export class Client {
     if (this.ownsConnection) await this.nc.close();
   }
 
-  // runAtOf reads a job's delay options as the Go client's WithDelay and
-  // WithRunAt do: null for a job due now (no delay, a delay of 0, a run-at
-  // time up to RunAtTolerance in the past); bad_delay for a negative or
-  // non-finite delay, one beyond MaxDelay, a run-at time further in the
-  // past; delays_off when the namespace takes no delayed jobs.
+  // runAtOf reads a job's delay options (runAtDecision) on this
+  // namespace, now.
   private runAtOf(opts: JobOptions): Date | null {
-    let runAt: Date | null = null;
-    if (opts.delay !== undefined) {
-      const d = opts.delay;
-      if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || d > MaxDelay) {
-        throw new KeylaneError("bad_delay", `keylane: bad delay: ${String(d)} ms must be 0 to ${MaxDelay} (30 days)`, opts.id);
-      }
-      if (d > 0) runAt = new Date(Date.now() + d);
-    }
-    if (opts.runAt !== undefined) {
-      const t = opts.runAt;
-      if (!(t instanceof Date) || Number.isNaN(t.getTime())) {
-        throw new KeylaneError("bad_delay", `keylane: bad delay: runAt must be a valid Date (got ${String(t)})`, opts.id);
-      }
-      runAt = t;
-    }
-    if (runAt === null) return null;
-    const until = runAt.getTime() - Date.now();
-    if (until < -RunAtTolerance) {
-      throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is ${-until} ms in the past (tolerance ${RunAtTolerance} ms)`, opts.id);
-    }
-    if (until > MaxDelay) {
-      throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is beyond 30 days from now`, opts.id);
-    }
-    if (until <= 0) return null; // due: it runs at once
-    if (!this.info.delays) {
-      throw new KeylaneError("delays_off", `keylane: namespace ${this.info.namespace} takes no delayed jobs: it was created without them (a namespace takes them when the worker that creates it runs with --delays: worker --namespace NAME --delays)`, opts.id);
-    }
-    return runAt;
+    return runAtDecision(opts, Date.now(), this.info);
   }
 
   // batchRoom is the most bytes (by batchJobSize) the jobs of one batch
@@ -784,32 +784,31 @@ export class Client {
   }
 
   // message builds the job with this namespace's settings: checked by
-  // every rule and the size limit of a one-job message (buildJob), and,
-  // unless it must go as one, as a batch of one (batch, and bj its job).
-  // A job goes as a one-job message (batch null) when delayed (on its
-  // delay subject), on a namespace with a key backlog cap (the server
-  // counts a key's messages on its key's subject, and a worker refuses a
-  // batch on the batch subject there), and when its batch would exceed
-  // the wire's limit on a body (MaxBatchBytes) or max_payload less
-  // DeadLetterReserve, which a one-job message it passed does not. In a
-  // batch a generated ID is <batch ID>.0 (the worker refuses any other),
-  // and a caller's ID stays, flagged idempotent.
-  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): { job: Job; batch: BatchMessage | null; bj: BatchJob | null } {
+  // every rule and the size limit of a one-job message (buildJob), and
+  // its batch message: a batch of one (as the Go client's message and
+  // batchMessage). In a batch a generated ID is <batch ID>.0 (the worker
+  // refuses any other), and a caller's ID stays, flagged idempotent. A
+  // job that goes alone (alone: never batched with others by submitMany)
+  // is a delayed job's submission (on its ID's delay subject, with
+  // Keylane-Run-At on the message) and any job on a namespace with a key
+  // backlog cap (on its key's subject, where the server counts it against
+  // the cap, and a worker refuses a batch on the batch subject). Only a
+  // job whose batch would exceed the wire's limit on a body
+  // (MaxBatchBytes) or max_payload less DeadLetterReserve, which its
+  // one-job message passed, goes as a one-job message (batch null).
+  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): { job: Job; batch: BatchMessage | null; bj: BatchJob | null; alone: boolean } {
     const explicit = opts.id !== undefined;
     const maxPayload = this.nc.info?.max_payload ?? 1024 * 1024;
     const runAt = call ? null : this.runAtOf(opts);
-    if (runAt || this.info.maxKeyBacklog > 0) {
-      const id = explicit ? opts.id! : newJobID();
-      return { job: buildJob(this.info, { key, payload, id, explicit, type: opts.type, headers: opts.headers, reply, call, runAt: runAt ?? undefined }, maxPayload), batch: null, bj: null };
-    }
+    const alone = runAt !== null || this.info.maxKeyBacklog > 0;
     const batchID = this.batchIDs();
-    const input = { key, payload, id: explicit ? opts.id! : batchedJobID(batchID, 0), explicit, type: opts.type, headers: opts.headers, reply, call };
+    const input = { key, payload, id: explicit ? opts.id! : batchedJobID(batchID, 0), explicit, type: opts.type, headers: opts.headers, reply, call, runAt: runAt ?? undefined };
     const job = buildJob(this.info, input, maxPayload);
     const bj = batchJobOf(input);
-    if (BatchHeaderSize + batchJobSize(bj) > MaxBatchBytes) return { job, batch: null, bj: null };
-    const batch = buildBatch(this.info, partitionOf(key, this.info.partitions), batchID, [bj]);
-    if (messageSize(batch.subject, batch.body, batch.headers) > maxPayload - DeadLetterReserve) return { job, batch: null, bj: null };
-    return { job, batch, bj };
+    if (BatchHeaderSize + batchJobSize(bj) > MaxBatchBytes) return { job, batch: null, bj: null, alone: true };
+    const batch = buildBatch(this.info, partitionOf(key, this.info.partitions), batchID, [bj], { runAt: runAt ?? undefined, keySubject: this.info.maxKeyBacklog > 0 });
+    if (messageSize(batch.subject, batch.body, batch.headers) > maxPayload - DeadLetterReserve) return { job, batch: null, bj: null, alone: true };
+    return { job, batch, bj, alone };
   }
 
   // publishBatch publishes copy n of batch b, its stream ack to token's
@@ -858,10 +857,14 @@ export class Client {
   // the job's ID or the batch's label in messages, jobId the job's ID
   // when it is one job's): true when the batch is stored; false when it
   // must be published again (no leader, a transient refusal:
-  // s.republishAt is set). It throws for a refusal, the stream's absence
-  // or another partition count (noStream), and a duplicate answer to the
-  // batch's first copy.
-  private async batchAck(e: { m: Msg; copy?: number }, s: ReturnType<Client["batchSend"]>, b: BatchMessage, what: string, id: string, jobId?: string): Promise<boolean> {
+  // s.republishAt is set); { kept } when b is the batch of one of cj on a
+  // namespace with a key backlog cap, refused for its key's cap, and the
+  // job was stored before (PROTOCOL.md § 7: refusedAtCap): its kept
+  // outcome when applied, null when still queued. It throws for a
+  // refusal (a job refused at its cap and not stored before among them),
+  // the stream's absence or another partition count (noStream), and a
+  // duplicate answer to the batch's first copy.
+  private async batchAck(e: { m: Msg; copy?: number }, s: ReturnType<Client["batchSend"]>, b: BatchMessage, what: string, id: string, jobId: string | undefined, deadline: number, cj?: CapJob): Promise<boolean | { kept: Outcome | null }> {
     const a = ackOf(e.m);
     if (a.noResponders) {
       await this.noStream(id, streamOf(b.headers));
@@ -869,12 +872,14 @@ export class Client {
       return false;
     }
     const err = a.ack.error;
-    if (err && !backlogFull(err) && transient(err)) {
+    const cls = classOf(a.ack);
+    if (cls === "transient") {
       s.republishAt = Date.now() + noLeaderPause;
       return false;
     }
     if (err) {
-      throw new KeylaneError("refused", `keylane: ${what} ${id}: ${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, jobId);
+      if (cls === "key_backlog_full" && cj) return { kept: await this.refusedAtCap(cj, deadline) };
+      throw refusal(what, id, err, cls, jobId);
     }
     if (a.ack.duplicate && e.copy === s.first) {
       // The server had a message under the batch's ID before its first
@@ -890,7 +895,7 @@ export class Client {
   // published again whole, as it was (its batch ID), until the timeout.
   // id names it in errors (a job's ID, or the batch), jobId is the job's
   // ID when it is one job's.
-  private async submitBatch(b: BatchMessage, id: string, jobId: string | undefined, deadline: number, signal?: AbortSignal): Promise<void> {
+  private async submitBatch(b: BatchMessage, id: string, jobId: string | undefined, deadline: number, signal?: AbortSignal, cj?: CapJob): Promise<void> {
     const { token, w } = this.wait();
     const unwatch = watchAbort(signal, w);
     try {
@@ -916,9 +921,14 @@ export class Client {
           case "refused":
             if (e.subject !== b.subject) continue;
             throw new KeylaneError("refused", `keylane: submit ${id}: refused by the server: ${e.error.message}`, jobId, { cause: e.error });
-          case "ack":
-            if (await this.batchAck(e, s, b, "submit", id, jobId)) return;
-            continue;
+          case "ack": {
+            const r = await this.batchAck(e, s, b, "submit", id, jobId, deadline, cj);
+            if (r === true) return;
+            if (r === false) continue;
+            // Refused at its key's cap, but applied or still queued from
+            // an earlier submit with this ID: nothing new stored.
+            throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${id})`, jobId);
+          }
         }
       }
     } finally {
@@ -932,7 +942,7 @@ export class Client {
   // while no stream ack comes), then the reply awaited; a reply not come
   // within replyWait, or a reconnect, makes it read the kept outcome too:
   // by its ID, and for a generated ID (<batch ID>.0) in its batch's entry.
-  private async callBatch(job: Job, b: BatchMessage, token: string, w: Waiter, deadline: number, signal?: AbortSignal): Promise<Uint8Array> {
+  private async callBatch(job: Job, b: BatchMessage, token: string, w: Waiter, deadline: number, signal?: AbortSignal, cj?: CapJob): Promise<Uint8Array> {
     const s = this.batchSend(b, token);
     let acked = false;
     let pollAt = Infinity; // when to read the kept outcome next
@@ -968,13 +978,21 @@ export class Client {
           return unwrap(decodeReply(getter(e.m.headers), e.m.data, job.id));
         case "held":
           throw new HeldError(job.id, getter(e.m.headers)(Header.Error) || "(no error text)", getter(e.m.headers)(Header.ErrorKind) === "held-epoch");
-        case "ack":
+        case "ack": {
           if (acked) continue;
-          if (await this.batchAck(e, s, b, "call", job.id, job.id)) {
+          const r = await this.batchAck(e, s, b, "call", job.id, job.id, deadline, cj);
+          if (r === true) {
             acked = true;
             pollAt = Math.min(pollAt, Date.now() + replyWait);
+          } else if (r !== false) {
+            // Refused at its key's cap, stored by an earlier call with
+            // this ID: its kept outcome, or (still queued) wait for it.
+            if (r.kept) return unwrap(r.kept);
+            acked = true; // nothing to publish again
+            pollAt = Math.min(pollAt, Date.now());
           }
           continue;
+        }
       }
     }
   }
@@ -1020,7 +1038,7 @@ export class Client {
   // runs); it is "full" only when the stream's leader says the key's
   // queue does not hold it, and unknown_outcome when that could not be
   // read: never "full" for a job that may have gone through.
-  private async refusedAtCap(job: Job, deadline: number): Promise<Outcome | null> {
+  private async refusedAtCap(job: CapJob, deadline: number): Promise<Outcome | null> {
     const full = new KeyBacklogFullError(job.key, this.info.maxKeyBacklog, job.id);
     if (!job.idempotent) throw full;
     const unknown = (what: string, err: unknown) =>
@@ -1054,15 +1072,14 @@ export class Client {
   // leader ($JS.API.STREAM.MSG.GET, never a direct get, which a follower
   // may answer from behind): the subject's last message, then the others
   // in order up to it; at most the cap + 1 reads, each bounded.
-  private async queued(job: Job, deadline: number): Promise<boolean> {
-    const stream = job.headers.find(([k]) => k === Header.ExpectedStream)![1];
-    const api = `$JS.API.STREAM.MSG.GET.${stream}`;
+  private async queued(job: CapJob, deadline: number): Promise<boolean> {
+    const api = `$JS.API.STREAM.MSG.GET.${job.stream}`;
     const get = async (req: Record<string, unknown>): Promise<{ seq: number; found: boolean } | null> => {
       const bound = Math.max(1, Math.min(this.requestTimeout, deadline - Date.now()));
       const m = await this.nc.request(api, utf8(JSON.stringify(req)), { timeout: bound });
       const r = JSON.parse(Buffer.from(m.data).toString("utf8")) as {
         error?: { code: number; err_code?: number; description?: string };
-        message?: { subject: string; seq: number; hdrs?: string };
+        message?: { subject: string; seq: number; hdrs?: string; data?: string };
       };
       if (r.error?.err_code === 10037) return null; // no message
       if (r.error) throw new Error(`${api}: ${r.error.description ?? "error"} (err_code ${r.error.err_code ?? 0})`);
@@ -1070,7 +1087,7 @@ export class Client {
       if (!msg || msg.subject !== job.subject || (typeof req.seq === "number" && msg.seq < req.seq)) {
         throw new Error(`bad answer from ${api}`);
       }
-      return { seq: msg.seq, found: msgIdOf(msg.hdrs) === job.id };
+      return { seq: msg.seq, found: jobIDOf(msg.hdrs, msg.data) === job.id };
     };
     const last = await get({ last_by_subj: job.subject });
     if (!last || last.found) return Boolean(last?.found);
@@ -1196,15 +1213,54 @@ function streamOf(headers: Array<[string, string]>): string {
   return headers.find(([k]) => k === Header.ExpectedStream)![1];
 }
 
-// msgIdOf returns the Nats-Msg-Id in a stored message's raw headers
-// (base64 of "NATS/1.0\r\nName: value\r\n…").
-function msgIdOf(hdrs: string | undefined): string {
+// CapJob is what the answer to a refusal at a key's cap needs of a job
+// (refusedAtCap): its key and ID, whether the ID is its caller's
+// (idempotent), the key's subject it was published on and its stream.
+interface CapJob {
+  key: string;
+  id: string;
+  idempotent: boolean;
+  subject: string;
+  stream: string;
+}
+
+// capJob is job as refusedAtCap reads it, sent as itself (a one-job
+// message) or in b, its batch of one.
+function capJob(job: Job, b?: BatchMessage): CapJob {
+  const m = b ?? job;
+  return { key: job.key, id: job.id, idempotent: job.idempotent, subject: m.subject, stream: streamOf(m.headers) };
+}
+
+// refusal is the error of a stream ack's refusal err of class cls.
+function refusal(what: string, id: string, err: NonNullable<StreamAck["error"]>, cls: string, jobId?: string): KeylaneError {
+  const why = cls === "limit" ? "the stream is at a limit (it lasts until jobs are removed): " : "";
+  return new KeylaneError("refused", `keylane: ${what} ${id}: ${why}${err.description ?? "refused"} (code ${err.code}, err_code ${err.err_code ?? 0})`, jobId);
+}
+
+// rawHeader returns header name in a stored message's raw headers
+// (base64 of "NATS/1.0\r\nName: value\r\n…"), or "".
+function rawHeader(hdrs: string | undefined, name: string): string {
   if (!hdrs) return "";
   for (const line of Buffer.from(hdrs, "base64").toString("utf8").split("\r\n").slice(1)) {
     const i = line.indexOf(":");
-    if (i > 0 && line.slice(0, i) === Header.JobID) return line.slice(i + 1).trim();
+    if (i > 0 && line.slice(0, i) === name) return line.slice(i + 1).trim();
   }
   return "";
+}
+
+// jobIDOf returns the ID of the job a stored message carries, from its
+// raw headers and body (base64, as a message get answers them): a one-job
+// message's Nats-Msg-Id, or the one job's ID in a batch of one (Go:
+// jobIDOf). "" for anything else.
+function jobIDOf(hdrs: string | undefined, data: string | undefined): string {
+  if (!hdrs) return "";
+  if (rawHeader(hdrs, Header.Batch) === "") return rawHeader(hdrs, Header.JobID);
+  try {
+    const jobs = decodeBatch(new Uint8Array(Buffer.from(data ?? "", "base64")));
+    return jobs.length === 1 ? jobs[0].id : "";
+  } catch {
+    return "";
+  }
 }
 
 // notAborted throws AbortedError (nothing sent) when signal has fired.

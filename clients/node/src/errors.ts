@@ -18,10 +18,13 @@
  *   stream under its name takes another namespace's subjects)
  * - partition_mismatch: ErrPartitionMismatch
  * - shards_mismatch: ErrShardsMismatch
+ * - max_deliver_mismatch: ErrMaxDeliverMismatch (a malformed
+ *   keylane.max-deliver)
  * - batches_mismatch: ErrBatchesMismatch (a bad keylane.batches value)
  * - old_jobs_stream: ErrOldJobsStream
  * - duplicate: ErrDuplicate (submit, on a namespace with a key backlog
- *   cap: a job with this ID was stored before)
+ *   cap: refused at the cap while a job with this ID is still queued or
+ *   was applied; nothing new stored)
  * - batch_id_used: the server had a message under the batch's ID before
  *   the batch's first copy: not stored (Go: "batch ID already used")
  * - key_backlog_full: ErrKeyBacklogFull (nothing stored)
@@ -53,6 +56,7 @@ export type ErrorCode =
   | "no_topology"
   | "partition_mismatch"
   | "shards_mismatch"
+  | "max_deliver_mismatch"
   | "batches_mismatch"
   | "old_jobs_stream"
   | "duplicate"

@@ -8,6 +8,7 @@ export {
   Header,
   Names,
   backlogFull,
+  classOf,
   buildJob,
   markRetry,
   parseStreamAck,
@@ -39,9 +40,10 @@ export {
   formatRunAt,
   MaxDelay,
   RunAtTolerance,
+  runAtDecision,
   buildBatch,
   decodeBatch,
   encodeBatch,
 } from "./wire.js";
-export type { BatchJob, BatchMessage, BatchOutcome, JobInput, JobMessage, NamespaceSettings, Outcome, StreamAck } from "./wire.js";
+export type { AckClass, BatchJob, BatchOptions, BatchMessage, BatchOutcome, JobInput, JobMessage, NamespaceSettings, Outcome, StreamAck } from "./wire.js";
 export { xxhash64 } from "./xxhash64.js";

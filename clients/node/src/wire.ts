@@ -36,6 +36,12 @@ export const Meta = {
   Shard: "keylane.shard",
   Batches: "keylane.batches",
   Delays: "keylane.delays",
+  /** Workers': attempts before a dead letter (decimal, at least 1). */
+  MaxDeliver: "keylane.max-deliver",
+  /** Workers': which jobs stream this is (hexadecimal, 1..2^64-1). */
+  Epoch: "keylane.epoch",
+  /** Workers': the earlier streams' epochs it carries on (hexadecimal, comma-separated). */
+  Adopted: "keylane.adopted",
 } as const;
 
 export const HashName = "xxhash64-mod";
@@ -220,6 +226,47 @@ export function delaySubject(namespace: string, p: number, id: string): string {
  */
 export function formatRunAt(t: Date): string {
   return t.toISOString().replace(/\.?0*Z$/, "Z");
+}
+
+/**
+ * runAtDecision reads a job's delay options at now (ms) as the Go
+ * client's WithDelay and WithRunAt do (PROTOCOL.md § 13, delays.json's
+ * run_at_rules): null for a job due now (no delay, a delay of 0, a
+ * run-at time up to RunAtTolerance in the past: it is sent at once as any
+ * job, on any namespace); bad_delay for a negative or non-finite delay,
+ * one beyond MaxDelay, a run-at time further in the past or beyond
+ * MaxDelay; delays_off for a job in the future on a namespace that takes
+ * no delayed jobs. Otherwise the run-at time.
+ */
+export function runAtDecision(opts: { delay?: number; runAt?: Date; id?: string }, now: number, ns: { namespace: string; delays: boolean }): Date | null {
+  let runAt: Date | null = null;
+  if (opts.delay !== undefined) {
+    const d = opts.delay;
+    if (typeof d !== "number" || !Number.isFinite(d) || d < 0 || d > MaxDelay) {
+      throw new KeylaneError("bad_delay", `keylane: bad delay: ${String(d)} ms must be 0 to ${MaxDelay} (30 days)`, opts.id);
+    }
+    if (d > 0) runAt = new Date(now + d);
+  }
+  if (opts.runAt !== undefined) {
+    const t = opts.runAt;
+    if (!(t instanceof Date) || Number.isNaN(t.getTime())) {
+      throw new KeylaneError("bad_delay", `keylane: bad delay: runAt must be a valid Date (got ${String(t)})`, opts.id);
+    }
+    runAt = t;
+  }
+  if (runAt === null) return null;
+  const until = runAt.getTime() - now;
+  if (until < -RunAtTolerance) {
+    throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is ${-until} ms in the past (tolerance ${RunAtTolerance} ms)`, opts.id);
+  }
+  if (until > MaxDelay) {
+    throw new KeylaneError("bad_delay", `keylane: bad delay: run-at ${runAt.toISOString()} is beyond 30 days from now`, opts.id);
+  }
+  if (until <= 0) return null; // due: it runs at once
+  if (!ns.delays) {
+    throw new KeylaneError("delays_off", `keylane: namespace ${ns.namespace} takes no delayed jobs: it was created without them (a namespace takes them when the worker that creates it runs with --delays: worker --namespace NAME --delays)`, opts.id);
+  }
+  return runAt;
 }
 
 /** shardOf is the jobs stream shard that holds partition p among s. */
@@ -417,11 +464,45 @@ export function backlogFull(e: NonNullable<StreamAck["error"]>): boolean {
 }
 
 /**
- * transient: an ack error that publishing again may cure (no leader,
- * cluster not available, a timeout, another 5xx), except backlogFull.
+ * transient: an ack error that publishing the same message again may
+ * cure (classOf's "transient").
  */
 export function transient(e: NonNullable<StreamAck["error"]>): boolean {
-  return !backlogFull(e) && (e.err_code === 10008 || e.code === 408 || e.code >= 500);
+  return classOf({ error: e }) === "transient";
+}
+
+/** What a client makes of a stream ack (PROTOCOL.md § 7; replies.json's class). */
+export type AckClass = "stored" | "duplicate" | "key_backlog_full" | "permanent" | "transient" | "limit";
+
+// The server's err_codes by what they mean to a producer (PROTOCOL.md §
+// 7; Go: internal/natserr). permanentCodes: no retry of the same message
+// cures them (message too large, no stream, Nats-Expected-Stream
+// mismatch, replicas, Nats-TTL, atomic batches, message schedules);
+// transientCodes: the cluster placing or moving the stream, with a 4xx
+// code.
+const permanentCodes = new Set([10054, 10059, 10060, 10074, 10166, 10174, 10175, 10176, 10179, 10199, 10200, 10188, 10189, 10190, 10191, 10192, 10203]);
+const transientCodes = new Set([10005, 10040, 10044, 10124, 10202, 10226]);
+
+/**
+ * classOf classifies a stream ack by its err_code, never by its code
+ * alone (a key at its cap and a full stream share 503 and 10077 with an
+ * election's code): the first row of PROTOCOL.md § 7's table that
+ * matches. "transient": publish the same message again; "limit": the
+ * stream (or the account's storage) is full, reported, not retried;
+ * "key_backlog_full": the job's key is at its cap, never published
+ * again; "permanent": reported. An err_code it does not know is read by
+ * its code: 408 or 5xx transient, any other permanent.
+ */
+export function classOf(a: StreamAck): AckClass {
+  const e = a.error;
+  if (!e) return a.duplicate ? "duplicate" : "stored";
+  const ec = e.err_code ?? 0;
+  if (backlogFull(e)) return "key_backlog_full";
+  if (permanentCodes.has(ec)) return "permanent";
+  if (transientCodes.has(ec)) return "transient";
+  if (ec === 10077 || ec === 10023) return "limit";
+  if (ec === 10008 || e.code === 408 || e.code >= 500) return "transient";
+  return "permanent";
 }
 
 /** validPartitionCount: a namespace's partition count is 1 to 4096. */
@@ -811,15 +892,33 @@ export function batchJobOf(input: JobInput): BatchJob {
   };
 }
 
+/** Where a batch goes when it is not on its partition's batch subject. */
+export interface BatchOptions {
+  /**
+   * A delayed job's submission (PROTOCOL.md § 13): the batch carries one
+   * job, goes on its ID's delay subject and carries Keylane-Run-At.
+   */
+  runAt?: Date;
+  /**
+   * A namespace with a key backlog cap (§ 2, § 12): the batch carries one
+   * job and goes on its key's subject, where the server counts it against
+   * the cap.
+   */
+  keySubject?: boolean;
+}
+
 /**
  * buildBatch is the batch message of jobs, all of partition p, under
  * batch ID batchID (22 random letters and digits): on <ns>.jobs.<p>.batch
  * with Nats-Msg-Id (the batch ID), Nats-Expected-Stream (the partition's
  * shard), Keylane-Batch, Keylane-Batch-Jobs and Keylane-Partitions, the
  * body encodeBatch's. A job without its caller's ID must carry
- * batchedJobID(batchID, index): the worker refuses any other.
+ * batchedJobID(batchID, index): the worker refuses any other. A batch of
+ * one may go elsewhere (opts, as the Go client's batchMessage): a delayed
+ * job's on its ID's delay subject with Keylane-Run-At, and on a namespace
+ * with a key backlog cap on its job's key's subject.
  */
-export function buildBatch(ns: NamespaceSettings, p: number, batchID: string, jobs: BatchJob[]): BatchMessage {
+export function buildBatch(ns: NamespaceSettings, p: number, batchID: string, jobs: BatchJob[], opts: BatchOptions = {}): BatchMessage {
   if (!validBatchID(batchID)) throw new KeylaneError("bad_job_id", `keylane: batch ID ${JSON.stringify(clip(batchID))} is not ${BatchIDLen} letters and digits`);
   jobs.forEach((j, k) => {
     if (partitionOf(j.key, ns.partitions) !== p) throw new KeylaneError("bad_key", `keylane: key ${JSON.stringify(clip(j.key))} is not of partition ${p}`);
@@ -827,6 +926,13 @@ export function buildBatch(ns: NamespaceSettings, p: number, batchID: string, jo
       throw new KeylaneError("bad_job_id", `keylane: job ${k} of batch ${batchID} has ID ${JSON.stringify(clip(j.id))}, not its batch's and index's`);
     }
   });
+  let subject = batchSubject(ns.namespace, p);
+  if (opts.runAt !== undefined || opts.keySubject) {
+    if (jobs.length !== 1) {
+      throw new KeylaneError("refused", `keylane: ${jobs.length} jobs in one batch ${opts.runAt !== undefined ? "of a delayed job (a delayed job goes alone)" : "on a namespace with a key backlog cap (a batch there carries one job)"}`);
+    }
+    subject = opts.runAt !== undefined ? delaySubject(ns.namespace, p, jobs[0].id) : jobsSubject(ns.namespace, p, jobs[0].key);
+  }
   const body = encodeBatch(jobs);
   const headers: Array<[string, string]> = [
     [Header.JobID, batchID],
@@ -835,5 +941,6 @@ export function buildBatch(ns: NamespaceSettings, p: number, batchID: string, jo
     [Header.BatchJobs, String(jobs.length)],
     [Header.Partitions, String(ns.partitions)],
   ];
-  return { id: batchID, partition: p, subject: batchSubject(ns.namespace, p), headers, body };
+  if (opts.runAt !== undefined) headers.push([Header.RunAt, formatRunAt(opts.runAt)]);
+  return { id: batchID, partition: p, subject, headers, body };
 }

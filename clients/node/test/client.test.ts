@@ -4,12 +4,13 @@
 // KEYLANE_NAMESPACE set; without them every test here is skipped.
 
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { createServer, connect as tcpConnect, type AddressInfo } from "node:net";
 import { jetstreamManager } from "@nats-io/jetstream";
 import type { Msg, NatsConnection } from "@nats-io/nats-core";
 import { after, before, describe, test } from "node:test";
 import { connect as otherConnect } from "nats-other";
-import { AbortedError, Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect, decodeBatch, formatRunAt, keyToken, partitionOf, validBatchID, type BatchJob } from "@keylane/client";
+import { AbortedError, Client, HeldError, KeyBacklogFullError, KeylaneError, NoReplyError, RemoteError, connect, decodeBatch, formatRunAt, keyToken, Names, partitionOf, validBatchID, type BatchJob } from "@keylane/client";
 
 const url = process.env.KEYLANE_NATS_URL;
 const namespace = process.env.KEYLANE_NAMESPACE;
@@ -66,18 +67,6 @@ function once(seen: SeenBatch[]): SeenBatch[] {
     else first.set(b.batchID, b);
   }
   return [...first.values()];
-}
-
-// onceByID drops the copies of a one-job message published again (same
-// Nats-Msg-Id), keeping the first of each.
-function onceByID(msgs: Msg[]): Msg[] {
-  const ids = new Set<string>();
-  return msgs.filter((m) => {
-    const id = m.headers?.get("Nats-Msg-Id") ?? "";
-    if (ids.has(id)) return false;
-    ids.add(id);
-    return true;
-  });
 }
 
 // expectCode asserts that p rejects with a KeylaneError of code.
@@ -357,14 +346,26 @@ describe("keylane client against a Go worker", { skip }, () => {
       assert.equal(k.info.maxKeyBacklog, 2);
       const key = uniq("hot");
       const queuedId = uniq("queued");
-      // A capped namespace keeps one-job messages, on the key's subject,
-      // where the server counts them against the cap.
+      // On a capped namespace every job is a batch of one on its key's
+      // subject, where the server counts it against the cap.
       const s = await sniff(c.nc, `${capNamespace}.jobs.>`);
       await k.submit(key, "buy 1", { id: queuedId });
-      await k.submit(key, "buy 1");
+      const generated = await k.submit(key, "buy 1");
       s.stop();
-      assert.deepEqual(s.msgs.map((m) => m.subject.split(".").pop()), [keyToken(key), keyToken(key)]);
-      assert.equal(s.msgs[0].headers?.get("Nats-Msg-Id"), queuedId);
+      const seen = once(s.msgs.map(seenBatch));
+      const p = partitionOf(key, k.partitions);
+      assert.deepEqual(seen.map((b) => b.subject), [`${capNamespace}.jobs.${p}.${keyToken(key)}`, `${capNamespace}.jobs.${p}.${keyToken(key)}`]);
+      for (const b of seen) {
+        assert.ok(validBatchID(b.batchID), `batch ID ${b.batchID}`);
+        assert.equal(b.header("Keylane-Batch"), "1");
+        assert.equal(b.header("Keylane-Batch-Jobs"), "1");
+        assert.equal(b.header("Keylane-Key"), undefined);
+        assert.equal(b.jobs.length, 1);
+      }
+      // A caller's ID stays, flagged idempotent; a generated one is the batch's.
+      assert.deepEqual([seen[0].jobs[0].id, seen[0].jobs[0].idempotent], [queuedId, true]);
+      assert.deepEqual([seen[1].jobs[0].id, seen[1].jobs[0].idempotent], [`${seen[1].batchID}.0`, false]);
+      assert.equal(generated, `${seen[1].batchID}.0`);
       const full = await expectCode(k.submit(key, "buy 1"), "key_backlog_full");
       assert.ok(full instanceof KeyBacklogFullError && full.cap === 2 && full.key === key);
       await expectCode(k.call(key, "buy 1", { timeout: 5000 }), "key_backlog_full");
@@ -374,12 +375,26 @@ describe("keylane client against a Go worker", { skip }, () => {
       await expectCode(k.call(key, "buy 1", { id: uniq("order"), timeout: 5000 }), "key_backlog_full");
       // The queued job's ID again: stored before, nothing new.
       await expectCode(k.submit(key, "buy 1", { id: queuedId }), "duplicate");
-      // The harness stored order-q on queued:1 (full) and waited until the
+      // The harness stored order-q on queued:1 (full) with the Go client
+      // (a batch of one: its job ID in the body) and waited until the
       // server forgot the ID: a retry is refused over the cap, yet the
       // job is stored. Not "full": submit says duplicate, and a call waits
       // for the job's outcome (no worker runs here: no_reply, bounded).
       await expectCode(k.submit("queued:1", "buy 1", { id: "order-q" }), "duplicate");
       await expectCode(k.call("queued:1", "buy 1", { id: "order-q", timeout: 1500 }), "no_reply");
+      // A call on the capped namespace is a batch of one on its key's
+      // subject too, its reply in the body.
+      const cs = await sniff(c.nc, `${capNamespace}.jobs.>`);
+      const callID = uniq("order");
+      try {
+        await expectCode(k.call(uniq("cold"), "buy 1", { id: callID, timeout: 1500 }), "no_reply");
+      } finally {
+        cs.stop();
+      }
+      const calls = once(cs.msgs.map(seenBatch));
+      assert.equal(calls.length, 1);
+      assert.equal(calls[0].subject.split(".").pop(), keyToken(calls[0].jobs[0].key));
+      assert.ok(calls[0].jobs[0].id === callID && calls[0].jobs[0].keepOutcome && calls[0].jobs[0].idempotent && calls[0].jobs[0].reply !== "");
       await expectCode(k.submit("queued:1", "buy 1", { id: uniq("order") }), "key_backlog_full");
       // Other keys are not affected.
       await k.submit(uniq("cold"), "buy 1");
@@ -467,6 +482,94 @@ describe("keylane client against a Go worker", { skip }, () => {
       const own = await Client.open(c.nc, { namespace: other });
       await own.close();
     } finally {
+      await jsm.streams.delete(name);
+    }
+  });
+
+  test("streams.json: each vector's streams, made on the server, opened as the Go client opened them", async () => {
+    // PROTOCOL.md § 2: every rule of opening a namespace, each a vector
+    // the Go client opened on a real server (TestConformanceVectors).
+    const file = JSON.parse(readFileSync(new URL("../../../../testdata/conformance/streams.json", import.meta.url), "utf8"));
+    assert.ok(file.vectors.length > 0);
+    const codeOf: Record<string, string> = {
+      ErrNoTopology: "no_topology",
+      ErrPartitionMismatch: "partition_mismatch",
+      ErrOldJobsStream: "old_jobs_stream",
+      ErrShardsMismatch: "shards_mismatch",
+      ErrMaxDeliverMismatch: "max_deliver_mismatch",
+    };
+    const jsm = await jetstreamManager(c.nc);
+    const wrong: string[] = [];
+    for (const v of file.vectors) {
+      for (const sc of v.streams) await jsm.streams.add({ ...sc, storage: "memory" });
+      try {
+        let got: unknown;
+        try {
+          const o = await Client.open(c.nc, { namespace: v.namespace, partitions: v.client_partitions });
+          const i = o.info;
+          await o.close();
+          got = {
+            accepted: true,
+            settings: {
+              partitions: i.partitions,
+              shards: i.shards,
+              reply_prefix: i.replyPrefix,
+              max_key_backlog: i.maxKeyBacklog,
+              delays: i.delays,
+              jobs_streams: Array.from({ length: i.shards }, (_, k) => new Names(v.namespace).jobsShard(k)),
+            },
+          };
+        } catch (err) {
+          got = { accepted: false, code: err instanceof KeylaneError ? err.code : String(err), message: (err as Error).message };
+        }
+        const want = v.accepted ? { accepted: true, settings: v.settings } : { accepted: false, code: codeOf[v.go_error] ?? v.go_error };
+        const g = got as { message?: string };
+        const { message: _m, ...cmp } = g;
+        try {
+          assert.deepEqual(cmp, want);
+        } catch {
+          wrong.push(`${v.name}: opened as ${JSON.stringify(got)}, Go: ${JSON.stringify(want)} (${v.error})`);
+        }
+      } finally {
+        for (const sc of v.streams) await jsm.streams.delete(sc.name);
+      }
+    }
+    assert.deepEqual(wrong, []);
+  });
+
+  test("a full stream (10077, not a key's cap) is refused at once, never published again until the timeout", async () => {
+    // A namespace whose one jobs stream holds at most one message
+    // (DiscardNew): the second job is refused "maximum messages
+    // exceeded", 503 and 10077 like a key at its cap, but it lasts until
+    // jobs are removed (PROTOCOL.md § 7, class limit).
+    const ns = `full${process.pid}`;
+    const name = new Names(ns).jobs();
+    const jsm = await jetstreamManager(c.nc);
+    await jsm.streams.add({
+      name,
+      subjects: [`${ns}.jobs.0.*`],
+      retention: "workqueue" as never,
+      discard: "new" as never,
+      storage: "memory" as never,
+      max_msgs: 1,
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+    });
+    const f = await Client.open(c.nc, { namespace: ns });
+    try {
+      await f.submit("k", "buy 1");
+      const s = await sniff(c.nc, `${ns}.jobs.>`);
+      const started = Date.now();
+      try {
+        const e = await expectCode(f.submit("k", "buy 1", { timeout: 10000 }), "refused");
+        assert.match(e.message, /maximum messages exceeded/);
+        await expectCode(f.call("k", "buy 1", { timeout: 10000 }), "refused");
+      } finally {
+        s.stop();
+      }
+      assert.ok(Date.now() - started < 5000, `refused after ${Date.now() - started} ms`);
+      assert.equal(s.msgs.length, 2, "each published once");
+    } finally {
+      await f.close();
       await jsm.streams.delete(name);
     }
   });
@@ -572,7 +675,7 @@ describe("keylane client against a Go worker", { skip }, () => {
     assert.equal(text(await c.call(k, "get")), "stock 47");
   });
 
-  test("submitMany on a namespace with a key backlog cap: one-job messages, the key's third job refused alone", { skip: capNamespace ? false : "KEYLANE_CAP_NAMESPACE not set" }, async () => {
+  test("submitMany on a namespace with a key backlog cap: batches of one on the key's subject, the key's third job refused alone", { skip: capNamespace ? false : "KEYLANE_CAP_NAMESPACE not set" }, async () => {
     const k = await Client.open(c.nc, { namespace: capNamespace });
     try {
       const key = uniq("hot");
@@ -580,9 +683,11 @@ describe("keylane client against a Go worker", { skip }, () => {
       const out = await k.submitMany([1, 2, 3].map((n) => ({ key, payload: `buy ${n}` })));
       s.stop();
       assert.deepEqual(out.map((o) => o.error?.code), [undefined, undefined, "key_backlog_full"]);
-      const msgs = onceByID(s.msgs);
-      assert.deepEqual(msgs.map((m) => m.subject.split(".").pop()), [keyToken(key), keyToken(key), keyToken(key)]);
-      assert.deepEqual(msgs.map((m) => m.headers?.get("Nats-Msg-Id")), out.map((o) => o.id));
+      const seen = once(s.msgs.map(seenBatch));
+      assert.deepEqual(seen.map((b) => b.subject.split(".").pop()), [keyToken(key), keyToken(key), keyToken(key)]);
+      assert.deepEqual(seen.map((b) => b.jobs.length), [1, 1, 1]);
+      assert.deepEqual(seen.map((b) => b.jobs[0].id), out.map((o) => o.id));
+      assert.deepEqual(seen.map((b) => `${b.batchID}.0`), out.map((o) => o.id));
     } finally {
       await k.close();
     }
@@ -678,22 +783,31 @@ describe("keylane client against a Go worker", { skip }, () => {
       } finally {
         s.stop();
       }
-      const sub = onceByID(s.msgs.filter((m) => m.subject.includes(".delay.")));
+      // A batch of one on the ID's delay subject, the run-at on the message.
+      const sub = once(s.msgs.filter((m) => m.subject.includes(".delay.")).map(seenBatch));
       assert.equal(sub.length, 1, "one submission on the delay subject");
       const m = sub[0];
       assert.equal(m.subject, `${delayNamespace}.delay.${partitionOf(key, d.partitions)}.${id.replaceAll(".", "~")}`);
-      assert.equal(m.headers?.get("Keylane-Run-At"), formatRunAt(runAt));
+      assert.equal(m.header("Keylane-Run-At"), formatRunAt(runAt));
       assert.match(formatRunAt(runAt), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d*[1-9])?Z$/);
-      assert.equal(m.headers?.get("Nats-Msg-Id"), id);
-      assert.equal(m.headers?.get("Keylane-Key"), key);
-      assert.equal(m.headers?.get("Keylane-Idempotent"), "1");
-      assert.equal(m.headers?.has("Keylane-Reply"), false);
+      assert.ok(validBatchID(m.batchID), `batch ID ${m.batchID}`);
+      assert.equal(m.header("Keylane-Batch"), "1");
+      assert.equal(m.header("Keylane-Batch-Jobs"), "1");
+      assert.equal(m.header("Keylane-Key"), undefined);
+      assert.equal(m.header("Keylane-Reply"), undefined);
+      assert.equal(m.jobs.length, 1);
+      assert.deepEqual([m.jobs[0].id, m.jobs[0].key, m.jobs[0].idempotent, m.jobs[0].keepOutcome, m.jobs[0].reply], [id, key, true, false, ""]);
 
-      // delay (ms from now), and a generated ID (22 letters and digits);
+      // delay (ms from now), and a generated ID (its batch's: <batch ID>.0);
       // submitMany sends a delayed job alone, the others in batches.
       const before = Date.now();
+      const gs = await sniff(c.nc, `${delayNamespace}.delay.>`);
       const gen = await d.submit(uniq("doc"), JSON.stringify({ n: 3 }), { delay: 1500 });
-      assert.match(gen, /^[A-Za-z0-9]{22}$/);
+      gs.stop();
+      assert.match(gen, /^[A-Za-z0-9]{22}\.0$/);
+      const gm = once(gs.msgs.map(seenBatch));
+      assert.deepEqual(gm.map((b) => [b.subject.split(".").pop(), b.jobs[0].id, b.jobs[0].idempotent]), [[gen.replace(".", "~"), gen, false]]);
+      assert.equal(gen, `${gm[0].batchID}.0`);
       const many = await d.submitMany([
         { key, payload: JSON.stringify({ n: 4 }), id: uniq("m"), delay: 1500 },
         { key, payload: JSON.stringify({ n: 5 }), id: uniq("m") },

@@ -11,10 +11,15 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 import {
   HashName,
+  MaxDelay,
+  RunAtTolerance,
   KeylaneError,
   batchOutcomesKey,
   batchJobOf,
   buildBatch,
+  batchedJobID,
+  classOf,
+  runAtDecision,
   decodeBatch,
   encodeBatch,
   validBatchID,
@@ -335,5 +340,55 @@ test("replies.json: single replies, held notices, stream acks", () => {
     assert.equal(!a.error, v.stored, v.name);
     assert.equal(Boolean(a.duplicate), v.duplicate, v.name);
     assert.equal(a.error?.err_code ?? 0, v.error_code, v.name);
+    // What the client makes of it (PROTOCOL.md § 7): classified by
+    // err_code, as the Go client did.
+    assert.equal(classOf(a), v.class, `${v.name}: ${Buffer.from(hex(v.data_hex)).toString()}`);
+  }
+});
+
+test("delays.json: the client's rules for a run-at time", () => {
+  const { run_at_rules, max_delay_ms, run_at_tolerance_ms } = load("delays.json");
+  assert.equal(max_delay_ms, MaxDelay);
+  assert.equal(run_at_tolerance_ms, RunAtTolerance);
+  assert.ok(run_at_rules.length > 0);
+  const codeOf: Record<string, string> = { ErrBadDelay: "bad_delay", ErrDelaysOff: "delays_off" };
+  const now = Date.parse("2026-11-27T11:00:00Z");
+  for (const v of run_at_rules) {
+    const runAt = new Date(now + v.offset_ms);
+    let got: string;
+    try {
+      got = runAtDecision({ runAt }, now, { namespace: "keylane", delays: v.delays }) === null ? "now" : "delayed";
+    } catch (err) {
+      assert.ok(err instanceof KeylaneError, String(err));
+      got = err.code;
+    }
+    assert.equal(got, v.result === "refused" ? codeOf[v.go_error] : v.result, `${v.name}: Go ${v.result} ${v.go_error}`);
+  }
+});
+
+test("delays.json: delayed submissions byte for byte (a batch of one on the ID's delay subject)", () => {
+  const { submissions } = load("delays.json");
+  assert.ok(submissions.length > 0);
+  for (const v of submissions) {
+    const ns = { namespace: v.namespace, partitions: v.partitions, shards: v.shards, replyPrefix: v.reply_prefix };
+    const i = v.input;
+    // The vector's batch ID is the Go client's random one: this client
+    // builds its submission under the same ID.
+    const batchID = v.message.headers["Nats-Msg-Id"][0];
+    assert.ok(validBatchID(batchID), v.name);
+    if (i.id_generated) assert.equal(i.id, batchedJobID(batchID, 0), `${v.name}: a generated ID is its batch's`);
+    const runAt = new Date(i.run_at);
+    const input = { key: i.key, payload: hex(i.payload_hex), id: i.id, explicit: !i.id_generated, type: i.type, headers: i.headers, runAt };
+    buildJob(ns, input, 1024 * 1024); // every rule the client checks before sending
+    const p = partitionOf(i.key, v.partitions);
+    assert.equal(p, v.parsed.partition, v.name);
+    const m = buildBatch(ns, p, batchID, [batchJobOf(input)], { runAt });
+    assert.equal(m.subject, v.message.subject, v.name);
+    assert.equal(toHex(m.body), v.message.payload_hex, v.name);
+    const got: Record<string, string[]> = {};
+    for (const [k, val] of m.headers) (got[k] ??= []).push(val);
+    assert.deepEqual(got, v.message.headers, v.name);
+    const [j] = decodeBatch(m.body);
+    assert.deepEqual({ id: j.id, key: j.key, type: j.type, idempotent: j.idempotent }, { id: v.parsed.id, key: v.parsed.key, type: v.parsed.type, idempotent: v.parsed.idempotent }, v.name);
   }
 });
