@@ -220,7 +220,7 @@ func TestBatchesCutByMaxPayload(t *testing.T) {
 	t.Logf("%d batch messages, the largest of %d jobs", count, most)
 }
 
-// TestMixedVersionClients: a sender of one-job messages (as the Node.js
+// TestMixedVersionClients: a sender of one-job messages (as an earlier
 // client and the previous release's Go client send them: oneJobSender,
 // by hand) and a client of this release, which sends batches, submit to
 // the same keys at the same time, against a worker that reads both:

@@ -16,7 +16,7 @@ import (
 
 // Helpers for tests written before every Go client job travelled in a
 // batch message: storedJobs reads the jobs a stream holds whatever their
-// format, and oneJobSender sends one-job messages, as the Node.js client
+// format, and oneJobSender sends one-job messages, as an earlier Node.js client
 // and a Go client of the previous release do.
 
 // storedJob is one job stored in a jobs stream: a one-job message, or
@@ -55,7 +55,7 @@ func storedJobs(t testing.TB, js jetstream.JetStream, name string) []storedJob {
 }
 
 // oneJobSender publishes one-job messages by hand, in the format
-// wire.Rules.Parse reads (the conformance vectors' and the Node.js
+// wire.Rules.Parse reads (the conformance vectors' and an earlier Node.js
 // client's): on the key's own subject, with Nats-Msg-Id (a generated ID),
 // Keylane-Key, Keylane-Partitions and Nats-Expected-Stream; a Call adds
 // Keylane-Reply, an inbox under the reply prefix with a base-36 token

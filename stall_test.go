@@ -151,7 +151,7 @@ func TestFailingKeyDoesNotHoldASmallWindow(t *testing.T) {
 // new job of the key was handed back while any was, and the returning
 // ones were taken only when lowest: the counter never stopped.
 //
-// The callers send one-job messages (oneJobSender, as the Node.js client
+// The callers send one-job messages (oneJobSender, as an earlier client
 // does): only those are handed back. A Go client's jobs travel in batch
 // messages, which are never handed back (a message cannot be half-NAKed):
 // TestStalledKeyOfBatchJobsDoesNotHoldTheWindow covers a stalled key of

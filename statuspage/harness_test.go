@@ -126,7 +126,7 @@ func newScene(t *testing.T) *scene {
 			t.Fatalf("count-%d: %q, %v", i, res, err)
 		}
 	}
-	// The blocked key's jobs go as one-job messages (as the Node.js
+	// The blocked key's jobs go as one-job messages (as an earlier
 	// client sends them): the Go client's batch messages, even of one
 	// job, hold no place in the worker's MaxInFlight window, so the worker
 	// would fetch them up to MaxPending messages and the backlog would not
