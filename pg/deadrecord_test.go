@@ -1,0 +1,123 @@
+package keylanepg_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keylane/keylane"
+	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/testwait"
+	keylanepg "github.com/keylane/keylane/pg"
+	"github.com/nats-io/nats.go"
+)
+
+// TestCommittedJobIsNotDeadLettered: a purchase commits (stock taken,
+// order row and outcome recorded), and its worker dies before it replies
+// or acks (its NATS connection closed from inside the Applier, right after
+// the commit: no ack, no reply, no lease renewal goes out); so does the
+// next owner, which answers the redelivered job from the record and dies
+// before its ack too, and so does the one after it (a job's first run is
+// not counted: MaxDeliver+1 = 3 owners die in all). The fourth owner's
+// restart counter is past MaxDeliver. The job must be answered from the
+// database's record, "sold", as the buyer's Call and a Lookup say, never
+// dead-lettered: the record says it is done. On main the third owner
+// dead-lettered it without asking the database, and the buyer was told
+// "job failed (dead-lettered)" for a sale the database holds.
+func TestCommittedJobIsNotDeadLettered(t *testing.T) {
+	forKinds(t, testCommittedJobIsNotDeadLettered)
+}
+
+func testCommittedJobIsNotDeadLettered(t *testing.T, kind string) {
+	_, db := startShop(t, 8)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: time.Second}
+	setStock(t, db, "k", 5)
+	const id = "order-1"
+	const maxDeliver = 2
+
+	// dying is a worker that closes its connection once the Applier
+	// answers the order done (applied or recorded): dead between the
+	// commit and the ack.
+	dying := func(name string) (*keylane.Worker, *atomic.Bool) {
+		var died atomic.Bool
+		var nc *nats.Conn
+		app := shopApplier(kind, db, newHistory())
+		app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
+			for _, o := range out {
+				if o.JobID == id && o.Done() && died.CompareAndSwap(false, true) {
+					nc.Close()
+				}
+			}
+		}
+		w, c := startWorkerMaxDeliver(t, s.ClientURL(), topo, app, name, maxDeliver)
+		nc = c
+		return w, &died
+	}
+	w1, died1 := dying("a")
+	owned(t, 1, w1)
+
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type answer struct {
+		res []byte
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		res, err := c.Call(ctx, "k", []byte("buy 1"), keylane.WithID(id))
+		got <- answer{res, err}
+	}()
+	testwait.Eventually(t, time.Minute, "worker a committed the order and died", died1.Load)
+	// The first run is not counted: MaxDeliver owners more answer it
+	// from the record and die, and the next one's counter is past it.
+	for _, name := range []string{"b", "c"}[:maxDeliver] {
+		_, died := dying(name)
+		testwait.Eventually(t, time.Minute, "worker "+name+" answered the order from the record and died", died.Load)
+	}
+	startWorkerMaxDeliver(t, s.ClientURL(), topo, shopApplier(kind, db, newHistory()), "d", maxDeliver)
+
+	a := <-got
+	rec, err := keylanepg.Lookup(context.Background(), db, ns, []string{id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := rec[id]; !ok {
+		t.Fatalf("the order has no record: the test's premise (committed before the crash) failed")
+	}
+	if a.err != nil {
+		t.Fatalf("the buyer was told %v; the database's record says %q", a.err, rec[id].Result)
+	}
+	if string(a.res) != string(rec[id].Result) || !strings.HasPrefix(string(a.res), "sold ") {
+		t.Fatalf("the buyer was told %q, the record says %q", a.res, rec[id].Result)
+	}
+	if n := audit(t, db, "k").Orders; n != 1 {
+		t.Fatalf("%d order rows, want 1", n)
+	}
+}
+
+// startWorkerMaxDeliver is startWorker with the worker's MaxDeliver.
+func startWorkerMaxDeliver(t testing.TB, url string, topo keylane.TopologyConfig, app keylane.GroupApplier, id string, maxDeliver int) (*keylane.Worker, *nats.Conn) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{Topology: topo, Applier: app, ID: id, MaxDeliver: maxDeliver})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+		nc.Close()
+	})
+	return w, nc
+}
