@@ -73,6 +73,18 @@ var poisonHandler = keylanepg.HandlerFunc(func(ctx context.Context, tx pgx.Tx, j
 		return shop.Sell.Handle(ctx, tx, job)
 	}
 	for _, st := range poisonStatements(job) {
+		if _, ok := st[1].(pgx.QueryResultFormats); ok {
+			// An option of Query (pgx's Exec has none such).
+			rows, err := tx.Query(ctx, st[0].(string), st[1:]...)
+			if err != nil {
+				return nil, err
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		if _, err := tx.Exec(ctx, st[0].(string), st[1:]...); err != nil {
 			return nil, err
 		}
