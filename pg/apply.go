@@ -103,7 +103,7 @@ CROSS JOIN LATERAL (SELECT k.job_id, k.key, k.fence, k.result, k.at FROM keylane
 	WHERE k.job_id = u.id AND k.namespace = $1 OFFSET 0) AS o`
 	recordSQL = `INSERT INTO keylane_outcomes (namespace, job_id, key, fence, result, at)
 SELECT $1, u.job_id, u.key, $2, u.result, transaction_timestamp() FROM unnest($3::text[], $4::text[], $5::bytea[]) AS u(job_id, key, result)`
-	idleSQL      = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
+	idleSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
 	// checkDeferredSQL checks the deferred constraints (DEFERRABLE
 	// INITIALLY DEFERRED, constraint triggers) of what the transaction
 	// wrote so far, now instead of at COMMIT, and then puts their mode
@@ -113,10 +113,10 @@ SELECT $1, u.job_id, u.key, $2, u.result, transaction_timestamp() FROM unnest($3
 	// and COMMIT checks again. One simple-protocol message: an error
 	// skips the rest of it.
 	checkDeferredSQL = `SAVEPOINT keylane_check; SET CONSTRAINTS ALL IMMEDIATE; ROLLBACK TO SAVEPOINT keylane_check`
-	savepointSQL = `SAVEPOINT keylane_job`
-	releaseSQL   = `RELEASE SAVEPOINT keylane_job`
-	nextJobSQL   = releaseSQL + "; " + savepointSQL
-	rollbackSQL  = `ROLLBACK TO SAVEPOINT keylane_job`
+	savepointSQL     = `SAVEPOINT keylane_job`
+	releaseSQL       = `RELEASE SAVEPOINT keylane_job`
+	nextJobSQL       = releaseSQL + "; " + savepointSQL
+	rollbackSQL      = `ROLLBACK TO SAVEPOINT keylane_job`
 )
 
 // ApplyOpt is an option of Apply.
