@@ -45,6 +45,20 @@ type GroupApplier interface {
 	ApplyGroup(ctx context.Context, g JobGroup) ([]JobOutcome, error)
 }
 
+// RecordReader is a GroupApplier that can read its database's record of
+// applied jobs: ReadRecord returns the recorded result of each of ids
+// (of namespace) that committed, keyed by ID; an ID never applied is
+// absent. A worker whose Applier is one reads a job's record before it
+// dead-letters the job, for any reason (its restart counter past
+// MaxDeliver, a failure out of attempts or for good): a job the record
+// says is done is answered and acked with its recorded result instead,
+// never told "failed" for a commit the database holds. A record it cannot
+// read holds the job, tried again with backoff while the tenure lasts.
+// keylanepg.Applier is one.
+type RecordReader interface {
+	ReadRecord(ctx context.Context, namespace string, ids []string) (map[string][]byte, error)
+}
+
 // JobGroup is the jobs ApplyGroup applies in one transaction: queued jobs
 // of one or several keys of the partition, each key's in stream order
 // (keys may follow one another; a key's jobs are together). A failing job

@@ -181,11 +181,8 @@ func (o *owner) process(t *task) {
 		}
 		first = n + 1
 		if first > o.w.cfg.MaxDeliver {
-			err := fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n)
-			o.w.stats.failed.Add(1)
-			if o.deadLetter(t.msg, t.job, err, n) {
-				o.finish(t, nil, Permanent(err), true)
-			}
+			err := Permanent(fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n))
+			o.deadLetterTask(t, err, n)
 			return
 		}
 	}
@@ -267,13 +264,11 @@ func (o *owner) process(t *task) {
 			attempt--
 			waits++
 		} else {
-			o.w.stats.failed.Add(1)
 			if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
-				if o.deadLetter(t.msg, t.job, err, attempt) {
-					o.finish(t, nil, err, true)
-				}
+				o.deadLetterTask(t, err, attempt)
 				return
 			}
+			o.w.stats.failed.Add(1)
 			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "key", t.job.Key, "attempt", attempt, "err", err)
 		}
 		if !stalled {
@@ -292,6 +287,55 @@ func (o *owner) process(t *task) {
 		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(max(attempt+waits, 1))) {
 			o.w.stats.unacked.Add(1)
 			return
+		}
+	}
+}
+
+// deadLetterTask dead-letters t, which failed with why after attempts,
+// and answers its caller — unless the worker's Applier keeps a record
+// (RecordReader) that says t committed: then t is answered and acked with
+// its recorded result, for its effect is in the database (a commit whose
+// owners all died before the ack, a failure after a commit of unknown
+// fate). A record that cannot be read is read again with backoff while the
+// tenure lasts; t is never dead-lettered on a guess.
+func (o *owner) deadLetterTask(t *task, why error, attempts int) {
+	if res, done, ok := o.readRecord(t); !ok {
+		o.w.stats.unacked.Add(1)
+		return
+	} else if done {
+		o.log.Warn("job not dead-lettered: the database's record says it committed; answering it from there", "job_id", t.job.ID, "attempts", attempts, "err", why)
+		o.w.stats.fromResults.Add(1)
+		if o.finish(t, res, nil, false) {
+			o.w.stats.succeeded.Add(1)
+		}
+		return
+	}
+	o.w.stats.failed.Add(1)
+	if o.deadLetter(t.msg, t.job, why, attempts) {
+		o.finish(t, nil, why, true)
+	}
+}
+
+// readRecord reads the Applier's record of t's job when the Applier keeps
+// one (RecordReader): done with its recorded result when it committed.
+// Without such an Applier it reports not done. ok is false only when the
+// tenure ended before the record could be read.
+func (o *owner) readRecord(t *task) (res []byte, done, ok bool) {
+	rr, is := o.w.cfg.Applier.(RecordReader)
+	if !is {
+		return nil, false, true
+	}
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+		rec, err := rr.ReadRecord(ctx, o.w.topo.Names.Namespace, []string{t.job.ID})
+		cancel()
+		if err == nil {
+			res, done = rec[t.job.ID]
+			return res, done, true
+		}
+		o.log.Warn("the database's record of a job to dead-letter is unread; trying again", "job_id", t.job.ID, "try", try, "err", err)
+		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(try)) {
+			return nil, false, false
 		}
 	}
 }

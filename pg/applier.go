@@ -120,7 +120,29 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 	return res, nil
 }
 
-var _ keylane.GroupApplier = (*Applier)(nil)
+var (
+	_ keylane.GroupApplier = (*Applier)(nil)
+	_ keylane.RecordReader = (*Applier)(nil)
+)
+
+// ReadRecord returns the recorded results of the jobs of namespace with
+// the given IDs, keyed by ID (Lookup's): keylane's worker reads a job's
+// record before it dead-letters the job, and answers one that committed
+// from it instead.
+func (a *Applier) ReadRecord(ctx context.Context, namespace string, ids []string) (map[string][]byte, error) {
+	if a.DB == nil {
+		return nil, errors.New("keylanepg: Applier has no DB")
+	}
+	rec, err := Lookup(ctx, a.DB, namespace, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(rec))
+	for id, o := range rec {
+		out[id] = o.Result
+	}
+	return out, nil
+}
 
 // operatorsToFix reports whether err, a whole group's failure, is a
 // refusal that no retry cures until an operator acts: SQLSTATE class 42

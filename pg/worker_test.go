@@ -74,6 +74,12 @@ func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]key
 	return res, nil
 }
 
+// ReadRecord is keylanepg.Applier's: the worker reads a job's record
+// before it dead-letters it.
+func (a *histApplier) ReadRecord(ctx context.Context, namespace string, ids []string) (map[string][]byte, error) {
+	return (&keylanepg.Applier{DB: a.db, Handler: a.h, Pipeline: a.p, Set: a.s}).ReadRecord(ctx, namespace, ids)
+}
+
 // shopApplier is a histApplier selling with the shop's handler of kind
 // (one of applyKinds): shop.Sell, shop.SellPipeline or shop.SellSet.
 func shopApplier(kind string, db keylanepg.DB, hist *history) *histApplier {
