@@ -2,15 +2,20 @@ package keylanepg_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	keylanepg "github.com/keylane/keylane/pg"
+	"github.com/keylane/keylane/pg/shop"
 	"github.com/nats-io/nats.go"
 )
 
@@ -120,4 +125,71 @@ func startWorkerMaxDeliver(t testing.TB, url string, topo keylane.TopologyConfig
 		nc.Close()
 	})
 	return w, nc
+}
+
+// TestWholeGroupFailureEnds: a job whose Handler swallows a database
+// error (SELECT 1/0, its error ignored) leaves the transaction aborted, so
+// its group's record fails and the call fails whole, every time. On main
+// the worker tried such a call again without counting, for ever: the
+// job's key blocked and its buyer never answered. The job must be
+// dead-lettered after MaxDeliver failures of its transaction with the job
+// alone (the database answering the record's read meanwhile: not an
+// outage), its buyer told so, and the purchases of other keys that ran
+// beside it must all sell.
+func TestWholeGroupFailureEnds(t *testing.T) {
+	_, db := startShop(t, 8)
+	s := natstest.Start(t)
+	topo := keylane.TopologyConfig{Namespace: ns, Partitions: 1, LeaseTTL: 2 * time.Second}
+	skus := []string{"a", "b", "c", "d"}
+	for _, sku := range skus {
+		setStock(t, db, sku, 10)
+	}
+	swallow := keylanepg.HandlerFunc(func(ctx context.Context, tx pgx.Tx, job keylane.Job) ([]byte, error) {
+		if string(job.Payload) != "swallow" {
+			return shop.Sell.Handle(ctx, tx, job)
+		}
+		_, _ = tx.Exec(ctx, "SELECT 1/$1::int", 0) // the error swallowed: the transaction is aborted
+		return []byte("ok"), nil
+	})
+	w, _ := startWorkerMaxDeliver(t, s.ClientURL(), topo, &keylanepg.Applier{DB: db, Handler: swallow}, "a", 2)
+	owned(t, 1, w)
+	c := newClient(t, s.ClientURL())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	var poisonErr error
+	wg.Go(func() {
+		_, poisonErr = c.Call(ctx, "p", []byte("swallow"), keylane.WithID("swallow-1"))
+	})
+	errs := make([]error, 0)
+	var mu sync.Mutex
+	for i := range 12 {
+		wg.Go(func() {
+			res, err := c.Call(ctx, skus[i%len(skus)], []byte("buy 1"), keylane.WithID(fmt.Sprintf("buy-%d", i)))
+			if err == nil && !strings.HasPrefix(string(res), "sold ") {
+				err = fmt.Errorf("buy-%d answered %q", i, res)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Error(err)
+	}
+	var re *keylane.RemoteError
+	if !errors.As(poisonErr, &re) || !re.DeadLettered {
+		t.Fatalf("the swallowing job's buyer was told %v; want it dead-lettered", poisonErr)
+	}
+	rec, err := keylanepg.Lookup(context.Background(), db, ns, []string{"swallow-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) != 0 {
+		t.Fatalf("the dead-lettered job has a record: %v", rec)
+	}
 }
