@@ -98,7 +98,11 @@ var errApplyUnknown = errors.New("keylane: the group's transaction failed or its
 // in one transaction with the groups of other keys ready meanwhile
 // (applyBatcher). A stale fence comes back errors.Is ErrStaleFence; any other error of the
 // whole call errors.Is errApplyUnknown.
-func (o *owner) applyGroupDB(jobs []Job) (out []JobOutcome, err error) {
+//
+// alone applies them in a transaction of their own, joined with no other
+// key's group: a retry after a whole call failed, so that a failure counts
+// against the job whose transaction it is.
+func (o *owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
 	var n int
 	defer o.observeGroup(o.w.now(), &n, &err)
 	o.w.stats.runs.Add(int64(len(jobs)))
@@ -109,7 +113,11 @@ func (o *owner) applyGroupDB(jobs []Job) (out []JobOutcome, err error) {
 		_, spans[i] = jobs[i].trace.run(o.ctx, jobs[i])
 	}
 	r := &applyReq{jobs: jobs, wake: make(chan struct{})}
-	o.applies.do(r, o.applyBatch)
+	if alone {
+		o.applyBatch([]*applyReq{r})
+	} else {
+		o.applies.do(r, o.applyBatch)
+	}
 	out, err = r.out, r.err
 	for i := range jobs {
 		var jerr error
@@ -234,9 +242,9 @@ func (o *owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
 }
 
 // applyOne applies one job through the Applier, for the one-job path
-// (retries, redelivered jobs).
-func (o *owner) applyOne(job Job) ([]byte, error) {
-	out, err := o.applyGroupDB([]Job{job})
+// (retries, redelivered jobs); alone as for applyGroupDB.
+func (o *owner) applyOne(job Job, alone bool) ([]byte, error) {
+	out, err := o.applyGroupDB([]Job{job}, alone)
 	if err != nil {
 		return nil, err
 	}
@@ -274,7 +282,7 @@ func (o *owner) runApplied(ts []*task) {
 		for i, t := range g {
 			jobs[i] = t.job
 		}
-		out, err := o.applyGroupDB(jobs[:k])
+		out, err := o.applyGroupDB(jobs[:k], false)
 		if errors.Is(err, ErrStaleFence) {
 			o.w.stats.stale.Add(1)
 			o.log.Warn("stale fence: a newer owner committed to the database; stepping down", "key", g[0].job.Key, "err", err)
