@@ -48,17 +48,23 @@ func testCommittedJobIsNotDeadLettered(t *testing.T, kind string) {
 	// commit and the ack.
 	dying := func(name string) (*keylane.Worker, *atomic.Bool) {
 		var died atomic.Bool
-		var nc *nats.Conn
+		var nc atomic.Pointer[nats.Conn]
+		ready := make(chan struct{})
 		app := shopApplier(kind, db, newHistory())
+		app.before = func(ctx context.Context, g keylane.JobGroup) context.Context {
+			<-ready // nc is set
+			return ctx
+		}
 		app.after = func(g keylane.JobGroup, out []keylanepg.Outcome, err error) {
 			for _, o := range out {
 				if o.JobID == id && o.Done() && died.CompareAndSwap(false, true) {
-					nc.Close()
+					nc.Load().Close()
 				}
 			}
 		}
 		w, c := startWorkerMaxDeliver(t, s.ClientURL(), topo, app, name, maxDeliver)
-		nc = c
+		nc.Store(c)
+		close(ready)
 		return w, &died
 	}
 	w1, died1 := dying("a")
