@@ -71,7 +71,9 @@ func TestRecordRetentionShorterThanAJobCanComeBackIsRefused(t *testing.T) {
 	}
 	ok := &prunerApplier{keep: least}
 	start := time.Now()
-	e.worker("ok", nil, func(c *WorkerConfig) { c.Handler, c.Applier, c.MaxDeliver, c.AckWait = nil, ok, DefaultMaxDeliver, 5*time.Second })
+	e.worker("ok", nil, func(c *WorkerConfig) {
+		c.Handler, c.Applier, c.MaxDeliver, c.AckWait = nil, ok, DefaultMaxDeliver, 5*time.Second
+	})
 	testwait.Eventually(t, 20*time.Second, "the worker pruned", func() bool {
 		ok.mu.Lock()
 		defer ok.mu.Unlock()
@@ -131,4 +133,3 @@ func TestRecordPruneSparesPendingJobs(t *testing.T) {
 		t.Fatalf("with no job pending the prune cuts at %s, want its retention's %s", before, now.Add(-time.Hour))
 	}
 }
-
