@@ -506,23 +506,56 @@ func Lookup(ctx context.Context, db DB, namespace string, ids []string) (map[str
 	return found, nil
 }
 
-// Prune deletes namespace's outcomes recorded before before. Keep an
-// outcome as long as its job may be redelivered or retried by ID (the jobs
-// stream's retention and duplicate window): a pruned job that comes back
-// is applied again. It reads the whole table (no index on at, which
-// every Apply would pay for): run it now and then, not per group.
+// Prune deletes namespace's outcomes recorded before before, and returns
+// how many it deleted (with an error, those it deleted before it). Keep an
+// outcome as long as its job may be redelivered or retried by ID (the
+// jobs stream's retention and duplicate window): a pruned job that comes
+// back is applied again. keylane's worker runs it with an Applier's
+// Retention (keylane.RecordPruner), with the bounds that keep it safe.
+//
+// It deletes in transactions of PruneBatch outcomes each, the oldest
+// first, found through the index keylane_outcomes_at (namespace, at):
+// no transaction of it holds many row locks or runs long, and it skips
+// rows another prune holds (SKIP LOCKED), so workers pruning at once
+// share the work; between two it pauses as long as the last took. The
+// partitions' transactions never wait for it: they insert new outcomes
+// and read others by ID, and MVCC lets them.
 func Prune(ctx context.Context, db DB, namespace string, before time.Time) (int64, error) {
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
-	if err != nil {
-		return 0, fmt.Errorf("keylanepg: prune: %w", err)
+	var total int64
+	for {
+		start := time.Now()
+		rows, err := db.Query(ctx, pruneSQL, namespace, before, PruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("keylanepg: prune: %w", err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return total, fmt.Errorf("keylanepg: prune: %w", err)
+		}
+		n := rows.CommandTag().RowsAffected()
+		total += n
+		if n < PruneBatch {
+			return total, nil
+		}
+		// As long again as the batch took, at most a second: the prune
+		// takes half the server's time at most, and leaves the rest (its
+		// disk's flushes above all) to the partitions' transactions.
+		t := time.NewTimer(min(time.Since(start), time.Second))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return total, fmt.Errorf("keylanepg: prune: %w", ctx.Err())
+		}
 	}
-	defer rollback(ctx, tx.Rollback)
-	tag, err := tx.Exec(ctx, `DELETE FROM keylane_outcomes WHERE namespace = $1 AND at < $2`, namespace, before)
-	if err != nil {
-		return 0, fmt.Errorf("keylanepg: prune: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("keylanepg: prune: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
+
+// PruneBatch is how many outcomes one of Prune's transactions deletes.
+const PruneBatch = 1000
+
+// pruneSQL deletes up to $3 of namespace $1's outcomes recorded before
+// $2, the oldest first, by the index on (namespace, at), in one
+// transaction (a statement of its own).
+const pruneSQL = `WITH d AS (SELECT job_id FROM keylane_outcomes WHERE namespace = $1 AND at < $2
+	ORDER BY at LIMIT $3 FOR UPDATE SKIP LOCKED)
+DELETE FROM keylane_outcomes o USING d WHERE o.namespace = $1 AND o.job_id = d.job_id`

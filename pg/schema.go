@@ -44,6 +44,9 @@ CREATE TABLE IF NOT EXISTS keylane_outcomes (
 	-- once per ID, whatever the planner knows of the table.
 	PRIMARY KEY (job_id, namespace)
 );
+-- Prune's way to the oldest outcomes: appended at the right end, as at
+-- grows, so it costs an Apply's record little.
+CREATE INDEX IF NOT EXISTS keylane_outcomes_at ON keylane_outcomes (namespace, at);
 `
 
 // tables lists keylane's tables, the columns Apply reads and writes, and
@@ -101,6 +104,11 @@ func Ensure(ctx context.Context, db DB) error {
 			return fmt.Errorf("keylanepg: create keylane's tables: %w", err)
 		}
 	}
+	if !missing {
+		if err := ensureIndex(ctx, tx, role); err != nil {
+			return err
+		}
+	}
 	for _, t := range tables {
 		// The columns Apply uses, read from the table itself: a table of
 		// the same name made for something else fails here, not mid-sale.
@@ -146,6 +154,31 @@ func Ensure(ctx context.Context, db DB) error {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("keylanepg: ensure schema: %w", err)
+	}
+	return nil
+}
+
+// outcomesIndexSQL is Prune's index on keylane_outcomes (in Schema too).
+const outcomesIndexSQL = `CREATE INDEX IF NOT EXISTS keylane_outcomes_at ON keylane_outcomes (namespace, at)`
+
+// ensureIndex creates Prune's index on a keylane_outcomes made before it
+// was in Schema. A role that may not (not the table's owner) gets a
+// SchemaError naming the statement its owner runs once.
+func ensureIndex(ctx context.Context, tx pgx.Tx, role string) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass('keylane_outcomes_at') IS NOT NULL").Scan(&exists); err != nil {
+		return fmt.Errorf("keylanepg: ensure schema: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, outcomesIndexSQL); err != nil {
+		if isCode(err, "42501") {
+			return &SchemaError{Table: "keylane_outcomes", Role: role, Privilege: true, Err: err,
+				Problem: fmt.Sprintf("has no index keylane_outcomes_at, and role %s may not create it", role),
+				Fix:     "have the table's owner run once: " + strings.Replace(outcomesIndexSQL, "CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)}
+		}
+		return fmt.Errorf("keylanepg: create index keylane_outcomes_at: %w", err)
 	}
 	return nil
 }
