@@ -31,9 +31,16 @@ import (
 //     answers their jobs), and the worker steps down at once;
 //   - any other error: a transaction failed or its commit's fate is
 //     unknown (earlier transactions of the group may have committed).
-//     The worker neither replies nor acks, and applies the group again
-//     with backoff for as long as its lease lasts (the record tells what
-//     did commit). Such errors never dead-letter a job.
+//     The worker neither replies nor acks, and applies the group's first
+//     job again, alone, with backoff (the record tells what did commit;
+//     the other jobs go back to their lanes). An error that is
+//     ErrPermanent (an operator's to fix: a table dropped) holds the job
+//     for as long as the lease lasts. Any other counts: past MaxDeliver
+//     such calls with the job alone, an Applier that is a RecordReader
+//     and answers the record's read (the database is up) has the job
+//     answered from the record if it committed, else dead-lettered for
+//     good; a record it cannot read (the database down), or an Applier
+//     with none, keeps the job trying, never dead-lettered on a guess.
 //
 // An Applier that has a configuration to check implements
 // Validate() error (keylanepg.Applier does): NewWorker calls it and
