@@ -26,7 +26,11 @@ type DB interface {
 // may not create tables needs an owner to run it once, and then these
 // rights: SELECT, INSERT, UPDATE on keylane_fences; SELECT, INSERT, DELETE
 // on keylane_outcomes (DELETE for Prune).
-const Schema = `
+const Schema = schemaTables + outcomesIndexSQL + ";\n"
+
+// schemaTables is Schema but Prune's index, which Ensure creates once the
+// tables' columns are checked.
+const schemaTables = `
 CREATE TABLE IF NOT EXISTS keylane_fences (
 	namespace text NOT NULL,
 	partition integer NOT NULL,
@@ -44,9 +48,6 @@ CREATE TABLE IF NOT EXISTS keylane_outcomes (
 	-- once per ID, whatever the planner knows of the table.
 	PRIMARY KEY (job_id, namespace)
 );
--- Prune's way to the oldest outcomes: appended at the right end, as at
--- grows, so it costs an Apply's record little.
-CREATE INDEX IF NOT EXISTS keylane_outcomes_at ON keylane_outcomes (namespace, at);
 `
 
 // tables lists keylane's tables, the columns Apply reads and writes, and
@@ -90,7 +91,7 @@ func Ensure(ctx context.Context, db DB) error {
 		missing = missing || !exists
 	}
 	if missing {
-		if _, err := tx.Exec(ctx, Schema); err != nil {
+		if _, err := tx.Exec(ctx, schemaTables); err != nil {
 			if isCode(err, "42501") {
 				return &SchemaError{Table: tables[0].name, Role: role, Privilege: true, Err: err,
 					Problem: fmt.Sprintf("missing, and role %s may not create tables in schema %q", role, schema),
@@ -102,11 +103,6 @@ func Ensure(ctx context.Context, db DB) error {
 					Fix:     "set search_path to a schema the role may create in"}
 			}
 			return fmt.Errorf("keylanepg: create keylane's tables: %w", err)
-		}
-	}
-	if !missing {
-		if err := ensureIndex(ctx, tx, role); err != nil {
-			return err
 		}
 	}
 	for _, t := range tables {
@@ -152,13 +148,17 @@ func Ensure(ctx context.Context, db DB) error {
 				Fix:     fmt.Sprintf("GRANT %s ON %s TO %s", strings.Join(t.rights, ", "), t.name, role)}
 		}
 	}
+	if err := ensureIndex(ctx, tx, role); err != nil {
+		return err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("keylanepg: ensure schema: %w", err)
 	}
 	return nil
 }
 
-// outcomesIndexSQL is Prune's index on keylane_outcomes (in Schema too).
+// outcomesIndexSQL is Prune's index on keylane_outcomes (in Schema too):
+// appended at its right end, as at grows, so it costs a record little.
 const outcomesIndexSQL = `CREATE INDEX IF NOT EXISTS keylane_outcomes_at ON keylane_outcomes (namespace, at)`
 
 // ensureIndex creates Prune's index on a keylane_outcomes made before it
