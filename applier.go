@@ -35,7 +35,9 @@ import (
 //     job again, alone, with backoff (the record tells what did commit;
 //     the other jobs go back to their lanes). An error that is
 //     ErrPermanent (an operator's to fix: a table dropped) holds the job
-//     for as long as the lease lasts. Any other counts: past MaxDeliver
+//     for as long as the lease lasts; so does one that errors.Is
+//     ErrUnavailable (the database is not there to answer). Any other
+//     counts: past MaxDeliver
 //     such calls with the job alone, an Applier that is a RecordReader
 //     and answers the record's read (the database is up) has the job
 //     answered from the record if it committed, else dead-lettered for

@@ -190,8 +190,9 @@ func (o *owner) process(t *task) {
 	waits := 0 // tries that were not the job's fault: they only lengthen the backoff
 	heldSaid := false
 	// wholeFails counts an Applier's calls for the job that failed whole
-	// (errApplyUnknown, not for good), the job alone in each but the
-	// first: see failedWhole.
+	// (errApplyUnknown), neither for good nor for want of the database
+	// (ErrUnavailable), the job alone in each but the first: see
+	// failedWhole.
 	wholeFails := 0
 	for attempt := first; ; attempt++ {
 		t.job.Attempt = attempt
@@ -265,7 +266,7 @@ func (o *owner) process(t *task) {
 			} else {
 				o.log.Warn(what+"; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
 			}
-			if errors.Is(err, errApplyUnknown) && !errors.Is(err, ErrPermanent) {
+			if errors.Is(err, errApplyUnknown) && !errors.Is(err, ErrPermanent) && !errors.Is(err, ErrUnavailable) {
 				if wholeFails++; wholeFails > o.w.cfg.MaxDeliver && o.failedWhole(t, err, wholeFails) {
 					return
 				}

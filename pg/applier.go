@@ -3,10 +3,11 @@ package keylanepg
 import (
 	"context"
 	"errors"
-	"github.com/jackc/pgx/v5/pgconn"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/keylane/keylane"
 )
 
@@ -94,6 +95,10 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 	case limit < 0:
 		limit = len(g.Jobs)
 	}
+	if _, err := checkGroup(Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: g.Jobs}); err != nil {
+		// A group no retry makes valid: held and said at ERROR.
+		return nil, keylane.Permanent(err)
+	}
 	res := make([]keylane.JobOutcome, len(g.Jobs))
 	// A key that failed retriably in one transaction holds its later jobs
 	// in the next ones too: they keep their order. A transaction that
@@ -114,13 +119,7 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 			out, err = apply(ctx, a.DB, grp, a.Handler, cfg, held)
 		}
 		if err != nil {
-			if operatorsToFix(err) {
-				// keylane's own statements refused for what they are:
-				// the worker holds the jobs and says so at ERROR, never
-				// dead-letters them for it (see "With a keylane worker").
-				return nil, keylane.Permanent(err)
-			}
-			return nil, err
+			return nil, wholeError(err)
 		}
 		for i, o := range out {
 			switch o.Status {
@@ -173,6 +172,51 @@ func (a *Applier) ReadRecord(ctx context.Context, namespace string, ids []string
 		out[id] = o.Result
 	}
 	return out, nil
+}
+
+// wholeError marks err, a whole group's failure, for the worker.
+func wholeError(err error) error {
+	switch {
+	case errors.Is(err, keylane.ErrStaleFence):
+		return err
+	case operatorsToFix(err):
+		// keylane's own statements refused for what they are: the worker
+		// holds the jobs and says so at ERROR, never dead-letters them
+		// for it (see "With a keylane worker").
+		return keylane.Permanent(err)
+	case unavailable(err):
+		// Not the jobs' doing: the worker never counts it.
+		return fmt.Errorf("%w: %w", keylane.ErrUnavailable, err)
+	}
+	return err
+}
+
+// unavailable reports whether err, a whole group's failure, says the
+// database was not there to answer rather than that it refused the
+// group: no answer from the server (a connection refused, broken or cut,
+// a timeout, the caller's deadline), or the server's own SQLSTATE class 08
+// (connection exception), 57 (operator intervention: shutting down,
+// starting up), 53 (insufficient resources), 58 (system error) or 40
+// (a serialization failure or a deadlock with another session). The
+// worker tries such a group again for as long as it lasts, and counts
+// any other failure against the job (keylane.ErrUnavailable).
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	switch pe.Code[:2] {
+	case "08", "57", "53", "58", "40":
+		return true
+	}
+	return false
 }
 
 // operatorsToFix reports whether err, a whole group's failure, is a
