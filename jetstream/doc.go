@@ -1745,7 +1745,10 @@
 //     (TestPostgresRestartMidSale: postgres SIGKILLed twice mid-sale;
 //     TestWorkerConnectionCutAtCommit: the connection cut right after
 //     COMMIT reached the server, then mid-group). Such failures of the job
-//     alone are counted all the same: past MaxDeliver of them, if the
+//     alone are counted all the same, but for those the Applier marks
+//     ErrUnavailable (its database not there to answer: keylanepg's
+//     connection failures and SQLSTATE classes 08, 57, 53, 58, 40): past
+//     MaxDeliver of them, if the
 //     Applier keeps a record (RecordReader) and the record is read (the
 //     database is up), the job is answered from it if it committed and
 //     dead-lettered for good if not — its own transaction is what fails

@@ -61,8 +61,11 @@
 // whole with the job alone: past MaxDeliver of them, the record read
 // (the database is up) and the job not in it, the job is dead-lettered
 // for good instead of blocking its key for ever
-// (TestWholeGroupFailureEnds: a Handler that swallows a database error);
-// while the record cannot be read (the database down), it waits. cmd/sale runs submit sale's flash sale
+// (TestWholeGroupFailureEnds: a Handler that swallows a database error).
+// A failure for want of the database (no answer from the server, or its
+// SQLSTATE class 08, 57, 53, 58 or 40) is marked keylane.ErrUnavailable
+// and never counted, nor is one while the record cannot be read: the job
+// waits for the database. cmd/sale runs submit sale's flash sale
 // this way (shop.SellSet; --handler pipeline or handler for
 // shop.SellPipeline or shop.Sell) and checks
 // the verdict against the rows:
