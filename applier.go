@@ -31,9 +31,18 @@ import (
 //     answers their jobs), and the worker steps down at once;
 //   - any other error: a transaction failed or its commit's fate is
 //     unknown (earlier transactions of the group may have committed).
-//     The worker neither replies nor acks, and applies the group again
-//     with backoff for as long as its lease lasts (the record tells what
-//     did commit). Such errors never dead-letter a job.
+//     The worker neither replies nor acks, and applies the group's first
+//     job again, alone, with backoff (the record tells what did commit;
+//     the other jobs go back to their lanes). An error that is
+//     ErrPermanent (an operator's to fix: a table dropped) holds the job
+//     for as long as the lease lasts; so does one that errors.Is
+//     ErrUnavailable (the database is not there to answer). Any other
+//     counts: past MaxDeliver
+//     such calls with the job alone, an Applier that is a RecordReader
+//     and answers the record's read (the database is up) has the job
+//     answered from the record if it committed, else dead-lettered for
+//     good; a record it cannot read (the database down), or an Applier
+//     with none, keeps the job trying, never dead-lettered on a guess.
 //
 // An Applier that has a configuration to check implements
 // Validate() error (keylanepg.Applier does): NewWorker calls it and
@@ -43,6 +52,20 @@ import (
 // keylanepg).
 type GroupApplier interface {
 	ApplyGroup(ctx context.Context, g JobGroup) ([]JobOutcome, error)
+}
+
+// RecordReader is a GroupApplier that can read its database's record of
+// applied jobs: ReadRecord returns the recorded result of each of ids
+// (of namespace) that committed, keyed by ID; an ID never applied is
+// absent. A worker whose Applier is one reads a job's record before it
+// dead-letters the job, for any reason (its restart counter past
+// MaxDeliver, a failure out of attempts or for good): a job the record
+// says is done is answered and acked with its recorded result instead,
+// never told "failed" for a commit the database holds. A record it cannot
+// read holds the job, tried again with backoff while the tenure lasts.
+// keylanepg.Applier is one.
+type RecordReader interface {
+	ReadRecord(ctx context.Context, namespace string, ids []string) (map[string][]byte, error)
 }
 
 // JobGroup is the jobs ApplyGroup applies in one transaction: queued jobs
@@ -84,7 +107,11 @@ var errApplyUnknown = errors.New("keylane: the group's transaction failed or its
 // in one transaction with the groups of other keys ready meanwhile
 // (applyBatcher). A stale fence comes back errors.Is ErrStaleFence; any other error of the
 // whole call errors.Is errApplyUnknown.
-func (o *owner) applyGroupDB(jobs []Job) (out []JobOutcome, err error) {
+//
+// alone applies them in a transaction of their own, joined with no other
+// key's group: a retry after a whole call failed, so that a failure counts
+// against the job whose transaction it is.
+func (o *owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
 	var n int
 	defer o.observeGroup(o.w.now(), &n, &err)
 	o.w.stats.runs.Add(int64(len(jobs)))
@@ -95,7 +122,11 @@ func (o *owner) applyGroupDB(jobs []Job) (out []JobOutcome, err error) {
 		_, spans[i] = jobs[i].trace.run(o.ctx, jobs[i])
 	}
 	r := &applyReq{jobs: jobs, wake: make(chan struct{})}
-	o.applies.do(r, o.applyBatch)
+	if alone {
+		o.applyBatch([]*applyReq{r})
+	} else {
+		o.applies.do(r, o.applyBatch)
+	}
 	out, err = r.out, r.err
 	for i := range jobs {
 		var jerr error
@@ -220,9 +251,9 @@ func (o *owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
 }
 
 // applyOne applies one job through the Applier, for the one-job path
-// (retries, redelivered jobs).
-func (o *owner) applyOne(job Job) ([]byte, error) {
-	out, err := o.applyGroupDB([]Job{job})
+// (retries, redelivered jobs); alone as for applyGroupDB.
+func (o *owner) applyOne(job Job, alone bool) ([]byte, error) {
+	out, err := o.applyGroupDB([]Job{job}, alone)
 	if err != nil {
 		return nil, err
 	}
@@ -260,7 +291,7 @@ func (o *owner) runApplied(ts []*task) {
 		for i, t := range g {
 			jobs[i] = t.job
 		}
-		out, err := o.applyGroupDB(jobs[:k])
+		out, err := o.applyGroupDB(jobs[:k], false)
 		if errors.Is(err, ErrStaleFence) {
 			o.w.stats.stale.Add(1)
 			o.log.Warn("stale fence: a newer owner committed to the database; stepping down", "key", g[0].job.Key, "err", err)

@@ -191,6 +191,14 @@ var ErrMalformedBatch = errors.New("keylane: this dead letter is a malformed bat
 // that uses State should return such an error unchanged (or wrapped).
 var ErrStateUnavailable = errors.New("keylane: state bucket unavailable")
 
+// ErrUnavailable marks a GroupApplier's error of a whole call that says
+// its database is not there to answer (a connection refused or broken, a
+// server starting or shutting down, the call's deadline): not the jobs'
+// fault, so the worker tries the job again for as long as that lasts and
+// never counts such a failure against it (see GroupApplier). keylanepg
+// marks its errors so.
+var ErrUnavailable = errors.New("keylane: the applier's database is unavailable")
+
 // ErrStateTooLarge is returned (permanently: the job is dead-lettered
 // with it) when a key's next state entry cannot fit in one message even
 // with its held window shrunk to the outcomes of the jobs being written:

@@ -181,17 +181,19 @@ func (o *owner) process(t *task) {
 		}
 		first = n + 1
 		if first > o.w.cfg.MaxDeliver {
-			err := fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n)
-			o.w.stats.failed.Add(1)
-			if o.deadLetter(t.msg, t.job, err, n) {
-				o.finish(t, nil, Permanent(err), true)
-			}
+			err := Permanent(fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n))
+			o.deadLetterTask(t, err, n)
 			return
 		}
 	}
 	stalled := false
 	waits := 0 // tries that were not the job's fault: they only lengthen the backoff
 	heldSaid := false
+	// wholeFails counts an Applier's calls for the job that failed whole
+	// (errApplyUnknown), neither for good nor for want of the database
+	// (ErrUnavailable), the job alone in each but the first: see
+	// failedWhole.
+	wholeFails := 0
 	for attempt := first; ; attempt++ {
 		t.job.Attempt = attempt
 		var res []byte
@@ -200,7 +202,7 @@ func (o *owner) process(t *task) {
 			// A group already ran this attempt.
 			err, t.firstErr = t.firstErr, nil
 		} else {
-			res, err = o.call(t.job)
+			res, err = o.callAlone(t.job, wholeFails > 0)
 		}
 		if o.ctx.Err() != nil {
 			o.w.stats.unacked.Add(1)
@@ -264,16 +266,19 @@ func (o *owner) process(t *task) {
 			} else {
 				o.log.Warn(what+"; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
 			}
+			if errors.Is(err, errApplyUnknown) && !errors.Is(err, ErrPermanent) && !errors.Is(err, ErrUnavailable) {
+				if wholeFails++; wholeFails > o.w.cfg.MaxDeliver && o.failedWhole(t, err, wholeFails) {
+					return
+				}
+			}
 			attempt--
 			waits++
 		} else {
-			o.w.stats.failed.Add(1)
 			if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
-				if o.deadLetter(t.msg, t.job, err, attempt) {
-					o.finish(t, nil, err, true)
-				}
+				o.deadLetterTask(t, err, attempt)
 				return
 			}
+			o.w.stats.failed.Add(1)
 			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "key", t.job.Key, "attempt", attempt, "err", err)
 		}
 		if !stalled {
@@ -292,6 +297,92 @@ func (o *owner) process(t *task) {
 		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(max(attempt+waits, 1))) {
 			o.w.stats.unacked.Add(1)
 			return
+		}
+	}
+}
+
+// deadLetterTask dead-letters t, which failed with why after attempts,
+// and answers its caller — unless the worker's Applier keeps a record
+// (RecordReader) that says t committed: then t is answered and acked with
+// its recorded result, for its effect is in the database (a commit whose
+// owners all died before the ack, a failure after a commit of unknown
+// fate). A record that cannot be read is read again with backoff while the
+// tenure lasts; t is never dead-lettered on a guess.
+func (o *owner) deadLetterTask(t *task, why error, attempts int) {
+	if res, done, ok := o.readRecord(t); !ok {
+		o.w.stats.unacked.Add(1)
+		return
+	} else if done {
+		o.log.Warn("job not dead-lettered: the database's record says it committed; answering it from there", "job_id", t.job.ID, "attempts", attempts, "err", why)
+		o.w.stats.fromResults.Add(1)
+		if o.finish(t, res, nil, false) {
+			o.w.stats.succeeded.Add(1)
+		}
+		return
+	}
+	o.w.stats.failed.Add(1)
+	if o.deadLetter(t.msg, t.job, why, attempts) {
+		o.finish(t, nil, why, true)
+	}
+}
+
+// failedWhole settles t, whose Applier's call failed whole n times, the
+// last n-1 with t alone in its transaction: past MaxDeliver of them, a
+// database that still answers the record's read is not down, and the
+// job's own transaction is what fails (a Handler that swallowed a
+// database error, say): t is dead-lettered, for good, unless the record
+// says it committed (then it is answered from there). It reports false,
+// t to be tried again, when the Applier keeps no record (RecordReader: a
+// commit of unknown fate cannot be told from a failure) or the record
+// cannot be read (an outage is not the job's fault).
+func (o *owner) failedWhole(t *task, why error, n int) bool {
+	rr, is := o.w.cfg.Applier.(RecordReader)
+	if !is {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+	rec, err := rr.ReadRecord(ctx, o.w.topo.Names.Namespace, []string{t.job.ID})
+	cancel()
+	if err != nil {
+		o.log.Warn("the database's record is unread; the job's transaction is tried again", "job_id", t.job.ID, "err", err)
+		return false
+	}
+	if res, done := rec[t.job.ID]; done {
+		o.w.stats.fromResults.Add(1)
+		if o.finish(t, res, nil, false) {
+			o.w.stats.succeeded.Add(1)
+		}
+		return true
+	}
+	o.w.stats.failed.Add(1)
+	err = Permanent(fmt.Errorf("keylane: the job's transaction failed whole %d times, %d of them with the job alone, while the database answered: %w", n, n-1, why))
+	o.log.Error("job's transaction fails whatever is tried; dead-lettering it", "job_id", t.job.ID, "err", err)
+	if o.deadLetter(t.msg, t.job, err, n) {
+		o.finish(t, nil, err, true)
+	}
+	return true
+}
+
+// readRecord reads the Applier's record of t's job when the Applier keeps
+// one (RecordReader): done with its recorded result when it committed.
+// Without such an Applier it reports not done. ok is false only when the
+// tenure ended before the record could be read.
+func (o *owner) readRecord(t *task) (res []byte, done, ok bool) {
+	rr, is := o.w.cfg.Applier.(RecordReader)
+	if !is {
+		return nil, false, true
+	}
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+		rec, err := rr.ReadRecord(ctx, o.w.topo.Names.Namespace, []string{t.job.ID})
+		cancel()
+		if err == nil {
+			res, done = rec[t.job.ID]
+			return res, done, true
+		}
+		o.log.Warn("the database's record of a job to dead-letter is unread; trying again", "job_id", t.job.ID, "try", try, "err", err)
+		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(try)) {
+			return nil, false, false
 		}
 	}
 }
@@ -348,11 +439,17 @@ func (o *owner) forgetStarts(jobID string) {
 }
 
 func (o *owner) call(job Job) (res []byte, err error) {
+	return o.callAlone(job, false)
+}
+
+// callAlone is call; alone, an Applier's job is applied in a transaction
+// of its own (applyGroupDB).
+func (o *owner) callAlone(job Job, alone bool) (res []byte, err error) {
 	if o.w.cfg.Reducer != nil {
 		return o.reduceOne(job)
 	}
 	if o.w.cfg.Applier != nil {
-		return o.applyOne(job)
+		return o.applyOne(job, alone)
 	}
 	o.w.stats.runs.Add(1)
 	defer o.observeRun(o.w.now())

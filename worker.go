@@ -49,6 +49,9 @@ type Worker struct {
 	reload    chan struct{}
 	watchStop chan struct{}
 	watchDone chan struct{}
+	// pruneDone is closed when the record's pruner (recordprune.go)
+	// ended; nil when none runs.
+	pruneDone chan struct{}
 }
 
 // NewWorker checks cfg and returns a worker that has not started. The
@@ -89,6 +92,10 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if w.cfg.MaxDeliver == 0 {
 		w.cfg.MaxDeliver = cmp.Or(topo.Meta.MaxDeliver, DefaultMaxDeliver) // the namespace's (Setup fixed it if none was)
 	}
+	retention, err := w.checkRecordRetention()
+	if err != nil {
+		return err
+	}
 	w.topo = topo
 	w.state.bind(topo)
 	if w.stateBatchOn() {
@@ -109,6 +116,10 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	w.started = true
 	w.reload, w.watchStop, w.watchDone = make(chan struct{}, 1), make(chan struct{}), make(chan struct{})
 	go w.watchTopology()
+	if retention > 0 {
+		w.pruneDone = make(chan struct{})
+		go w.pruneRecord(topo.Names.Namespace, retention, w.watchStop, w.pruneDone)
+	}
 	w.log.Info("worker started", "partitions", topo.Partitions, "namespace", topo.Names.Namespace)
 	return nil
 }
@@ -252,6 +263,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	close(w.watchStop)
 	<-w.watchDone
+	if w.pruneDone != nil {
+		<-w.pruneDone
+	}
 	w.mu.Lock()
 	bal := w.bal
 	w.mu.Unlock()

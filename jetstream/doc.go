@@ -1747,13 +1747,24 @@
 //   - ApplyGroup fails otherwise (the database down or restarting, a cut
 //     connection, a commit whose fate is unknown): nothing is replied or
 //     acked; the group's head goes through the one-job path and the rest
-//     back to the lane, and the attempt is tried again with backoff for as
-//     long as the lease lasts, without counting against MaxDeliver (the
-//     failure is not the job's; dead-lettering it would tell its caller
-//     "failed" for a commit that may have landed). The record answers what
-//     did commit (TestPostgresRestartMidSale: postgres SIGKILLed twice
-//     mid-sale; TestWorkerConnectionCutAtCommit: the connection cut right
-//     after COMMIT reached the server, then mid-group).
+//     back to the lane, and the attempt is tried again with backoff, the
+//     job alone in its transaction, without counting against MaxDeliver's
+//     attempts (dead-lettering it would tell its caller "failed" for a
+//     commit that may have landed). The record answers what did commit
+//     (TestPostgresRestartMidSale: postgres SIGKILLed twice mid-sale;
+//     TestWorkerConnectionCutAtCommit: the connection cut right after
+//     COMMIT reached the server, then mid-group). Such failures of the job
+//     alone are counted all the same, but for those the Applier marks
+//     ErrUnavailable (its database not there to answer: keylanepg's
+//     connection failures and SQLSTATE classes 08, 57, 53, 58, 40): past
+//     MaxDeliver of them, if the
+//     Applier keeps a record (RecordReader) and the record is read (the
+//     database is up), the job is answered from it if it committed and
+//     dead-lettered for good if not — its own transaction is what fails
+//     (keylanepg's TestWholeGroupFailureEnds); a record that cannot be
+//     read keeps it trying. Every dead letter of an Applier's job, for
+//     whatever reason (restarts past MaxDeliver included), reads the
+//     record first (keylanepg's TestCommittedJobIsNotDeadLettered).
 //   - ApplyGroup fails for good (its error errors.Is ErrPermanent:
 //     keylanepg says so for SQLSTATE classes 42, 3F, 28 and 0A, e.g.
 //     keylane's own table dropped or a privilege revoked): no retry cures

@@ -3,10 +3,11 @@ package keylanepg
 import (
 	"context"
 	"errors"
-	"github.com/jackc/pgx/v5/pgconn"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/keylane/keylane"
 )
 
@@ -43,7 +44,21 @@ type Applier struct {
 	// slower while the transaction runs. Negative: no cap.
 	// Defaults to DefaultMaxJobs.
 	MaxJobs int
+	// Retention is how long keylane_outcomes keeps a job's outcome: the
+	// worker prunes older ones now and then (keylane.RecordPruner), in
+	// small batches. keylane's Start refuses one shorter than a job can
+	// come back (keylane.MinRecordRetention: the results TTL, the
+	// duplicate window, redeliveries), and no prune deletes the outcome
+	// of a job that may still be in the jobs streams. A retry by job ID
+	// after it is applied again. Negative: the worker never prunes (call
+	// Prune yourself). Defaults to DefaultRetention.
+	Retention time.Duration
 }
+
+// DefaultRetention is Applier's default Retention: a day. At 10,000 jobs
+// a second that keeps some 860 million outcomes (about 1 GB each 8
+// million at the shop's sizes: see "Keeping outcomes" in the package doc).
+const DefaultRetention = 24 * time.Hour
 
 // DefaultMaxJobs is Applier's default cap on the jobs of one transaction:
 // PostgreSQL's cache of subtransaction IDs per transaction
@@ -80,6 +95,10 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 	case limit < 0:
 		limit = len(g.Jobs)
 	}
+	if _, err := checkGroup(Group{Namespace: g.Namespace, Partition: g.Partition, Fence: g.Fence, Jobs: g.Jobs}); err != nil {
+		// A group no retry makes valid: held and said at ERROR.
+		return nil, keylane.Permanent(err)
+	}
 	res := make([]keylane.JobOutcome, len(g.Jobs))
 	// A key that failed retriably in one transaction holds its later jobs
 	// in the next ones too: they keep their order. A transaction that
@@ -100,13 +119,7 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 			out, err = apply(ctx, a.DB, grp, a.Handler, cfg, held)
 		}
 		if err != nil {
-			if operatorsToFix(err) {
-				// keylane's own statements refused for what they are:
-				// the worker holds the jobs and says so at ERROR, never
-				// dead-letters them for it (see "With a keylane worker").
-				return nil, keylane.Permanent(err)
-			}
-			return nil, err
+			return nil, wholeError(err)
 		}
 		for i, o := range out {
 			switch o.Status {
@@ -120,7 +133,91 @@ func (a *Applier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]keylane
 	return res, nil
 }
 
-var _ keylane.GroupApplier = (*Applier)(nil)
+var (
+	_ keylane.GroupApplier = (*Applier)(nil)
+	_ keylane.RecordPruner = (*Applier)(nil)
+)
+
+// RecordRetention is Retention, DefaultRetention if zero: keylane's
+// worker prunes outcomes older than it (keylane.RecordPruner).
+func (a *Applier) RecordRetention() time.Duration {
+	if a.Retention == 0 {
+		return DefaultRetention
+	}
+	return a.Retention
+}
+
+// PruneRecord is Prune on a's DB: keylane's worker calls it now and then.
+func (a *Applier) PruneRecord(ctx context.Context, namespace string, before time.Time) (int64, error) {
+	if a.DB == nil {
+		return 0, errors.New("keylanepg: Applier has no DB")
+	}
+	return Prune(ctx, a.DB, namespace, before)
+}
+
+// ReadRecord returns the recorded results of the jobs of namespace with
+// the given IDs, keyed by ID (Lookup's): keylane's worker reads a job's
+// record before it dead-letters the job, and answers one that committed
+// from it instead.
+func (a *Applier) ReadRecord(ctx context.Context, namespace string, ids []string) (map[string][]byte, error) {
+	if a.DB == nil {
+		return nil, errors.New("keylanepg: Applier has no DB")
+	}
+	rec, err := Lookup(ctx, a.DB, namespace, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(rec))
+	for id, o := range rec {
+		out[id] = o.Result
+	}
+	return out, nil
+}
+
+// wholeError marks err, a whole group's failure, for the worker.
+func wholeError(err error) error {
+	switch {
+	case errors.Is(err, keylane.ErrStaleFence):
+		return err
+	case operatorsToFix(err):
+		// keylane's own statements refused for what they are: the worker
+		// holds the jobs and says so at ERROR, never dead-letters them
+		// for it (see "With a keylane worker").
+		return keylane.Permanent(err)
+	case unavailable(err):
+		// Not the jobs' doing: the worker never counts it.
+		return fmt.Errorf("%w: %w", keylane.ErrUnavailable, err)
+	}
+	return err
+}
+
+// unavailable reports whether err, a whole group's failure, says the
+// database was not there to answer rather than that it refused the
+// group: no answer from the server (a connection refused, broken or cut,
+// a timeout, the caller's deadline), or the server's own SQLSTATE class 08
+// (connection exception), 57 (operator intervention: shutting down,
+// starting up), 53 (insufficient resources), 58 (system error) or 40
+// (a serialization failure or a deadlock with another session). The
+// worker tries such a group again for as long as it lasts, and counts
+// any other failure against the job (keylane.ErrUnavailable).
+func unavailable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || len(pe.Code) < 2 {
+		return true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	switch pe.Code[:2] {
+	case "08", "57", "53", "58", "40":
+		return true
+	}
+	return false
+}
 
 // operatorsToFix reports whether err, a whole group's failure, is a
 // refusal that no retry cures until an operator acts: SQLSTATE class 42

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/keylane/keylane"
 )
 
@@ -100,11 +103,20 @@ CROSS JOIN LATERAL (SELECT k.job_id, k.key, k.fence, k.result, k.at FROM keylane
 	WHERE k.job_id = u.id AND k.namespace = $1 OFFSET 0) AS o`
 	recordSQL = `INSERT INTO keylane_outcomes (namespace, job_id, key, fence, result, at)
 SELECT $1, u.job_id, u.key, $2, u.result, transaction_timestamp() FROM unnest($3::text[], $4::text[], $5::bytea[]) AS u(job_id, key, result)`
-	idleSQL      = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
-	savepointSQL = `SAVEPOINT keylane_job`
-	releaseSQL   = `RELEASE SAVEPOINT keylane_job`
-	nextJobSQL   = releaseSQL + "; " + savepointSQL
-	rollbackSQL  = `ROLLBACK TO SAVEPOINT keylane_job`
+	idleSQL = `SELECT set_config('idle_in_transaction_session_timeout', $1, true)`
+	// checkDeferredSQL checks the deferred constraints (DEFERRABLE
+	// INITIALLY DEFERRED, constraint triggers) of what the transaction
+	// wrote so far, now instead of at COMMIT, and then puts their mode
+	// back: SET CONSTRAINTS in a savepoint that is rolled back keeps the
+	// checks' verdict (an error aborts the job's savepoint) but not the
+	// mode, so the next job's statements run as they would at any time,
+	// and COMMIT checks again. One simple-protocol message: an error
+	// skips the rest of it.
+	checkDeferredSQL = `SAVEPOINT keylane_check; SET CONSTRAINTS ALL IMMEDIATE; ROLLBACK TO SAVEPOINT keylane_check`
+	savepointSQL     = `SAVEPOINT keylane_job`
+	releaseSQL       = `RELEASE SAVEPOINT keylane_job`
+	nextJobSQL       = releaseSQL + "; " + savepointSQL
+	rollbackSQL      = `ROLLBACK TO SAVEPOINT keylane_job`
 )
 
 // ApplyOpt is an option of Apply.
@@ -112,6 +124,10 @@ type ApplyOpt func(*applyOpts)
 
 type applyOpts struct {
 	idle time.Duration
+	// checkDeferred has the careful path check every job's deferred
+	// constraints at its end (checkDeferredSQL): set once a COMMIT was
+	// refused, so that the job that broke one fails alone.
+	checkDeferred bool
 }
 
 // IdleTimeout has the database end the group's session if it sits idle in
@@ -155,15 +171,121 @@ func options(opts []ApplyOpt) applyOpts {
 // apply is Apply, with held the keys whose jobs are not to run (a job of
 // theirs failed retriably before): Applier carries it from one
 // transaction of a split group to the next, and adds to it.
+//
+// Two faults of one job end the transaction, not just the job's
+// savepoint, and apply settles both in a new one (each at most once per
+// job, so the transactions are at most the group's jobs and two):
+//   - a job's statement that pgx could not send (it cannot encode an
+//     argument, or the server will not prepare the statement) in a batch
+//     with other statements: pgx closes the connection, or the server
+//     aborts the transaction before the job's savepoint was taken
+//     (*poisonError). The job fails with that error — for good when
+//     nothing can encode its arguments — and the rest apply again without
+//     it;
+//   - a COMMIT the server refused (a deferred constraint broken): it
+//     rolled back, a known fate. The group applies again with every job's
+//     deferred constraints checked at its end (checkDeferredSQL), so the
+//     job that broke one fails alone.
 func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held map[string]bool) ([]Outcome, error) {
 	ids, err := checkGroup(g)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]Outcome, len(g.Jobs))
 	if len(g.Jobs) == 0 {
-		return out, nil
+		return []Outcome{}, nil
 	}
+	start := maps.Clone(held)
+	var poisoned map[int]error
+	for range len(g.Jobs) + 2 {
+		out, err := applyOnce(ctx, db, g, ids, h, cfg, held, poisoned)
+		var pe *poisonError
+		switch {
+		case ctx.Err() != nil:
+			return out, err
+		case errors.As(err, &pe) && poisoned[pe.job] == nil:
+			if poisoned == nil {
+				poisoned = make(map[int]error)
+			}
+			poisoned[pe.job] = jobError(pe.err)
+		case errors.Is(err, errCommitRefused) && !cfg.checkDeferred:
+			cfg.checkDeferred = true
+		default:
+			return out, err
+		}
+		// The transaction rolled back: the keys it held are as before it.
+		clear(held)
+		maps.Copy(held, start)
+	}
+	return nil, errors.New("keylanepg: the group's transactions were undone more often than it has jobs (a bug)")
+}
+
+// poisonError is applyOnce's error when job g.Jobs[job] lost the
+// transaction with a statement pgx could not send (err): the job fails,
+// and the rest of the group applies again without it.
+type poisonError struct {
+	job int
+	err error
+}
+
+func (e *poisonError) Error() string {
+	return fmt.Sprintf("keylanepg: job %d's statement lost the transaction: %v", e.job, e.err)
+}
+
+func (e *poisonError) Unwrap() error { return e.err }
+
+// errCommitRefused is in the error of a transaction whose COMMIT the
+// server answered with an error (a deferred constraint broken, a
+// serialization failure): the server rolled it back, nothing committed.
+// A known fate, unlike a COMMIT that went unanswered.
+var errCommitRefused = errors.New("keylanepg: COMMIT refused by the server: the transaction rolled back")
+
+// commitError is the error of a failed COMMIT: a refusal the server
+// answered (errCommitRefused: rolled back) or an unknown fate.
+func commitError(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) || errors.Is(err, pgx.ErrTxCommitRollback) {
+		return fmt.Errorf("%w: %w", errCommitRefused, err)
+	}
+	return fmt.Errorf("keylanepg: commit (%w): %w", errFateUnknown, err)
+}
+
+// lostTransaction reports whether err, a job's statement's, says pgx
+// could not send it with the others of its batch (pgx.ErrPreprocessingBatch:
+// an argument it cannot encode, a statement the server will not prepare):
+// that job's fault alone, though it may have cost the transaction.
+func lostTransaction(err error) bool {
+	var pe pgx.ErrPreprocessingBatch
+	return errors.As(err, &pe)
+}
+
+// unencodable reports whether err is pgx's refusal to encode a
+// statement's arguments (a value that does not fit its parameter's type,
+// an argument count that is not the statement's): no retry encodes them.
+func unencodable(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return false
+	}
+	var pe pgx.ErrPreprocessingBatch
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Error(), "error preprocessing batch (build)")
+	}
+	return strings.Contains(err.Error(), "failed to encode args[")
+}
+
+// jobError is a failed job's error: for good (keylane.Permanent) when pgx
+// cannot encode its arguments, as it is.
+func jobError(err error) error {
+	if unencodable(err) && !errors.Is(err, keylane.ErrPermanent) {
+		return keylane.Permanent(err)
+	}
+	return err
+}
+
+// applyOnce is one transaction of apply: the jobs of poisoned fail with
+// their error without running.
+func applyOnce(ctx context.Context, db DB, g Group, ids []string, h Handler, cfg applyOpts, held map[string]bool, poisoned map[int]error) ([]Outcome, error) {
+	out := make([]Outcome, len(g.Jobs))
 
 	// One round trip: BEGIN, the fence (and its row lock), then — after the
 	// lock, so it sees every commit of an earlier owner — the recorded
@@ -222,6 +344,13 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 			out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Held}
 			continue
 		}
+		if perr, ok := poisoned[i]; ok {
+			out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Failed, Err: perr}
+			if !errors.Is(perr, keylane.ErrPermanent) {
+				held[job.Key] = true
+			}
+			continue
+		}
 		// The savepoint rolls on to this job with its first statement.
 		jt := &jobTx{Tx: tx, state: rollDone, jobID: job.ID}
 		if dirty {
@@ -230,7 +359,18 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 		job.Partition, job.Fence = g.Partition, g.Fence
 		res, herr := handle(ctx, jt, job, h)
 		if jt.state == rollFailed {
+			if lostTransaction(jt.rollErr) {
+				// The job's first statement, sent with the roll, could
+				// not be: the roll never ran, and the transaction is
+				// lost or aborted.
+				return nil, &poisonError{job: i, err: jt.rollErr}
+			}
 			return nil, fmt.Errorf("keylanepg: job %s: %w", job.ID, errors.Join(herr, errSavepoint))
+		}
+		if herr == nil && cfg.checkDeferred && jt.state == rollDone {
+			if _, err := tx.Exec(ctx, checkDeferredSQL); err != nil {
+				herr = fmt.Errorf("keylanepg: job %s breaks a deferred constraint: %w", job.ID, err)
+			}
 		}
 		if herr == nil {
 			if res == nil {
@@ -249,10 +389,16 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 		// holds the jobs before it, and stays.
 		if jt.state == rollDone {
 			if _, err := tx.Exec(ctx, rollbackSQL); err != nil {
+				if lostTransaction(herr) {
+					// pgx could not send the job's batch, and closed
+					// the connection over it.
+					return nil, &poisonError{job: i, err: herr}
+				}
 				return nil, fmt.Errorf("keylanepg: roll back job %s (it failed: %v): %w", job.ID, herr, err)
 			}
 			dirty = false
 		}
+		herr = jobError(herr)
 		out[i] = Outcome{JobID: job.ID, Key: job.Key, Status: Failed, Err: herr}
 		if !errors.Is(herr, keylane.ErrPermanent) {
 			held[job.Key] = true
@@ -264,7 +410,7 @@ func apply(ctx context.Context, db DB, g Group, h Handler, cfg applyOpts, held m
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("keylanepg: commit (its fate is unknown: apply again or Lookup): %w", err)
+		return nil, commitError(err)
 	}
 	return out, nil
 }
@@ -360,23 +506,56 @@ func Lookup(ctx context.Context, db DB, namespace string, ids []string) (map[str
 	return found, nil
 }
 
-// Prune deletes namespace's outcomes recorded before before. Keep an
-// outcome as long as its job may be redelivered or retried by ID (the jobs
-// stream's retention and duplicate window): a pruned job that comes back
-// is applied again. It reads the whole table (no index on at, which
-// every Apply would pay for): run it now and then, not per group.
+// Prune deletes namespace's outcomes recorded before before, and returns
+// how many it deleted (with an error, those it deleted before it). Keep an
+// outcome as long as its job may be redelivered or retried by ID (the
+// jobs stream's retention and duplicate window): a pruned job that comes
+// back is applied again. keylane's worker runs it with an Applier's
+// Retention (keylane.RecordPruner), with the bounds that keep it safe.
+//
+// It deletes in transactions of PruneBatch outcomes each, the oldest
+// first, found through the index keylane_outcomes_at (namespace, at):
+// no transaction of it holds many row locks or runs long, and it skips
+// rows another prune holds (SKIP LOCKED), so workers pruning at once
+// share the work; between two it pauses as long as the last took. The
+// partitions' transactions never wait for it: they insert new outcomes
+// and read others by ID, and MVCC lets them.
 func Prune(ctx context.Context, db DB, namespace string, before time.Time) (int64, error) {
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{})
-	if err != nil {
-		return 0, fmt.Errorf("keylanepg: prune: %w", err)
+	var total int64
+	for {
+		start := time.Now()
+		rows, err := db.Query(ctx, pruneSQL, namespace, before, PruneBatch)
+		if err != nil {
+			return total, fmt.Errorf("keylanepg: prune: %w", err)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return total, fmt.Errorf("keylanepg: prune: %w", err)
+		}
+		n := rows.CommandTag().RowsAffected()
+		total += n
+		if n < PruneBatch {
+			return total, nil
+		}
+		// As long again as the batch took, at most a second: the prune
+		// takes half the server's time at most, and leaves the rest (its
+		// disk's flushes above all) to the partitions' transactions.
+		t := time.NewTimer(min(time.Since(start), time.Second))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return total, fmt.Errorf("keylanepg: prune: %w", ctx.Err())
+		}
 	}
-	defer rollback(ctx, tx.Rollback)
-	tag, err := tx.Exec(ctx, `DELETE FROM keylane_outcomes WHERE namespace = $1 AND at < $2`, namespace, before)
-	if err != nil {
-		return 0, fmt.Errorf("keylanepg: prune: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return 0, fmt.Errorf("keylanepg: prune: %w", err)
-	}
-	return tag.RowsAffected(), nil
 }
+
+// PruneBatch is how many outcomes one of Prune's transactions deletes.
+const PruneBatch = 1000
+
+// pruneSQL deletes up to $3 of namespace $1's outcomes recorded before
+// $2, the oldest first, by the index on (namespace, at), in one
+// transaction (a statement of its own).
+const pruneSQL = `WITH d AS (SELECT job_id FROM keylane_outcomes WHERE namespace = $1 AND at < $2
+	ORDER BY at LIMIT $3 FOR UPDATE SKIP LOCKED)
+DELETE FROM keylane_outcomes o USING d WHERE o.namespace = $1 AND o.job_id = d.job_id`

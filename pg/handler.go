@@ -72,6 +72,8 @@ type jobTx struct {
 	pgx.Tx
 	state rollState
 	jobID string
+	// rollErr is why the roll failed (rollFailed).
+	rollErr error
 }
 
 // rollState tells where a job's savepoint stands.
@@ -93,13 +95,17 @@ func (t *jobTx) Rollback(context.Context) error { return ErrTxOwned }
 
 // rides tells whether a statement can carry the roll in its batch: it has
 // arguments (without them pgx may send several statements in one string,
-// which a batch cannot) and no query mode of its own.
+// which a batch cannot) and no option of a call first (a query mode,
+// result formats): a batch would take an option for an argument.
 func rides(args []any) bool {
 	if len(args) == 0 {
 		return false
 	}
-	_, mode := args[0].(pgx.QueryExecMode)
-	return !mode
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
 }
 
 // flush sends the pending roll on its own, before a call that cannot carry
@@ -109,7 +115,7 @@ func (t *jobTx) flush(ctx context.Context) error {
 		return nil
 	}
 	if _, err := t.Tx.Exec(ctx, nextJobSQL); err != nil {
-		t.state = rollFailed
+		t.state, t.rollErr = rollFailed, err
 		return fmt.Errorf("keylanepg: savepoint: %w", err)
 	}
 	t.state = rollDone
@@ -126,7 +132,7 @@ func (t *jobTx) roll(ctx context.Context, sql string, args []any) (pgx.BatchResu
 	br := t.Tx.SendBatch(ctx, &b)
 	for range 2 {
 		if _, err := br.Exec(); err != nil {
-			t.state = rollFailed
+			t.state, t.rollErr = rollFailed, err
 			br.Close()
 			return nil, fmt.Errorf("keylanepg: savepoint: %w", err)
 		}

@@ -187,6 +187,12 @@ func applyPipeline(ctx context.Context, db DB, g Group, p PipelineHandler, cfg a
 // savepoint: the one driver of the pipeline's and the set's two paths.
 func fastOrCareful(ctx context.Context, db DB, g Group, cfg applyOpts, held map[string]bool, careful Handler, fast func() ([]Outcome, error)) ([]Outcome, error) {
 	out, err := fast()
+	if errors.Is(err, errCommitRefused) && ctx.Err() == nil {
+		// The server refused the COMMIT (a deferred constraint broken)
+		// and rolled back: the careful path checks each job's at its end.
+		cfg.checkDeferred = true
+		return apply(ctx, db, g, careful, cfg, held)
+	}
 	if errors.Is(err, errCareful) && ctx.Err() == nil {
 		return apply(ctx, db, g, careful, cfg, held)
 	}
@@ -429,7 +435,7 @@ func (t pgxFastTx) recordAndCommit(ctx context.Context, writes *pgx.Batch, recor
 		}
 	}
 	if err := t.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("keylanepg: commit (%w): %w", errFateUnknown, err)
+		return commitError(err)
 	}
 	return nil
 }
@@ -478,10 +484,16 @@ func (t *lentTx) recordAndCommit(ctx context.Context, writes *pgx.Batch, record 
 			}
 			return fmt.Errorf("keylanepg: record outcomes: %w", err)
 		}
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && !t.c.Conn().PgConn().IsClosed() && t.c.Conn().PgConn().TxStatus() == 'I' {
+			// The writes and the record ran; the server answered COMMIT
+			// with an error (a deferred constraint) and rolled back.
+			return commitError(err)
+		}
 		return fmt.Errorf("keylanepg: record outcomes and commit (%w): %w", errFateUnknown, err)
 	}
 	if tag.String() == "ROLLBACK" {
-		return fmt.Errorf("keylanepg: commit: %w", pgx.ErrTxCommitRollback)
+		return commitError(pgx.ErrTxCommitRollback)
 	}
 	return nil
 }

@@ -26,7 +26,11 @@ type DB interface {
 // may not create tables needs an owner to run it once, and then these
 // rights: SELECT, INSERT, UPDATE on keylane_fences; SELECT, INSERT, DELETE
 // on keylane_outcomes (DELETE for Prune).
-const Schema = `
+const Schema = schemaTables + outcomesIndexSQL + ";\n"
+
+// schemaTables is Schema but Prune's index, which Ensure creates once the
+// tables' columns are checked.
+const schemaTables = `
 CREATE TABLE IF NOT EXISTS keylane_fences (
 	namespace text NOT NULL,
 	partition integer NOT NULL,
@@ -87,7 +91,7 @@ func Ensure(ctx context.Context, db DB) error {
 		missing = missing || !exists
 	}
 	if missing {
-		if _, err := tx.Exec(ctx, Schema); err != nil {
+		if _, err := tx.Exec(ctx, schemaTables); err != nil {
 			if isCode(err, "42501") {
 				return &SchemaError{Table: tables[0].name, Role: role, Privilege: true, Err: err,
 					Problem: fmt.Sprintf("missing, and role %s may not create tables in schema %q", role, schema),
@@ -144,8 +148,37 @@ func Ensure(ctx context.Context, db DB) error {
 				Fix:     fmt.Sprintf("GRANT %s ON %s TO %s", strings.Join(t.rights, ", "), t.name, role)}
 		}
 	}
+	if err := ensureIndex(ctx, tx, role); err != nil {
+		return err
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("keylanepg: ensure schema: %w", err)
+	}
+	return nil
+}
+
+// outcomesIndexSQL is Prune's index on keylane_outcomes (in Schema too):
+// appended at its right end, as at grows, so it costs a record little.
+const outcomesIndexSQL = `CREATE INDEX IF NOT EXISTS keylane_outcomes_at ON keylane_outcomes (namespace, at)`
+
+// ensureIndex creates Prune's index on a keylane_outcomes made before it
+// was in Schema. A role that may not (not the table's owner) gets a
+// SchemaError naming the statement its owner runs once.
+func ensureIndex(ctx context.Context, tx pgx.Tx, role string) error {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass('keylane_outcomes_at') IS NOT NULL").Scan(&exists); err != nil {
+		return fmt.Errorf("keylanepg: ensure schema: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, outcomesIndexSQL); err != nil {
+		if isCode(err, "42501") {
+			return &SchemaError{Table: "keylane_outcomes", Role: role, Privilege: true, Err: err,
+				Problem: fmt.Sprintf("has no index keylane_outcomes_at, and role %s may not create it", role),
+				Fix:     "have the table's owner run once: " + strings.Replace(outcomesIndexSQL, "CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)}
+		}
+		return fmt.Errorf("keylanepg: create index keylane_outcomes_at: %w", err)
 	}
 	return nil
 }

@@ -65,13 +65,19 @@ func (a *histApplier) ApplyGroup(ctx context.Context, g keylane.JobGroup) ([]key
 		a.after(g, out, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, keylanepg.WholeError(err) // as Applier.ApplyGroup says it
 	}
 	res := make([]keylane.JobOutcome, len(out))
 	for i, o := range out {
 		res[i] = keylane.JobOutcome{Result: o.Result, Err: o.Err, Done: o.Done()}
 	}
 	return res, nil
+}
+
+// ReadRecord is keylanepg.Applier's: the worker reads a job's record
+// before it dead-letters it, and before it counts a whole failure.
+func (a *histApplier) ReadRecord(ctx context.Context, namespace string, ids []string) (map[string][]byte, error) {
+	return (&keylanepg.Applier{DB: a.db, Handler: a.h, Pipeline: a.p, Set: a.s}).ReadRecord(ctx, namespace, ids)
 }
 
 // shopApplier is a histApplier selling with the shop's handler of kind
