@@ -927,6 +927,22 @@
 // TestReadKeptAnswer (each answer above) and
 // TestSetupAllowsDirectGetsOnResults.
 //
+// The look-ups (and, where outcomes go in atomic batches, the kept
+// outcomes) of several keys' groups were also tried in one request: the
+// lanes of a partition that look up while another of its look-ups is in
+// flight joined the next one (2026-11-29, base ca5230e). One batched get
+// of 8 IDs cost a fifth of 8 leader gets in process, but with 64 buyers
+// over 16 partitions few look-ups meet one in flight, and the bench did
+// not move: skewed Call with caller IDs, the median of 9 runs of each
+// build interleaved, 1,747 jobs/s and 235 µs/job of server CPU before,
+// 1,707 and 225 with it; on the three-node cluster, outcomes of several
+// keys in one atomic batch gave no gain either (skewed Call 669 and 701
+// jobs/s against 656 and 623). A server profile of that sale shows why:
+// stored messages (the job, its state write, its outcome) take about a
+// fifth of the server's CPU, socket writes a tenth, the jobs consumers'
+// state files (rewritten up to ten times a second each) 13 %, the
+// leader gets 3-4 %. So each group still looks up and keeps alone.
+//
 // Jobs with generated IDs are retried only by keylane's own publishes; the
 // duplicate window and the held outcomes cover those. A results write that
 // fails leaves the job unacked: it is redelivered and answered from the
@@ -1147,6 +1163,16 @@
 // --placement cluster and -1|0). So the acks a batch saves cost less than
 // staging it; on a real cluster of three machines, where a proposal
 // crosses the network, it may differ: measure before turning it on.
+// Measured again on the one path, where every purchase carries its
+// caller's ID and a skewed sale's group is one job (2026-11-29, base
+// ca5230e, the bench binary run four times alternately with
+// KEYLANE_BENCH_STATE_BATCH unset, 1, 1, unset: --runs 1 --duration 3s
+// --purchases 20000 --buyers 64 --placement separate --only 'hot
+// b=64,skewed b=64,keylane Call,keylane Submit'): skewed Call 1,385 and
+// 639 jobs/s with it against 3,288 and 2,131 without (server CPU 514 and
+// 690 µs/job against 171 and 260), skewed Submit 2,501 and 4,444 against
+// 14,025 and 11,901; hot Call and Submit unchanged (one key: nothing to
+// coalesce). It still does not pay; it stays off.
 // A worker started with it sets AllowAtomicPublish on KV_NS_STATE (Setup
 // does not: an R3 stream update each setup slowed the cluster tests' start
 // for a lever that is off).
