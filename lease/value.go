@@ -79,3 +79,23 @@ func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Info, uint64,
 	}
 	return info, e.Revision(), nil
 }
+
+// Lapsed reports whether the holder of a lease entry has missed its
+// renews (its heartbeat): the entry was last written at written, the
+// server's timestamp of the write (jetstream.KeyValueEntry.Created), and
+// now, the server's clock too (jetstream.StreamInfo.TimeStamp, so that
+// no clock of the reader's enters), is more than two thirds of the
+// bucket's TTL later. A holder renews every RenewEvery (TTL/3 by
+// default): a lapsed entry has missed a renew by a whole period more, and
+// its holder has at most TTL/3 - SafetyMargin left of its trust window.
+// A killed holder's entry lapses one to two renew periods after the
+// kill, where the server removes it only a TTL after its last write. The
+// entry still blocks a Create until then: lapsed is a reader's verdict
+// (the holder is not known to be alive), not a free key.
+func Lapsed(written, now time.Time, ttl time.Duration) bool {
+	return now.Sub(written) > LapseAfter(ttl)
+}
+
+// LapseAfter is the age past which an entry of a bucket of lease TTL ttl
+// is Lapsed: two thirds of ttl.
+func LapseAfter(ttl time.Duration) time.Duration { return ttl * 2 / 3 }
