@@ -313,8 +313,9 @@
 // thirds of the TTL, by the server's time stamps, is lapsed
 // (lease.Lapsed), though the server keeps it until the TTL
 // (TestAnotherNamespacesProcessReportsADeadNamespace). It reads the
-// server at most every 10 s, bounded to 5 s and to 5 + 2 x shards +
-// partitions requests a namespace. A partition that had an owner keeps its
+// server at most every 10 s, bounded to 5 s and to 7 + shards + 2 x
+// partitions requests a namespace (its own first: a worker's user, which
+// may not list streams, still reports it: TestNamespaceGaugesAsWorker). A partition that had an owner keeps its
 // consumer (owners re-create it, none deletes it), whose pending and
 // unacked counts are its backlog; one that never had an owner has no
 // consumer, and its jobs are what its shard stores beyond the consumers'

@@ -51,11 +51,12 @@ const namespaceWait = 5 * time.Second
 // It reads the server at scrape time, at most once every 10 seconds
 // (scrapes in between reuse the last read), the whole read bounded to 5
 // seconds. Per namespace: the dead-letter stream's info, each jobs stream
-// shard's info and consumer list, the leases bucket (its status and one
-// entry per partition), the members bucket (a watch of its entries), and
-// one message look-up per partition that holds jobs (the oldest one's
-// time stamp): 5 + 2 × shards + partitions requests at most, plus one for
-// the stream list with NewNamespaces, whatever the backlog. A namespace
+// shard's info, each partition's consumer info, the leases and members
+// buckets (their status and a watch of their entries), and one message
+// look-up per partition that holds jobs (the oldest one's time stamp):
+// at most 7 + shards + 2 × partitions requests, plus the stream list
+// with NewNamespaces (its own namespaces first, the list bounded to 2
+// seconds), whatever the backlog. A namespace
 // whose read fails (NATS unreachable, the namespace not set up, no
 // permission) is left out of the scrape until a read succeeds; the
 // worker's keylane_nats_connected says why. It is safe for concurrent
@@ -182,25 +183,40 @@ func (n *Namespace) Collect(ch chan<- prometheus.Metric) {
 }
 
 // readAll reads every namespace the collector reports; those whose read
-// failed are left out.
+// failed are left out. The given namespaces come first: a user that may
+// not list streams (a worker's, docs/security.md) still reports its own,
+// and the listing gets what is left of the bound, at most listWait.
 func (n *Namespace) readAll(ctx context.Context) []namespaceCounts {
-	names := slices.Clone(n.fixed)
-	if n.discover {
-		found, err := listNamespaces(ctx, n.js)
-		if err == nil {
-			names = append(names, found...)
-		}
-	}
-	slices.Sort(names)
-	names = slices.Compact(names)
 	var out []namespaceCounts
-	for _, ns := range names {
+	done := map[string]bool{}
+	read := func(ns string) {
+		if done[ns] {
+			return
+		}
+		done[ns] = true
 		if c, err := readNamespace(ctx, n.js, ns); err == nil {
 			out = append(out, c)
 		}
 	}
+	for _, ns := range n.fixed {
+		read(ns)
+	}
+	if n.discover {
+		lctx, cancel := context.WithTimeout(ctx, listWait)
+		found, err := listNamespaces(lctx, n.js)
+		cancel()
+		if err == nil {
+			for _, ns := range found {
+				read(ns)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b namespaceCounts) int { return strings.Compare(a.namespace, b.namespace) })
 	return out
 }
+
+// listWait bounds the stream list of a read.
+const listWait = 2 * time.Second
 
 // listNamespaces returns the namespaces whose jobs stream (shard 0) the
 // account lists: a stream with keylane's partition count in its metadata,
@@ -266,16 +282,6 @@ func readNamespace(ctx context.Context, js jetstream.JetStream, namespace string
 		}
 		streams = append(streams, s)
 	}
-	consumers := map[string]*jetstream.ConsumerInfo{}
-	for _, s := range streams {
-		l := s.ListConsumers(ctx)
-		for ci := range l.Info() {
-			consumers[ci.Stream+"/"+ci.Name] = ci
-		}
-		if err := l.Err(); err != nil {
-			return c, err
-		}
-	}
 	live, err := liveHolders(ctx, js, names.Leases(), now)
 	if err != nil {
 		return c, err
@@ -295,7 +301,16 @@ func readNamespace(ctx context.Context, js jetstream.JetStream, namespace string
 	for p := range partitions {
 		shard := keylane.ShardOf(p, shards)
 		s := streams[shard]
-		ci := consumers[s.CachedInfo().Config.Name+"/"+names.Consumer(p)]
+		// One consumer info each, not the stream's consumer list: a
+		// worker's user may read its partitions' consumers, not list
+		// them (docs/security.md).
+		var ci *jetstream.ConsumerInfo
+		switch cons, err := s.Consumer(ctx, names.Consumer(p)); {
+		case err == nil:
+			ci = cons.CachedInfo()
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return c, err
+		}
 		pc := partitionCounts{p: p}
 		var after uint64 // the oldest waiting job's sequence is above it
 		if ci != nil {
