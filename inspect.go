@@ -27,7 +27,10 @@ type Status struct {
 	Delays bool
 	// Epochs holds each jobs stream shard's epoch.
 	Epochs []uint64
-	// Members are the workers with a live member entry, sorted.
+	// Members are the workers with a live member entry, sorted: one
+	// renewed within two thirds of the lease TTL by the server's clock
+	// (lease.Lapsed). A killed worker leaves them a renew period or two
+	// after it died, though the server keeps its entry for the TTL.
 	Members []string
 	// DeadLetters counts the messages of the dead-letter stream.
 	DeadLetters uint64
@@ -45,6 +48,12 @@ type PartitionStatus struct {
 	Fence uint64
 	// Since is when the owner took the lease, by its own clock.
 	Since time.Time
+	// Lapsed reports that the owner's lease was not renewed for two
+	// thirds of the TTL, by the server's clock (lease.Lapsed): the owner
+	// is not known to be alive (killed, cut off from NATS), yet nobody
+	// else may take the partition until the server drops the entry, a
+	// TTL after its last renew.
+	Lapsed bool
 	// Pending counts the partition's stored jobs not yet delivered: a
 	// batch message counts as the jobs it carries (Keylane-Batch-Jobs).
 	Pending uint64
@@ -80,24 +89,39 @@ func Inspect(ctx context.Context, js jetstream.JetStream, namespace string) (Sta
 	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return Status{}, fmt.Errorf("keylane: dead-letter stream: %w", err)
 	}
+	// Entries' ages are read against the server's clock (the stream
+	// info's time stamp), not this machine's.
+	now := info.TimeStamp
+	if now.IsZero() {
+		now = time.Now() // a server that does not say
+	}
 	if members, err := js.KeyValue(ctx, names.Members()); err == nil {
-		keys, err := members.Keys(ctx)
-		if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		live, err := liveEntries(ctx, members, now)
+		if err != nil {
 			return Status{}, fmt.Errorf("keylane: members: %w", err)
 		}
-		st.Members = slices.Sorted(slices.Values(keys))
+		st.Members = live
 	}
 	leases, err := js.KeyValue(ctx, names.Leases())
 	if err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return Status{}, fmt.Errorf("keylane: leases: %w", err)
 	}
+	var ttl time.Duration
+	if leases != nil {
+		kst, err := leases.Status(ctx)
+		if err != nil {
+			return Status{}, fmt.Errorf("keylane: leases: %w", err)
+		}
+		ttl = kst.TTL()
+	}
 	for p := range st.Partitions {
 		ps := PartitionStatus{Partition: p}
 		if leases != nil {
-			holder, _, err := lease.Read(ctx, leases, names.LeaseKey(p))
+			holder, _, written, err := lease.ReadWritten(ctx, leases, names.LeaseKey(p))
 			switch {
 			case err == nil:
 				ps.Owner, ps.Fence, ps.Since = holder.Holder, holder.Fence, holder.AcquiredAt
+				ps.Lapsed = lease.Lapsed(written, now, ttl)
 			case !errors.Is(err, lease.ErrFree):
 				return Status{}, fmt.Errorf("keylane: lease of partition %d: %w", p, err)
 			}
@@ -166,4 +190,37 @@ const batchJobsReads = 256
 // allBatchesSubject is the subject of every partition's batch messages.
 func allBatchesSubject(namespace string) string {
 	return namespace + ".jobs.*." + wire.BatchToken
+}
+
+// liveEntries returns, sorted, the keys of a lease bucket (the members)
+// whose entry has not lapsed as of now, the server's time (lease.Lapsed):
+// one watch of the bucket's entries, without their values.
+func liveEntries(ctx context.Context, kv jetstream.KeyValue, now time.Time) ([]string, error) {
+	kst, err := kv.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	var live []string
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, errors.New("the watch ended")
+			}
+			if e == nil { // the initial values are all in
+				slices.Sort(live)
+				return live, nil
+			}
+			if !lease.Lapsed(e.Created(), now, kst.TTL()) {
+				live = append(live, e.Key())
+			}
+		}
+	}
 }

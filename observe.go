@@ -170,8 +170,9 @@ type Tenure struct {
 	TrustedFor time.Duration
 }
 
-// Tenures returns the partitions this worker owns now, by partition, with
-// what the worker knows of each: it asks the server nothing. Safe for
+// Tenures returns the partitions this worker owns now (as Owned: their
+// lease still trusted), by partition, with what the worker knows of
+// each: it asks the server nothing. Safe for
 // concurrent use; nil before Start.
 func (w *Worker) Tenures() []Tenure {
 	w.mu.Lock()
@@ -184,8 +185,8 @@ func (w *Worker) Tenures() []Tenure {
 	ts := make([]Tenure, 0, len(held))
 	for _, h := range held {
 		p, o := h.Partition, h.Owner
-		if isClosed(o.l.Done()) {
-			continue // lost: not ours, even while its handlers wind down
+		if !o.l.Trusted() {
+			continue // lost, or its trust window closed: not ours, even while its handlers wind down
 		}
 		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: h.Since, Backlog: o.pendingJobs(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
 		if ln := o.lanes.Load(); ln != nil {

@@ -118,8 +118,6 @@ func (o *owner) run() {
 	defer close(o.done)
 	defer o.moving.Wait()
 	defer o.cancel()
-	o.w.stats.owned.Add(1)
-	defer o.w.stats.owned.Add(-1)
 	o.log.Info("partition acquired")
 
 	group, run := 1, func(ts []*task) { o.process(ts[0]) }

@@ -324,7 +324,7 @@ func (w *Worker) Stats() Stats {
 		Runs: s.runs.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),
 		DeadLettered: s.dead.Load(), Malformed: s.malformed.Load(), Stale: s.stale.Load(),
 		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
-		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: s.owned.Load(),
+		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: int64(len(w.Owned())),
 		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(), HandedBack: s.handedBack.Load(),
 		Stuck: s.stuck.Load(), ApplierRefusals: s.applierRefusals.Load(), RenewFailures: s.renewFailures.Load(),
 	}

@@ -219,7 +219,10 @@ type Stats struct {
 	Acquired     int64 // partition leases acquired
 	Lost         int64 // partition leases lost (not released)
 	Released     int64 // partition leases released gracefully
-	Owned        int64 // partitions owned now
+	// Owned counts the partitions owned now (Worker.Owned): those whose
+	// lease is still trusted, not those whose owner winds down after its
+	// lease's trust window closed without a renew (a NATS outage).
+	Owned int64
 	// Resyncs counts re-synchronisations of a partition's delivery (a gap
 	// in the consumer's delivery sequence, a reconnect, missed heartbeats).
 	Resyncs int64
@@ -251,7 +254,7 @@ type Stats struct {
 
 type stats struct {
 	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
-	acquired, lost, released, owned                                       atomic.Int64
+	acquired, lost, released                                              atomic.Int64
 	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
 	stuck, applierRefusals, renewFailures                                 atomic.Int64
 }

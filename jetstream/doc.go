@@ -300,13 +300,22 @@
 //
 // Failed lease renews are counted by the worker whether or not it has an
 // Observer (Stats.RenewFailures, keylane_lease_renew_failures_total{worker}).
-// An owner reports its own partitions' backlog; a partition nobody owns
-// is reported by every worker's metrics.Namespace collector, with the
-// dead letters waiting (keylane_unowned_partitions,
-// keylane_unowned_backlog_jobs, keylane_dead_letters, labelled by
-// namespace, the same value from every worker: aggregate with max). It
-// reads the server at most every 10 s, bounded to 5 s and to 2 + shards
-// + 2 x partitions requests. A partition that had an owner keeps its
+// An owner reports its own partitions' backlog; a partition nobody owns,
+// and a namespace whose workers all died, are reported by every worker's
+// metrics.Namespace collector (NewNamespaces: its own namespace and every
+// other one the account lists), with the live workers, the dead letters
+// waiting and each partition's lag and oldest waiting job
+// (keylane_namespace_workers, keylane_unowned_partitions,
+// keylane_unowned_backlog_jobs, keylane_dead_letters,
+// keylane_partition_lag_messages, keylane_oldest_waiting_job_*, labelled
+// by namespace, the same value from every worker: aggregate with max).
+// Liveness is the server's: a member or lease entry not renewed for two
+// thirds of the TTL, by the server's time stamps, is lapsed
+// (lease.Lapsed), though the server keeps it until the TTL
+// (TestAnotherNamespacesProcessReportsADeadNamespace). It reads the
+// server at most every 10 s, bounded to 5 s and to 7 + shards + 2 x
+// partitions requests a namespace (its own first: a worker's user, which
+// may not list streams, still reports it: TestNamespaceGaugesAsWorker). A partition that had an owner keeps its
 // consumer (owners re-create it, none deletes it), whose pending and
 // unacked counts are its backlog; one that never had an owner has no
 // consumer, and its jobs are what its shard stores beyond the consumers'

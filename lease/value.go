@@ -62,20 +62,47 @@ func newNonce() string {
 // Create itself (or a renew by a holder that predates the field): its
 // revision stands in.
 func Read(ctx context.Context, kv jetstream.KeyValue, key string) (Info, uint64, error) {
+	info, rev, _, err := ReadWritten(ctx, kv, key)
+	return info, rev, err
+}
+
+// ReadWritten is Read, and also when the server stored the entry's last
+// write (the holder's last renew, by the server's clock): see Lapsed.
+func ReadWritten(ctx context.Context, kv jetstream.KeyValue, key string) (Info, uint64, time.Time, error) {
 	kv = natserr.KeyValue(kv) // errors say "nats:" once
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return Info{}, 0, fmt.Errorf("%w: key %q", ErrFree, key)
+		return Info{}, 0, time.Time{}, fmt.Errorf("%w: key %q", ErrFree, key)
 	}
 	if err != nil {
-		return Info{}, 0, fmt.Errorf("lease: read %q: %w", key, err)
+		return Info{}, 0, time.Time{}, fmt.Errorf("lease: read %q: %w", key, err)
 	}
 	info, err := Decode(e.Value())
 	if err != nil {
-		return Info{}, e.Revision(), fmt.Errorf("lease: read %q at revision %d: %w", key, e.Revision(), err)
+		return Info{}, e.Revision(), e.Created(), fmt.Errorf("lease: read %q at revision %d: %w", key, e.Revision(), err)
 	}
 	if info.Fence == 0 {
 		info.Fence = e.Revision()
 	}
-	return info, e.Revision(), nil
+	return info, e.Revision(), e.Created(), nil
 }
+
+// Lapsed reports whether the holder of a lease entry has missed its
+// renews (its heartbeat): the entry was last written at written, the
+// server's timestamp of the write (jetstream.KeyValueEntry.Created), and
+// now, the server's clock too (jetstream.StreamInfo.TimeStamp, so that
+// no clock of the reader's enters), is more than two thirds of the
+// bucket's TTL later. A holder renews every RenewEvery (TTL/3 by
+// default): a lapsed entry has missed a renew by a whole period more, and
+// its holder has at most TTL/3 - SafetyMargin left of its trust window.
+// A killed holder's entry lapses one to two renew periods after the
+// kill, where the server removes it only a TTL after its last write. The
+// entry still blocks a Create until then: lapsed is a reader's verdict
+// (the holder is not known to be alive), not a free key.
+func Lapsed(written, now time.Time, ttl time.Duration) bool {
+	return now.Sub(written) > LapseAfter(ttl)
+}
+
+// LapseAfter is the age past which an entry of a bucket of lease TTL ttl
+// is Lapsed: two thirds of ttl.
+func LapseAfter(ttl time.Duration) time.Duration { return ttl * 2 / 3 }

@@ -106,9 +106,8 @@ func TestAlertRulesUseExportedMetricsAndLabels(t *testing.T) {
 		anchors[strings.ToLower(strings.Join(strings.Fields(strings.Trim(m[1], "`")), "-"))] = true
 	}
 
-	d := runHandlerJobs(t)
 	labels := map[string]map[string]bool{} // by metric: its label names
-	for name, mf := range families(t, d.reg) {
+	for name, mf := range exportedFamilies(t) {
 		labels[name] = map[string]bool{}
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
@@ -178,7 +177,7 @@ func TestAlertRulesUseExportedMetricsAndLabels(t *testing.T) {
 			}
 		})
 	}
-	for _, must := range []string{"keylane_dead_letters", "keylane_unowned_partitions", "keylane_unowned_backlog_jobs", "keylane_nats_connected", "keylane_lease_renew_failures_total", "keylane_partition_backlog"} {
+	for _, must := range []string{"keylane_dead_letters", "keylane_unowned_partitions", "keylane_namespace_workers", "keylane_oldest_waiting_job_timestamp_seconds", "keylane_nats_connected", "keylane_lease_renew_failures_total", "keylane_partition_backlog"} {
 		found := false
 		for _, r := range rules {
 			found = found || slices.Contains(metricNames(r.expr), must)

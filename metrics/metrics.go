@@ -14,12 +14,15 @@
 //
 // New's Collector reads Worker.Stats and Worker.Tenures at scrape time (it
 // asks the NATS server nothing) and adds nothing to the job path.
-// NewNamespace's reports what no single owner knows (the dead letters
-// waiting, the partitions without an owner and their backlog) from a
-// bounded read of the server at most every 10 seconds; Connected and
-// BuildInfo report the connection's state and the build:
+// NewNamespaces's reports what no single owner knows, for its own
+// namespace and every other one the account lists (live workers, the
+// partitions without a live owner and their backlog, the dead letters
+// waiting, each partition's lag and oldest waiting job), from a bounded
+// read of the server at most every 10 seconds: a namespace whose workers
+// all died is reported by the others'. Connected and BuildInfo report
+// the connection's state and the build:
 //
-//	reg.MustRegister(metrics.NewNamespace(js, "keylane"), metrics.Connected(nc, w.ID()), metrics.BuildInfo())
+//	reg.MustRegister(metrics.NewNamespaces(js, "keylane"), metrics.Connected(nc, w.ID()), metrics.BuildInfo())
 //
 // The histograms of NewWorker and NewClient are fed by the observers,
 // which allocate nothing per job; a worker or client without an observer
@@ -55,7 +58,10 @@ type metric struct {
 
 // New returns a collector of w's counters (Worker.Stats) and of its owned
 // partitions' backlog, in-flight jobs and lease headroom (Worker.Tenures),
-// all labelled with its worker ID.
+// all labelled with its worker ID. A partition counts as owned while its
+// lease is trusted: keylane_partitions_owned and the partition's series
+// drop at the lease's trust deadline when its renews stop (a NATS
+// outage), not once its owner has wound down.
 func New(w *keylane.Worker) *Collector {
 	labels := prometheus.Labels{"worker": w.ID()}
 	c := func(name, help string, get func(keylane.Stats) int64) metric {
@@ -82,7 +88,7 @@ func New(w *keylane.Worker) *Collector {
 			c("lease_renew_failures_total", "Lease renew attempts that failed (timeout, conflict, disconnect), partition and member leases.", func(s keylane.Stats) int64 { return s.RenewFailures }),
 			c("owners_stuck_total", "Owners whose handlers kept running after their lease was lost.", func(s keylane.Stats) int64 { return s.Stuck }),
 		},
-		owned: prometheus.NewDesc("keylane_partitions_owned", "Partitions this worker owns now.", nil, labels),
+		owned: prometheus.NewDesc("keylane_partitions_owned", "Partitions whose lease this worker still trusts.", nil, labels),
 		backlog: prometheus.NewDesc("keylane_partition_backlog",
 			"Jobs stored in an owned partition and not yet delivered to this worker, as of the last delivery (the consumer's pending count).", []string{"partition"}, labels),
 		inFlight: prometheus.NewDesc("keylane_partition_in_flight",

@@ -50,7 +50,7 @@ func TestCollectorReportsWorkerCounters(t *testing.T) {
 # HELP keylane_jobs_succeeded_total Jobs acked after success.
 # TYPE keylane_jobs_succeeded_total counter
 keylane_jobs_succeeded_total{worker="m1"} 3
-# HELP keylane_partitions_owned Partitions this worker owns now.
+# HELP keylane_partitions_owned Partitions whose lease this worker still trusts.
 # TYPE keylane_partitions_owned gauge
 keylane_partitions_owned{worker="m1"} 2
 `

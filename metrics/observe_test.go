@@ -490,3 +490,33 @@ func TestOutcome(t *testing.T) {
 		}
 	}
 }
+
+// exportedFamilies gathers what a worker exports after runHandlerJobs,
+// and again once the worker stopped with a job left waiting (the series
+// that only a waiting job has, keylane_oldest_waiting_job_timestamp_seconds):
+// the families of both, by name, each with the label names its series
+// carry.
+func exportedFamilies(t *testing.T) map[string]*dto.MetricFamily {
+	t.Helper()
+	d := runHandlerJobs(t)
+	out := families(t, d.reg)
+	sctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := d.w.Stop(sctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.c.Submit(t.Context(), "waits", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "a job waits", func() bool {
+		return families(t, d.reg)["keylane_oldest_waiting_job_timestamp_seconds"] != nil
+	})
+	for name, mf := range families(t, d.reg) {
+		if have := out[name]; have != nil {
+			have.Metric = append(have.Metric, mf.Metric...)
+		} else {
+			out[name] = mf
+		}
+	}
+	return out
+}

@@ -153,15 +153,17 @@ func (b *Balancer[O]) acquire(p int, orphan bool) {
 }
 
 // Owned returns the partitions this worker owns now, in order: those
-// whose lease it holds, not those whose owner still winds down after the
-// lease ended.
+// whose lease it still trusts, not those whose owner winds down after the
+// lease ended or whose trust window closed without a renew (Lease.Trusted
+// reads the clock: a NATS outage that stops the renews drops them at the
+// deadline, not once the owner's release, bounded by a TTL, gave up).
 func (b *Balancer[O]) Owned() []int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ps := make([]int, 0, len(b.owners))
 	for p, o := range b.owners {
-		if isClosed(o.l.Done()) {
-			continue // lost: not ours, even while its handlers wind down
+		if !o.l.Trusted() {
+			continue // lost or lapsed: not ours, even while its handlers wind down
 		}
 		ps = append(ps, p)
 	}

@@ -207,8 +207,8 @@ func connHandlers(log *slog.Logger) []nats.Option {
 }
 
 // serveMetrics serves the worker's Prometheus metrics (its counters and
-// gauges, the histograms its observer m feeds, the namespace's dead
-// letters and unowned partitions, the connection's state) on addr, h's
+// gauges, the histograms its observer m feeds, the gauges of its
+// namespace and of every other one it can see, the connection's state) on addr, h's
 // /healthz and /readyz, and the namespace's status page at / (JSON at
 // /status.json), until the returned function is called.
 func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Worker, h *health, namespace string, log *slog.Logger) (func(), error) {
@@ -221,7 +221,9 @@ func serveMetrics(addr string, nc *nats.Conn, w *keylane.Worker, m *metrics.Work
 	// have it already): a dashboard or a rule over the workers of several
 	// namespaces can then sum by namespace.
 	prometheus.WrapRegistererWith(prometheus.Labels{"namespace": namespace}, reg).MustRegister(metrics.New(w), m, metrics.Connected(nc, w.ID()))
-	reg.MustRegister(metrics.NewNamespace(js, namespace), metrics.BuildInfo(),
+	// Every namespace the account lists, not only its own: a namespace
+	// whose workers all died is reported by the workers of the others.
+	reg.MustRegister(metrics.NewNamespaces(js, namespace), metrics.BuildInfo(),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	page, err := statuspage.Handler(js, statuspage.Config{Namespace: namespace, Worker: w.ID()})
 	if err != nil {
