@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natsflags"
+	"github.com/keylane/keylane/metrics"
 	"github.com/keylane/keylane/statuspage"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // defaultUIListen is where keylane ui serves unless told otherwise: this
@@ -73,7 +76,16 @@ func ui(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("ui: %w", err)
 	}
-	srv := &http.Server{Handler: sameHost(ln.Addr().String(), host, page), ReadHeaderTimeout: 10 * time.Second}
+	// The namespaces' gauges, read from the server, for every namespace
+	// these credentials can list: the exporter that keeps a namespace
+	// whose workers all died (or whose workers may not list streams)
+	// visible to the alert rules (docs/oncall.md).
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewNamespaces(js, c.namespace), metrics.Connected(nc, "keylane-ui"), metrics.BuildInfo())
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", page)
+	srv := &http.Server{Handler: sameHost(ln.Addr().String(), host, mux), ReadHeaderTimeout: 10 * time.Second}
 	mode := "with actions (redrive, delete, purge) as the NATS user allows"
 	if *readOnly {
 		mode = "read-only"

@@ -36,7 +36,8 @@ func (l *lockedBuf) String() string {
 // TestUIServesLoopbackAndRefusesOtherHosts: keylane ui serves the
 // console where --listen says (a loopback address), answers a request
 // for its address and refuses one naming another host (a page of another
-// site whose name was pointed here), and stops with its context. The
+// site whose name was pointed here), exports the namespace's gauges on
+// /metrics with no worker running, and stops with its context. The
 // browser tests are in statuspage/consoletest.
 func TestUIServesLoopbackAndRefusesOtherHosts(t *testing.T) {
 	srv := natstest.Start(t)
@@ -81,6 +82,12 @@ func TestUIServesLoopbackAndRefusesOtherHosts(t *testing.T) {
 	}
 	if code, body := get("evil.example:80"); code != http.StatusMisdirectedRequest || !strings.Contains(body, "refused a request for host") {
 		t.Fatalf("a request for another host: %d, want 421:\n%s", code, body)
+	}
+	// Its /metrics exports the namespace's gauges though no worker runs:
+	// the alert rules see a namespace without a live worker.
+	base += "metrics"
+	if code, body := get(""); code != http.StatusOK || !strings.Contains(body, `keylane_namespace_workers{namespace="ui"} 0`) || !strings.Contains(body, `keylane_unowned_partitions{namespace="ui"} 2`) {
+		t.Fatalf("the console's /metrics: %d\n%s", code, body)
 	}
 	stop()
 	select {
