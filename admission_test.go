@@ -246,8 +246,8 @@ func TestOldSubjectSchemeIsRefused(t *testing.T) {
 }
 
 // TestKeySubjects: on a namespace with a key backlog cap, every job
-// travels alone on its key's own subject inside its partition's, which is
-// what the server counts per key. Without a cap a job travels in a batch
+// travels alone, a batch of one on its key's own subject inside its
+// partition's, which is what the server counts per key. Without a cap a job travels in a batch
 // message on its partition's batch subject, no key's, its key in the body
 // (no Keylane-Key header).
 func TestKeySubjects(t *testing.T) {
@@ -264,8 +264,9 @@ func TestKeySubjects(t *testing.T) {
 	}
 	for i, m := range msgs {
 		want := partition.Subject(e.ns, partition.Of(keys[i], 4), keys[i])
-		if m.Subject != want || m.Header.Get(HeaderKey) != keys[i] {
-			t.Errorf("job %d of %q on %s, want %s", i, keys[i], m.Subject, want)
+		jobs, err := wire.DecodeBatch(m.Data)
+		if m.Subject != want || m.Header.Get(wire.HeaderBatchJobs) != "1" || err != nil || len(jobs) != 1 || jobs[0].Key != keys[i] {
+			t.Errorf("job %d of %q on %s (%v, %v), want a batch of one on %s", i, keys[i], m.Subject, m.Header, err, want)
 		}
 	}
 

@@ -17,6 +17,10 @@ type Config struct {
 	// Holder names who holds the lease (a worker ID); it is stored in the
 	// entry for others to read. Required.
 	Holder string
+	// Host and Version are written into the entry (Info) for humans to
+	// read: where the holder runs and what build it is. Optional; the
+	// protocol never reads them.
+	Host, Version string
 	// TTL is the lease TTL. It must equal the bucket's TTL (its MaxAge):
 	// Acquire and Campaign read the bucket's status and refuse a mismatch
 	// with an error wrapping ErrBucketMismatch. Defaults to the bucket's

@@ -71,7 +71,7 @@ func acquire(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config)
 
 // acquireOn is acquire with the trust window kept on clk.
 func acquireOn(ctx context.Context, kv jetstream.KeyValue, key string, cfg Config, clk clock) (*Lease, error) {
-	info := Info{Holder: cfg.Holder, Nonce: newNonce(), AcquiredAt: time.Now().UTC()}
+	info := Info{Holder: cfg.Holder, Nonce: newNonce(), AcquiredAt: time.Now().UTC(), Host: cfg.Host, Version: cfg.Version}
 	value, err := info.encode()
 	if err != nil {
 		return nil, err

@@ -27,6 +27,11 @@ type Info struct {
 	// the Create. The Create cannot name its own revision, so its value
 	// has none and its renews carry it; Read fills it in either way.
 	Fence uint64 `json:"fence,omitempty"`
+	// Host and Version are Config.Host and Config.Version: where the
+	// holder runs and what build it is. For humans only (the console's
+	// worker list); empty when not given.
+	Host    string `json:"host,omitempty"`
+	Version string `json:"version,omitempty"`
 }
 
 // Decode parses a lease entry's value.

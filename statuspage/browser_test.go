@@ -96,8 +96,8 @@ func TestPageInABrowser(t *testing.T) {
 			t.Errorf("the dead letter's row does not show %q:\n%s", want, dead)
 		}
 	}
-	if w := row(t, dom, "worker-"+workerID); !strings.Contains(w, `<code>`+workerID+`</code>`) || !strings.Contains(w, "ago") || !strings.Contains(w, `data-label="partitions">0, 1<`) {
-		t.Errorf("the workers table does not show %s with its start, heartbeat and partitions:\n%s", workerID, w)
+	if w := row(t, dom, "worker-"+workerID); !strings.Contains(w, `<code>`+workerID+`</code>`) || !strings.Contains(w, "ago") || !strings.Contains(w, `data-label="partitions">0, 1<`) || strings.Contains(w, `data-label="host">-<`) || strings.Contains(w, `data-label="version">-<`) {
+		t.Errorf("the workers table does not show %s with its host, version, start, heartbeat and partitions:\n%s", workerID, w)
 	}
 
 	// A screenshot, for a person to look at: kept in

@@ -1,7 +1,7 @@
 // Package statuspage serves a small status page of a keylane namespace:
 // each partition's owner, fence, tenure and backlog, the live workers
-// (ID, start, last heartbeat and partitions, from their member entries:
-// host and version are not recorded), and the dead letters, newest first,
+// (ID, host, version, start, last heartbeat and partitions, from their
+// member entries), and the dead letters, newest first,
 // a page (Config.DeadLetters, 20) at a time with a link to the older ones,
 // filtered by key, error and age (?dkey=, ?derr=, ?older=, ?newer=;
 // DeadQuery). It is plain server-rendered HTML that refreshes itself (no

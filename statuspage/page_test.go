@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,11 @@ func TestJSON(t *testing.T) {
 		if ps.Owner != workerID || ps.Fence == 0 {
 			t.Fatalf("partition %d: owner %q fence %d, want %s", ps.Partition, ps.Owner, ps.Fence, workerID)
 		}
+	}
+	// Each worker says where it runs and its build (its member entry).
+	host, _ := os.Hostname()
+	if len(p.Workers) != 1 || p.Workers[0].ID != workerID || p.Workers[0].Host != host || p.Workers[0].Version == "" {
+		t.Fatalf("workers %+v: want %s on host %q with a version", p.Workers, workerID, host)
 	}
 	if got := p.Status.Partition[blocked].Pending; got != backlog {
 		t.Fatalf("partition %d pending %d, want %d", blocked, got, backlog)

@@ -15,12 +15,11 @@ import (
 // Worker is a live worker as its member entry says: each worker holds a
 // lease on its ID in the namespace's members bucket and renews it every
 // third of the lease TTL; the entry expires a TTL after its last renew.
-//
-// A member entry records no host and no version: a worker's default ID
-// (host-pid-random) begins with its host name, and its version is in its
-// logs and metrics, not in NATS.
 type Worker struct {
 	ID string
+	// Host and Version are where the worker runs and its keylane build,
+	// as its member entry says (empty for a worker of an earlier build).
+	Host, Version string `json:",omitempty"`
 	// Started is when the worker joined (its member lease's Create), by
 	// the worker's clock.
 	Started time.Time
@@ -51,7 +50,7 @@ func readWorkers(ctx context.Context, js jetstream.JetStream, namespace string, 
 		}
 		w := Worker{ID: id, Heartbeat: e.Created()}
 		if info, err := lease.Decode(e.Value()); err == nil {
-			w.Started = info.AcquiredAt
+			w.Started, w.Host, w.Version = info.AcquiredAt, info.Host, info.Version
 		}
 		for _, p := range st.Partition {
 			if p.Owner == id {
