@@ -81,7 +81,9 @@ func ui(ctx context.Context, args []string, out, errOut io.Writer) (err error) {
 	// whose workers all died (or whose workers may not list streams)
 	// visible to the alert rules (docs/oncall.md).
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewNamespaces(js, c.namespace), metrics.Connected(nc, "keylane-ui"), metrics.BuildInfo())
+	// Not keylane_nats_connected: KeylaneNoWorker's absent() must still
+	// see that no worker is scraped.
+	reg.MustRegister(metrics.NewNamespaces(js, c.namespace), metrics.BuildInfo())
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/", page)

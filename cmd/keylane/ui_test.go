@@ -89,6 +89,9 @@ func TestUIServesLoopbackAndRefusesOtherHosts(t *testing.T) {
 	if code, body := get(""); code != http.StatusOK || !strings.Contains(body, `keylane_namespace_workers{namespace="ui"} 0`) || !strings.Contains(body, `keylane_unowned_partitions{namespace="ui"} 2`) {
 		t.Fatalf("the console's /metrics: %d\n%s", code, body)
 	}
+	if _, body := get(""); strings.Contains(body, "keylane_nats_connected") {
+		t.Fatalf("the console exports keylane_nats_connected, which would silence KeylaneNoWorker's absent():\n%s", body)
+	}
 	stop()
 	select {
 	case err := <-done:
