@@ -98,7 +98,7 @@ type deployment struct {
 // start runs cfg's worker (Observer set here) and a client; with
 // setupFirst the namespace is created before the worker starts, so jobs
 // can be stored before any worker fetches.
-func start(t *testing.T, cfg keylane.WorkerConfig, beforeWorker func(*keylane.Client)) *deployment {
+func start(t *testing.T, cfg keylane.WorkerConfig, beforeWorker func(*deployment)) *deployment {
 	t.Helper()
 	srv := natstest.Start(t)
 	nc := natstest.Connect(t, srv)
@@ -118,7 +118,7 @@ func start(t *testing.T, cfg keylane.WorkerConfig, beforeWorker func(*keylane.Cl
 	}
 	t.Cleanup(d.c.Close)
 	if beforeWorker != nil {
-		beforeWorker(d.c)
+		beforeWorker(d)
 	}
 	cfg.Observer = wm.Observer()
 	d.w, err = keylane.NewWorker(nc, cfg)
@@ -284,12 +284,12 @@ func TestReducerWorkerGroupSizesAddUpToJobs(t *testing.T) {
 		ID:       "r1",
 		Topology: keylane.TopologyConfig{Namespace: "mr", Partitions: 1, LeaseTTL: time.Second},
 		Reducer:  counter,
-	}, func(c *keylane.Client) {
+	}, func(d *deployment) {
 		reqs := make([]keylane.Request, jobs)
 		for i := range reqs {
 			reqs[i] = keylane.Request{Key: fmt.Sprintf("sku:%d", i%4), Payload: []byte("+1")}
 		}
-		if _, err := c.SubmitMany(t.Context(), reqs); err != nil {
+		if _, err := d.c.SubmitMany(t.Context(), reqs); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -320,24 +320,34 @@ func TestReducerWorkerGroupSizesAddUpToJobs(t *testing.T) {
 // the duplicate window is refused with ErrDuplicate and stored once.
 func TestClientCountsDuplicates(t *testing.T) {
 	runs := new(atomic.Int64)
+	gate := make(chan struct{})
 	counted := keylane.HandlerFunc(func(ctx context.Context, j keylane.Job) ([]byte, error) {
 		runs.Add(1)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		return echo(ctx, j)
 	})
+	// A key capped at one job: while s1 runs (stored until its ack), a
+	// second Submit of s1 is refused over the cap, and the client, which
+	// finds s1 queued, says ErrDuplicate: nothing new stored.
 	d := start(t, keylane.WorkerConfig{
 		ID:       "d1",
-		Topology: keylane.TopologyConfig{Namespace: "md", Partitions: 1, LeaseTTL: time.Second, MaxKeyBacklog: 10},
+		Topology: keylane.TopologyConfig{Namespace: "md", Partitions: 1, LeaseTTL: time.Second, MaxKeyBacklog: 1},
 		Handler:  counted,
 	}, nil)
-	for i, id := range []string{"s1", "s2", "s2"} {
-		_, err := d.c.Submit(t.Context(), "k1", []byte("x"), keylane.WithID(id))
-		if i == 2 {
-			if !errors.Is(err, keylane.ErrDuplicate) {
-				t.Fatalf("second submit of ID %s: %v, want ErrDuplicate", id, err)
-			}
-		} else if err != nil {
-			t.Fatalf("submit of ID %s: %v", id, err)
-		}
+	if _, err := d.c.Submit(t.Context(), "k1", []byte("x"), keylane.WithID("s1")); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 10*time.Second, "s1 running", func() bool { return runs.Load() == 1 })
+	if _, err := d.c.Submit(t.Context(), "k1", []byte("x"), keylane.WithID("s1")); !errors.Is(err, keylane.ErrDuplicate) {
+		t.Fatalf("second submit of s1 on a full key: %v, want ErrDuplicate", err)
+	}
+	close(gate)
+	if _, err := d.c.Submit(t.Context(), "k2", []byte("x"), keylane.WithID("s2")); err != nil {
+		t.Fatal(err)
 	}
 	testwait.Eventually(t, 10*time.Second, "both jobs settled", func() bool {
 		n, _ := histogram(t, d.reg, "keylane_job_end_to_end_seconds", nil)
@@ -371,16 +381,27 @@ func TestBacklogAndInFlightPerPartition(t *testing.T) {
 	cases := []struct {
 		name          string
 		maxKeyBacklog int64
-		send          func(t *testing.T, c *keylane.Client)
+		send          func(t *testing.T, d *deployment)
 		// backlog and inFlight while the handler blocks
 		backlog, inFlight float64
 	}{
 		{
 			name:          "one-job messages",
 			maxKeyBacklog: jobs,
-			send: func(t *testing.T, c *keylane.Client) {
+			send: func(t *testing.T, d *deployment) {
+				// As an earlier client sends them (a client of this
+				// release sends batches of one): by hand.
+				js, err := jetstream.New(d.nc)
+				if err != nil {
+					t.Fatal(err)
+				}
 				for i := range jobs {
-					if _, err := c.Submit(t.Context(), fmt.Sprintf("k%d", i), nil); err != nil {
+					key := fmt.Sprintf("k%d", i)
+					m := nats.NewMsg(partition.Subject("mb", 0, key))
+					m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("one-%d", i))
+					m.Header.Set(keylane.HeaderKey, key)
+					m.Header.Set(keylane.HeaderPartitions, "1")
+					if _, err := js.PublishMsg(t.Context(), m); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -391,7 +412,8 @@ func TestBacklogAndInFlightPerPartition(t *testing.T) {
 		},
 		{
 			name: "batch message",
-			send: func(t *testing.T, c *keylane.Client) {
+			send: func(t *testing.T, d *deployment) {
+				c := d.c
 				reqs := make([]keylane.Request, jobs)
 				for i := range reqs {
 					reqs[i] = keylane.Request{Key: fmt.Sprintf("k%d", i)}
@@ -428,7 +450,7 @@ func TestBacklogAndInFlightPerPartition(t *testing.T) {
 				Handler:     blocked,
 				Concurrency: 1,
 				MaxInFlight: 2,
-			}, func(c *keylane.Client) { tc.send(t, c) })
+			}, func(d *deployment) { tc.send(t, d) })
 			labels := map[string]string{"partition": "0", "worker": "b1"}
 			gauges := func() [2]float64 {
 				return [2]float64{value(t, d.reg, "keylane_partition_backlog", labels), value(t, d.reg, "keylane_partition_in_flight", labels)}
