@@ -489,17 +489,24 @@ func TestKeptLookUpTraffic(t *testing.T) {
 		return traffic{s1.OutMsgs - s0.OutMsgs, s1.InMsgs - s0.InMsgs, s1.OutBytes - s0.OutBytes, s1.InBytes - s0.InBytes, m1.Mallocs - m0.Mallocs}
 	}
 	measure("warm") // the probe's flush, the first group's setup
+	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
 	batched := measure("batched")
+	b1, p1 := n.counts()
 	w.keptBatchOff.Store(time.Now().Add(time.Hour).UnixNano())
 	perID := measure("perid")
+	b2, p2 := n.counts()
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / jobs }
 	t.Logf("per job, per-ID minus batched look-up: %.2f messages out, %.2f in, %.1f payload bytes out, %.1f in (headers and data, as nats.go counts them: not the subjects), %.0f allocations (whole process)",
 		per(batched.out, perID.out), per(batched.in, perID.in), per(batched.outBytes, perID.outBytes), per(batched.inBytes, perID.inBytes), per(batched.mallocs, perID.mallocs))
 	t.Logf("batched %+v, per-ID %+v (worker connection, %d jobs)", batched, perID, jobs)
-	// The rest of the traffic varies a little between runs (group commits
-	// cut by time make more or fewer state writes): nine in ten.
-	if perID.out < batched.out+jobs*9/10 || perID.in < batched.in+jobs*9/10 {
-		t.Fatalf("the batched look-up saved %d messages out and %d in for %d jobs; want about one request and one answer per job", int64(perID.out)-int64(batched.out), int64(perID.in)-int64(batched.in), jobs)
+	// The rest of the traffic varies between runs, more on a loaded
+	// machine (group commits cut by time make more or fewer state
+	// writes: a loaded run once saved 148 messages of 200 that way), so
+	// the saving is checked on the look-ups themselves: a few batched
+	// requests for the group, then one per-ID request per job.
+	t.Logf("look-ups: batched run %d batched and %d per-ID requests; per-ID run %d and %d", b1, p1, b2-b1, p2-p1)
+	if b1 == 0 || b1 > jobs/10 || p1 > jobs/10 || b2 != b1 || p2-p1 < jobs {
+		t.Fatalf("look-ups: batched run %d batched and %d per-ID requests, per-ID run %d and %d; want a few batched requests for %d jobs, then one per-ID request per job", b1, p1, b2-b1, p2-p1, jobs)
 	}
 }
 
