@@ -12,13 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrKeyBacklogFull is returned (as a *KeyBacklogFullError naming the key
-// and the cap) by Submit, Call, SubmitMany and Redrive when the key already
-// has TopologyConfig.MaxKeyBacklog jobs stored and not finished: the job
-// was refused and nothing was stored. It is not retried; a shop answers it
-// with "sold out / try again later". Other keys are not affected.
-var ErrKeyBacklogFull = errors.New("keylane: the key's backlog is full")
-
 // KeyBacklogFullError is ErrKeyBacklogFull for one key.
 type KeyBacklogFullError struct {
 	// Key is the resource key whose backlog is full.
@@ -33,19 +26,6 @@ func (e *KeyBacklogFullError) Error() string {
 }
 
 func (e *KeyBacklogFullError) Unwrap() error { return ErrKeyBacklogFull }
-
-// ErrOldJobsStream is returned when the namespace's jobs stream was made by
-// a keylane before per-key subjects (one subject per partition): its jobs
-// are on subjects today's workers do not read, so it is refused rather
-// than half used. Drain it with the keylane that made it, then delete it
-// (nats stream rm) or use another namespace.
-var ErrOldJobsStream = errors.New("keylane: the jobs stream was made by an older keylane (one subject per partition, no per-key subjects; or delayed jobs kept in the jobs stream)")
-
-// ErrKeyBacklogMismatch is returned when the jobs stream's per-key backlog
-// cap differs from a non-zero TopologyConfig.MaxKeyBacklog. keylane never
-// changes a stream's cap: the server would delete the oldest stored jobs
-// of every key over a lowered or new cap, paid orders among them.
-var ErrKeyBacklogMismatch = errors.New("keylane: per-key backlog cap differs from the jobs stream's")
 
 // subjectsVersion is the keylane.version of a jobs stream with per-key
 // subjects, ns.jobs.<p>.<key token>.

@@ -119,7 +119,7 @@ func (o *owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err erro
 	spans := make([]runSpan, len(jobs))
 	for i := range jobs {
 		jobs[i].Partition, jobs[i].Fence = o.p, o.l.Fence()
-		_, spans[i] = jobs[i].trace.run(o.ctx, jobs[i])
+		_, spans[i] = traceOf(jobs[i]).run(o.ctx, jobs[i])
 	}
 	r := &applyReq{jobs: jobs, wake: make(chan struct{})}
 	if alone {

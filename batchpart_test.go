@@ -3,6 +3,7 @@ package keylane
 import (
 	"context"
 	"errors"
+	"github.com/keylane/keylane/internal/core"
 	"slices"
 	"strconv"
 	"strings"
@@ -260,7 +261,11 @@ func TestStateAppliesJobsOfOneBatchInOrder(t *testing.T) {
 		n := len(cur) + 1
 		return []byte(strings.Repeat("x", n)), []byte(itoa(uint64(n))), nil
 	}
-	job := func(id string, index int) Job { return Job{ID: id, Key: "k", Seq: 5, Fence: 1, index: index} }
+	job := func(id string, index int) Job {
+		j := Job{ID: id, Key: "k", Seq: 5, Fence: 1}
+		core.SetIndex(&j, index)
+		return j
+	}
 	for i, id := range []string{"j0", "j1", "j2"} {
 		res, err := s.Apply(ctx(t), job(id, i), inc)
 		if err != nil || string(res) != itoa(uint64(i+1)) {

@@ -15,7 +15,7 @@ import (
 // finish stores the result, replies and acks, all only while the lease is
 // trusted. It reports whether it acked.
 func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) {
-	defer t.job.trace.finish(t.job, herr, dead).end(&acked) // starts the commit span now
+	defer traceOf(t.job).finish(t.job, herr, dead).end(&acked) // starts the commit span now
 	if dead && t.batch != nil {
 		t.deadInBatch = true
 	}
@@ -34,7 +34,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 	}
 	if t.keptInBatch {
 		// Kept with its batch's, before the batch's ack.
-		t.batch.record(t.job.index, t.job.ID, encodeResult(res, herr, dead))
+		t.batch.record(t.job.Index(), t.job.ID, encodeResult(res, herr, dead))
 	}
 	if reply := t.msg.Headers().Get(HeaderReply); reply != "" && !t.replied {
 		m := replyMsg(reply, res, herr, dead)
@@ -156,7 +156,7 @@ const deadLetterTimeout = 5 * time.Second
 // neither payload nor the submitter's headers.
 func (o *owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
 	f, _ := o.rules().Parse(msg.Subject(), msg.Headers())
-	d := wire.Dead{ID: wire.BatchDeadID(o.w.topo.EpochOf(o.p), job.Seq, job.index), Error: why.Error(), Attempts: attempts, Worker: o.w.cfg.ID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
+	d := wire.Dead{ID: wire.BatchDeadID(o.w.topo.EpochOf(o.p), job.Seq, job.Index()), Error: why.Error(), Attempts: attempts, Worker: o.w.cfg.ID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
 	user := msg.Headers()
 	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
 	dm.Data = msg.Data()

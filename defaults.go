@@ -1,65 +1,48 @@
 package keylane
 
-import "time"
+import (
+	"time"
+
+	"github.com/keylane/keylane/internal/core"
+)
 
 // Defaults of TopologyConfig, WorkerConfig and ClientConfig: a zero field
 // takes these. Commands use them for their flags' defaults too, so the
-// numbers live here only.
+// numbers live in one place (internal/core).
 const (
-	DefaultNamespace       = "keylane"
-	DefaultPartitions      = 16 // when a worker creates the jobs stream
-	DefaultDuplicateWindow = 2 * time.Minute
-	DefaultLeaseTTL        = 10 * time.Second
-	DefaultResultsTTL      = time.Hour
-	DefaultReplyPrefix     = "_INBOX."
-
-	DefaultConcurrency = 8
+	DefaultNamespace       = core.DefaultNamespace
+	DefaultPartitions      = core.DefaultPartitions
+	DefaultDuplicateWindow = core.DefaultDuplicateWindow
+	DefaultLeaseTTL        = core.DefaultLeaseTTL
+	DefaultResultsTTL      = core.DefaultResultsTTL
+	DefaultReplyPrefix     = core.DefaultReplyPrefix
+	DefaultConcurrency     = core.DefaultConcurrency
 	// DefaultApplierConcurrency is Concurrency's default for a worker
 	// with an Applier: the ready groups of that many keys of a partition
 	// share its next transaction, and a key's group is often one job.
-	DefaultApplierConcurrency = 64
-	DefaultMaxInFlight        = 1024
-	DefaultMaxDeliver         = 5
-	DefaultAckWait            = 30 * time.Second
-
-	DefaultClientMaxPending = 4096
-
+	DefaultApplierConcurrency = core.DefaultApplierConcurrency
+	DefaultMaxInFlight        = core.DefaultMaxInFlight
+	DefaultMaxDeliver         = core.DefaultMaxDeliver
+	DefaultAckWait            = core.DefaultAckWait
+	DefaultClientMaxPending   = core.DefaultClientMaxPending
 	// SyncAlwaysOutcomeBatch is the WorkerConfig.OutcomeBatch to set on
 	// a one-replica server that fsyncs every write (sync_interval:
 	// always); cmd/worker --sync-always sets it for its embedded server.
-	SyncAlwaysOutcomeBatch = 16
+	SyncAlwaysOutcomeBatch = core.SyncAlwaysOutcomeBatch
+	MinDuplicateWindow     = core.MinDuplicateWindow
+	MinLeaseTTL            = core.MinLeaseTTL
+	MinAckWait             = core.MinAckWait
 )
 
-// Limits of the same configurations.
+// keylane's own request timeouts and pauses (internal/core says what each bounds).
 const (
-	MinDuplicateWindow = 2 * time.Minute
-	MinLeaseTTL        = 300 * time.Millisecond
-	MinAckWait         = time.Second
-)
-
-// Named timeouts of keylane's own requests to the server. Each request to
-// the server has a deadline: in a cluster, one sent during a leader
-// election gets no answer at all, and it is better asked again than waited
-// out.
-const (
-	// requestTimeout bounds one request that has no deadline of its own.
-	requestTimeout = 5 * time.Second
-	// counterTimeout bounds the crash-loop counter's read-modify-write and
-	// its removal.
-	counterTimeout = 5 * time.Second
-	// resultLookupTimeout bounds a look-up of a job's kept outcome.
-	resultLookupTimeout = 5 * time.Second
-	// releaseHold is how long an owner whose consumer cannot be opened
-	// (a missing or replaced stream) keeps its lease before handing it
-	// back, so partitions do not spin between acquire and release.
-	releaseHold = time.Second
-	// resyncCalm is how long re-synchronisations must stay apart before
-	// their backoff starts from its shortest pause again.
-	resyncCalm = 10 * time.Second
+	requestTimeout      = core.RequestTimeout
+	counterTimeout      = core.CounterTimeout
+	resultLookupTimeout = core.ResultLookupTimeout
+	releaseHold         = core.ReleaseHold
+	resyncCalm          = core.ResyncCalm
 )
 
 // defaultBackoff is WorkerConfig.Backoff's default: 50ms doubling per
 // attempt, at most 5s.
-func defaultBackoff(n int) time.Duration {
-	return min(50*time.Millisecond<<min(n-1, 10), 5*time.Second)
-}
+func defaultBackoff(n int) time.Duration { return core.DefaultBackoff(n) }

@@ -1,7 +1,6 @@
 package keylane
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,22 +20,6 @@ const MaxDelay = wire.MaxDelay
 // callers and servers differ a little): such a job runs at once. Earlier
 // is refused with ErrBadDelay.
 const RunAtTolerance = time.Second
-
-var (
-	// ErrBadDelay is returned for a negative delay, a run-at time further
-	// in the past than RunAtTolerance, or one beyond MaxDelay: nothing is
-	// stored.
-	ErrBadDelay = errors.New("keylane: bad delay")
-	// ErrDelaysOff is returned for a delayed job (and by Setup when
-	// TopologyConfig.Delays is asked of a namespace made without) when
-	// the namespace was not created with Delays: nothing is stored.
-	ErrDelaysOff = errors.New("keylane: the namespace takes no delayed jobs (create it with TopologyConfig.Delays, worker --delays)")
-	// ErrDelayedCall is returned by Call with WithDelay or WithRunAt:
-	// Call waits for a result, a delayed job has none until it ran.
-	// Submit it, and fetch its outcome with Result (submit it WithID, so
-	// it is kept by ID).
-	ErrDelayedCall = errors.New("keylane: Call takes no delay: Submit the delayed job, and read its outcome with Result")
-)
 
 // WithDelay makes the job join its key's queue d from now instead of at
 // once (see WithRunAt). A negative d, or one beyond MaxDelay, is refused

@@ -453,7 +453,7 @@ func (o *owner) callAlone(job Job, alone bool) (res []byte, err error) {
 	}
 	o.w.stats.runs.Add(1)
 	defer o.observeRun(o.w.now())
-	ctx, span := job.trace.run(o.ctx, job)
+	ctx, span := traceOf(job).run(o.ctx, job)
 	defer span.end(&err) // after the recover below has set err
 	start := o.jobClock()
 	defer func() { o.logRan(&job, start, err) }() // after the recover below

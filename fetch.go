@@ -3,6 +3,7 @@ package keylane
 import (
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/internal/core"
 	"math"
 	"strconv"
 	"sync"
@@ -308,8 +309,9 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		t.stored = meta.Timestamp
 		t.job = Job{
 			ID: e.Job.ID, Key: e.Job.Key, Type: e.Job.Type, Payload: e.Payload, Partition: o.p,
-			Seq: seq, Fence: o.l.Fence(), Headers: p.header, index: i,
+			Seq: seq, Fence: o.l.Fence(), Headers: p.header,
 		}
+		core.SetIndex(&t.job, i)
 		o.logReceived(t, meta.NumDelivered)
 		// Never handed back: lanes.addTo keeps a batch's jobs. One it
 		// refuses is in flight here already (a redelivery racing the
@@ -376,7 +378,9 @@ func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, w
 // valid reply subjects, before the ack.
 func (o *owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error, tell []string) {
 	err := Permanent(why)
-	if !o.deadLetter(msg, Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence(), index: index}, err, 0) || !o.l.Trusted() {
+	job := Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}
+	core.SetIndex(&job, index)
+	if !o.deadLetter(msg, job, err, 0) || !o.l.Trusted() {
 		return
 	}
 	if bp, ok := msg.(*batchPart); ok && bp.b.keep != nil && o.keptInBatch(bp.b, f, index) {

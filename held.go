@@ -1,7 +1,6 @@
 package keylane
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -14,15 +13,6 @@ import (
 // once, on a subject of its own under the Call's inbox: the reply token
 // with heldMark before it. A client of an earlier build has no waiter for
 // that token and drops the notice, as before; its Call waits as it did.
-
-// ErrHeld is returned (as a *HeldError naming the job) by Call when the
-// worker holds the job, stored, without running it until an operator acts:
-// today a key whose state was written under another jobs stream (the
-// stream was re-created; errors.Is ErrEpoch too), which runs once the old
-// epoch is adopted (AdoptEpoch, keylane adopt). The job is neither failed
-// nor lost: call again with the same WithID to get its outcome once it
-// ran. A HeldError is also errors.Is ErrNoReply, whose advice it shares.
-var ErrHeld = errors.New("keylane: job stored but held by the worker until an operator acts")
 
 // HeldError is ErrHeld for one job.
 type HeldError struct {

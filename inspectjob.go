@@ -11,10 +11,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrNoState is returned by InspectState for a key whose state entry does
-// not exist: never written by a Reducer, or deleted.
-var ErrNoState = errors.New("keylane: no state entry for the key")
-
 // Places InspectJob finds a job's outcome in (FoundJob.Where).
 const (
 	// FoundResults is the results bucket's entry of the job's ID.

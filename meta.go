@@ -152,7 +152,7 @@ func sameShards(m0, m Meta, i int, name string) error {
 func openJobs(ctx context.Context, js jetstream.JetStream, namespace string) (jetstream.Stream, Meta, error) {
 	s, err := js.Stream(ctx, Names{Namespace: namespace}.Jobs())
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, Meta{}, &noTopologyError{namespace}
+		return nil, Meta{}, &noTopologyError{Namespace: namespace}
 	}
 	if err != nil {
 		return nil, Meta{}, err

@@ -13,10 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// ErrNamespaceInUse is returned by DeleteNamespace when a worker holds a
-// live lease on one of the namespace's partitions.
-var ErrNamespaceInUse = errors.New("keylane: a worker holds a live lease on the namespace")
-
 // NamespaceObjects lists the streams of a namespace that exist: its jobs
 // stream and shards, delays and dead-letter streams, and the streams of
 // its buckets (KV_ and the leases, members, results and state bucket

@@ -2,7 +2,6 @@ package keylane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -42,10 +41,6 @@ type RecordPruner interface {
 	// meanwhile (keylanepg deletes in small batches by an index).
 	PruneRecord(ctx context.Context, namespace string, before time.Time) (int64, error)
 }
-
-// ErrRecordRetention is Start's error when the Applier's RecordRetention
-// is shorter than a job can come back (MinRecordRetention).
-var ErrRecordRetention = errors.New("keylane: the Applier's record retention is shorter than a job can come back")
 
 // MinRecordRetention is the shortest RecordRetention a worker with cfg
 // accepts (cfg as NewWorker and Start complete it: defaults set, MaxDeliver

@@ -70,7 +70,7 @@ func writeUncertain(err error) bool {
 
 // reduce runs the reducer for one job, turning a panic into an error.
 func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
-	ctx, span := job.trace.run(o.ctx, job)
+	ctx, span := traceOf(job).run(o.ctx, job)
 	defer span.end(&err) // after the recover below has set err
 	defer func() {
 		if r := recover(); r != nil {

@@ -226,8 +226,8 @@ func (s *State) check(cur StateEntry, rev uint64, job Job) (res []byte, applied 
 		// position applied last whose outcome is not held is a gap,
 		// whatever its batch: it was applied and forgotten, or
 		// dead-lettered before a later job of its key applied.
-		if job.Seq < cur.Seq || job.Seq == cur.Seq && job.index <= cur.Index {
-			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d/%d, applied up to seq %d/%d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, job.index, cur.Seq, cur.Index)
+		if job.Seq < cur.Seq || job.Seq == cur.Seq && job.Index() <= cur.Index {
+			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d/%d, applied up to seq %d/%d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, job.Index(), cur.Seq, cur.Index)
 		}
 	case epochForeign:
 		return nil, false, fmt.Errorf("%w (key %q written under epoch %x, the jobs stream is epoch %x)", ErrEpoch, job.Key, cur.Epoch, s.epochFor(job.Partition))

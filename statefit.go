@@ -90,5 +90,5 @@ func stateWriteError(key string, err error) error {
 	case natserr.IsPermanent(err):
 		return Permanent(fmt.Errorf("keylane: state %q: write refused: %w", key, err))
 	}
-	return &stateError{key, err}
+	return &stateError{Key: key, Err: err}
 }

@@ -20,7 +20,7 @@ import (
 // extends cur's held log when it may (heldlog.go), else copies.
 func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
 	last := len(jobs) - 1
-	e := StateEntry{Value: value, Seq: jobs[last].Seq, Index: jobs[last].index, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
+	e := StateEntry{Value: value, Seq: jobs[last].Seq, Index: jobs[last].Index(), Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
 	// Outcomes from an adopted stream keep their IDs; those named after a
 	// sequence of that stream are meaningless now.
 	adopted := s.epochOf(cur, jobs[last].Partition) == epochAdopted
@@ -107,7 +107,7 @@ func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) 
 		return StateEntry{}, 0, nil
 	}
 	if err != nil {
-		return StateEntry{}, 0, &stateError{keyOf(k), err}
+		return StateEntry{}, 0, &stateError{Key: keyOf(k), Err: err}
 	}
 	e, err := decodeState(kve.Value())
 	if err != nil {

@@ -56,7 +56,7 @@ type task struct {
 // A task waits and runs in its key's lane (internal/lanes).
 var _ lane.Task = (*task)(nil)
 
-func (t *task) Pos() lane.Position   { return lane.Position{Seq: t.job.Seq, Index: t.job.index} }
+func (t *task) Pos() lane.Position   { return lane.Position{Seq: t.job.Seq, Index: t.job.Index()} }
 func (t *task) Key() string          { return t.job.Key }
 func (t *task) Part() bool           { return t.batch != nil }
 func (t *task) MaybeDup() bool       { return t.maybeDup }

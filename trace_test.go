@@ -550,10 +550,10 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 		batch := ct.sendMany(c, 2)
 		batch.inject(m)
 		batch.end(nil)
-		_, span := job.trace.run(c, job)
+		_, span := traceOf(job).run(c, job)
 		span.end(&err)
 		traceGroup(jobs, 1, nil)
-		job.trace.finish(job, nil, false).end(&acked)
+		traceOf(job).finish(job, nil, false).end(&acked)
 		_ = wt.wrap(run)
 	})
 	if allocs != 0 {

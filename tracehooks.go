@@ -3,6 +3,7 @@ package keylane
 import (
 	"context"
 	"errors"
+	"github.com/keylane/keylane/internal/core"
 
 	"github.com/keylane/keylane/internal/tracing"
 	"github.com/nats-io/nats.go"
@@ -87,12 +88,12 @@ func (wt *workerTracing) wrap(run func([]*task)) func([]*task) {
 	}
 	return func(ts []*task) {
 		for _, t := range ts {
-			t.job.trace = (*jobTrace)((*tracing.Worker)(wt).Job(t.msg))
+			core.SetTrace(&t.job, (*jobTrace)((*tracing.Worker)(wt).Job(t.msg)))
 		}
 		run(ts)
 		for _, t := range ts {
-			t.job.trace.leave(t.mark.Requeued())
-			t.job.trace = nil
+			traceOf(t.job).leave(t.mark.Requeued())
+			core.SetTrace(&t.job, nil)
 		}
 	}
 }
@@ -100,6 +101,12 @@ func (wt *workerTracing) wrap(run func([]*task)) func([]*task) {
 // jobTrace is one job's spans during one run of its lane's runner
 // (tracing.JobTrace); nil when tracing is off.
 type jobTrace tracing.JobTrace
+
+// traceOf returns the job's spans on this worker, nil when tracing is off.
+func traceOf(j Job) *jobTrace {
+	t, _ := core.Trace(j).(*jobTrace)
+	return t
+}
 
 // runSpan is one run of a handler or reducer (tracing.RunSpan).
 type runSpan tracing.RunSpan
@@ -131,13 +138,13 @@ func (jt *jobTrace) leave(requeued bool) { (*tracing.JobTrace)(jt).Leave(requeue
 // traceGroup records a group commit of jobs (State.group): n of them
 // settled, werr the write's error (tracing.Group).
 func traceGroup(jobs []Job, n int, werr error) {
-	if len(jobs) == 0 || jobs[0].trace == nil || (werr == nil && n == 0) {
+	if len(jobs) == 0 || traceOf(jobs[0]) == nil || (werr == nil && n == 0) {
 		return
 	}
 	jts := make([]*tracing.JobTrace, len(jobs))
 	traced := make([]tracing.Job, len(jobs))
 	for i, j := range jobs {
-		jts[i], traced[i] = (*tracing.JobTrace)(j.trace), tracedJob(j)
+		jts[i], traced[i] = (*tracing.JobTrace)(traceOf(j)), tracedJob(j)
 	}
 	tracing.Group(jts, traced, n, werr)
 }
