@@ -4,11 +4,10 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/keylane/keylane/internal/buildinfo"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -341,43 +340,12 @@ func (w *Worker) Topology() *Topology {
 }
 
 func (w *Worker) leaseConfig() lease.Config {
-	return lease.Config{Holder: w.cfg.ID, Host: hostName, Version: buildVersion(), TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger, Renewed: w.leaseRenewed()}
+	return lease.Config{Holder: w.cfg.ID, Host: hostName, Version: buildinfo.Read().String(), TTL: w.cfg.Topology.LeaseTTL, SafetyMargin: w.cfg.SafetyMargin, Logger: w.cfg.Logger, Renewed: w.leaseRenewed()}
 }
 
 // hostName is this machine's name, written into the worker's lease
 // entries for the console ("" when the system will not say).
 var hostName, _ = os.Hostname()
-
-// buildVersion is the keylane module's version in the running binary
-// (the main module's, or the dependency's), with the VCS revision when
-// the go command recorded one: written into the worker's lease entries
-// for the console.
-func buildVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	v := ""
-	switch {
-	case bi.Main.Path == modulePath:
-		v = bi.Main.Version
-	default:
-		for _, d := range bi.Deps {
-			if d.Path == modulePath {
-				v = d.Version
-			}
-		}
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && bi.Main.Path == modulePath {
-			v += " " + s.Value[:min(12, len(s.Value))]
-		}
-	}
-	return strings.TrimSpace(v)
-}
-
-// modulePath is this module's import path.
-const modulePath = "github.com/keylane/keylane"
 
 // refreshEpoch re-reads the jobs streams' adopted epochs, so a key held
 // for ErrEpoch runs once an operator adopted its epoch.

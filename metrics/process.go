@@ -1,7 +1,7 @@
 package metrics
 
 import (
-	"runtime/debug"
+	"github.com/keylane/keylane/internal/buildinfo"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,38 +23,16 @@ func Connected(nc *nats.Conn, worker string) prometheus.Collector {
 	})
 }
 
-// modulePath is keylane's module, whose version BuildInfo reports.
-const modulePath = "github.com/keylane/keylane"
-
 // BuildInfo returns keylane_build_info{version,goversion,revision}, always
 // 1: the keylane module's version in the running binary ("(devel)" when
 // built from a checkout), the Go release that built it, and the VCS
 // revision the binary was built from ("" when unknown; "-dirty" added for
 // a modified tree).
 func BuildInfo() prometheus.Collector {
-	version, goversion, revision := "(devel)", "", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		goversion = bi.GoVersion
-		if bi.Main.Path == modulePath && bi.Main.Version != "" {
-			version = bi.Main.Version
-		}
-		for _, d := range bi.Deps {
-			if d.Path == modulePath && d.Version != "" {
-				version = d.Version
-			}
-		}
-		dirty := false
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				revision = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-		if dirty && revision != "" {
-			revision += "-dirty"
-		}
+	in := buildinfo.Read()
+	version, goversion, revision := in.Version, in.Go, in.Revision
+	if in.Modified && revision != "" {
+		revision += "-dirty"
 	}
 	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "keylane_build_info",

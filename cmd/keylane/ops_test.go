@@ -32,7 +32,7 @@ func TestVersion(t *testing.T) {
 		return
 	}
 	bin := filepath.Join(t.TempDir(), "keylane")
-	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/keylane/keylane/internal/cmdutil.version=v9.8.7-test", ".")
+	build := exec.Command("go", "build", "-o", bin, "-ldflags", "-X github.com/keylane/keylane/internal/buildinfo.version=v9.8.7-test", ".")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, b)
 	}
