@@ -165,7 +165,7 @@ func TestConsole(t *testing.T) {
 	// Every worker SIGKILLed: the console still serves; its page says no
 	// worker is live once their leases expire.
 	for _, w := range s.workers {
-		w.kill(t)
+		w.Kill(t)
 	}
 	testwait.Eventually(t, 30*time.Second, "the console shows no live worker and free partitions", func() bool {
 		code, body, err := httpGet(t.Context(), base)

@@ -3,6 +3,7 @@ package consoletest
 import (
 	"context"
 	"fmt"
+	"github.com/keylane/keylane/internal/proctest"
 	"io"
 	"net/http"
 	"os"
@@ -13,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -75,54 +75,6 @@ func build(t *testing.T) {
 	}
 }
 
-// proc is a process the test started: a worker or keylane ui.
-type proc struct {
-	cmd    *exec.Cmd
-	done   chan struct{}
-	stderr *syncBuf
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// start runs bin with args until the test ends (SIGKILL then).
-func start(t *testing.T, bin string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{}), stderr: &syncBuf{}}
-	p.cmd.Stdout, p.cmd.Stderr = p.stderr, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(t) })
-	return p
-}
-
-// kill SIGKILLs p and waits for it to be gone.
-func (p *proc) kill(t *testing.T) {
-	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Errorf("%s did not exit within 30s of SIGKILL", p.cmd.Path)
-	}
-}
-
 // scene is a namespace with two worker processes (each serving its
 // status page on its --metrics address) and bad+1 dead letters: bad
 // commands bad-1..bad-25 of keys sku:1..sku:25 (sequences 1..25), then
@@ -132,7 +84,7 @@ type scene struct {
 	srv     *server.Server
 	js      jetstream.JetStream
 	client  *keylane.Client
-	workers []*proc
+	workers []*proctest.Proc
 	pages   []string // each worker's status page
 }
 
@@ -147,7 +99,7 @@ func newScene(t *testing.T) *scene {
 	}
 	for i := range 2 {
 		port := testwait.FreePort(t)
-		s.workers = append(s.workers, start(t, workerBin, "--nats", s.srv.ClientURL(), "--namespace", ns,
+		s.workers = append(s.workers, proctest.Start(t, workerBin, "--nats", s.srv.ClientURL(), "--namespace", ns,
 			"--partitions", strconv.Itoa(partitions), "--lease-ttl", leaseTTL.String(), "--id", fmt.Sprintf("w%d", i+1),
 			"--max-deliver", "2", "--metrics", fmt.Sprintf("127.0.0.1:%d", port), "--log-level", "warn"))
 		s.pages = append(s.pages, fmt.Sprintf("http://127.0.0.1:%d/", port))
@@ -201,19 +153,19 @@ func (s *scene) call(t *testing.T, key, payload, want string) {
 
 // ui starts keylane ui on the scene's NATS with args and returns the
 // URL it says it serves.
-func (s *scene) ui(t *testing.T, args ...string) (string, *proc) {
+func (s *scene) ui(t *testing.T, args ...string) (string, *proctest.Proc) {
 	t.Helper()
-	p := start(t, cli, append([]string{"ui", "--nats", s.srv.ClientURL(), "--namespace", ns, "--listen", "127.0.0.1:0"}, args...)...)
+	p := proctest.Start(t, cli, append([]string{"ui", "--nats", s.srv.ClientURL(), "--namespace", ns, "--listen", "127.0.0.1:0"}, args...)...)
 	re := regexp.MustCompile(`serving .* on (http://127\.0\.0\.1:[0-9]+/)`)
 	return testwait.Until(t, 30*time.Second, "keylane ui says where it serves", func() (string, bool) {
 		select {
-		case <-p.done:
-			t.Fatalf("keylane ui exited: %s", p.stderr.String())
+		case <-p.Done():
+			t.Fatalf("keylane ui exited: %s", p.Out.String())
 		default:
 		}
-		m := re.FindStringSubmatch(p.stderr.String())
+		m := re.FindStringSubmatch(p.Out.String())
 		if m == nil {
-			return p.stderr.String(), false
+			return p.Out.String(), false
 		}
 		return m[1], true
 	}), p

@@ -7,14 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/internal/proctest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -94,63 +93,6 @@ func nodeService(t *testing.T, script string) string {
 	return dir
 }
 
-// buildWorker builds this command into a temporary directory.
-func buildWorker(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "keylane-pg")
-	command(t, ".", "go", "build", "-o", bin, ".")
-	return bin
-}
-
-// worker is a running keylane-pg process.
-type worker struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	out  *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// startWorker starts keylane-pg with args; it is stopped (SIGTERM, then
-// waited for) when the test ends, its output logged.
-func startWorker(t *testing.T, bin string, args ...string) *worker {
-	t.Helper()
-	w := &worker{cmd: exec.Command(bin, args...), done: make(chan struct{}), out: &lockedBuffer{}}
-	w.cmd.Stdout, w.cmd.Stderr = w.out, w.out
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := w.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = w.cmd.Wait(); close(w.done) }()
-	t.Cleanup(func() {
-		_ = w.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-w.done:
-		case <-time.After(time.Minute):
-			_ = w.cmd.Process.Kill()
-			<-w.done
-			t.Errorf("keylane-pg did not stop on SIGTERM within a minute")
-		}
-		t.Logf("keylane-pg %s:\n%s", strings.Join(args, " "), w.out.String())
-	})
-	return w
-}
-
 // shop starts a real PostgreSQL with the example's schema and a pool on
 // it.
 func shop(t *testing.T) (*pgtest.Server, *pgxpool.Pool) {
@@ -203,12 +145,12 @@ type sale struct {
 func TestNodeSellsFromPostgres(t *testing.T) {
 	node, npm := needNode(t)
 	buildNodeClient(t, npm)
-	bin := buildWorker(t)
+	bin := proctest.Build(t, ".", "keylane-pg")
 	pg, pool := shop(t)
 	ns := natstest.Start(t)
 	const namespace = "shop"
 	for _, id := range []string{"pg-1", "pg-2"} {
-		startWorker(t, bin, "--nats", ns.ClientURL(), "--namespace", namespace, "--partitions", "4", "--lease-ttl", "4s",
+		proctest.Start(t, bin, "--nats", ns.ClientURL(), "--namespace", namespace, "--partitions", "4", "--lease-ttl", "4s",
 			"--postgres", pg.URL("postgres", "postgres")+"&pool_max_conns=8", "--sql", "example/shop.json", "--id", id)
 	}
 
@@ -220,7 +162,7 @@ func TestNodeSellsFromPostgres(t *testing.T) {
 	cmd.Dir = nodeService(t, "testdata/shop.mjs")
 	cmd.Env = append(os.Environ(), "KEYLANE_NATS_URL="+ns.ClientURL(), "KEYLANE_NAMESPACE="+namespace, "SKUS="+strings.Join(skus, ","),
 		"START="+strconv.Itoa(start), "BUYERS="+strconv.Itoa(buyers), "PURCHASES="+strconv.Itoa(purchases), "RETRIES="+strconv.Itoa(retries))
-	var stderr lockedBuffer
+	var stderr proctest.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.Output()
 	if err != nil {
@@ -351,7 +293,7 @@ func sorted(s []string) []string {
 // every fault named; nothing runs: no keylane table in the database, no
 // namespace on the NATS server.
 func TestBadFileExitsTwo(t *testing.T) {
-	bin := buildWorker(t)
+	bin := proctest.Build(t, ".", "keylane-pg")
 	pg, pool := shop(t)
 	ns := natstest.Start(t)
 	bad := filepath.Join(t.TempDir(), "bad.json")

@@ -1,0 +1,5 @@
+package proctest
+
+import "syscall"
+
+func deathSignal() *syscall.SysProcAttr { return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} }

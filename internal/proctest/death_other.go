@@ -1,0 +1,7 @@
+//go:build !linux
+
+package proctest
+
+import "syscall"
+
+func deathSignal() *syscall.SysProcAttr { return nil }
