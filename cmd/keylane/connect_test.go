@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/keylane/keylane/internal/natstest"
 )
 
 // TestConnectErrorHidesPassword: a password (or token) in the NATS URL
@@ -31,27 +31,11 @@ func TestConnectErrorHidesPassword(t *testing.T) {
 	}
 }
 
-// startNoJetStream runs a nats-server without JetStream, as
-// `nats-server` without -js does.
-func startNoJetStream(t *testing.T) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	return s
-}
-
 // TestNoJetStreamSaysStartWithJS: against a nats-server without
 // JetStream, keylane says that is the trouble and how to start it,
 // instead of a bare "no responders available".
 func TestNoJetStreamSaysStartWithJS(t *testing.T) {
-	srv := startNoJetStream(t)
+	srv := natstest.StartNoJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, args := range [][]string{{"status"}, {"dead", "list"}, {"leaders"}} {

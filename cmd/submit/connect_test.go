@@ -10,7 +10,6 @@ import (
 
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/natstest"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -33,15 +32,7 @@ func TestConnectErrorHidesPassword(t *testing.T) {
 // TestNoJetStreamSaysStartWithJS: against a nats-server without
 // JetStream, submit says so and how to start it.
 func TestNoJetStreamSaysStartWithJS(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.StartNoJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, args := range [][]string{{"send", "--key", "k"}, {"sale", "--purchases", "10"}} {

@@ -2,13 +2,12 @@ package main
 
 import (
 	"fmt"
+	"github.com/keylane/keylane/internal/natstest"
 	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 )
 
 // quiet sends the worker's own stderr (flags, logs) to /dev/null for the
@@ -38,15 +37,7 @@ func TestConnectErrorHidesPassword(t *testing.T) {
 // JetStream, the worker says so and how to start it.
 func TestNoJetStreamSaysStartWithJS(t *testing.T) {
 	quiet(t)
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	s := natstest.StartNoJetStream(t)
 	done := make(chan error, 1)
 	go func() { done <- run([]string{"--nats", s.ClientURL(), "--log-level", "error"}, io.Discard) }()
 	select {

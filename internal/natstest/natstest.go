@@ -140,3 +140,20 @@ func StartConfig(t testing.TB, conf string, files ...string) *server.Server {
 	})
 	return s
 }
+
+// StartNoJetStream runs a nats-server without JetStream, as `nats-server`
+// without -js does, until the test ends: the commands' tests check that
+// each says JetStream is off and how to start it.
+func StartNoJetStream(t testing.TB) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
