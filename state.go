@@ -2,11 +2,9 @@ package keylane
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
-	"sync"
 
+	"github.com/keylane/keylane/internal/statestore"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -42,123 +40,34 @@ import (
 // Since jobs of one key run one at a time on the partition owner, the owner
 // caches the last revision it wrote and usually needs one round trip per
 // job. State is safe for concurrent use.
+//
+// The engine is internal/statestore's Store; State is its API.
 type State struct {
-	kv      jetstream.KeyValue
-	epochs  []uint64 // the epoch of each jobs stream shard; nil: not checked
-	adopted []uint64 // epochs of earlier streams this one took over
-	keep    int      // outcomes held per key
-	mu      sync.Mutex
-	cache   map[string]cachedEntry
-
-	// conn is the connection the bucket writes on, whose server's
-	// max_payload bounds an entry; nil: not known, not checked. Guarded
-	// by mu.
-	conn *nats.Conn
-	// batched coalesces the writes of each partition's concurrent
-	// groups (statebatch.go); nil: each write alone. Guarded by mu.
-	batched *stateBatches
+	s *statestore.Store
 }
 
 // Bounds of the outcomes a state entry holds: the last HeldJobs jobs of the
 // key, and no more than HeldBytes of their IDs and results.
 const (
-	HeldJobs  = 1024
-	HeldBytes = 256 << 10
+	HeldJobs  = statestore.HeldJobs
+	HeldBytes = statestore.HeldBytes
 )
 
-type cachedEntry struct {
-	rev   uint64
-	fence uint64
-	entry StateEntry
-}
+// StateEntry is a decoded state entry.
+type StateEntry = statestore.Entry
 
-const maxCached = 1 << 16
+// AppliedResult is the outcome of one applied job.
+type AppliedResult = statestore.AppliedResult
+
+// UpdateFunc computes a key's next value and the job's result from the
+// current value (nil if none). Returning an error writes nothing.
+type UpdateFunc = statestore.UpdateFunc
 
 // NewState returns a State on kv (usually Topology.State) that does not
 // check epochs. Workers use Topology.NewState, which does.
 func NewState(kv jetstream.KeyValue) *State {
-	return &State{kv: kv, keep: HeldJobs, cache: map[string]cachedEntry{}}
+	return &State{s: statestore.New(statestore.Config{KV: kv})}
 }
-
-// bind points s at a topology's state bucket and epochs (Worker.Start, and
-// again when a repartition replaced the jobs streams), and forgets what it
-// cached.
-func (s *State) bind(t *Topology) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.kv, s.epochs, s.adopted = t.State, slices.Clone(t.Epochs), t.Meta.Adopted
-	s.conn = t.conn()
-	clear(s.cache)
-}
-
-// bucket returns the state bucket, or ErrNotStarted for a worker's State
-// before its Start.
-func (s *State) bucket() (jetstream.KeyValue, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.kv == nil {
-		return nil, ErrNotStarted
-	}
-	return s.kv, nil
-}
-
-// StateEntry is a decoded state entry.
-type StateEntry struct {
-	// Value is the application's value; nil for a key never written.
-	Value []byte
-	// Seq and Fence are those of the last job applied to the key.
-	Seq, Fence uint64
-	// Index is the last applied job's place in its batch message (jobs of
-	// one batch share Seq; see "Batches on the wire"), 0 for a one-job
-	// message: (Seq, Index) is how far the key's jobs applied.
-	Index int
-	// Epoch identifies the jobs stream Seq belongs to (see Topology.Epoch);
-	// zero in entries written before keylane recorded it.
-	Epoch uint64
-	// JobID and Result are the last applied job's ID and result.
-	JobID  string
-	Result []byte
-	// Recent holds the outcomes of the jobs applied before the last one,
-	// oldest first: a bounded window (see State) of the key's history that
-	// lets a redelivered or retried job be answered with its own result.
-	Recent []AppliedResult
-
-	view *heldView // the owner's incremental form of the window; nil when decoded
-}
-
-// AppliedResult is the outcome of one applied job.
-type AppliedResult struct {
-	Seq    uint64
-	ID     string
-	Result []byte
-}
-
-// Held returns the result of the job with the given ID if the entry holds
-// its outcome: the job was applied. Job IDs are unique per job (the
-// idempotency key), so a redelivery and a retry by ID both find it.
-func (e StateEntry) Held(id string) ([]byte, bool) {
-	if id == "" {
-		return nil, false
-	}
-	if id == e.JobID {
-		return e.Result, true
-	}
-	if e.view != nil {
-		if res, found, ok := e.view.lookup(e, id); ok {
-			return res, found
-		}
-	}
-	for i := len(e.Recent) - 1; i >= 0; i-- {
-		if e.Recent[i].ID == id {
-			return e.Recent[i].Result, true
-		}
-	}
-	return nil, false
-}
-
-// UpdateFunc computes a key's next value and the job's result from the
-// current value (nil if none). Returning an error writes nothing.
-type UpdateFunc func(current []byte) (next, result []byte, err error)
 
 // Apply runs fn against the key's current value and stores its output with
 // compare-and-set, together with job.Seq, job.Fence and the job's outcome.
@@ -167,120 +76,94 @@ type UpdateFunc func(current []byte) (next, result []byte, err error)
 // sequence is at or below the stored one without a held outcome gets
 // ErrGap and writes nothing.
 func (s *State) Apply(ctx context.Context, job Job, fn UpdateFunc) ([]byte, error) {
-	k := StateKey(job.Key)
-	var out []byte
-	err := casLoop(ctx, func(reread bool) error {
-		cur, rev, err := s.current(ctx, k, job.Fence, reread)
-		if err != nil {
-			return err
-		}
-		if res, applied, err := s.check(cur, rev, job); err != nil || applied {
-			out = res
-			return err
-		}
-		next, result, err := fn(cur.Value)
-		if err != nil {
-			return err
-		}
-		e := s.next(cur, next, job.Fence, []Job{job}, [][]byte{result})
-		// The worker cancels ctx the moment its lease is no longer
-		// trusted; check as late as possible before writing.
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := s.write(ctx, -1, k, rev, e, 0); err != nil {
-			if casConflict(err) {
-				return err
-			}
-			return stateWriteError(job.Key, err)
-		}
-		out = result
-		return nil
-	})
-	if errors.Is(err, errTooManyWriters) {
-		return nil, fmt.Errorf("keylane: state %q: %w", job.Key, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-// check decides, before running, what a job may do against the key's
-// current entry: it was applied (its held result), it must not run
-// (ErrStaleFence, ErrGap, ErrEpoch), or it runs (neither).
-func (s *State) check(cur StateEntry, rev uint64, job Job) (res []byte, applied bool, err error) {
-	if rev == 0 {
-		return nil, false, nil
-	}
-	if cur.Fence > job.Fence {
-		return nil, false, fmt.Errorf("%w (job fence %d, stored fence %d)", ErrStaleFence, job.Fence, cur.Fence)
-	}
-	if res, ok := cur.Held(job.ID); ok {
-		return res, true, nil
-	}
-	switch s.epochOf(cur, job.Partition) {
-	case epochSame:
-		// Jobs of one batch message share Seq and apply in the order of
-		// their index: (Seq, Index) orders them. A job at or before the
-		// position applied last whose outcome is not held is a gap,
-		// whatever its batch: it was applied and forgotten, or
-		// dead-lettered before a later job of its key applied.
-		if job.Seq < cur.Seq || job.Seq == cur.Seq && job.Index() <= cur.Index {
-			return nil, false, fmt.Errorf("%w (key %q: job %s at seq %d/%d, applied up to seq %d/%d, job's outcome not held)", ErrGap, job.Key, job.ID, job.Seq, job.Index(), cur.Seq, cur.Index)
-		}
-	case epochForeign:
-		return nil, false, fmt.Errorf("%w (key %q written under epoch %x, the jobs stream is epoch %x)", ErrEpoch, job.Key, cur.Epoch, s.epochFor(job.Partition))
-	}
-	return nil, false, nil
-}
-
-type epochRelation int
-
-const (
-	epochSame    epochRelation = iota // sequences compare
-	epochAdopted                      // an earlier stream this one took over: only IDs compare
-	epochForeign                      // another stream: refuse
-)
-
-// adopt replaces the adopted epochs (they only grow).
-func (s *State) adopt(epochs []uint64) {
-	s.mu.Lock()
-	s.adopted = slices.Clone(epochs)
-	s.mu.Unlock()
-}
-
-// epochFor returns the epoch of the jobs stream shard that holds
-// partition p (shard p % S), or 0 when epochs are not checked.
-func (s *State) epochFor(p int) uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.epochs) == 0 {
-		return 0
-	}
-	return s.epochs[ShardOf(p, len(s.epochs))]
-}
-
-// epochOf relates an entry of a key of partition p to p's jobs stream.
-func (s *State) epochOf(e StateEntry, p int) epochRelation {
-	own := s.epochFor(p)
-	if own == 0 || e.Epoch == 0 || e.Epoch == own {
-		return epochSame
-	}
-	s.mu.Lock()
-	adopted := slices.Contains(s.adopted, e.Epoch)
-	s.mu.Unlock()
-	switch {
-	case adopted:
-		return epochAdopted
-	default:
-		return epochForeign
-	}
+	return s.s.Apply(ctx, job, fn)
 }
 
 // Get returns the key's current entry; a key never written returns a zero
 // StateEntry and no error.
 func (s *State) Get(ctx context.Context, key string) (StateEntry, error) {
-	e, _, err := s.read(ctx, StateKey(key))
-	return e, err
+	return s.s.Get(ctx, key)
 }
+
+// StateKey is the KV key that holds a resource key's state: the key in
+// unpadded base64url, since KV keys allow only a few characters.
+func StateKey(key string) string { return statestore.Key(key) }
+
+// The worker's side of its State: the old names of the store's methods,
+// for the tenure's and the worker's call sites.
+
+// newWorkerState is a worker's State before its Start binds it.
+func newWorkerState() *State { return NewState(nil) }
+
+// topologyState is Topology.NewState: a State bound to t.
+func topologyState(t *Topology) *State {
+	s := NewState(nil)
+	s.bind(t)
+	return s
+}
+
+// stateConfig is what a State of t works on: its state bucket, the epoch
+// of each jobs stream shard, the adopted epochs, and the connection whose
+// max_payload bounds an entry.
+func stateConfig(t *Topology) statestore.Config {
+	epochs := slices.Clone(t.Epochs)
+	cfg := statestore.Config{KV: t.State, Adopted: t.Meta.Adopted, Conn: t.conn()}
+	if len(epochs) > 0 {
+		cfg.EpochOf = func(p int) uint64 { return epochs[ShardOf(p, len(epochs))] }
+	}
+	return cfg
+}
+
+// bind points s at a topology's state bucket and epochs (Worker.Start, and
+// again when a repartition replaced the jobs streams), and forgets what it
+// cached.
+func (s *State) bind(t *Topology) { s.s.Bind(stateConfig(t)) }
+
+// adopt replaces the adopted epochs (they only grow).
+func (s *State) adopt(epochs []uint64) { s.s.Adopt(epochs) }
+
+// group is the group commit of consecutive jobs of one key (Store.Group).
+func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func(i int, cur []byte) (next, result []byte, err error)) (n int, rerr, werr error) {
+	return s.s.Group(ctx, jobs, out, reduce)
+}
+
+// read returns the entry of state bucket key k and its revision.
+func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) {
+	return s.s.Read(ctx, k)
+}
+
+// batchWrites turns s's coalescing of writes on (on nc, the worker's
+// connection) or off (Store.BatchWrites).
+func (s *State) batchWrites(on bool, nc *nats.Conn, bucket string) { s.s.BatchWrites(on, nc, bucket) }
+
+// closeBatches stops s's coalescing, waiting (up to ctx) for the batches
+// in flight.
+func (s *State) closeBatches(ctx context.Context) { s.s.CloseBatches(ctx) }
+
+// stateBatchOn reports whether the worker coalesces state writes: only
+// when its StateBatch is positive. Measured, it did not pay by default:
+// on one replica nats-server stages each atomic batch in a file store of
+// its own (skewed Call 5x slower), and on the three-node bench cluster
+// (R3, three servers on two cores) it was slightly slower too (see
+// jetstream/doc.go, "State writes of several keys in one batch").
+func (w *Worker) stateBatchOn() bool { return w.cfg.StateBatch > 0 }
+
+// conn is the connection t's requests go on; nil if not known.
+func (t *Topology) conn() *nats.Conn {
+	if t == nil || t.js == nil {
+		return nil
+	}
+	return t.js.Conn()
+}
+
+// The one compare-and-set writer of keylane's KV entries (statestore's),
+// by its old names: the crash-loop counter writes with it too.
+var (
+	casPut            = statestore.Put
+	casLoop           = statestore.Loop
+	errTooManyWriters = statestore.ErrTooManyWriters
+)
+
+// syntheticIDPrefix names jobs published without a job ID after their
+// stream sequence.
+const syntheticIDPrefix = statestore.SyntheticIDPrefix

@@ -1,13 +1,13 @@
 package keylane
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/statestore"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -50,21 +50,19 @@ func checkStateCounts(t *testing.T, w *Worker, kv jetstream.KeyValue, prefix str
 		if err != nil {
 			t.Fatalf("%s: %v", key, err)
 		}
-		st, err := decodeState(e.Value())
+		st, err := statestore.Decode(e.Value())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n, _ := strconv.Atoi(string(st.Value)); n != rounds {
 			t.Fatalf("%s = %q, want %d", key, st.Value, rounds)
 		}
-		w.state.mu.Lock()
-		c, ok := w.state.cache[sk]
-		w.state.mu.Unlock()
+		rev, ok := w.state.s.Cached(sk)
 		if ok {
 			cached++
 		}
-		if ok && c.rev != e.Revision() {
-			t.Fatalf("%s: cached revision %d, stored %d", key, c.rev, e.Revision())
+		if ok && rev != e.Revision() {
+			t.Fatalf("%s: cached revision %d, stored %d", key, rev, e.Revision())
 		}
 	}
 }
@@ -96,70 +94,13 @@ func TestStateWritesOfSeveralKeysGoAsOneBatch(t *testing.T) {
 	}
 	checkStateCounts(t, w, kv, "sb", keys, rounds)
 	_, batched, commits, _ := kw.counts()
-	sb := w.state.batched
-	t.Logf("%d writes in batches, %d commits; %d batches stored, %d refused", batched, commits, sb.sent.Load(), sb.refused.Load())
-	if commits == 0 || sb.sent.Load() == 0 {
+	sent, refused, _ := w.state.s.BatchStats()
+	t.Logf("%d writes in batches, %d commits; %d batches stored, %d refused", batched, commits, sent, refused)
+	if commits == 0 || sent == 0 {
 		t.Fatalf("no state write went in a batch (%d commits seen)", commits)
 	}
-	if sb.refused.Load() != 0 {
-		t.Fatalf("%d batches refused on a quiet namespace", sb.refused.Load())
-	}
-}
-
-// TestStateBatchConflictIsOneKeys: a batch of three writes whose middle
-// one is stale is refused whole by the server (atomic: none stored); the
-// writes go again alone, so the two good ones are stored with their own
-// revisions and only the stale one reports the conflict.
-func TestStateBatchConflictIsOneKeys(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 1})
-	kv, err := e.js.KeyValue(ctx(t), e.topo.Names.State())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := allowAtomicPublish(ctx(t), e.js, "KV_"+e.topo.Names.State()); err != nil { // as a worker with StateBatch does
-		t.Fatal(err)
-	}
-	s := e.topo.NewState()
-	s.batchWrites(true, e.nc, e.topo.Names.State())
-	t.Cleanup(func() { s.closeBatches(context.Background()) })
-	stale, err := kv.Create(ctx(t), "k2", []byte("v0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Update(ctx(t), "k2", []byte("v1"), stale); err != nil {
-		t.Fatal(err)
-	}
-	ws := []stateWrite{{k: "k1", value: []byte("a")}, {k: "k2", rev: stale, value: []byte("b")}, {k: "k3", value: []byte("c")}}
-	out := s.sendWrites(ctx(t), s.batched, ws)
-	for _, i := range []int{0, 2} {
-		if out[i].Err != nil {
-			t.Fatalf("write %s: %v", ws[i].k, out[i].Err)
-		}
-		got, err := kv.Get(ctx(t), ws[i].k)
-		if err != nil || got.Revision() != out[i].Value || string(got.Value()) != string(ws[i].value) {
-			t.Fatalf("%s: stored %v (err %v), reported revision %d", ws[i].k, got, err, out[i].Value)
-		}
-	}
-	if !casConflict(out[1].Err) {
-		t.Fatalf("stale write: %v, want a conflict", out[1].Err)
-	}
-	if got, _ := kv.Get(ctx(t), "k2"); string(got.Value()) != "v1" {
-		t.Fatalf("k2 = %q after a stale write", got.Value())
-	}
-	if s.batched.refused.Load() != 1 {
-		t.Fatalf("%d batches refused, want 1", s.batched.refused.Load())
-	}
-	// A batch that is not refused reports each write's revision.
-	ws = []stateWrite{{k: "k4", value: []byte("d")}, {k: "k5", value: []byte("e")}}
-	out = s.sendWrites(ctx(t), s.batched, ws)
-	for i, w := range ws {
-		got, err := kv.Get(ctx(t), w.k)
-		if out[i].Err != nil || err != nil || got.Revision() != out[i].Value {
-			t.Fatalf("%s: %v, stored revision %v, reported %d", w.k, out[i].Err, got, out[i].Value)
-		}
-	}
-	if s.batched.sent.Load() != 1 {
-		t.Fatalf("%d batches stored, want 1", s.batched.sent.Load())
+	if refused != 0 {
+		t.Fatalf("%d batches refused on a quiet namespace", refused)
 	}
 }
 
@@ -193,43 +134,14 @@ func TestStateWritesBatchedOnACluster(t *testing.T) {
 		}
 	}
 	ctr.mu.Unlock()
-	sb := w.state.batched
-	if sb == nil {
+	sent, refused, on := w.state.s.BatchStats()
+	if !on {
 		t.Fatal("R3: state batches off with StateBatch 1")
 	}
-	t.Logf("R3: %d state batches stored, %d refused", sb.sent.Load(), sb.refused.Load())
+	t.Logf("R3: %d state batches stored, %d refused", sent, refused)
 	// A refusal for a passing cause (a leader change mid-batch) may
 	// happen on a loaded machine; a refusal in kind would leave no batch.
-	if sb.sent.Load() == 0 {
-		t.Fatalf("R3: no state batch stored (%d refused)", sb.refused.Load())
-	}
-}
-
-// TestStateWriteWhenBatchesCloseUnderIt: a write whose partition's
-// batcher closed under it (the worker stopping) is sent alone, over the
-// revision it was given. Before, the batcher's zero answer replaced that
-// revision, and the write went as a create of an existing key: a false
-// conflict.
-func TestStateWriteWhenBatchesCloseUnderIt(t *testing.T) {
-	e := newEnv(t, TopologyConfig{Partitions: 1})
-	kv, err := e.js.KeyValue(ctx(t), e.topo.Names.State())
-	if err != nil {
-		t.Fatal(err)
-	}
-	rev, err := kv.Create(ctx(t), "k1", []byte("v0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := e.topo.NewState()
-	s.batchWrites(true, e.nc, e.topo.Names.State())
-	if err := s.batched.b.Close(ctx(t)); err != nil { // closed, still in place: as between put's read of it and Do
-		t.Fatal(err)
-	}
-	next, err := s.put(ctx(t), kv, 0, "k1", rev, []byte("v1"))
-	if err != nil {
-		t.Fatalf("write over revision %d: %v", rev, err)
-	}
-	if got, err := kv.Get(ctx(t), "k1"); err != nil || got.Revision() != next || string(got.Value()) != "v1" {
-		t.Fatalf("stored %v (%v), reported revision %d", got, err, next)
+	if sent == 0 {
+		t.Fatalf("R3: no state batch stored (%d refused)", refused)
 	}
 }

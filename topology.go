@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -195,10 +194,7 @@ type Topology struct {
 // NewState returns a State on the namespace's state bucket that ties
 // entries to the epoch of their key's jobs stream shard (see ErrEpoch).
 func (t *Topology) NewState() *State {
-	s := NewState(t.State)
-	s.epochs, s.adopted = slices.Clone(t.Epochs), t.Meta.Adopted
-	s.conn = t.conn()
-	return s
+	return topologyState(t)
 }
 
 // ShardOf returns the jobs stream shard that holds partition p among s

@@ -66,7 +66,7 @@ func NewWorker(nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), done: make(chan struct{}), state: &State{keep: HeldJobs, cache: map[string]cachedEntry{}}}
+	w := &Worker{cfg: cfg, nc: nc, js: js, log: cfg.Logger.With("worker", cfg.ID), done: make(chan struct{}), state: newWorkerState()}
 	w.tracing = newWorkerTracing(cfg)
 	return w, nil
 }

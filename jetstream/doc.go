@@ -426,7 +426,7 @@
 // An entry is one message, so it must also fit the server's max_payload
 // (less 128 bytes for the compare-and-set's header): a large value with a
 // full window may not. The window then shrinks, oldest outcomes first, to
-// what fits, for that write (statefit.go); the outcomes of the group being
+// what fits, for that write (internal/statestore/fit.go); the outcomes of the group being
 // written are never dropped. This is the trade the byte bound already
 // makes, made sooner: a redelivery of an applied job whose outcome was
 // dropped is refused as ErrGap (dead-lettered, loud, never applied twice
@@ -450,7 +450,7 @@
 //
 // Every group commit of a key rewrites its whole window, so the window's
 // encoding is a hot key's cost per write. Entries are written in version 4
-// (statecodec.go): sequences as deltas, each job ID as the prefix it shares
+// (internal/statestore/codec.go): sequences as deltas, each job ID as the prefix it shares
 // with the previous one plus the rest, a result equal to the previous one
 // as one byte. A sale's hot key with a full window takes 14.5 KB while
 // selling and 5.3 KB sold out, where version 3 took 52 KB
@@ -476,7 +476,7 @@
 //     it is ErrGap.
 //
 // A group commit costs what its group does, not what the window does
-// (heldlog.go). The owner keeps, with a key's cached entry, a held log:
+// (internal/statestore/heldlog.go). The owner keeps, with a key's cached entry, a held log:
 // the window's outcomes in one growing array, each outcome's version 4
 // encoding relative to the one before it, and, from the first look-up, an
 // index from job ID to its newest outcome's position. The next entry
@@ -1153,7 +1153,7 @@
 // next group; a wrong one would make that write conflict:
 // TestStateWritesOfSeveralKeysGoAsOneBatch compares every cached revision
 // with the stored one, and failed when every write was given the last).
-// The code is statebatch.go.
+// The code is internal/statestore/batch.go.
 //
 // When: only with StateBatch positive (the worker command's
 // --state-batch, KEYLANE_STATE_BATCH; the bench's
@@ -1412,7 +1412,7 @@
 //	partition consumer     the tenure's attempt fails        retried while the lease lasts
 //
 // Conflicts keep their own handling: the compare-and-set loops read again
-// (cas.go, at most casTries). A stream not found is not permanent for
+// (internal/statestore/cas.go, at most casTries). A stream not found is not permanent for
 // Setup, where a concurrent creator may be making it.
 //
 // Tested by internal/natserr's TestClassify (every row, as nats.go

@@ -1,4 +1,4 @@
-package keylane
+package statestore
 
 import (
 	"bytes"
@@ -8,13 +8,15 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+
+	"github.com/keylane/keylane/internal/core"
 )
 
 // saleEntry is a hot key's entry in a sale (internal/sale, inventory): a
 // full window of outcomes whose IDs share the run's prefix, with results
 // "sold N" while stock lasts and "soldout 0" after.
-func saleEntry(held int, soldOut bool) StateEntry {
-	e := StateEntry{Value: []byte("0"), Fence: 7, Epoch: 0x1234_5678_9abc_def0}
+func saleEntry(held int, soldOut bool) Entry {
+	e := Entry{Value: []byte("0"), Fence: 7, Epoch: 0x1234_5678_9abc_def0}
 	for i := range held {
 		r := AppliedResult{Seq: uint64(1000 + 3*i), ID: "Q2VBN8JQW3ZKTXHAJ1D4PA-" + strconv.Itoa(20000+i), Result: []byte("sold " + strconv.Itoa(2000-i))}
 		if soldOut {
@@ -30,7 +32,7 @@ func saleEntry(held int, soldOut bool) StateEntry {
 
 // encodeStateV3 is the version 3 encoder that workers before version 4
 // wrote with; their entries must still be read.
-func encodeStateV3(e StateEntry) []byte {
+func encodeStateV3(e Entry) []byte {
 	b := []byte{stateV3}
 	b = binary.BigEndian.AppendUint64(b, e.Fence)
 	b = binary.BigEndian.AppendUint64(b, e.Epoch)
@@ -53,7 +55,7 @@ func encodeStateV3(e StateEntry) []byte {
 // stream's), sequences at the ends of uint64, IDs sharing all, part or none
 // of the previous one, empty, repeated and differing results, no value.
 func TestStateCodecRoundTrip(t *testing.T) {
-	entries := []StateEntry{
+	entries := []Entry{
 		{Seq: 1, JobID: "a"},
 		{Seq: math.MaxUint64, Fence: math.MaxUint64, Epoch: math.MaxUint64, JobID: "x", Result: []byte("r"), Value: []byte("v")},
 		{Seq: 5, Fence: 2, JobID: "job-10", Result: []byte("same"), Value: []byte("val"), Recent: []AppliedResult{
@@ -70,7 +72,7 @@ func TestStateCodecRoundTrip(t *testing.T) {
 		{Seq: 7, Index: 1023, JobID: "b"},
 	}
 	for i, e := range entries {
-		got, err := decodeState(encodeState(e))
+		got, err := Decode(encodeState(e))
 		if err != nil {
 			t.Fatalf("entry %d: %v", i, err)
 		}
@@ -90,7 +92,7 @@ func TestStateCodecRoundTrip(t *testing.T) {
 // Entries written by earlier versions are still read.
 func TestStateCodecReadsEarlierVersions(t *testing.T) {
 	e := saleEntry(40, false)
-	got, err := decodeState(encodeStateV3(e))
+	got, err := Decode(encodeStateV3(e))
 	if err != nil || !reflect.DeepEqual(got, e) {
 		t.Fatalf("version 3: %v, equal %v", err, reflect.DeepEqual(got, e))
 	}
@@ -103,8 +105,8 @@ func TestStateCodecReadsEarlierVersions(t *testing.T) {
 	v1 = binary.BigEndian.AppendUint32(v1, 3)
 	v1 = append(v1, "res"...)
 	v1 = append(v1, "value"...)
-	want := StateEntry{Seq: 9, Fence: 4, JobID: "id", Result: []byte("res"), Value: []byte("value")}
-	if got, err := decodeState(v1); err != nil || !reflect.DeepEqual(got, want) {
+	want := Entry{Seq: 9, Fence: 4, JobID: "id", Result: []byte("res"), Value: []byte("value")}
+	if got, err := Decode(v1); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("version 1 = %+v, %v; want %+v", got, err, want)
 	}
 	// Version 2 adds the earlier results of the same write, without IDs.
@@ -116,12 +118,12 @@ func TestStateCodecReadsEarlierVersions(t *testing.T) {
 	v2 = append(v2, "r8"...)
 	v2 = append(v2, "value"...)
 	want.Recent = []AppliedResult{{Seq: 8, Result: []byte("r8")}}
-	if got, err := decodeState(v2); err != nil || !reflect.DeepEqual(got, want) {
+	if got, err := Decode(v2); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("version 2 = %+v, %v; want %+v", got, err, want)
 	}
 }
 
-// A cut or corrupted entry is ErrBadState, never a panic and never an
+// A cut or corrupted entry is core.ErrBadState, never a panic and never an
 // entry with fewer outcomes than were written (a cut inside the outcomes
 // must not read as a shorter window plus a value).
 func TestStateCodecRefusesDamagedEntries(t *testing.T) {
@@ -129,8 +131,8 @@ func TestStateCodecRefusesDamagedEntries(t *testing.T) {
 	e.Value = nil
 	b := encodeState(e)
 	for n := range len(b) {
-		if _, err := decodeState(b[:n]); !errors.Is(err, ErrBadState) {
-			t.Fatalf("entry cut to %d of %d bytes: %v, want ErrBadState", n, len(b), err)
+		if _, err := Decode(b[:n]); !errors.Is(err, core.ErrBadState) {
+			t.Fatalf("entry cut to %d of %d bytes: %v, want core.ErrBadState", n, len(b), err)
 		}
 	}
 	for _, bad := range [][]byte{
@@ -142,8 +144,8 @@ func TestStateCodecRefusesDamagedEntries(t *testing.T) {
 		{stateV4, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 0, 1, 'a', 9, 'r'},      // result beyond the bytes
 		{99, 0, 0, 0},
 	} {
-		if _, err := decodeState(bad); !errors.Is(err, ErrBadState) {
-			t.Fatalf("%v: %v, want ErrBadState", bad, err)
+		if _, err := Decode(bad); !errors.Is(err, core.ErrBadState) {
+			t.Fatalf("%v: %v, want core.ErrBadState", bad, err)
 		}
 	}
 }
@@ -175,7 +177,7 @@ func BenchmarkStateCodec(b *testing.B) {
 		b.ReportAllocs()
 		enc := encodeState(e)
 		for b.Loop() {
-			if _, err := decodeState(enc); err != nil {
+			if _, err := Decode(enc); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -196,7 +198,7 @@ func TestStateCodecWritesIndexOnlyWhenSet(t *testing.T) {
 	if b[0] != stateV5 {
 		t.Fatalf("an entry with an index is version %d", b[0])
 	}
-	if got, err := decodeState(b); err != nil || got.Index != 2 {
+	if got, err := Decode(b); err != nil || got.Index != 2 {
 		t.Fatalf("decoded %+v, %v", got.Index, err)
 	}
 	for _, bad := range [][]byte{
@@ -204,8 +206,8 @@ func TestStateCodecWritesIndexOnlyWhenSet(t *testing.T) {
 		{stateV5, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x10, 1, 0, 1, 1}, // index 2048
 		{stateV5, 1, 0, 0, 0, 0, 0, 0, 0, 0},                         // cut before the index
 	} {
-		if _, err := decodeState(bad); !errors.Is(err, ErrBadState) {
-			t.Errorf("decodeState(%v) = %v, want ErrBadState", bad, err)
+		if _, err := Decode(bad); !errors.Is(err, core.ErrBadState) {
+			t.Errorf("Decode(%v) = %v, want core.ErrBadState", bad, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package keylane
+package statestore
 
 import (
 	"bytes"
@@ -14,23 +14,25 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/internal/core"
 )
 
 // nextReference is main's next before the held log (2026-11-22): it
 // copies the whole window into the next entry. The tests compare the
 // incremental path with it, and the benchmark measures both.
-func nextReference(s *State, cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
+func nextReference(s *Store, cur Entry, value []byte, fence uint64, jobs []core.Job, results [][]byte) Entry {
 	last := len(jobs) - 1
-	e := StateEntry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
+	e := Entry{Value: value, Seq: jobs[last].Seq, Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
 	keep := s.keep
 	recent := make([]AppliedResult, 0, min(keep, len(cur.Recent)+len(jobs)))
-	adopted := s.epochOf(cur, jobs[last].Partition) == epochAdopted
+	adopted := s.epochRelation(cur, jobs[last].Partition) == epochAdopted
 	for _, r := range cur.Recent {
-		if !adopted || !strings.HasPrefix(r.ID, syntheticIDPrefix) {
+		if !adopted || !strings.HasPrefix(r.ID, SyntheticIDPrefix) {
 			recent = append(recent, r)
 		}
 	}
-	if cur.JobID != "" && (!adopted || !strings.HasPrefix(cur.JobID, syntheticIDPrefix)) {
+	if cur.JobID != "" && (!adopted || !strings.HasPrefix(cur.JobID, SyntheticIDPrefix)) {
 		recent = append(recent, AppliedResult{Seq: cur.Seq, ID: cur.JobID, Result: cur.Result})
 	}
 	for i := range last {
@@ -59,12 +61,12 @@ type heldGroups struct {
 	n   int
 }
 
-func (g *heldGroups) next() ([]Job, [][]byte) {
+func (g *heldGroups) next() ([]core.Job, [][]byte) {
 	size := 1 + g.rng.IntN(8)
 	if g.rng.IntN(4) == 0 {
 		size = 1 + g.rng.IntN(300)
 	}
-	jobs, results := make([]Job, size), make([][]byte, size)
+	jobs, results := make([]core.Job, size), make([][]byte, size)
 	for i := range jobs {
 		g.n++
 		g.seq += 1 + uint64(g.rng.IntN(3))
@@ -90,7 +92,7 @@ func (g *heldGroups) next() ([]Job, [][]byte) {
 		default:
 			res = []byte("sold " + strconv.Itoa(g.n))
 		}
-		jobs[i] = Job{ID: id, Key: "k", Seq: g.seq, Fence: 3}
+		jobs[i] = core.Job{ID: id, Key: "k", Seq: g.seq, Fence: 3}
 		results[i] = res
 	}
 	return jobs, results
@@ -98,7 +100,7 @@ func (g *heldGroups) next() ([]Job, [][]byte) {
 
 // sameWindow says how got (the incremental path's entry) differs from want
 // (the reference's): its bytes, its decoded form and its look-ups.
-func sameWindow(got, want StateEntry, probe []string) error {
+func sameWindow(got, want Entry, probe []string) error {
 	gb, wb := encodeEntry(got), encodeState(want)
 	if !bytes.Equal(gb, wb) {
 		return fmt.Errorf("bytes differ: %d, want %d", len(gb), len(wb))
@@ -133,9 +135,9 @@ func TestHeldLogMatchesFullPath(t *testing.T) {
 	}
 	t.Logf("seed %d (HELDLOG_SEED=%d repeats this run)", seed, seed)
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
-	s := &State{keep: HeldJobs, cache: map[string]cachedEntry{}}
+	s := New(Config{})
 	g := &heldGroups{rng: rng}
-	var inc, ref StateEntry
+	var inc, ref Entry
 	const steps = 500
 	incremental, byteBound := 0, 0
 	for step := range steps {
@@ -167,13 +169,13 @@ func TestHeldLogMatchesFullPath(t *testing.T) {
 		}
 		if rng.IntN(40) == 0 {
 			// The cache dropped: the next attempt works from the bucket's bytes.
-			d, err := decodeState(encodeEntry(inc))
+			d, err := Decode(encodeEntry(inc))
 			if err != nil {
 				t.Fatalf("seed %d, step %d: %v", seed, step, err)
 			}
 			inc = d
 			// The full path would have read the same bytes.
-			if ref, err = decodeState(encodeState(ref)); err != nil {
+			if ref, err = Decode(encodeState(ref)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -188,9 +190,9 @@ func TestHeldLogMatchesFullPath(t *testing.T) {
 // outcome: without this, TestHeldLogMatchesFullPath could pass a broken
 // path.
 func TestHeldLogComparisonCatchesOneOutcome(t *testing.T) {
-	s := &State{keep: HeldJobs, cache: map[string]cachedEntry{}}
+	s := New(Config{})
 	g := &heldGroups{rng: rand.New(rand.NewPCG(1, 2))}
-	var inc, ref StateEntry
+	var inc, ref Entry
 	for range 40 {
 		jobs, results := g.next()
 		inc = s.next(inc, nil, 3, jobs, results)
@@ -200,9 +202,9 @@ func TestHeldLogComparisonCatchesOneOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	i := len(inc.Recent) / 2
-	dropped := withHeldLog(StateEntry{Seq: inc.Seq, JobID: inc.JobID, Result: inc.Result, Recent: append(append([]AppliedResult(nil), inc.Recent[:i]...), inc.Recent[i+1:]...)})
-	repeated := withHeldLog(StateEntry{Seq: inc.Seq, JobID: inc.JobID, Result: inc.Result, Recent: append(append([]AppliedResult(nil), inc.Recent[:i+1]...), inc.Recent[i:]...)})
-	for name, bad := range map[string]StateEntry{"dropped": dropped, "repeated": repeated} {
+	dropped := withHeldLog(Entry{Seq: inc.Seq, JobID: inc.JobID, Result: inc.Result, Recent: append(append([]AppliedResult(nil), inc.Recent[:i]...), inc.Recent[i+1:]...)})
+	repeated := withHeldLog(Entry{Seq: inc.Seq, JobID: inc.JobID, Result: inc.Result, Recent: append(append([]AppliedResult(nil), inc.Recent[:i+1]...), inc.Recent[i:]...)})
+	for name, bad := range map[string]Entry{"dropped": dropped, "repeated": repeated} {
 		if err := sameWindow(bad, ref, nil); err == nil {
 			t.Fatalf("an entry with one outcome %s passes the comparison", name)
 		}
@@ -213,21 +215,21 @@ func TestHeldLogComparisonCatchesOneOutcome(t *testing.T) {
 // unknown write) has no log: its first write builds one, whose index
 // answers every held ID with its newest outcome and nothing else.
 func TestHeldLogRebuiltAfterReread(t *testing.T) {
-	s := &State{keep: HeldJobs, cache: map[string]cachedEntry{}}
+	s := New(Config{})
 	e := saleEntry(HeldJobs, false)
 	e.Recent[10].ID = e.Recent[500].ID // the same ID twice: the newest answers
 	e.Recent[500].Result = []byte("newest")
-	read, err := decodeState(encodeState(e))
+	read, err := Decode(encodeState(e))
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := s.next(read, []byte("v"), 7, []Job{{ID: "new-1", Seq: 99999}, {ID: "new-2", Seq: 100000}}, [][]byte{[]byte("a"), []byte("b")})
+	next := s.next(read, []byte("v"), 7, []core.Job{{ID: "new-1", Seq: 99999}, {ID: "new-2", Seq: 100000}}, [][]byte{[]byte("a"), []byte("b")})
 	if next.view == nil {
 		t.Fatal("a write from a re-read entry keeps no log")
 	}
 	for i, r := range next.Recent {
 		res, ok := next.Held(r.ID)
-		want, _ := nextReference(s, read, nil, 7, []Job{{ID: "new-1", Seq: 99999}, {ID: "new-2", Seq: 100000}}, [][]byte{[]byte("a"), []byte("b")}).Held(r.ID)
+		want, _ := nextReference(s, read, nil, 7, []core.Job{{ID: "new-1", Seq: 99999}, {ID: "new-2", Seq: 100000}}, [][]byte{[]byte("a"), []byte("b")}).Held(r.ID)
 		if !ok || !bytes.Equal(res, want) {
 			t.Fatalf("held %d (%q) = %q, %v; want %q", i, r.ID, res, ok, want)
 		}
@@ -260,19 +262,19 @@ func BenchmarkGroupCommitWindow(b *testing.B) {
 	for _, group := range []int{1, 64} {
 		for _, path := range []string{"main", "log"} {
 			b.Run(fmt.Sprintf("group=%d/%s", group, path), func(b *testing.B) {
-				s := &State{keep: HeldJobs, cache: map[string]cachedEntry{}}
+				s := New(Config{})
 				cur := saleEntry(HeldJobs, false)
 				if path == "log" {
 					cur = withHeldLog(cur)
 				}
-				jobs, res := make([]Job, group), make([][]byte, group)
+				jobs, res := make([]core.Job, group), make([][]byte, group)
 				seq, n := cur.Seq, 0
 				var size int
 				b.ReportAllocs()
 				for b.Loop() {
 					for i := range jobs {
 						seq++
-						jobs[i], res[i] = Job{ID: ids[n%pool], Key: "k", Seq: seq, Fence: 7}, results[n%pool]
+						jobs[i], res[i] = core.Job{ID: ids[n%pool], Key: "k", Seq: seq, Fence: 7}, results[n%pool]
 						n++
 						if _, ok := cur.Held(jobs[i].ID); ok {
 							b.Fatal("a new job is held")
@@ -297,8 +299,8 @@ func BenchmarkGroupCommitWindow(b *testing.B) {
 // the others copy, and every applied job is then answered with its own
 // result and applied once.
 func TestHeldLogSharedStateConcurrentApply(t *testing.T) {
-	e := newEnv(t, TopologyConfig{})
-	s := NewState(e.topo.State)
+	e := newEnv(t)
+	s := New(Config{KV: e.kv})
 	const writers, each = 4, 30
 	var seq atomic.Uint64
 	var mu sync.Mutex
@@ -312,8 +314,8 @@ func TestHeldLogSharedStateConcurrentApply(t *testing.T) {
 				id := fmt.Sprintf("w%d-%d", w, i)
 				for {
 					sq := seq.Add(1)
-					res, err := s.Apply(context.Background(), Job{ID: id, Key: "k", Seq: sq, Fence: 1}, add(1))
-					if errors.Is(err, ErrGap) || errors.Is(err, errTooManyWriters) {
+					res, err := s.Apply(context.Background(), core.Job{ID: id, Key: "k", Seq: sq, Fence: 1}, add(1))
+					if errors.Is(err, core.ErrGap) || errors.Is(err, ErrTooManyWriters) {
 						continue // a later sequence got in first: a new one
 					}
 					if err != nil {
@@ -334,7 +336,7 @@ func TestHeldLogSharedStateConcurrentApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	for id, res := range own {
-		got, err := s.Apply(ctx(t), Job{ID: id, Key: "k", Seq: jobs[id], Fence: 1}, add(100))
+		got, err := s.Apply(ctx(t), core.Job{ID: id, Key: "k", Seq: jobs[id], Fence: 1}, add(100))
 		if err != nil || string(got) != res {
 			t.Fatalf("%s again = %q, %v; want its own %q", id, got, err, res)
 		}
@@ -350,14 +352,14 @@ func TestHeldLogSharedStateConcurrentApply(t *testing.T) {
 // costs more than main's path once per read.
 func BenchmarkGroupCommitWindowCold(b *testing.B) {
 	read := encodeState(saleEntry(HeldJobs, false))
-	jobs := []Job{{ID: "Q2VBN8JQW3ZKTXHAJ1D4PA-99999", Key: "k", Seq: 1 << 40, Fence: 7}}
+	jobs := []core.Job{{ID: "Q2VBN8JQW3ZKTXHAJ1D4PA-99999", Key: "k", Seq: 1 << 40, Fence: 7}}
 	res := [][]byte{[]byte("sold 1")}
 	for _, path := range []string{"main", "log"} {
 		b.Run(path, func(b *testing.B) {
-			s := &State{keep: HeldJobs, cache: map[string]cachedEntry{}}
+			s := New(Config{})
 			b.ReportAllocs()
 			for b.Loop() {
-				cur, err := decodeState(read)
+				cur, err := Decode(read)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -378,25 +380,25 @@ func BenchmarkGroupCommitWindowCold(b *testing.B) {
 // the retry reads the bucket, and the log and index it builds from that
 // read hold the other writer's outcomes too.
 func TestHeldLogRebuiltAfterLostWrite(t *testing.T) {
-	e := newEnv(t, TopologyConfig{})
-	mine, other := NewState(e.topo.State), NewState(e.topo.State)
+	e := newEnv(t)
+	mine, other := New(Config{KV: e.kv}), New(Config{KV: e.kv})
 	for seq := uint64(1); seq <= 20; seq++ {
-		if _, err := mine.Apply(ctx(t), Job{ID: "m" + strconv.FormatUint(seq, 10), Key: "k", Seq: seq, Fence: 1}, add(1)); err != nil {
+		if _, err := mine.Apply(ctx(t), core.Job{ID: "m" + strconv.FormatUint(seq, 10), Key: "k", Seq: seq, Fence: 1}, add(1)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := mine.Apply(ctx(t), Job{ID: "m1", Key: "k", Seq: 1, Fence: 1}, add(100)); err != nil {
+	if _, err := mine.Apply(ctx(t), core.Job{ID: "m1", Key: "k", Seq: 1, Fence: 1}, add(100)); err != nil {
 		t.Fatal(err) // builds mine's index
 	}
-	if _, err := other.Apply(ctx(t), Job{ID: "o21", Key: "k", Seq: 21, Fence: 1}, add(1)); err != nil {
+	if _, err := other.Apply(ctx(t), core.Job{ID: "o21", Key: "k", Seq: 21, Fence: 1}, add(1)); err != nil {
 		t.Fatal(err)
 	}
 	// mine's cached revision is stale: its write fails, it re-reads.
-	if res, err := mine.Apply(ctx(t), Job{ID: "m22", Key: "k", Seq: 22, Fence: 1}, add(1)); err != nil || string(res) != "now 22" {
+	if res, err := mine.Apply(ctx(t), core.Job{ID: "m22", Key: "k", Seq: 22, Fence: 1}, add(1)); err != nil || string(res) != "now 22" {
 		t.Fatalf("m22 = %q, %v; want now 22 (after o21)", res, err)
 	}
 	mine.mu.Lock()
-	c := mine.cache[StateKey("k")]
+	c := mine.cache[Key("k")]
 	mine.mu.Unlock()
 	if c.entry.view == nil {
 		t.Fatal("the write after the re-read keeps no log")

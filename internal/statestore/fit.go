@@ -1,17 +1,17 @@
-package keylane
+package statestore
 
 import (
 	"errors"
 	"fmt"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/natserr"
-	"github.com/nats-io/nats.go"
 )
 
 // A state entry is one message: its value, the last job's outcome and the
 // held window must fit in the server's max_payload together. The window
 // gives way first (fit); what cannot fit without it is refused with
-// ErrStateTooLarge, permanently, and the job is dead-lettered with that
+// core.ErrStateTooLarge, permanently, and the job is dead-lettered with that
 // reason. Neither is a state-bucket outage: retrying the same write cannot
 // make it fit (jetstream/doc.go, "Refusals").
 
@@ -20,18 +20,10 @@ import (
 // revision), which count towards max_payload with the value.
 const kvWriteHeaders = 128
 
-// conn is the connection t's requests go on; nil if not known.
-func (t *Topology) conn() *nats.Conn {
-	if t == nil || t.js == nil {
-		return nil
-	}
-	return t.js.Conn()
-}
-
 // maxEntry is the largest state entry one write carries now: the
 // max_payload of the server the connection is on (it may change with a
 // reconnect to another server) less the write's headers; 0 if not known.
-func (s *State) maxEntry() int {
+func (s *Store) maxEntry() int {
 	s.mu.Lock()
 	nc := s.conn
 	s.mu.Unlock()
@@ -46,9 +38,9 @@ func (s *State) maxEntry() int {
 // The last own outcomes of e.Recent (the group being written, applied
 // now and not yet acked) are never dropped; if e does not fit with only
 // those, fit returns a
-// permanent ErrStateTooLarge. The entry returned has no held log: the
+// permanent core.ErrStateTooLarge. The entry returned has no held log: the
 // next write builds one from it.
-func fit(k string, e StateEntry, own, limit int) (StateEntry, []byte, error) {
+func fit(k string, e Entry, own, limit int) (Entry, []byte, error) {
 	recent := e.Recent
 	floor := max(len(recent)-own, 0) // Recent[floor:] must stay
 	encode := func(from int) []byte {
@@ -74,21 +66,21 @@ func fit(k string, e StateEntry, own, limit int) (StateEntry, []byte, error) {
 			return e, b, nil
 		}
 	}
-	return e, nil, Permanent(fmt.Errorf("%w (key %q: value %d bytes, result %d bytes, with its group's %d outcomes %d bytes; max_payload allows %d)",
-		ErrStateTooLarge, keyOf(k), len(e.Value), len(e.Result), own, len(encode(floor)), limit))
+	return e, nil, core.Permanent(fmt.Errorf("%w (key %q: value %d bytes, result %d bytes, with its group's %d outcomes %d bytes; max_payload allows %d)",
+		core.ErrStateTooLarge, keyOf(k), len(e.Value), len(e.Result), own, len(encode(floor)), limit))
 }
 
-// stateWriteError is the error of a state write that did not go through
+// writeError is the error of a state write that did not go through
 // (other than a lost compare-and-set): a refusal that retrying cannot cure
 // (natserr.Permanent: over max_payload, an invalid key, a refused header)
 // is permanent, the job's to be dead-lettered with it; anything else may
 // have landed or may land on the next try: a *stateError, an outage.
-func stateWriteError(key string, err error) error {
+func writeError(key string, err error) error {
 	switch {
-	case errors.Is(err, ErrPermanent):
+	case errors.Is(err, core.ErrPermanent):
 		return err
 	case natserr.IsPermanent(err):
-		return Permanent(fmt.Errorf("keylane: state %q: write refused: %w", key, err))
+		return core.Permanent(fmt.Errorf("keylane: state %q: write refused: %w", key, err))
 	}
-	return &stateError{Key: key, Err: err}
+	return &core.StateError{Key: key, Err: err}
 }

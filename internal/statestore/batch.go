@@ -1,4 +1,4 @@
-package keylane
+package statestore
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"time"
 
 	jobbatcher "github.com/keylane/keylane/internal/batcher"
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/jsbatch"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -43,7 +46,7 @@ type stateWrite struct {
 	value []byte
 }
 
-// stateBatches is a State's coalescing of its partitions' writes, nil
+// stateBatches is a Store's coalescing of its partitions' writes, nil
 // when off.
 type stateBatches struct {
 	b      *jobbatcher.Batcher[stateWrite, uint64]
@@ -55,28 +58,20 @@ type stateBatches struct {
 	offTill atomic.Int64 // unix nanoseconds: the stream refused the batch form; alone until then
 }
 
-// stateBatchOn reports whether the worker coalesces state writes: only
-// when its StateBatch is positive. Measured, it did not pay by default:
-// on one replica nats-server stages each atomic batch in a file store of
-// its own (skewed Call 5x slower), and on the three-node bench cluster
-// (R3, three servers on two cores) it was slightly slower too (see
-// jetstream/doc.go, "State writes of several keys in one batch").
-func (w *Worker) stateBatchOn() bool { return w.cfg.StateBatch > 0 }
-
-// batchWrites turns s's coalescing of writes on (on nc, the worker's
+// BatchWrites turns s's coalescing of writes on (on nc, the worker's
 // connection) or off. It keeps a batcher already running.
 //
-// Its callers (Worker.Start, reloadTopology) hold the worker's mutex, so
+// Its callers (the root's Worker.Start and reloadTopology) hold the worker's mutex, so
 // two never run at once between the check and the swap below.
-func (s *State) batchWrites(on bool, nc *nats.Conn, bucket string) {
+func (s *Store) BatchWrites(on bool, nc *nats.Conn, bucket string) {
 	s.mu.Lock()
 	if on && s.batched != nil && s.batched.bucket == bucket {
 		s.mu.Unlock()
 		return
 	}
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	s.closeBatches(ctx) // the writes in flight end first
+	ctx, cancel := context.WithTimeout(context.Background(), core.RequestTimeout)
+	s.CloseBatches(ctx) // the writes in flight end first
 	cancel()
 	if !on {
 		return
@@ -99,9 +94,9 @@ func (s *State) batchWrites(on bool, nc *nats.Conn, bucket string) {
 	s.batched = sb
 }
 
-// closeBatches stops s's coalescing, waiting (up to ctx) for the batches
+// CloseBatches stops s's coalescing, waiting (up to ctx) for the batches
 // in flight.
-func (s *State) closeBatches(ctx context.Context) {
+func (s *Store) CloseBatches(ctx context.Context) {
 	s.mu.Lock()
 	sb := s.batched
 	s.batched = nil
@@ -112,26 +107,26 @@ func (s *State) closeBatches(ctx context.Context) {
 }
 
 // put is the compare-and-set of a key's entry: through partition p's
-// batches when they are on and p is one (a State.Apply passes -1), else
+// batches when they are on and p is one (a Store.Apply passes -1), else
 // alone.
-func (s *State) put(ctx context.Context, kv jetstream.KeyValue, p int, k string, rev uint64, value []byte) (uint64, error) {
+func (s *Store) put(ctx context.Context, kv jetstream.KeyValue, p int, k string, rev uint64, value []byte) (uint64, error) {
 	s.mu.Lock()
 	sb := s.batched
 	s.mu.Unlock()
 	if sb == nil || p < 0 || time.Now().UnixNano() < sb.offTill.Load() {
-		return casPut(ctx, kv, k, rev, value)
+		return Put(ctx, kv, k, rev, value)
 	}
 	next, err := sb.b.Do(ctx, p, stateWrite{k: k, rev: rev, value: value})
 	if errors.Is(err, jobbatcher.ErrClosed) {
 		// Closed under us (the worker stops): this write was never sent.
-		return casPut(ctx, kv, k, rev, value)
+		return Put(ctx, kv, k, rev, value)
 	}
 	return next, err
 }
 
 // sendWrites stores ws: alone when one, else as one atomic batch; a
 // batch the server refuses stored nothing, so its writes go again alone.
-func (s *State) sendWrites(ctx context.Context, sb *stateBatches, ws []stateWrite) []jobbatcher.Outcome[uint64] {
+func (s *Store) sendWrites(ctx context.Context, sb *stateBatches, ws []stateWrite) []jobbatcher.Outcome[uint64] {
 	out := make([]jobbatcher.Outcome[uint64], len(ws))
 	kv, err := s.bucket()
 	if err != nil {
@@ -150,23 +145,23 @@ func (s *State) sendWrites(ctx context.Context, sb *stateBatches, ws []stateWrit
 			return out
 		}
 		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) && !errors.Is(err, errBatchIgnored) {
+		if !errors.As(err, &apiErr) && !errors.Is(err, jsbatch.ErrIgnored) {
 			// No answer: the batch may or may not be stored, each of
 			// its writes an unknown outcome, as one write's would be.
 			for i := range out {
-				out[i].Err = natsError(err)
+				out[i].Err = natserr.Once(err)
 			}
 			return out
 		}
 		sb.refused.Add(1)
-		if batchRefused(err) {
+		if jsbatch.Refused(err) {
 			// Not a conflict but the batch form itself: alone for a while.
-			sb.offTill.Store(time.Now().Add(keptBatchPause).UnixNano())
+			sb.offTill.Store(time.Now().Add(jsbatch.Pause).UnixNano())
 		}
 	}
 	for i, w := range ws {
-		wctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		out[i].Value, out[i].Err = casPut(wctx, kv, w.k, w.rev, w.value)
+		wctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
+		out[i].Value, out[i].Err = Put(wctx, kv, w.k, w.rev, w.value)
 		cancel()
 	}
 	return out
@@ -182,7 +177,7 @@ func (sb *stateBatches) send(ctx context.Context, ws []stateWrite) ([]uint64, er
 		m := &nats.Msg{Subject: "$KV." + sb.bucket + "." + ws[i].k, Data: ws[i].value, Header: nats.Header{
 			jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(ws[i].rev, 10)},
 		}}
-		markBatch(m, id, i+1, i == n-1)
+		jsbatch.Mark(m, id, i+1, i == n-1)
 		return m
 	}
 	for i := range n - 1 {
@@ -190,13 +185,13 @@ func (sb *stateBatches) send(ctx context.Context, ws []stateWrite) ([]uint64, er
 			return nil, err
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
 	defer cancel()
 	ack, err := sb.nc.RequestMsgWithContext(rctx, msg(n-1))
 	if err != nil {
 		return nil, err
 	}
-	if err := batchStored(ack, id, n); err != nil {
+	if err := jsbatch.Stored(ack, id, n); err != nil {
 		return nil, err
 	}
 	var stored struct {
@@ -210,4 +205,17 @@ func (sb *stateBatches) send(ctx context.Context, ws []stateWrite) ([]uint64, er
 		revs[i] = stored.Seq - uint64(n-1-i)
 	}
 	return revs, nil
+}
+
+// BatchStats returns how many batches of two writes or more s stored and
+// how many the server refused (their writes sent again alone); on is false
+// when s does not coalesce writes.
+func (s *Store) BatchStats() (sent, refused int64, on bool) {
+	s.mu.Lock()
+	sb := s.batched
+	s.mu.Unlock()
+	if sb == nil {
+		return 0, 0, false
+	}
+	return sb.sent.Load(), sb.refused.Load(), true
 }

@@ -1,4 +1,4 @@
-package keylane
+package statestore
 
 import (
 	"context"
@@ -7,23 +7,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The group commit: a tenure reads a key once, applies a group of its jobs,
 // and stores the outcome with one compare-and-set (cas.go), caching the
-// entry for the next group. State.Apply uses the same read and write.
+// entry for the next group. Store.Apply uses the same read and write.
 
 // next builds the entry that follows cur once jobs (in stream order, all
 // under fence) applied with results: the new value, the last job's
 // sequence and outcome, and a bounded window of earlier outcomes. It
 // extends cur's held log when it may (heldlog.go), else copies.
-func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, results [][]byte) StateEntry {
+func (s *Store) next(cur Entry, value []byte, fence uint64, jobs []core.Job, results [][]byte) Entry {
 	last := len(jobs) - 1
-	e := StateEntry{Value: value, Seq: jobs[last].Seq, Index: jobs[last].Index(), Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
+	e := Entry{Value: value, Seq: jobs[last].Seq, Index: jobs[last].Index(), Fence: fence, Epoch: s.epochFor(jobs[last].Partition), JobID: jobs[last].ID, Result: results[last]}
 	// Outcomes from an adopted stream keep their IDs; those named after a
 	// sequence of that stream are meaningless now.
-	adopted := s.epochOf(cur, jobs[last].Partition) == epochAdopted
+	adopted := s.epochRelation(cur, jobs[last].Partition) == epochAdopted
 	if !adopted {
 		if e, ok := s.nextHeld(cur, e, jobs, results); ok {
 			return e
@@ -32,11 +33,11 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 	keep := s.keep
 	recent := make([]AppliedResult, 0, heldRoom(min(keep, len(cur.Recent)+len(jobs))))
 	for _, r := range cur.Recent {
-		if !adopted || !strings.HasPrefix(r.ID, syntheticIDPrefix) {
+		if !adopted || !strings.HasPrefix(r.ID, SyntheticIDPrefix) {
 			recent = append(recent, r)
 		}
 	}
-	if cur.JobID != "" && (!adopted || !strings.HasPrefix(cur.JobID, syntheticIDPrefix)) {
+	if cur.JobID != "" && (!adopted || !strings.HasPrefix(cur.JobID, SyntheticIDPrefix)) {
 		recent = append(recent, AppliedResult{Seq: cur.Seq, ID: cur.JobID, Result: cur.Result})
 	}
 	for i := range last {
@@ -59,11 +60,11 @@ func (s *State) next(cur StateEntry, value []byte, fence uint64, jobs []Job, res
 
 // write stores e over revision rev (0: the key is new) with compare-and-set
 // and caches it for this tenure; p is the partition whose group it is, for
-// the writes coalesced per partition (statebatch.go), or -1. A failed write drops the cache: its
+// the writes coalesced per partition (batch.go), or -1. A failed write drops the cache: its
 // outcome may be unknown, so the next attempt re-reads. An entry too large
 // for one message has its held window shrunk to fit (fit), keeping the
 // own outcomes at the end of e.Recent: those of the group being written.
-func (s *State) write(ctx context.Context, p int, k string, rev uint64, e StateEntry, own int) error {
+func (s *Store) write(ctx context.Context, p int, k string, rev uint64, e Entry, own int) error {
 	kv, err := s.bucket()
 	if err != nil {
 		return err
@@ -84,7 +85,7 @@ func (s *State) write(ctx context.Context, p int, k string, rev uint64, e StateE
 	return nil
 }
 
-func (s *State) current(ctx context.Context, k string, fence uint64, reread bool) (StateEntry, uint64, error) {
+func (s *Store) current(ctx context.Context, k string, fence uint64, reread bool) (Entry, uint64, error) {
 	if !reread {
 		s.mu.Lock()
 		c, ok := s.cache[k]
@@ -94,29 +95,31 @@ func (s *State) current(ctx context.Context, k string, fence uint64, reread bool
 			return c.entry, c.rev, nil
 		}
 	}
-	return s.read(ctx, k)
+	return s.Read(ctx, k)
 }
 
-func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) {
+// Read returns the entry of bucket key k (Key of a resource key) and its
+// revision; a key never written is a zero Entry at revision 0.
+func (s *Store) Read(ctx context.Context, k string) (Entry, uint64, error) {
 	kv, err := s.bucket()
 	if err != nil {
-		return StateEntry{}, 0, err
+		return Entry{}, 0, err
 	}
 	kve, err := kv.Get(ctx, k)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return StateEntry{}, 0, nil
+		return Entry{}, 0, nil
 	}
 	if err != nil {
-		return StateEntry{}, 0, &stateError{Key: keyOf(k), Err: err}
+		return Entry{}, 0, &core.StateError{Key: keyOf(k), Err: err}
 	}
-	e, err := decodeState(kve.Value())
+	e, err := Decode(kve.Value())
 	if err != nil {
-		return StateEntry{}, 0, err
+		return Entry{}, 0, err
 	}
 	return e, kve.Revision(), nil
 }
 
-func (s *State) remember(k string, c cachedEntry) {
+func (s *Store) remember(k string, c cachedEntry) {
 	s.mu.Lock()
 	if len(s.cache) >= maxCached {
 		clear(s.cache)
@@ -125,7 +128,7 @@ func (s *State) remember(k string, c cachedEntry) {
 	s.mu.Unlock()
 }
 
-func (s *State) forget(k string) {
+func (s *Store) forget(k string) {
 	s.mu.Lock()
 	delete(s.cache, k)
 	s.mu.Unlock()
@@ -139,7 +142,7 @@ const (
 	groupBytes = 64 << 10
 )
 
-// group applies consecutive jobs of one key, in stream order, against the
+// Group applies consecutive jobs of one key, in stream order, against the
 // key's current state and stores the outcome with one compare-and-set: a
 // group commit. Jobs whose outcome the entry holds are settled from it
 // without running. It returns n, how many of jobs are settled (their
@@ -147,20 +150,20 @@ const (
 // run: its reduce error, or ErrGap or ErrEpoch from the entry; nil if the
 // group stopped at its time or size bound. A write error (werr) settles
 // nothing: the write may or may not have landed, or another writer got in
-// first. group makes one attempt; the caller decides how to retry. All
+// first. Group makes one attempt; the caller decides how to retry. All
 // jobs carry the same fence.
-func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func(i int, cur []byte) (next, result []byte, err error)) (n int, rerr, werr error) {
+func (s *Store) Group(ctx context.Context, jobs []core.Job, out [][]byte, reduce func(i int, cur []byte) (next, result []byte, err error)) (n int, rerr, werr error) {
 	job0 := jobs[0]
-	k := StateKey(job0.Key)
+	k := Key(job0.Key)
 	cur, rev, err := s.current(ctx, k, job0.Fence, false)
 	if err != nil {
 		return 0, nil, err
 	}
 	if rev != 0 && cur.Fence > job0.Fence {
-		return 0, nil, fmt.Errorf("%w (job fence %d, stored fence %d)", ErrStaleFence, job0.Fence, cur.Fence)
+		return 0, nil, fmt.Errorf("%w (job fence %d, stored fence %d)", core.ErrStaleFence, job0.Fence, cur.Fence)
 	}
 	value, size := cur.Value, 0
-	var ran []Job
+	var ran []core.Job
 	var results [][]byte
 	start := time.Now()
 	for ; n < len(jobs); n++ {
@@ -203,14 +206,23 @@ func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func
 		return 0, nil, err
 	}
 	if err := s.write(ctx, job0.Partition, k, rev, s.next(cur, value, job0.Fence, ran, results), len(ran)-1); err != nil {
-		if casConflict(err) {
+		if Conflict(err) {
 			return 0, nil, fmt.Errorf("keylane: state %q: %w", job0.Key, err)
 		}
-		return 0, nil, stateWriteError(job0.Key, err)
+		return 0, nil, writeError(job0.Key, err)
 	}
 	return n, rerr, nil
 }
 
-// syntheticIDPrefix names jobs published without a job ID after their
+// SyntheticIDPrefix names jobs published without a job ID after their
 // stream sequence.
-const syntheticIDPrefix = "seq-"
+const SyntheticIDPrefix = "seq-"
+
+// Cached returns the revision s cached for bucket key k, if any: what the
+// owner's next group of k's jobs writes over without reading (tests).
+func (s *Store) Cached(k string) (rev uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.cache[k]
+	return c.rev, ok
+}

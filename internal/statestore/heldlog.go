@@ -1,9 +1,11 @@
-package keylane
+package statestore
 
 import (
 	"bytes"
 	"encoding/binary"
 	"sync"
+
+	"github.com/keylane/keylane/internal/core"
 )
 
 // The held window, kept between group commits. A hot key's entry holds the
@@ -58,7 +60,7 @@ type heldView struct {
 // heldSize is what one outcome counts towards HeldBytes.
 func heldSize(r AppliedResult) int { return 16 + len(r.ID) + len(r.Result) }
 
-// appendHeldOutcome appends r's version 4 encoding (statecodec.go) after
+// appendHeldOutcome appends r's version 4 encoding (codec.go) after
 // prev, or as the first outcome when prev is nil; encodeState's appendOne
 // writes the same bytes.
 func appendHeldOutcome(b []byte, prev *AppliedResult, r AppliedResult) []byte {
@@ -86,7 +88,7 @@ func heldRoom(n int) int { return n + n/4 + 16 }
 // withHeldLog gives e (built by next's full path, which made e.Recent's
 // array and nothing else holds it) a fresh log holding its window; the
 // log takes e.Recent's array when it has room for the last outcome.
-func withHeldLog(e StateEntry) StateEntry {
+func withHeldLog(e Entry) Entry {
 	k := len(e.Recent) + 1
 	l := &heldLog{held: e.Recent}
 	if cap(e.Recent) < k {
@@ -115,7 +117,7 @@ func withHeldLog(e StateEntry) StateEntry {
 // as next's full path does. ok is false when cur has no log it may extend
 // (read from the bucket, or its log moved on) or the full path must decide
 // (cur holds no last job ID: next does not hold that outcome again).
-func (s *State) nextHeld(cur StateEntry, e StateEntry, jobs []Job, results [][]byte) (StateEntry, bool) {
+func (s *Store) nextHeld(cur Entry, e Entry, jobs []core.Job, results [][]byte) (Entry, bool) {
 	v := cur.view
 	if v == nil || cur.JobID == "" {
 		return e, false
@@ -185,7 +187,7 @@ func (l *heldLog) compact(lo, more int) {
 
 // lookup looks id up by index when v is its log's head. ok is false when it
 // cannot say (v is not the head): the caller scans.
-func (v *heldView) lookup(e StateEntry, id string) (res []byte, found, ok bool) {
+func (v *heldView) lookup(e Entry, id string) (res []byte, found, ok bool) {
 	l := v.log
 	l.mu.Lock()
 	if l.head != v {
@@ -218,7 +220,7 @@ func (v *heldView) lookup(e StateEntry, id string) (res []byte, found, ok bool) 
 
 // encodeEntry is encodeState for an entry with a log: the header, the
 // first outcome on its own, the kept encodings of the rest and the value.
-func encodeEntry(e StateEntry) []byte {
+func encodeEntry(e Entry) []byte {
 	v := e.view
 	if v == nil {
 		return encodeState(e)

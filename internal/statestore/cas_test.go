@@ -1,4 +1,4 @@
-package keylane
+package statestore
 
 import (
 	"strings"
@@ -21,7 +21,7 @@ func TestCasPutSaysNatsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rev, err := casPut(ctx(t), kv, "k", 0, []byte("v"))
+	rev, err := Put(ctx(t), kv, "k", 0, []byte("v"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestCasPutSaysNatsOnce(t *testing.T) {
 		if tc.name == "create over the value limit" {
 			k = "fresh"
 		}
-		_, err := casPut(ctx(t), kv, k, tc.rev, tc.value)
+		_, err := Put(ctx(t), kv, k, tc.rev, tc.value)
 		if err == nil {
 			t.Errorf("%s: stored", tc.name)
 			continue
@@ -50,8 +50,8 @@ func TestCasPutSaysNatsOnce(t *testing.T) {
 		if strings.Contains(err.Error(), "nats: nats:") {
 			t.Errorf("%s: %q says nats twice", tc.name, err)
 		}
-		if casConflict(err) != tc.conflict {
-			t.Errorf("%s: casConflict(%v) = %v, want %v", tc.name, err, !tc.conflict, tc.conflict)
+		if Conflict(err) != tc.conflict {
+			t.Errorf("%s: Conflict(%v) = %v, want %v", tc.name, err, !tc.conflict, tc.conflict)
 		}
 	}
 }

@@ -1,20 +1,22 @@
-package keylane
+package statestore
 
 import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
-	"github.com/keylane/keylane/wire"
 	"strings"
+
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/wire"
 )
 
-// StateKey is the KV key that holds a resource key's state: the key in
+// Key is the KV key that holds a resource key's state: the key in
 // unpadded base64url, since KV keys allow only a few characters.
-func StateKey(key string) string {
+func Key(key string) string {
 	return "k." + base64.RawURLEncoding.EncodeToString([]byte(key))
 }
 
-// keyOf is the resource key of a state bucket key (StateKey's inverse).
+// keyOf is the resource key of a state bucket key (Key's inverse).
 func keyOf(k string) string {
 	b, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(k, "k."))
 	if err != nil {
@@ -60,7 +62,7 @@ func keyOf(k string) string {
 // and result, the last applied job last; the rest is the value. Versions 1
 // and 2 (seq, fence, job ID, result, and in 2 the earlier results of the
 // same write) are still read, as is 3. A worker that reads only versions up
-// to 3 refuses a version 4 entry with ErrBadState and dead-letters the
+// to 3 refuses a version 4 entry with core.ErrBadState and dead-letters the
 // key's jobs (jetstream/doc.go, "Outcomes are held"): upgrade every worker
 // of a namespace before the new ones take partitions.
 //
@@ -78,7 +80,7 @@ const (
 
 // appendStateHeader appends an entry's version, fence, epoch, batch index
 // (version 5 only) and count of held outcomes.
-func appendStateHeader(b []byte, e StateEntry) []byte {
+func appendStateHeader(b []byte, e Entry) []byte {
 	if e.Index > 0 {
 		b = append(b, stateV5)
 	} else {
@@ -92,7 +94,7 @@ func appendStateHeader(b []byte, e StateEntry) []byte {
 	return binary.AppendUvarint(b, uint64(len(e.Recent)+1))
 }
 
-func encodeState(e StateEntry) []byte {
+func encodeState(e Entry) []byte {
 	// A guess for a window of IDs that share prefixes and of repeated
 	// results (12 bytes an outcome); append grows it for others.
 	n := 1 + 3*binary.MaxVarintLen64 + 8 + 12*len(e.Recent) + len(e.JobID) + len(e.Result) + len(e.Value)
@@ -137,7 +139,9 @@ func sharedPrefix(a, b string, guess int) int {
 	return n
 }
 
-func decodeState(b []byte) (StateEntry, error) {
+// Decode reads a state entry of any version; a malformed one is
+// ErrBadState.
+func Decode(b []byte) (Entry, error) {
 	if len(b) > 0 {
 		switch b[0] {
 		case stateV4, stateV5:
@@ -146,9 +150,9 @@ func decodeState(b []byte) (StateEntry, error) {
 			return decodeStateV3(b)
 		}
 	}
-	var e StateEntry
+	var e Entry
 	if len(b) < 1+8+8+2 || (b[0] != stateV1 && b[0] != stateV2) {
-		return e, ErrBadState
+		return e, core.ErrBadState
 	}
 	version := b[0]
 	e.Seq = binary.BigEndian.Uint64(b[1:])
@@ -156,14 +160,14 @@ func decodeState(b []byte) (StateEntry, error) {
 	n := int(binary.BigEndian.Uint16(b[17:]))
 	b = b[19:]
 	if len(b) < n+4 {
-		return e, ErrBadState
+		return e, core.ErrBadState
 	}
 	e.JobID = string(b[:n])
 	b = b[n:]
 	r := int(binary.BigEndian.Uint32(b))
 	b = b[4:]
 	if len(b) < r {
-		return e, ErrBadState
+		return e, core.ErrBadState
 	}
 	if r > 0 {
 		e.Result = append([]byte(nil), b[:r]...)
@@ -171,19 +175,19 @@ func decodeState(b []byte) (StateEntry, error) {
 	b = b[r:]
 	if version == stateV2 {
 		if len(b) < 2 {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		k := int(binary.BigEndian.Uint16(b))
 		b = b[2:]
 		for range k {
 			if len(b) < 12 {
-				return e, ErrBadState
+				return e, core.ErrBadState
 			}
 			seq := binary.BigEndian.Uint64(b)
 			l := int(binary.BigEndian.Uint32(b[8:]))
 			b = b[12:]
 			if len(b) < l {
-				return e, ErrBadState
+				return e, core.ErrBadState
 			}
 			// Version 2 kept no IDs for the earlier jobs of a write.
 			e.Recent = append(e.Recent, AppliedResult{Seq: seq, Result: append([]byte(nil), b[:l]...)})
@@ -194,34 +198,34 @@ func decodeState(b []byte) (StateEntry, error) {
 	return e, nil
 }
 
-func decodeStateV3(b []byte) (StateEntry, error) {
-	var e StateEntry
+func decodeStateV3(b []byte) (Entry, error) {
+	var e Entry
 	if len(b) < 1+8+8+2 {
-		return e, ErrBadState
+		return e, core.ErrBadState
 	}
 	e.Fence = binary.BigEndian.Uint64(b[1:])
 	e.Epoch = binary.BigEndian.Uint64(b[9:])
 	k := int(binary.BigEndian.Uint16(b[17:]))
 	b = b[19:]
 	if k == 0 {
-		return e, ErrBadState
+		return e, core.ErrBadState
 	}
 	held := make([]AppliedResult, k)
 	for i := range held {
 		if len(b) < 10 {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		held[i].Seq = binary.BigEndian.Uint64(b)
 		n := int(binary.BigEndian.Uint16(b[8:]))
 		b = b[10:]
 		if len(b) < n+4 {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		held[i].ID = string(b[:n])
 		r := int(binary.BigEndian.Uint32(b[n:]))
 		b = b[n+4:]
 		if len(b) < r {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		if r > 0 {
 			held[i].Result = append([]byte(nil), b[:r]...)
@@ -237,8 +241,8 @@ func decodeStateV3(b []byte) (StateEntry, error) {
 	return e, nil
 }
 
-func decodeStateV4(b []byte) (StateEntry, error) {
-	var e StateEntry
+func decodeStateV4(b []byte) (Entry, error) {
+	var e Entry
 	v5 := b[0] == stateV5
 	b = b[1:]
 	uvarint := func() (uint64, bool) {
@@ -251,7 +255,7 @@ func decodeStateV4(b []byte) (StateEntry, error) {
 	}
 	fence, ok := uvarint()
 	if !ok || len(b) < 8 {
-		return e, ErrBadState
+		return e, core.ErrBadState
 	}
 	e.Fence = fence
 	e.Epoch = binary.BigEndian.Uint64(b)
@@ -259,7 +263,7 @@ func decodeStateV4(b []byte) (StateEntry, error) {
 	if v5 {
 		index, ok := uvarint()
 		if !ok || index == 0 || index > wire.MaxBatchJobs {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		e.Index = int(index)
 	}
@@ -267,7 +271,7 @@ func decodeStateV4(b []byte) (StateEntry, error) {
 	// Every outcome takes at least 4 bytes: a count beyond that is corrupt
 	// (and must not size an allocation).
 	if !ok || k == 0 || k > uint64(len(b)/4) {
-		return e, ErrBadState
+		return e, core.ErrBadState
 	}
 	held := make([]AppliedResult, k)
 	var prevSeq uint64
@@ -276,19 +280,19 @@ func decodeStateV4(b []byte) (StateEntry, error) {
 	for i := range held {
 		d, n := binary.Varint(b)
 		if n <= 0 {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		b = b[n:]
 		shared, ok1 := uvarint()
 		rest, ok2 := uvarint()
 		if !ok1 || !ok2 || shared > uint64(len(prevID)) || rest > uint64(len(b)) {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		id := prevID[:shared] + string(b[:rest])
 		b = b[rest:]
 		r, ok := uvarint()
 		if !ok || (r == 0 && i == 0) || r > uint64(len(b))+1 {
-			return e, ErrBadState
+			return e, core.ErrBadState
 		}
 		var res []byte
 		switch {
