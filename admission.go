@@ -27,10 +27,6 @@ func (e *KeyBacklogFullError) Error() string {
 
 func (e *KeyBacklogFullError) Unwrap() error { return ErrKeyBacklogFull }
 
-// subjectsVersion is the keylane.version of a jobs stream with per-key
-// subjects, ns.jobs.<p>.<key token>.
-const subjectsVersion = "3"
-
 // backlogFull reports whether err is the server's refusal of a job over
 // the per-subject limit (MaxMsgsPerSubject with DiscardNewPerSubject).
 func backlogFull(err error) bool { return natserr.PerSubjectCap(err) }

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/namespace"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -144,14 +145,14 @@ func streamsVectors(t *testing.T) []streamsVector {
 	jobsStream := func(ns string, n, s, i int, delays bool, md map[string]string) jetstream.StreamConfig {
 		names := Names{Namespace: ns}
 		meta := map[string]string{
-			MetaPartitions: strconv.Itoa(n), MetaHash: partition.HashName, MetaVersion: subjectsVersion,
+			MetaPartitions: strconv.Itoa(n), MetaHash: partition.HashName, MetaVersion: namespace.SubjectsVersion,
 			MetaReplyPrefix: DefaultReplyPrefix, MetaEpoch: conformanceEpoch,
 		}
 		if s > 1 {
 			meta[MetaShards], meta[MetaShard] = strconv.Itoa(s), strconv.Itoa(i)
 		}
 		if delays {
-			meta[MetaDelays] = delaysScheme
+			meta[MetaDelays] = namespace.DelaysScheme
 		}
 		for k, v := range md {
 			if v == "" {
@@ -160,7 +161,7 @@ func streamsVectors(t *testing.T) []streamsVector {
 				meta[k] = v
 			}
 		}
-		return jetstream.StreamConfig{Name: names.JobsShard(i), Subjects: shardSubjects(ns, n, s, i, delays),
+		return jetstream.StreamConfig{Name: names.JobsShard(i), Subjects: namespace.ShardSubjects(ns, n, s, i, delays),
 			Retention: jetstream.WorkQueuePolicy, Discard: jetstream.DiscardNew, Metadata: meta}
 	}
 	one := func(md map[string]string) []jetstream.StreamConfig {
@@ -436,7 +437,7 @@ func (g *conformanceGen) runAtRules() []runAtVector {
 
 func (g *conformanceGen) workerRunAt() []workerRunAtVector {
 	const ns, n, p = "keylane", 4, 1
-	rules := wire.Rules{Namespace: ns, Partition: p, Partitions: n, ReplyPrefix: DefaultReplyPrefix, DelaysStream: Names{ns}.Delays(), Delays: true}
+	rules := wire.Rules{Namespace: ns, Partition: p, Partitions: n, ReplyPrefix: DefaultReplyPrefix, DelaysStream: Names{Namespace: ns}.Delays(), Delays: true}
 	stored := conformanceStoredAt
 	limit := stored.Add(wire.MaxDelay + wire.RunAtSlack)
 	var out []workerRunAtVector
@@ -496,7 +497,7 @@ func checkDelaysRead(t *testing.T, raw []byte) {
 			t.Fatal(err)
 		}
 		p := partition.Of(v.Input.Key, v.Partitions)
-		r := wire.Rules{Namespace: v.Namespace, Partition: p, Partitions: v.Partitions, ReplyPrefix: v.ReplyPrefix, Delays: true, DelaysStream: Names{v.Namespace}.Delays()}
+		r := wire.Rules{Namespace: v.Namespace, Partition: p, Partitions: v.Partitions, ReplyPrefix: v.ReplyPrefix, Delays: true, DelaysStream: Names{Namespace: v.Namespace}.Delays()}
 		body, herr := hex.DecodeString(v.Message.PayloadHex)
 		if herr != nil {
 			t.Fatal(herr)
@@ -506,13 +507,13 @@ func checkDelaysRead(t *testing.T, raw []byte) {
 		if err != nil || got != v.Parsed || v.Message.Subject != partition.DelaySubject(v.Namespace, p, v.Parsed.ID) {
 			t.Errorf("delays.json %s: the worker reads %+v (%v), the file says %+v", v.Name, got, err, v.Parsed)
 		}
-		want := []string{Names{v.Namespace}.JobsShard(ShardOf(p, v.Shards))}
+		want := []string{Names{Namespace: v.Namespace}.JobsShard(ShardOf(p, v.Shards))}
 		if !slices.Equal(v.Message.Headers[expectStreamHeader], want) {
 			t.Errorf("delays.json %s: expected stream %v, the shard's is %v", v.Name, v.Message.Headers[expectStreamHeader], want)
 		}
 	}
 	const ns, n, p = "keylane", 4, 1
-	rules := wire.Rules{Namespace: ns, Partition: p, Partitions: n, ReplyPrefix: DefaultReplyPrefix, DelaysStream: Names{ns}.Delays(), Delays: true}
+	rules := wire.Rules{Namespace: ns, Partition: p, Partitions: n, ReplyPrefix: DefaultReplyPrefix, DelaysStream: Names{Namespace: ns}.Delays(), Delays: true}
 	for _, v := range f.WorkerRunAt {
 		stored, err := time.Parse(time.RFC3339Nano, v.StoredAt)
 		if err != nil {

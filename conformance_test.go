@@ -1139,7 +1139,7 @@ func newRefusal(index int, why error, reply string) refusalEntry {
 
 func (g *conformanceGen) refusals() any {
 	const ns, n, p = "keylane", 4, 1
-	rules := wire.Rules{Namespace: ns, Partition: p, Partitions: n, ReplyPrefix: DefaultReplyPrefix, DelaysStream: Names{ns}.Delays()}
+	rules := wire.Rules{Namespace: ns, Partition: p, Partitions: n, ReplyPrefix: DefaultReplyPrefix, DelaysStream: Names{Namespace: ns}.Delays()}
 	delayRules := rules
 	delayRules.Delays = true
 	rr := func(r wire.Rules) refusalRules {

@@ -2,14 +2,11 @@ package keylane
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // MaxDelay bounds WithDelay and WithRunAt: a job runs at most 30 days
@@ -82,23 +79,4 @@ func (c *Client) delay(r *Request, m *nats.Msg, p int) error {
 	m.Header[HeaderRunAt] = []string{r.RunAt.UTC().Format(time.RFC3339Nano)}
 	m.Subject = partition.DelaySubject(c.names.Namespace, p, r.ID)
 	return nil
-}
-
-// schedulesSupported refuses a server older than 2.12, which has no
-// message schedules for the delays stream.
-func schedulesSupported(js jetstream.JetStream) error {
-	if v := js.Conn().ConnectedServerVersion(); !serverAtLeast(v, 2, 12) {
-		return fmt.Errorf("%w: nats-server %q has no message schedules (2.12 or later)", ErrDelaysOff, v)
-	}
-	return nil
-}
-
-// serverAtLeast reports whether a nats-server version string ("2.12.1",
-// "2.15.0-beta.2") is major.minor or later; an unreadable one is not.
-func serverAtLeast(v string, major, minor int) bool {
-	maj, rest, _ := strings.Cut(v, ".")
-	mnr, _, _ := strings.Cut(rest, ".")
-	ma, err1 := strconv.Atoi(maj)
-	mi, err2 := strconv.Atoi(mnr)
-	return err1 == nil && err2 == nil && (ma > major || ma == major && mi >= minor)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -199,29 +198,6 @@ func (o *owner) sendKeptBatch(puts []kvPut) error {
 	}
 	if json.Unmarshal(ack.Data, &stored) == nil && stored.Seq > 0 {
 		o.noteKept(puts[n-1].subject, stored.Seq)
-	}
-	return nil
-}
-
-// allowAtomicPublish lets the stream (the results bucket's) take atomic
-// batches, updating a stream made by an older keylane in place. A server
-// that refuses the flag (before 2.12) leaves it off, and workers keep
-// outcomes one by one; only a failed request is an error (Setup tries
-// again).
-func allowAtomicPublish(ctx context.Context, js jetstream.JetStream, name string) error {
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		return err
-	}
-	sc := s.CachedInfo().Config
-	if sc.AllowAtomicPublish {
-		return nil
-	}
-	sc.AllowAtomicPublish = true
-	_, err = js.UpdateStream(ctx, sc)
-	var apiErr *jetstream.APIError
-	if err != nil && !errors.As(err, &apiErr) {
-		return fmt.Errorf("keylane: allow atomic batches on %s: %w", name, natsError(err))
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/namespace"
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/wire"
@@ -436,7 +437,7 @@ func TestOutcomeBatchDefaults(t *testing.T) {
 	}{
 		{0, 1, 0}, {0, 3, 2}, {8, 1, 8}, {1, 1, 2}, {-1, 3, 0},
 	} {
-		w := &Worker{cfg: WorkerConfig{OutcomeBatch: tc.cfg}, topo: &Topology{Replicas: tc.replicas}}
+		w := &Worker{cfg: WorkerConfig{OutcomeBatch: tc.cfg}, topo: &Topology{Topology: &namespace.Topology{Replicas: tc.replicas}}}
 		if got := w.outcomeBatchMin(); got != tc.want {
 			t.Errorf("OutcomeBatch %d on R%d: least batch %d, want %d", tc.cfg, tc.replicas, got, tc.want)
 		}

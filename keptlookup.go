@@ -445,24 +445,3 @@ func leaderGet(ctx context.Context, nc *nats.Conn, stream, subject string) (*sto
 	}
 	return sm, nil
 }
-
-// ensureDirectGets lets the results bucket's stream answer direct gets
-// (AllowDirect), which the batched look-up needs: buckets created by
-// keylane have it (nats.go sets it), one created otherwise is upgraded in
-// place and bound again, so its handle's Get uses direct gets too.
-func ensureDirectGets(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
-	name := "KV_" + kv.Bucket()
-	s, err := js.Stream(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	sc := s.CachedInfo().Config
-	if sc.AllowDirect {
-		return kv, nil
-	}
-	sc.AllowDirect = true
-	if _, err := js.UpdateStream(ctx, sc); err != nil {
-		return nil, fmt.Errorf("keylane: allow direct gets on %s: %w", name, err)
-	}
-	return js.KeyValue(ctx, kv.Bucket())
-}

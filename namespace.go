@@ -2,16 +2,80 @@ package keylane
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
 
-	"github.com/keylane/keylane/lease"
+	ns "github.com/keylane/keylane/internal/namespace"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// The operator's calls on a namespace (open, adopt, repartition, list,
+// delete, leaders), each package namespace's.
+
+// Names derives every NATS object name from a namespace.
+type Names = ns.Names
+
+// Meta is what a jobs stream's metadata says about its namespace.
+type Meta = ns.Meta
+
+// MetaMaxDeliver is the jobs stream's metadata key for Meta.MaxDeliver.
+const MetaMaxDeliver = ns.MetaMaxDeliver
+
+// MetaDelays is the jobs stream's metadata key for Meta.Delays; its value
+// is "2" (namespace.DelaysScheme): delayed jobs wait in a delays stream
+// only workers publish to.
+const MetaDelays = ns.MetaDelays
+
+// Open reads an existing namespace for a client: it checks the metadata
+// of every jobs stream shard and returns shard 0's, with the adopted
+// epochs of all. A non-zero want that differs from the stream's partition
+// count is refused with ErrPartitionMismatch.
+func Open(ctx context.Context, js jetstream.JetStream, namespace string, want int) (Meta, error) {
+	return ns.Open(ctx, js, namespace, want)
+}
+
+// AdoptEpoch makes the namespace's jobs streams carry on the state written
+// under an earlier jobs stream's epoch: keys written under it run again
+// (their held job IDs still answer retries; their sequences, which mean
+// nothing in this stream, are ignored). Use it after a jobs stream (or a
+// shard of it) was deleted and created again, once you know the old
+// stream's jobs are gone or re-submitted; workers refuse such keys with
+// ErrEpoch until then. The epoch is written into every shard.
+func AdoptEpoch(ctx context.Context, js jetstream.JetStream, namespace string, epoch uint64) error {
+	return ns.AdoptEpoch(ctx, js, namespace, epoch)
+}
+
+// RepartitionProgress is called while Repartition waits for the old jobs
+// stream to drain, with the number of jobs it still holds.
+type RepartitionProgress = ns.RepartitionProgress
+
+// Repartition changes the namespace's partition count to n, keeping every
+// key's state and the number of jobs stream shards (every shard goes
+// through the steps below; n must be at least the shard count). It must run while workers run (they drain the old stream):
+//
+//  1. Freeze: the old jobs stream's subjects move off the partition
+//     subjects, so new jobs are refused at once (clients get "no response
+//     from stream"); consumers keep delivering what it holds.
+//  2. Drain: wait until the workers finished every stored job, calling
+//     progress now and then. If ctx ends first the stream is unfrozen and
+//     Repartition returns an error: nothing changed.
+//  3. Switch: the old stream is deleted and a new one created with n
+//     partitions, a new epoch that adopts the old one (and those it
+//     adopted), its sequences continuing after the old stream's last, and
+//     the same duplicate window, replicas, size limit and reply prefix.
+//  4. Resume: workers see the new epoch, hand their partitions over, open
+//     the new topology and balance its n partitions (within a lease TTL).
+//     Clients must be opened again: an old client's jobs are refused (a
+//     partition subject that is gone: ErrPartitionMismatch at publish) or
+//     dead-lettered with "re-open the client" (Keylane-Partitions), never
+//     stored to rot.
+//
+// Per-key state stays in the state bucket, keyed by resource key; state
+// entries of the old epoch are adopted, so their held job IDs still answer
+// retries. Between the delete and the create (milliseconds) a worker that
+// starts creates no stream (workers only create a missing stream at Start;
+// start none during a repartition).
+func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, n int, progress RepartitionProgress) error {
+	return ns.Repartition(ctx, js, namespace, n, progress)
+}
 
 // NamespaceObjects lists the streams of a namespace that exist: its jobs
 // stream and shards, delays and dead-letter streams, and the streams of
@@ -30,89 +94,14 @@ import (
 // the rest by. An empty list means the namespace does not exist. It only
 // reads.
 func NamespaceObjects(ctx context.Context, js jetstream.JetStream, namespace string) ([]string, error) {
-	if !namespaceRE.MatchString(namespace) {
-		return nil, fmt.Errorf("keylane: namespace %q must match %s", namespace, namespaceRE)
-	}
-	names := Names{Namespace: namespace}
-	kv := map[string]bool{}
-	for _, b := range []string{names.Leases(), names.Members(), names.Results(), names.State()} {
-		kv["KV_"+b] = true
-	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	var out, buckets []string
-	jobs := false
-	lister := js.ListStreams(ctx)
-	for info := range lister.Info() {
-		name := info.Config.Name
-		switch {
-		case kv[name]:
-			buckets = append(buckets, name)
-			continue
-		case name == names.Jobs(), name == names.Delays(), name == names.Dead(), isShardOf(name, names):
-			for _, s := range info.Config.Subjects {
-				if !strings.HasPrefix(s, namespace+".") {
-					return nil, fmt.Errorf("keylane: stream %s takes subject %s, not namespace %s's: another namespace shares its object names", name, s, namespace)
-				}
-			}
-		default:
-			continue
-		}
-		jobs = jobs || name == names.Jobs()
-		out = append(out, name)
-	}
-	if err := lister.Err(); err != nil {
-		return nil, fmt.Errorf("keylane: list streams: %w", err)
-	}
-	if jobs {
-		out = append(out, buckets...)
-	}
-	slices.Sort(out)
-	return out, nil
-}
-
-// isShardOf reports whether stream name is a jobs stream shard above 0 of
-// names (Names.JobsShard).
-func isShardOf(name string, names Names) bool {
-	rest, ok := strings.CutPrefix(name, names.Jobs()+"_")
-	if !ok {
-		return false
-	}
-	n, err := strconv.Atoi(rest)
-	return err == nil && n > 0 && strconv.Itoa(n) == rest
+	return ns.NamespaceObjects(ctx, js, namespace)
 }
 
 // LiveLeases returns the partitions of namespace whose lease a worker
 // holds, and who holds each, read from the leases bucket; none when the
 // bucket does not exist. It only reads.
 func LiveLeases(ctx context.Context, js jetstream.JetStream, namespace string) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	kv, err := js.KeyValue(ctx, Names{Namespace: namespace}.Leases())
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("keylane: leases: %w", err)
-	}
-	keys, err := kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("keylane: leases: %w", err)
-	}
-	held := map[string]string{}
-	for _, k := range keys {
-		info, _, err := lease.Read(ctx, kv, k)
-		switch {
-		case err == nil:
-			held[k] = info.Holder
-		case !errors.Is(err, lease.ErrFree):
-			return nil, fmt.Errorf("keylane: lease %s: %w", k, err)
-		}
-	}
-	return held, nil
+	return ns.LiveLeases(ctx, js, namespace)
 }
 
 // DeleteNamespace deletes every stream NamespaceObjects lists for
@@ -125,45 +114,63 @@ func LiveLeases(ctx context.Context, js jetstream.JetStream, namespace string) (
 // ErrNoTopology. It returns the names it deleted; on an error, those
 // deleted before it.
 func DeleteNamespace(ctx context.Context, js jetstream.JetStream, namespace string, force bool) ([]string, error) {
-	objs, err := NamespaceObjects(ctx, js, namespace)
-	if err != nil {
-		return nil, err
-	}
-	if len(objs) == 0 {
-		return nil, fmt.Errorf("keylane: namespace %s has no streams or buckets: %w", namespace, ErrNoTopology)
-	}
-	if !force {
-		held, err := LiveLeases(ctx, js, namespace)
-		if err != nil {
-			return nil, err
-		}
-		if len(held) > 0 {
-			return nil, fmt.Errorf("%w: %s (%d partition leases held, e.g. by %s)", ErrNamespaceInUse, namespace, len(held), slices.Sorted(maps.Values(held))[0])
-		}
-	}
-	// The jobs stream last: NamespaceObjects lists the buckets only
-	// beside it, so a delete cut short can be run again.
-	jobs := Names{Namespace: namespace}.Jobs()
-	objs = slices.Clone(objs)
-	slices.SortStableFunc(objs, func(a, b string) int {
-		switch {
-		case a == jobs && b != jobs:
-			return 1
-		case b == jobs && a != jobs:
-			return -1
-		}
-		return 0
-	})
-	var deleted []string
-	for _, name := range objs {
-		dctx, cancel := context.WithTimeout(ctx, requestTimeout)
-		err := js.DeleteStream(dctx, name)
-		cancel()
-		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return deleted, fmt.Errorf("keylane: delete %s: %w", name, err)
-		}
-		deleted = append(deleted, name)
-	}
-	slices.Sort(deleted)
-	return deleted, nil
+	return ns.DeleteNamespace(ctx, js, namespace, force)
+}
+
+// ShardLeader says which server leads one jobs stream shard: the server
+// that stores and acks every job of the shard's partitions first.
+type ShardLeader = ns.ShardLeader
+
+// ShardLeaders returns the leader of every jobs stream shard of the
+// namespace, by shard.
+func ShardLeaders(ctx context.Context, js jetstream.JetStream, namespace string) ([]ShardLeader, error) {
+	return ns.ShardLeaders(ctx, js, namespace)
+}
+
+// SpreadLeaders moves shard leaders so that no server leads more than
+// ⌈S/servers⌉ shards where the replicas allow it: the stream leader does
+// a shard's storage work, and shards whose leaders share a server share
+// its cores. It asks an overloaded leader to step down in favour of the
+// least loaded current follower (the stepdown's preferred placement,
+// nats-server 2.11 and later) and waits for the new leader. The cluster
+// elects leaders on its own again after a failure or restart, so run it
+// after those too. It returns the leaders after the moves; it changes
+// nothing on a single server.
+func SpreadLeaders(ctx context.Context, js jetstream.JetStream, namespace string) ([]ShardLeader, error) {
+	return ns.SpreadLeaders(ctx, js, namespace)
+}
+
+// The engine's names for package namespace's, so their call sites read as
+// before.
+
+// shardMeta is one shard's Meta and the stream info it was read from.
+type shardMeta = ns.ShardMeta
+
+// openShards opens every jobs stream shard of the namespace and checks
+// that they agree; a missing shard is ErrNoTopology.
+func openShards(ctx context.Context, js jetstream.JetStream, namespace string) ([]jetstream.Stream, []shardMeta, error) {
+	return ns.OpenShards(ctx, js, namespace)
+}
+
+// joinMeta is the namespace's Meta from its shards' (namespace.JoinMeta).
+func joinMeta(metas []shardMeta) Meta { return ns.JoinMeta(metas) }
+
+// readMeta reads and checks a jobs stream's metadata (namespace.ReadMeta).
+func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) { return ns.ReadMeta(info, want) }
+
+// checkMeta checks a jobs stream's partition count and hash against want
+// (0: any) and returns its partition count (namespace.CheckMeta).
+func checkMeta(sc jetstream.StreamConfig, want int) (int, error) { return ns.CheckMeta(sc, want) }
+
+// formatEpoch is an epoch as the metadata writes it (hex).
+func formatEpoch(e uint64) string { return ns.FormatEpoch(e) }
+
+// apiPrefix is the JetStream API prefix js sends requests under
+// (namespace.APIPrefix).
+func apiPrefix(js jetstream.JetStream) string { return ns.APIPrefix(js) }
+
+// allowAtomicPublish lets stream name take atomic batches
+// (namespace.AllowAtomicPublish).
+func allowAtomicPublish(ctx context.Context, js jetstream.JetStream, name string) error {
+	return ns.AllowAtomicPublish(ctx, js, name)
 }

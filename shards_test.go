@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keylane/keylane/internal/namespace"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go/jetstream"
@@ -368,7 +369,7 @@ func TestRepartitionKeepsShards(t *testing.T) {
 	topo := w.Topology()
 	for i := range 2 {
 		sc := topo.Streams[i].CachedInfo().Config
-		if !slices.Equal(sc.Subjects, shardSubjects(e.ns, 6, 2, i, false)) {
+		if !slices.Equal(sc.Subjects, namespace.ShardSubjects(e.ns, 6, 2, i, false)) {
 			t.Errorf("shard %d subjects %v", i, sc.Subjects)
 		}
 		if !slices.Contains(topo.Meta.Adopted, e.topo.Epochs[i]) || topo.Epochs[i] == e.topo.Epochs[i] {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/keylane/keylane/internal/namespace"
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
@@ -52,22 +53,23 @@ const (
 	HeaderRedriveOf = wire.HeaderRedriveOf
 )
 
-// Metadata keys written into the jobs stream's configuration.
+// Metadata keys written into the jobs stream's configuration (package
+// namespace's).
 const (
-	MetaPartitions = "keylane.partitions"
-	MetaHash       = "keylane.hash"
-	MetaVersion    = "keylane.version"
+	MetaPartitions = namespace.MetaPartitions
+	MetaHash       = namespace.MetaHash
+	MetaVersion    = namespace.MetaVersion
 	// MetaEpoch identifies the jobs stream (hex); see Meta.Epoch.
-	MetaEpoch = "keylane.epoch"
+	MetaEpoch = namespace.MetaEpoch
 	// MetaAdopted lists adopted epochs (hex, comma-separated).
-	MetaAdopted = "keylane.adopted"
+	MetaAdopted = namespace.MetaAdopted
 	// MetaReplyPrefix is where workers may reply.
-	MetaReplyPrefix = "keylane.reply-prefix"
+	MetaReplyPrefix = namespace.MetaReplyPrefix
 	// MetaShards is S, how many jobs streams the namespace's partitions
 	// are spread over; absent means 1.
-	MetaShards = "keylane.shards"
+	MetaShards = namespace.MetaShards
 	// MetaShard is the stream's own shard index in [0, S); absent means 0.
-	MetaShard = "keylane.shard"
+	MetaShard = namespace.MetaShard
 )
 
 const (

@@ -1,4 +1,4 @@
-package keylane
+package namespace
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -34,7 +35,7 @@ type RepartitionProgress func(left uint64)
 //  4. Resume: workers see the new epoch, hand their partitions over, open
 //     the new topology and balance its n partitions (within a lease TTL).
 //     Clients must be opened again: an old client's jobs are refused (a
-//     partition subject that is gone: ErrPartitionMismatch at publish) or
+//     partition subject that is gone: core.ErrPartitionMismatch at publish) or
 //     dead-lettered with "re-open the client" (Keylane-Partitions), never
 //     stored to rot.
 //
@@ -47,25 +48,25 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 	if err := partition.ValidateCount(n); err != nil {
 		return err
 	}
-	streams, metas, err := openShards(ctx, js, namespace)
+	streams, metas, err := OpenShards(ctx, js, namespace)
 	if err != nil {
 		return err
 	}
-	meta := joinMeta(metas)
+	meta := JoinMeta(metas)
 	if meta.Partitions == n {
 		return nil
 	}
 	if n < meta.Shards {
-		return fmt.Errorf("%w: %d partitions for %d jobs stream shards: every shard needs a partition", ErrShardsMismatch, n, meta.Shards)
+		return fmt.Errorf("%w: %d partitions for %d jobs stream shards: every shard needs a partition", core.ErrShardsMismatch, n, meta.Shards)
 	}
 	olds := make([]jetstream.StreamConfig, len(metas))
 	for i, m := range metas {
-		olds[i] = m.info.Config
+		olds[i] = m.Info.Config
 	}
 	// unfreeze restores the shards frozen so far, on a context of its own:
 	// ctx may have ended.
 	unfreeze := func(frozen int, cause error) error {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestTimeout)
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), core.RequestTimeout)
 		defer cancel()
 		for _, old := range olds[:frozen] {
 			if _, uerr := js.UpdateStream(uctx, old); uerr != nil {
@@ -76,7 +77,7 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 	}
 	for i, old := range olds {
 		frozen := old
-		frozen.Subjects = []string{namespace + ".frozen." + formatEpoch(metas[i].Epoch)}
+		frozen.Subjects = []string{namespace + ".frozen." + FormatEpoch(metas[i].Epoch)}
 		if _, err := js.UpdateStream(ctx, frozen); err != nil {
 			return unfreeze(i, fmt.Errorf("freeze %s: %w", old.Name, err))
 		}
@@ -95,10 +96,10 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 	}
 	adopted := make([]string, 0, len(meta.Adopted)+len(metas))
 	for _, e := range meta.Adopted {
-		adopted = append(adopted, formatEpoch(e))
+		adopted = append(adopted, FormatEpoch(e))
 	}
 	for _, m := range metas {
-		adopted = append(adopted, formatEpoch(m.Epoch))
+		adopted = append(adopted, FormatEpoch(m.Epoch))
 	}
 	nexts := make([]jetstream.StreamConfig, len(olds))
 	for i, old := range olds {
@@ -107,7 +108,7 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 			return unfreeze(len(olds), err)
 		}
 		next := old
-		next.Subjects = shardSubjects(namespace, n, meta.Shards, i, meta.Delays)
+		next.Subjects = ShardSubjects(namespace, n, meta.Shards, i, meta.Delays)
 		next.Sources = nil
 		if meta.Delays {
 			next.Sources = dueSources(Names{Namespace: namespace}, n, meta.Shards, i)
@@ -116,10 +117,10 @@ func Repartition(ctx context.Context, js jetstream.JetStream, namespace string, 
 		next.FirstSeq = last + 1
 		next.Metadata = maps.Clone(old.Metadata)
 		next.Metadata[MetaPartitions] = strconv.Itoa(n)
-		next.Metadata[MetaEpoch] = formatEpoch(epoch)
+		next.Metadata[MetaEpoch] = FormatEpoch(epoch)
 		next.Metadata[MetaAdopted] = strings.Join(adopted, ",")
 		next.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
-		next.Metadata[MetaVersion] = subjectsVersion
+		next.Metadata[MetaVersion] = SubjectsVersion
 		nexts[i] = next
 	}
 	for _, old := range olds {

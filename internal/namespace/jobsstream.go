@@ -1,4 +1,4 @@
-package keylane
+package namespace
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -17,12 +19,12 @@ import (
 // per partition, ns.jobs.<p>.* (a subject per key inside it), so a publish
 // to anything else (another N's partition, a typo) is refused by the
 // server instead of stored where no consumer reads it.
-func partitionSubjects(ns string, n int) []string { return shardSubjects(ns, n, 1, 0, false) }
+func partitionSubjects(ns string, n int) []string { return ShardSubjects(ns, n, 1, 0, false) }
 
-// shardSubjects lists the subjects of jobs stream shard i of s: those of
+// ShardSubjects lists the subjects of jobs stream shard i of s: those of
 // its partitions only, so the subject decides the shard; with delays, each
 // partition's delayed jobs' subjects too (ns.delay.<p>.*).
-func shardSubjects(ns string, n, s, i int, delays bool) []string {
+func ShardSubjects(ns string, n, s, i int, delays bool) []string {
 	subjects := make([]string, 0, (n+s-1)/s)
 	for p := i; p < n; p += s {
 		subjects = append(subjects, partition.Filter(ns, p))
@@ -40,7 +42,7 @@ func shardSubjects(ns string, n, s, i int, delays bool) []string {
 // the others after its example. A missing shard is created with an epoch
 // of its own, so a shard deleted and created again is told apart from
 // the one it replaced, exactly as a lone jobs stream is.
-func ensureShards(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) ([]jetstream.Stream, []shardMeta, error) {
+func ensureShards(ctx context.Context, js jetstream.JetStream, names Names, cfg *Config) ([]jetstream.Stream, []ShardMeta, error) {
 	m0, err := ensureJobs(ctx, js, names, cfg)
 	if err != nil {
 		return nil, nil, err
@@ -50,14 +52,14 @@ func ensureShards(ctx context.Context, js jetstream.JetStream, names Names, cfg 
 		return nil, nil, err
 	}
 	streams := []jetstream.Stream{s0}
-	metas := []shardMeta{{m0, s0.CachedInfo()}}
+	metas := []ShardMeta{{m0, s0.CachedInfo()}}
 	for i := 1; i < m0.Shards; i++ {
 		s, m, err := ensureShard(ctx, js, names, s0.CachedInfo(), m0, i)
 		if err != nil {
 			return nil, nil, err
 		}
 		streams = append(streams, s)
-		metas = append(metas, shardMeta{m, s.CachedInfo()})
+		metas = append(metas, ShardMeta{m, s.CachedInfo()})
 	}
 	return streams, metas, nil
 }
@@ -73,7 +75,7 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 			if err := foreignJobsStream(info.Config, names.Namespace); err != nil {
 				return nil, Meta{}, err
 			}
-			m, err := readMeta(info, m0.Partitions)
+			m, err := ReadMeta(info, m0.Partitions)
 			if err == nil {
 				err = sameShards(m0, m, i, name)
 			}
@@ -81,12 +83,12 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 				return nil, Meta{}, err
 			}
 			if info.Config.Replicas != info0.Config.Replicas {
-				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, shard 0 %d", ErrReplicasMismatch, name, info.Config.Replicas, info0.Config.Replicas)
+				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, shard 0 %d", core.ErrReplicasMismatch, name, info.Config.Replicas, info0.Config.Replicas)
 			}
 			if m.MaxKeyBacklog != m0.MaxKeyBacklog {
-				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d, shard 0 at %d", ErrKeyBacklogMismatch, name, m.MaxKeyBacklog, m0.MaxKeyBacklog)
+				return nil, Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d, shard 0 at %d", core.ErrKeyBacklogMismatch, name, m.MaxKeyBacklog, m0.MaxKeyBacklog)
 			}
-			cfg := TopologyConfig{Namespace: names.Namespace}
+			cfg := Config{Namespace: names.Namespace}
 			if err := upgradeJobs(ctx, js, info, m, &cfg); err != nil {
 				return nil, Meta{}, err
 			}
@@ -101,10 +103,10 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 		}
 		sc := info0.Config
 		sc.Name = name
-		sc.Subjects = shardSubjects(names.Namespace, m0.Partitions, m0.Shards, i, m0.Delays)
+		sc.Subjects = ShardSubjects(names.Namespace, m0.Partitions, m0.Shards, i, m0.Delays)
 		sc.Metadata = maps.Clone(sc.Metadata)
 		sc.Metadata[MetaShard] = strconv.Itoa(i)
-		sc.Metadata[MetaEpoch] = formatEpoch(epoch)
+		sc.Metadata[MetaEpoch] = FormatEpoch(epoch)
 		sc.FirstSeq = 0
 		sc.Sources, sc.Mirror, sc.Placement = nil, nil, nil
 		if m0.Delays {
@@ -118,37 +120,37 @@ func ensureShard(ctx context.Context, js jetstream.JetStream, names Names, info0
 	}
 }
 
-func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *TopologyConfig) (Meta, error) {
+func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *Config) (Meta, error) {
 	s, err := js.Stream(ctx, names.Jobs())
 	if err == nil {
 		info := s.CachedInfo()
 		if err := foreignJobsStream(info.Config, names.Namespace); err != nil {
 			return Meta{}, err
 		}
-		meta, err := readMeta(info, cfg.Partitions)
+		meta, err := ReadMeta(info, cfg.Partitions)
 		if err != nil {
 			return Meta{}, err
 		}
 		if meta.Shard != 0 {
-			return Meta{}, fmt.Errorf("%w: stream %s says it is shard %d", ErrShardsMismatch, info.Config.Name, meta.Shard)
+			return Meta{}, fmt.Errorf("%w: stream %s says it is shard %d", core.ErrShardsMismatch, info.Config.Name, meta.Shard)
 		}
 		if cfg.StreamShards != 0 && meta.Shards != cfg.StreamShards {
-			return Meta{}, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d (configure %d, or 0 to follow it)", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards, meta.Shards)
+			return Meta{}, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d (configure %d, or 0 to follow it)", core.ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards, meta.Shards)
 		}
 		if cfg.Delays && !meta.Delays {
-			return Meta{}, fmt.Errorf("%w: jobs stream %s was made without Delays (configure false to follow it; keylane does not turn them on later)", ErrDelaysOff, info.Config.Name)
+			return Meta{}, fmt.Errorf("%w: jobs stream %s was made without Delays (configure false to follow it; keylane does not turn them on later)", core.ErrDelaysOff, info.Config.Name)
 		}
 		if cfg.MaxKeyBacklog != 0 && meta.MaxKeyBacklog != cfg.MaxKeyBacklog {
-			return Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d (0: none), configured %d (configure %d, or 0 to follow it; keylane never changes it: the server would delete stored jobs over a new cap)", ErrKeyBacklogMismatch, info.Config.Name, meta.MaxKeyBacklog, cfg.MaxKeyBacklog, meta.MaxKeyBacklog)
+			return Meta{}, fmt.Errorf("%w: jobs stream %s caps a key's backlog at %d (0: none), configured %d (configure %d, or 0 to follow it; keylane never changes it: the server would delete stored jobs over a new cap)", core.ErrKeyBacklogMismatch, info.Config.Name, meta.MaxKeyBacklog, cfg.MaxKeyBacklog, meta.MaxKeyBacklog)
 		}
 		if cfg.Replicas != 0 && info.Config.Replicas != cfg.Replicas {
-			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
+			return Meta{}, fmt.Errorf("%w: jobs stream %s has %d replicas, configured %d (configure %d, or 0 to follow it)", core.ErrReplicasMismatch, info.Config.Name, info.Config.Replicas, cfg.Replicas, info.Config.Replicas)
 		}
 		if cfg.ReplyPrefix != "" && meta.ReplyPrefix != cfg.ReplyPrefix {
-			return Meta{}, fmt.Errorf("%w: namespace %s replies under %q, configured %q (configure %q, or leave it empty to follow it; it is fixed when the namespace is created)", ErrReplyPrefixMismatch, cfg.Namespace, meta.ReplyPrefix, cfg.ReplyPrefix, meta.ReplyPrefix)
+			return Meta{}, fmt.Errorf("%w: namespace %s replies under %q, configured %q (configure %q, or leave it empty to follow it; it is fixed when the namespace is created)", core.ErrReplyPrefixMismatch, cfg.Namespace, meta.ReplyPrefix, cfg.ReplyPrefix, meta.ReplyPrefix)
 		}
-		if cfg.maxDeliver > 0 && meta.MaxDeliver != 0 && meta.MaxDeliver != cfg.maxDeliver {
-			return Meta{}, fmt.Errorf("%w: namespace %s dead-letters a job after %d attempts, configured %d (configure %d, or 0 to follow it; the first worker fixes it)", ErrMaxDeliverMismatch, cfg.Namespace, meta.MaxDeliver, cfg.maxDeliver, meta.MaxDeliver)
+		if cfg.MaxDeliver > 0 && meta.MaxDeliver != 0 && meta.MaxDeliver != cfg.MaxDeliver {
+			return Meta{}, fmt.Errorf("%w: namespace %s dead-letters a job after %d attempts, configured %d (configure %d, or 0 to follow it; the first worker fixes it)", core.ErrMaxDeliverMismatch, cfg.Namespace, meta.MaxDeliver, cfg.MaxDeliver, meta.MaxDeliver)
 		}
 		if meta.Delays {
 			// Gone (deleted by hand), the delays stream is made again:
@@ -157,8 +159,8 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 				return Meta{}, err
 			}
 		}
-		if meta.MaxDeliver == 0 && cfg.maxDeliver != 0 {
-			meta.MaxDeliver = resolvedMaxDeliver(cfg.maxDeliver) // upgradeJobs writes it down
+		if meta.MaxDeliver == 0 && cfg.MaxDeliver != 0 {
+			meta.MaxDeliver = resolvedMaxDeliver(cfg.MaxDeliver) // upgradeJobs writes it down
 		}
 		return meta, upgradeJobs(ctx, js, info, meta, cfg)
 	}
@@ -167,7 +169,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	}
 	n := cfg.Partitions
 	if n == 0 {
-		n = DefaultPartitions
+		n = core.DefaultPartitions
 	}
 	replicas := cfg.Replicas
 	if replicas == 0 {
@@ -175,22 +177,22 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	}
 	shards := max(cfg.StreamShards, 1)
 	if shards > n {
-		return Meta{}, fmt.Errorf("%w: %d stream shards for %d partitions: every shard needs a partition", ErrShardsMismatch, shards, n)
+		return Meta{}, fmt.Errorf("%w: %d stream shards for %d partitions: every shard needs a partition", core.ErrShardsMismatch, shards, n)
 	}
 	replyPrefix := cfg.ReplyPrefix
 	if replyPrefix == "" {
-		replyPrefix = DefaultReplyPrefix
+		replyPrefix = core.DefaultReplyPrefix
 	}
 	md := map[string]string{
 		MetaPartitions:  strconv.Itoa(n),
 		MetaHash:        partition.HashName,
-		MetaVersion:     subjectsVersion,
+		MetaVersion:     SubjectsVersion,
 		MetaReplyPrefix: replyPrefix,
 	}
-	maxDeliver := 0
-	if cfg.maxDeliver != 0 {
-		maxDeliver = resolvedMaxDeliver(cfg.maxDeliver)
-		md[MetaMaxDeliver] = strconv.Itoa(maxDeliver)
+	MaxDeliver := 0
+	if cfg.MaxDeliver != 0 {
+		MaxDeliver = resolvedMaxDeliver(cfg.MaxDeliver)
+		md[MetaMaxDeliver] = strconv.Itoa(MaxDeliver)
 	}
 	if shards > 1 {
 		// One shard keeps today's metadata, which older clients read.
@@ -200,11 +202,11 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if err != nil {
 		return Meta{}, err
 	}
-	md[MetaEpoch] = formatEpoch(epoch)
+	md[MetaEpoch] = FormatEpoch(epoch)
 	sc := jetstream.StreamConfig{
 		Name:        names.Jobs(),
 		Description: "keylane jobs: ns.jobs.<partition>.<key token>",
-		Subjects:    shardSubjects(cfg.Namespace, n, shards, 0, cfg.Delays),
+		Subjects:    ShardSubjects(cfg.Namespace, n, shards, 0, cfg.Delays),
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
@@ -222,7 +224,7 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 		if err := ensureDelays(ctx, js, names, replicas); err != nil {
 			return Meta{}, err
 		}
-		md[MetaDelays] = delaysScheme
+		md[MetaDelays] = DelaysScheme
 		sc.Sources = dueSources(names, n, shards, 0)
 	}
 	if cfg.MaxKeyBacklog > 0 {
@@ -240,34 +242,34 @@ func ensureJobs(ctx context.Context, js jetstream.JetStream, names Names, cfg *T
 	if err != nil {
 		return Meta{}, fmt.Errorf("keylane: create jobs stream: %w", err)
 	}
-	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: replyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog, Delays: cfg.Delays, MaxDeliver: maxDeliver}, nil
+	return Meta{Partitions: n, Shards: shards, Epoch: epoch, ReplyPrefix: replyPrefix, MaxKeyBacklog: cfg.MaxKeyBacklog, Delays: cfg.Delays, MaxDeliver: MaxDeliver}, nil
 }
 
-// resolvedMaxDeliver is TopologyConfig.maxDeliver as the namespace keeps
+// resolvedMaxDeliver is Config.MaxDeliver as the namespace keeps
 // it: a worker that follows (-1) fixes the default.
 func resolvedMaxDeliver(v int) int {
 	if v < 0 {
-		return DefaultMaxDeliver
+		return core.DefaultMaxDeliver
 	}
 	return v
 }
 
 // upgradeJobs brings a jobs stream made by an older keylane of the same
-// subject scheme (readMeta refuses older ones) up to date: exactly its
+// subject scheme (ReadMeta refuses older ones) up to date: exactly its
 // partitions' subjects, group commit allowed, and
 // its epoch written down. Every worker computes the same epoch for an old
 // stream (its creation time), so concurrent upgrades agree.
-func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *TopologyConfig) error {
+func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.StreamInfo, meta Meta, cfg *Config) error {
 	sc := info.Config
 	if len(sc.Subjects) == 1 && strings.HasPrefix(sc.Subjects[0], cfg.Namespace+".frozen.") {
 		// A repartition froze it to drain it: giving it its subjects back
 		// would let jobs in that the repartition then deletes with it.
 		return fmt.Errorf("keylane: jobs stream %s is frozen by a repartition in progress (subjects %v); waiting until it is replaced", sc.Name, sc.Subjects)
 	}
-	want := shardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard, meta.Delays)
+	want := ShardSubjects(cfg.Namespace, meta.Partitions, meta.Shards, meta.Shard, meta.Delays)
 	_, hasEpoch := sc.Metadata[MetaEpoch]
 	_, hasMaxDeliver := sc.Metadata[MetaMaxDeliver]
-	fixMaxDeliver := !hasMaxDeliver && cfg.maxDeliver != 0 && meta.MaxDeliver > 0 // the first worker's
+	fixMaxDeliver := !hasMaxDeliver && cfg.MaxDeliver != 0 && meta.MaxDeliver > 0 // the first worker's
 	if slices.Equal(sc.Subjects, want) && sc.AllowAtomicPublish && hasEpoch && !fixMaxDeliver {
 		return nil
 	}
@@ -277,7 +279,7 @@ func upgradeJobs(ctx context.Context, js jetstream.JetStream, info *jetstream.St
 	sc.AllowAtomicPublish = true
 	sc.Metadata = maps.Clone(sc.Metadata)
 	if !hasEpoch {
-		sc.Metadata[MetaEpoch] = formatEpoch(meta.Epoch)
+		sc.Metadata[MetaEpoch] = FormatEpoch(meta.Epoch)
 	}
 	if _, ok := sc.Metadata[MetaReplyPrefix]; !ok {
 		sc.Metadata[MetaReplyPrefix] = meta.ReplyPrefix
@@ -311,10 +313,10 @@ func dueSources(names Names, n, s, i int) []*jetstream.StreamSource {
 }
 
 // delaysMaxAge bounds how long the delays stream keeps a message: a
-// schedule is due at most MaxDelay after its job was stored, and a due
+// schedule is due at most wire.MaxDelay after its job was stored, and a due
 // copy, sourced at once, is deleted by the worker that receives it; one
 // left behind (that worker died first) goes after this.
-const delaysMaxAge = 2 * MaxDelay
+const delaysMaxAge = 2 * wire.MaxDelay
 
 // ensureDelays creates, or opens and checks, the namespace's delays
 // stream: the schedules workers store for delayed jobs (ns.sched.<p>.<ID
@@ -328,7 +330,7 @@ func ensureDelays(ctx context.Context, js jetstream.JetStream, names Names, repl
 	s, err := js.Stream(ctx, names.Delays())
 	if err == nil {
 		if r := s.CachedInfo().Config.Replicas; r != replicas {
-			return fmt.Errorf("%w: delays stream %s has %d replicas, the jobs stream %d", ErrReplicasMismatch, names.Delays(), r, replicas)
+			return fmt.Errorf("%w: delays stream %s has %d replicas, the jobs stream %d", core.ErrReplicasMismatch, names.Delays(), r, replicas)
 		}
 		return nil
 	}
@@ -352,4 +354,23 @@ func ensureDelays(ctx context.Context, js jetstream.JetStream, names Names, repl
 		return fmt.Errorf("keylane: create delays stream %s: %w", names.Delays(), err)
 	}
 	return nil
+}
+
+// schedulesSupported refuses a server older than 2.12, which has no
+// message schedules for the delays stream.
+func schedulesSupported(js jetstream.JetStream) error {
+	if v := js.Conn().ConnectedServerVersion(); !serverAtLeast(v, 2, 12) {
+		return fmt.Errorf("%w: nats-server %q has no message schedules (2.12 or later)", core.ErrDelaysOff, v)
+	}
+	return nil
+}
+
+// serverAtLeast reports whether a nats-server version string ("2.12.1",
+// "2.15.0-beta.2") is major.minor or later; an unreadable one is not.
+func serverAtLeast(v string, major, minor int) bool {
+	maj, rest, _ := strings.Cut(v, ".")
+	mnr, _, _ := strings.Cut(rest, ".")
+	ma, err1 := strconv.Atoi(maj)
+	mi, err2 := strconv.Atoi(mnr)
+	return err1 == nil && err2 == nil && (ma > major || ma == major && mi >= minor)
 }

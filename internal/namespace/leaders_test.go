@@ -1,4 +1,4 @@
-package keylane
+package namespace
 
 import (
 	"testing"
@@ -25,7 +25,7 @@ func TestSpreadLeadersOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Setup(ctx(t), js, TopologyConfig{Namespace: "spread", Partitions: 6, StreamShards: 3, Replicas: 3}); err != nil {
+	if _, err := Setup(ctx(t), js, Config{Namespace: "spread", Partitions: 6, StreamShards: 3, Replicas: 3}, nil); err != nil {
 		t.Fatal(err)
 	}
 	var ls []ShardLeader

@@ -1,4 +1,4 @@
-package keylane
+package namespace
 
 import (
 	"strconv"

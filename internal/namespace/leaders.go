@@ -1,4 +1,4 @@
-package keylane
+package namespace
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -26,7 +27,7 @@ type ShardLeader struct {
 // ShardLeaders returns the leader of every jobs stream shard of the
 // namespace, by shard.
 func ShardLeaders(ctx context.Context, js jetstream.JetStream, namespace string) ([]ShardLeader, error) {
-	streams, _, err := openShards(ctx, js, namespace)
+	streams, _, err := OpenShards(ctx, js, namespace)
 	if err != nil {
 		return nil, err
 	}
@@ -107,8 +108,8 @@ func stepDownStream(ctx context.Context, js jetstream.JetStream, stream, old, se
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	msg, err := js.Conn().RequestWithContext(rctx, apiPrefix(js)+"STREAM.LEADER.STEPDOWN."+stream, body)
+	rctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
+	msg, err := js.Conn().RequestWithContext(rctx, APIPrefix(js)+"STREAM.LEADER.STEPDOWN."+stream, body)
 	cancel()
 	if err != nil {
 		return fmt.Errorf("keylane: step down %s for %s: %w", stream, server, err)
@@ -125,7 +126,7 @@ func stepDownStream(ctx context.Context, js jetstream.JetStream, stream, old, se
 	}
 	pause := 20 * time.Millisecond
 	for {
-		ictx, cancel := context.WithTimeout(ctx, requestTimeout)
+		ictx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
 		s, err := js.Stream(ictx, stream)
 		cancel()
 		if err == nil {
@@ -144,9 +145,9 @@ func stepDownStream(ctx context.Context, js jetstream.JetStream, stream, old, se
 	}
 }
 
-// apiPrefix is the JetStream API prefix js sends requests under, as
+// APIPrefix is the JetStream API prefix js sends requests under, as
 // nats.go computes it (New, NewWithAPIPrefix, NewWithDomain).
-func apiPrefix(js jetstream.JetStream) string {
+func APIPrefix(js jetstream.JetStream) string {
 	o := js.Options()
 	switch {
 	case o.APIPrefix != "":
