@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/keylane/keylane/lease"
@@ -32,13 +31,8 @@ type Worker struct {
 	tracing *workerTracing // nil: tracing off
 
 	stats stats
-	kept  keptBatches // how the results stream takes kept outcomes
+	kept  keptMemory // what the server refused of the batched look-ups and outcome batches
 	bal   *balancer
-
-	// The batched kept-outcome look-up (keptlookup.go): off until this
-	// time (unix ns) after the server refused it; probed once it worked.
-	keptBatchOff    atomic.Int64
-	keptBatchProbed atomic.Bool
 
 	mu       sync.Mutex
 	started  bool
