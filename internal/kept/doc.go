@@ -59,7 +59,8 @@
 //     500, an entry not asked for or twice, no sequence, a timeout) settles
 //     nothing; each ID goes to the leader (TestReadKeptAnswer, here).
 //   - A replica behind the mark: its misses, and its dead-lettered hits,
-//     go to the leader (TestBatchedMissFromALaggingReplicaGoesToTheLeader,
+//     go to the leader (TestStoreLookUp, here, with a mark ahead of the
+//     server; TestBatchedMissFromALaggingReplicaGoesToTheLeader,
 //     TestBatchedDeadHitFromALaggingReplicaGoesToTheLeader).
 //   - A server that refuses the batched look-up (408 before 2.11, 503 with
 //     nobody answering direct gets, a permissions violation, probed once
@@ -71,8 +72,8 @@
 //     (TestLoneJobLooksUpWithOneGet); a group's IDs one request
 //     (TestGroupLooksUpKeptOutcomesAtOnce, TestKeptLookUpTraffic).
 //   - A kept outcome that does not decode is never "none kept": the job is
-//     dead-lettered, not run again
-//     (TestGarbledKeptOutcomeByIDNeverRunsTheJobAgain,
+//     dead-lettered, not run again (TestStoreLookUp, here;
+//     TestGarbledKeptOutcomeByIDNeverRunsTheJobAgain,
 //     TestGarbledBatchEntryNeverRunsTheJobAgain).
 //   - Atomic batches refused (10174 the flag off, an ack that does not
 //     name the batch from a server before 2.12, a malformed batch): put one
@@ -81,12 +82,14 @@
 //     on (TestKeptBatchRefusals, TestBatchStoredNeedsTheBatchInTheAck,
 //     here; TestKeptOutcomesFallBackWhenBatchesRefused). A batch whose
 //     outcome is unknown (no ack in time, no leader) is an error the caller
-//     retries with backoff. Batching itself: TestKeptOutcomesGoAsOneBatchPerGroup,
+//     retries with backoff. Batching itself: TestStoreKeepBatched, here;
+//     TestKeptOutcomesGoAsOneBatchPerGroup,
 //     TestOutcomeBatchDefaults, TestKeptOutcomesBatchedOnACluster,
 //     TestRedriveKeepsBothIDsInOneBatch, TestSetupAllowsAtomicPublishOnResults.
 //   - A batch ID's entry that is another message's is never written over
-//     (ErrBatchIDTaken) and the batch is refused on receipt
-//     (TestForgedBatchIDNeverOverwritesItsEntry); an entry written by this
-//     message whose ack was lost is written over; one that keeps changing
+//     (ErrBatchIDTaken) and the batch is refused on receipt; an entry
+//     written by this message whose ack was lost is written over
+//     (TestStoreBatchEntryIsBoundToItsMessage, here;
+//     TestForgedBatchIDNeverOverwritesItsEntry); one that keeps changing
 //     under the write fails it after three tries, for the caller to retry.
 package kept
