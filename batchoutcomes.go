@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/keylane/keylane/internal/natserr"
+	"github.com/keylane/keylane/internal/kept"
 	"github.com/keylane/keylane/wire"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -120,7 +118,6 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 			return nil
 		}
 		slices.SortFunc(outs, func(x, y wire.BatchOutcome) int { return x.Index - y.Index })
-		results := "$KV." + o.w.topo.Names.Results() + "."
 		v, err := wire.EncodeBatchOutcomes(b.id, outs)
 		if err == nil && len(v) > int(o.w.nc.MaxPayload())-1024 {
 			err = fmt.Errorf("entry of %d bytes, over max_payload %d less headers", len(v), o.w.nc.MaxPayload())
@@ -133,7 +130,7 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 			o.log.Warn("batch outcomes cannot be one entry; kept by job ID", "batch", b.id, "jobs", len(outs), "err", why)
 			puts := make([]kvPut, len(outs))
 			for i, out := range outs {
-				puts[i] = kvPut{results + out.ID, out.Value}
+				puts[i] = kvPut{Subject: o.kept.Subject(out.ID), Value: out.Value}
 			}
 			return puts
 		}
@@ -188,33 +185,17 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 	}
 }
 
-// A batch ID's entry is bound to the message that earned it. The server
-// de-duplicates a batch ID per jobs stream and within its duplicate
-// window only: a batch under an ID already used (on another shard's
-// stream, or on the same one after the window) is stored, and its jobs
-// carry the same job IDs (wire.BatchedJobID). Written over the first
-// batch's entry, its outcomes answered a retry by ID of the first batch's
-// jobs (TestForgedBatchIDNeverOverwritesItsEntry). So the entry carries,
-// in a header (headerBatchOrigin), the stream, epoch and sequence of the
-// message whose outcomes it keeps; it is written only over the revision
-// read on receipt (Nats-Expected-Last-Subject-Sequence, 0: create only);
-// and a batch whose ID's entry, or a batch open on this owner, is
-// another message's is refused whole on receipt, before any job of it
-// runs. A redelivery of the same message finds its own entry and
-// rewrites it.
+// A batch ID's entry is bound to the message that earned it (see
+// internal/kept, entry.go): the entry names the message whose outcomes it
+// keeps, is written only over the revision read on receipt, and a batch
+// whose ID's entry, or a batch open on this owner, is another message's
+// is refused whole on receipt, before any job of it runs.
+const headerBatchOrigin = kept.HeaderBatchOrigin
 
-// headerBatchOrigin, on a batch entry, names the batch message whose
-// outcomes it keeps (batchOrigin).
-const headerBatchOrigin = "Keylane-Batch-Origin"
-
-// errBatchIDTaken: a batch ID's entry is another message's.
-var errBatchIDTaken = errors.New("keylane: batch ID already used by another message")
-
-// batchOrigin names a batch message: its stream, that stream's epoch (hex)
-// and its sequence.
-func batchOrigin(stream string, epoch, seq uint64) string {
-	return stream + " " + strconv.FormatUint(epoch, 16) + " " + strconv.FormatUint(seq, 10)
-}
+var (
+	errBatchIDTaken = kept.ErrBatchIDTaken
+	batchOrigin     = kept.BatchOrigin
+)
 
 // claimBatchID checks, on receipt, that batch b (message msg, jobs es)
 // may keep its outcomes under its ID, on a worker that keeps them per
@@ -252,23 +233,19 @@ func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 	}
 	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
 	defer cancel()
-	sm, err := leaderGet(ctx, o.w.nc, "KV_"+o.w.topo.Names.Results(), o.batchEntrySubject(b.id))
+	rev, takenBy, err := o.kept.EntryRev(ctx, b.id, b.origin)
 	switch {
-	case errors.Is(err, errNoEntry):
-		return true
 	case err != nil:
 		o.log.Warn("read of a batch's entry on receipt failed; its write will check it", "batch", b.id, "err", err)
 		return true
-	case kvRemoved(sm.Header), sm.Header.Get(headerBatchOrigin) == b.origin:
-		b.entryRev = sm.Seq
+	case takenBy == "":
+		if rev != 0 {
+			b.entryRev = rev
+		}
 		return true
 	}
-	o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: the entry of batch %s keeps message %q's outcomes, this is %q", errBatchIDTaken, b.id, sm.Header.Get(headerBatchOrigin), b.origin))
+	o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: the entry of batch %s keeps message %q's outcomes, this is %q", errBatchIDTaken, b.id, takenBy, b.origin))
 	return false
-}
-
-func (o *owner) batchEntrySubject(batchID string) string {
-	return "$KV." + o.w.topo.Names.Results() + "." + wire.BatchOutcomesKey(batchID)
 }
 
 // refuseTakenBatch dead-letters batch message msg whole, none of its jobs
@@ -293,43 +270,11 @@ func (o *owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchE
 }
 
 // putBatchEntry writes v, batch b's entry, bound to b's message, over the
-// revision read on receipt only. An entry found there instead that is
-// this message's (its earlier write, whose ack was lost) is written over;
-// one of another message is errBatchIDTaken.
+// revision read on receipt only (kept.Store.PutEntry).
 func (o *owner) putBatchEntry(b *batchMsg, v []byte) error {
-	subject := o.batchEntrySubject(b.id)
-	for range 3 {
-		m := &nats.Msg{Subject: subject, Data: v, Header: nats.Header{
-			headerBatchOrigin:                   {b.origin},
-			jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(b.entryRev, 10)},
-		}}
-		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
-		ack, err := o.w.js.PublishMsg(ctx, m)
-		cancel()
-		if natserr.Classify(err) == natserr.Conflict {
-			ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
-			sm, gerr := leaderGet(ctx, o.w.nc, "KV_"+o.w.topo.Names.Results(), subject)
-			cancel()
-			switch {
-			case errors.Is(gerr, errNoEntry):
-				b.entryRev = 0
-			case gerr != nil:
-				return gerr
-			case kvRemoved(sm.Header), sm.Header.Get(headerBatchOrigin) == b.origin:
-				b.entryRev = sm.Seq
-			default:
-				return fmt.Errorf("%w: the entry keeps message %q's outcomes", errBatchIDTaken, sm.Header.Get(headerBatchOrigin))
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		b.entryRev = ack.Sequence
-		o.noteKept(subject, ack.Sequence)
-		return nil
-	}
-	return errors.New("the batch's entry kept changing under its write")
+	rev, err := o.kept.PutEntry(o.ctx, b.id, b.origin, b.entryRev, v)
+	b.entryRev = rev
+	return err
 }
 
 // errTenureEnded: the lease is no longer trusted, nothing more is acked.
@@ -374,7 +319,7 @@ func (o *owner) batchStoredResult(ctx context.Context, id string, in *batchMsg) 
 	case errors.Is(err, wire.ErrNoBatchOutcome):
 		return nil, false, nil
 	case err != nil:
-		return nil, false, &unreadableOutcomeError{id: id, err: fmt.Errorf("its batch's entry: %w", err)}
+		return nil, false, &unreadableOutcomeError{ID: id, Err: fmt.Errorf("its batch's entry: %w", err)}
 	}
 	return v, true, nil
 }
@@ -386,17 +331,11 @@ type batchEntryRead struct{ data []byte }
 // readBatchEntry reads batch batchID's entry from the results stream's
 // leader; an error means the read failed (try again).
 func (o *owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntryRead, error) {
-	stream, subject := "KV_"+o.w.topo.Names.Results(), "$KV."+o.w.topo.Names.Results()+"."+wire.BatchOutcomesKey(batchID)
-	sm, err := leaderGet(ctx, o.w.nc, stream, subject)
-	switch {
-	case errors.Is(err, errNoEntry):
-		return &batchEntryRead{}, nil
-	case err != nil:
+	data, err := o.kept.ReadEntry(ctx, batchID)
+	if err != nil {
 		return nil, err
-	case kvRemoved(sm.Header):
-		return &batchEntryRead{}, nil
 	}
-	return &batchEntryRead{data: sm.Data}, nil
+	return &batchEntryRead{data: data}, nil
 }
 
 // batchEntry is readBatchEntry once for the jobs of batch message b (a
@@ -420,20 +359,6 @@ func (o *owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, e
 	b.entry = e
 	return e, nil
 }
-
-// unreadableOutcomeError says job id has a kept outcome that cannot be
-// read: it may have finished, so it must not run again, and no retry
-// makes the outcome readable. The job is dead-lettered (replay).
-type unreadableOutcomeError struct {
-	id  string
-	err error
-}
-
-func (e *unreadableOutcomeError) Error() string {
-	return "keylane: kept outcome of job " + e.id + " is unreadable, so it is not run again: " + e.err.Error()
-}
-
-func (e *unreadableOutcomeError) Unwrap() error { return e.err }
 
 // deadLetterUnreadable dead-letters t, whose kept outcome is unreadable
 // (bad), without running it, and answers its caller so: permanent, for

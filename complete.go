@@ -227,7 +227,7 @@ func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 				if res, rerr, ok := decodeResult(v); ok {
 					return res, rerr, true
 				}
-				return nil, &unreadableOutcomeError{id: id, err: errors.New("its batch's entry holds an outcome that does not decode")}, true
+				return nil, &unreadableOutcomeError{ID: id, Err: errors.New("its batch's entry holds an outcome that does not decode")}, true
 			case errors.As(berr, &bad):
 				return nil, bad, true
 			}
@@ -345,9 +345,9 @@ func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 	puts := make([]kvPut, 0, len(idx))
 	for _, i := range idx {
 		v := value(i)
-		puts = append(puts, kvPut{subject + ts[i].job.ID, v})
+		puts = append(puts, kvPut{Subject: subject + ts[i].job.ID, Value: v})
 		if of := ts[i].redriveOf; of != "" {
-			puts = append(puts, kvPut{subject + of, v})
+			puts = append(puts, kvPut{Subject: subject + of, Value: v})
 		}
 	}
 	if sent, err := o.keepBatched(puts); sent || err != nil {
@@ -361,7 +361,7 @@ func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 func (o *owner) publishPuts(puts []kvPut) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(puts))
 	for _, p := range puts {
-		f, err := o.w.js.PublishAsync(p.subject, p.value)
+		f, err := o.w.js.PublishAsync(p.Subject, p.Value)
 		if err != nil {
 			return err
 		}
@@ -372,7 +372,7 @@ func (o *owner) publishPuts(puts []kvPut) error {
 	for i, f := range futures {
 		select {
 		case ack := <-f.Ok():
-			o.noteKept(puts[i].subject, ack.Sequence)
+			o.noteKept(puts[i].Subject, ack.Sequence)
 		case err := <-f.Err():
 			return err
 		case <-timeout.C:

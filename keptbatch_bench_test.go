@@ -51,8 +51,9 @@ func benchKeep(b *testing.B, syncAlways bool, group int, batched bool) {
 	}
 	w := &Worker{nc: nc, js: js, topo: topo, cfg: WorkerConfig{StoreResults: true, OutcomeBatch: 2}}
 	o := &owner{w: w, ctx: ctx, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	o.kept = w.keptStore(o.log)
 	if !batched {
-		w.kept.offUntil = time.Now().Add(time.Hour)
+		w.kept.PauseBatches(time.Now().Add(time.Hour))
 	}
 	ts := make([]*task, group)
 	idx := make([]int, group)
@@ -80,7 +81,7 @@ func benchKeep(b *testing.B, syncAlways bool, group int, batched bool) {
 	b.ReportMetric(float64(after.OutMsgs-before.OutMsgs)/per, "msgs-out/outcome")
 	b.ReportMetric(float64(after.InBytes-before.InBytes)/per, "bytes-in/outcome")
 	b.ReportMetric(float64(after.OutBytes-before.OutBytes)/per, "bytes-out/outcome")
-	if batched && w.kept.batches.Load() != int64(b.N) {
-		b.Fatalf("%d batches for %d groups", w.kept.batches.Load(), b.N)
+	if batched && w.kept.Batches() != int64(b.N) {
+		b.Fatalf("%d batches for %d groups", w.kept.Batches(), b.N)
 	}
 }

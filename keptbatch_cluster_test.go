@@ -56,11 +56,11 @@ func TestKeptOutcomesBatchedOnACluster(t *testing.T) {
 		}
 	}
 	_, batched, commits, _ := kw.counts()
-	t.Logf("%d outcomes, %d in batches, %d commits; worker %d batches, %d refused", queued, batched, commits, w.kept.batches.Load(), w.kept.refused.Load())
+	t.Logf("%d outcomes, %d in batches, %d commits; worker %d batches, %d refused", queued, batched, commits, w.kept.Batches(), w.kept.Refused())
 	// A refusal for a passing cause (a leader change mid-batch) may
 	// happen on a loaded machine; a refusal in kind would leave no batch.
-	if commits == 0 || w.kept.batches.Load() == 0 {
-		t.Fatalf("R3: %d commits, %d batches, %d refused; want batches", commits, w.kept.batches.Load(), w.kept.refused.Load())
+	if commits == 0 || w.kept.Batches() == 0 {
+		t.Fatalf("R3: %d commits, %d batches, %d refused; want batches", commits, w.kept.Batches(), w.kept.Refused())
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // keptWatch records, from a second connection, every put to the results
@@ -223,7 +222,7 @@ func TestKeptOutcomesGoAsOneBatchPerGroup(t *testing.T) {
 	if commits == 0 || commits != len(batches) || commits > groups || groups == queued {
 		t.Fatalf("%d batch commits (%d batch IDs) for %d groups of %d jobs: want one per group", commits, len(batches), groups, queued)
 	}
-	if n, r := w.kept.batches.Load(), w.kept.refused.Load(); n != int64(commits) || r != 0 {
+	if n, r := w.kept.Batches(), w.kept.Refused(); n != int64(commits) || r != 0 {
 		t.Fatalf("worker counted %d batches, %d refused; want %d, 0", n, r, commits)
 	}
 }
@@ -290,7 +289,7 @@ func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
 	kw := watchKept(e)
 	gatedCalls(t, e, gate, "sku:a", "before", 20)
 	kw.waitSeen(t, "before-", 21, false)
-	if _, batched, _, _ := kw.counts(); batched == 0 || w.kept.batches.Load() == 0 {
+	if _, batched, _, _ := kw.counts(); batched == 0 || w.kept.Batches() == 0 {
 		t.Fatal("no batch while the stream allowed them")
 	}
 
@@ -299,7 +298,7 @@ func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
 	gatedCalls(t, e, gate, "sku:a", "refused", 20)
 	kw.waitSeen(t, "refused-", 21, true)
 	puts, _, commits, _ := kw.counts()
-	if r := w.kept.refused.Load(); r != 1 || commits != 1 {
+	if r := w.kept.Refused(); r != 1 || commits != 1 {
 		t.Fatalf("%d refused batches, %d commits seen; want the one refused", r, commits)
 	}
 	if puts < 21 {
@@ -309,8 +308,8 @@ func TestKeptOutcomesFallBackWhenBatchesRefused(t *testing.T) {
 	kw.reset()
 	gatedCalls(t, e, gate, "sku:a", "after", 20)
 	kw.waitSeen(t, "after-", 21, false)
-	if _, batched, _, _ := kw.counts(); batched != 0 || w.kept.refused.Load() != 1 {
-		t.Fatalf("%d batched puts, %d refused after the refusal; want none, 1", batched, w.kept.refused.Load())
+	if _, batched, _, _ := kw.counts(); batched != 0 || w.kept.Refused() != 1 {
+		t.Fatalf("%d batched puts, %d refused after the refusal; want none, 1", batched, w.kept.Refused())
 	}
 }
 
@@ -354,77 +353,6 @@ func TestRedriveKeepsBothIDsInOneBatch(t *testing.T) {
 	puts, batched, commits, _ := kw.counts()
 	if puts != 3 || batched != 2 || commits != 1 { // the operator's redrive ticket, then the worker's batch
 		t.Fatalf("%d puts, %d batched, %d commits; want the redrive ticket, then both IDs in one batch", puts, batched, commits)
-	}
-}
-
-// TestKeptBatchRefusals: which server answers turn the batch form off for
-// a while, which only shrink it or skip it once, and which are retried as
-// batches. The codes are nats-server's (jetstream_errors_generated.go).
-func TestKeptBatchRefusals(t *testing.T) {
-	now := time.Now()
-	api := func(code int) error { return &jetstream.APIError{Code: 400, ErrorCode: jetstream.ErrorCode(code)} }
-	for _, tc := range []struct {
-		name         string
-		err          error
-		refused, off bool
-		limitAfter   int
-		n            int // the refused batch's size; 0 means 100
-	}{
-		{"disabled", api(10174), true, true, 0, 0},
-		{"server before 2.12", errBatchIgnored, true, true, 0, 0},
-		{"too large", api(10199), true, false, 50, 0},
-		{"too large at 3", api(10199), true, true, 0, 3},
-		{"too many in flight", api(10210), true, false, keptBatchMax, 0},
-		{"incomplete", api(10176), true, false, keptBatchMax, 0},
-		{"no ack in time", context.DeadlineExceeded, false, false, keptBatchMax, 0},
-		{"no responders", nats.ErrNoResponders, false, false, keptBatchMax, 0},
-		{"not leader", api(10074), false, false, keptBatchMax, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := batchRefused(fmt.Errorf("wrapped: %w", tc.err)); got != tc.refused {
-				t.Fatalf("batchRefused = %v, want %v", got, tc.refused)
-			}
-			if !tc.refused {
-				return
-			}
-			var k keptBatches
-			n := tc.n
-			if n == 0 {
-				n = 100
-			}
-			if off := k.refuse(tc.err, n, now); off != tc.off {
-				t.Fatalf("refuse: off = %v, want %v", off, tc.off)
-			}
-			if got := k.limit(now); got != tc.limitAfter {
-				t.Fatalf("limit after = %d, want %d", got, tc.limitAfter)
-			}
-			if got := k.limit(now.Add(keptBatchPause)); got == 0 {
-				t.Fatal("batches still off after the pause")
-			}
-		})
-	}
-}
-
-// TestBatchStoredNeedsTheBatchInTheAck: a commit's good ack counts only if
-// it names the batch and its size; a server before 2.12 acks the last
-// message alone.
-func TestBatchStoredNeedsTheBatchInTheAck(t *testing.T) {
-	for _, tc := range []struct {
-		ack  string
-		want error
-	}{
-		{`{"stream":"KV_R","seq":7,"batch":"b1","count":3}`, nil},
-		{`{"stream":"KV_R","seq":7}`, errBatchIgnored},
-		{`{"stream":"KV_R","seq":7,"batch":"b2","count":3}`, errBatchIgnored},
-		{`{"stream":"KV_R","seq":7,"batch":"b1","count":2}`, errBatchIgnored},
-	} {
-		if err := batchStored(&nats.Msg{Data: []byte(tc.ack)}, "b1", 3); !errors.Is(err, tc.want) {
-			t.Errorf("batchStored(%s) = %v, want %v", tc.ack, err, tc.want)
-		}
-	}
-	var apiErr *jetstream.APIError
-	if err := batchStored(&nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10174,"description":"atomic publish is disabled"}}`)}, "b1", 3); !errors.As(err, &apiErr) || apiErr.ErrorCode != 10174 {
-		t.Errorf("refused batch: %v", err)
 	}
 }
 

@@ -312,9 +312,9 @@ func TestKeptLookUpFallsBackWhenBatchRefused(t *testing.T) {
 		t.Fatalf("%d batched and %d per-ID look-ups seen for %d jobs whose batch was refused; want 0 and %d", b, p, len(ids), len(ids))
 	}
 	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k", ids, kept)
-	off := w.keptBatchOff.Load()
-	if off == 0 || w.keptBatchProbed.Load() {
-		t.Fatalf("batched look-up off until %d, probed %v: the refusal was not remembered", off, w.keptBatchProbed.Load())
+	off, probed := w.kept.LookUpsOff()
+	if off == 0 || probed {
+		t.Fatalf("batched look-up off until %d, probed %v: the refusal was not remembered", off, probed)
 	}
 	// A second group pays no refused request: the worker remembered.
 	g.again()
@@ -322,100 +322,8 @@ func TestKeptLookUpFallsBackWhenBatchRefused(t *testing.T) {
 	keepEarlier(t, e.topo.Results, kept2, deleted2)
 	g.run(e, w, c, "k2", ids2)
 	checkKeptGroup(t, g, e.client, NewState(e.topo.State), "k2", ids2, kept2)
-	if got := w.keptBatchOff.Load(); got != off {
+	if got, _ := w.kept.LookUpsOff(); got != off {
 		t.Fatal("the second group asked for the refused batch again")
-	}
-}
-
-// TestReadKeptAnswer: only a complete answer counts; anything cut short,
-// unexpected or unreadable is an error (the IDs are then looked up one at
-// a time), and a refusal of the form says so.
-func TestReadKeptAnswer(t *testing.T) {
-	const prefix = "$KV.NS_RESULTS."
-	entry := func(id string, hdr map[string]string, data []byte) *nats.Msg {
-		m := nats.NewMsg("_INBOX.x")
-		m.Header.Set("Nats-Subject", prefix+id)
-		m.Header.Set("Nats-Sequence", "7")
-		for k, v := range hdr {
-			m.Header.Set(k, v)
-		}
-		m.Data = data
-		return m
-	}
-	status := func(code, desc string, hdr ...string) *nats.Msg {
-		m := nats.NewMsg("_INBOX.x")
-		m.Header.Set("Status", code)
-		m.Header.Set("Description", desc)
-		for i := 0; i+1 < len(hdr); i += 2 {
-			m.Header.Set(hdr[i], hdr[i+1])
-		}
-		return m
-	}
-	eob := func(pending string) *nats.Msg { return status("204", "EOB", "Nats-Num-Pending", pending) }
-	ok := encodeResult([]byte("done"), nil, false)
-	for _, tc := range []struct {
-		name    string
-		msgs    []*nats.Msg
-		want    map[string]string // ID → result; "" none kept
-		refused bool
-		fails   bool
-	}{
-		{name: "entries then EOB", msgs: []*nats.Msg{entry("a", nil, ok), eob("0")}, want: map[string]string{"a": "done"}},
-		{name: "none kept", msgs: []*nats.Msg{status("404", "No Results")}, want: map[string]string{}},
-		{name: "deleted", msgs: []*nats.Msg{entry("a", map[string]string{"KV-Operation": "DEL"}, nil), entry("b", map[string]string{"KV-Operation": "PURGE"}, ok), eob("0")}, want: map[string]string{"a": "", "b": ""}},
-		{name: "marker", msgs: []*nats.Msg{entry("a", map[string]string{"Nats-Marker-Reason": "MaxAge"}, ok), eob("0")}, want: map[string]string{"a": ""}},
-		{name: "cut short", msgs: []*nats.Msg{entry("a", nil, ok), eob("3")}, fails: true},
-		{name: "EOB without pending", msgs: []*nats.Msg{entry("a", nil, ok), status("204", "EOB")}, fails: true},
-		{name: "EOB alone", msgs: []*nats.Msg{eob("0")}, fails: true},
-		{name: "load failed", msgs: []*nats.Msg{entry("a", nil, ok), status("404", "Message Not Found")}, fails: true},
-		{name: "404 after entries", msgs: []*nats.Msg{entry("a", nil, ok), status("404", "No Results")}, fails: true},
-		{name: "too many", msgs: []*nats.Msg{status("413", "Too Many Results")}, fails: true},
-		{name: "server error", msgs: []*nats.Msg{status("500", "boom")}, fails: true},
-		{name: "older server", msgs: []*nats.Msg{status("408", "Empty Request")}, refused: true},
-		{name: "no responders", msgs: []*nats.Msg{status("503", "")}, refused: true},
-		{name: "foreign subject", msgs: []*nats.Msg{entry("a", nil, ok), func() *nats.Msg {
-			m := entry("b", nil, ok)
-			m.Header.Set("Nats-Subject", "$KV.OTHER.b")
-			return m
-		}(), eob("0")}, fails: true},
-		{name: "no sequence", msgs: []*nats.Msg{func() *nats.Msg { m := entry("a", nil, ok); m.Header.Del("Nats-Sequence"); return m }(), eob("0")}, fails: true},
-		{name: "twice", msgs: []*nats.Msg{entry("a", nil, ok), entry("a", nil, ok), eob("0")}, fails: true},
-		{name: "timeout", msgs: nil, fails: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			i := 0
-			found, _, err := readKeptAnswer(prefix, "", func() (*nats.Msg, error) {
-				if i == len(tc.msgs) {
-					return nil, context.DeadlineExceeded
-				}
-				i++
-				return tc.msgs[i-1], nil
-			})
-			switch {
-			case tc.refused:
-				if !errors.Is(err, errKeptBatchRefused) {
-					t.Fatalf("err %v, want a refusal", err)
-				}
-				return
-			case tc.fails:
-				if err == nil || errors.Is(err, errKeptBatchRefused) {
-					t.Fatalf("found %v, err %v; want an error that is no refusal", found, err)
-				}
-				return
-			case err != nil:
-				t.Fatal(err)
-			}
-			got := map[string]string{}
-			for id, k := range found {
-				got[id] = ""
-				if k != nil {
-					got[id] = string(k.res)
-				}
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Fatalf("found %v, want %v", got, tc.want)
-			}
-		})
 	}
 }
 
@@ -492,7 +400,7 @@ func TestKeptLookUpTraffic(t *testing.T) {
 	n := countLookUps(t, natstest.Connect(t, e.srv), e.topo.Names.Results())
 	batched := measure("batched")
 	b1, p1 := n.counts()
-	w.keptBatchOff.Store(time.Now().Add(time.Hour).UnixNano())
+	w.kept.PauseLookUps(time.Now().Add(time.Hour))
 	perID := measure("perid")
 	b2, p2 := n.counts()
 	per := func(a, b uint64) float64 { return (float64(b) - float64(a)) / jobs }
@@ -594,5 +502,5 @@ func markAhead(t *testing.T, e *env, w *Worker, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.mark.Store(&keptMark{subject: "$KV." + e.topo.Names.Results() + "." + id, seq: info.CachedInfo().State.LastSeq + 1000})
+	o.kept.NoteKept("$KV."+e.topo.Names.Results()+"."+id, info.CachedInfo().State.LastSeq+1000)
 }

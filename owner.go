@@ -33,10 +33,10 @@ type owner struct {
 	handoverCh, abortCh     chan struct{}
 	done                    chan struct{}
 
-	prevDelivered uint64                   // last stream sequence the previous consumer delivered
-	maxAcked      atomic.Uint64            // highest stream sequence acked
-	mark          atomic.Pointer[keptMark] // newest outcome kept this tenure
-	ln            *lanes                   // the lanes of the current consumer generation
+	prevDelivered uint64        // last stream sequence the previous consumer delivered
+	maxAcked      atomic.Uint64 // highest stream sequence acked
+	kept          *keptStore    // the tenure's kept outcomes (internal/kept)
+	ln            *lanes        // the lanes of the current consumer generation
 
 	// For Worker.Tenures: ln, the consumer's pending count at the last
 	// delivery, and the jobs of the batch messages among them (backlog.go).
@@ -91,6 +91,7 @@ func newOwner(w *Worker, p int, l *lease.Lease) *owner {
 		moves: make(chan struct{}, movesInFlight),
 	}
 	o.log = w.log.With("partition", p, "fence", l.Fence())
+	o.kept = w.keptStore(o.log)
 	// The tenure's context ends with the lease (lost, expired), not only
 	// when the fetch loop notices: a lease lost while the owner drains its
 	// queued jobs after a hand-over or a re-sync, when no controller

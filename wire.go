@@ -5,8 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
+	"github.com/keylane/keylane/internal/jsbatch"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/namespace"
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/wire"
@@ -92,59 +93,19 @@ const (
 // JetStream atomic batches (nats-server 2.12 and later, on a stream with
 // AllowAtomicPublish): messages 1..n carry the batch's ID and their
 // sequence, the last also the commit; the server stores all or none, and
-// acks the commit only, naming the batch and its size.
+// acks the commit only, naming the batch and its size. Package kept's
+// (jsbatch.Mark); the header names are the server's.
 const (
 	batchIDHeader     = "Nats-Batch-Id"
 	batchSeqHeader    = "Nats-Batch-Sequence"
 	batchCommitHeader = "Nats-Batch-Commit"
 )
 
-// markBatch makes m message seq (from 1) of atomic batch id, and its
-// commit when last. It sets m's headers in place.
-func markBatch(m *nats.Msg, id string, seq int, last bool) {
-	if m.Header == nil {
-		m.Header = nats.Header{}
-	}
-	m.Header[batchIDHeader] = []string{id}
-	m.Header[batchSeqHeader] = []string{strconv.Itoa(seq)}
-	if last {
-		m.Header[batchCommitHeader] = oneHeader
-	} else {
-		delete(m.Header, batchCommitHeader)
-	}
-}
+var errBatchIgnored = jsbatch.ErrIgnored
 
-// unmarkBatch removes the batch headers from m.
-func unmarkBatch(m *nats.Msg) {
-	delete(m.Header, batchIDHeader)
-	delete(m.Header, batchSeqHeader)
-	delete(m.Header, batchCommitHeader)
-}
+func markBatch(m *nats.Msg, id string, seq int, last bool) { jsbatch.Mark(m, id, seq, last) }
 
-// errBatchIgnored is a good ack of a batch's commit that does not name the
-// batch: the server (before 2.12) ignored the batch headers and stored the
-// messages one by one, the earlier ones unacknowledged.
-var errBatchIgnored = errors.New("keylane: the server acked the batch commit as a single message (atomic batches need nats-server 2.12)")
-
-// batchStored returns nil if m, the ack of a batch commit, says the server
-// stored atomic batch id of n messages; else the ack's error, or
-// errBatchIgnored.
-func batchStored(m *nats.Msg, id string, n int) error {
-	if _, err := pubAckError(m); err != nil {
-		return err
-	}
-	var ack struct {
-		Batch string `json:"batch"`
-		Count int    `json:"count"`
-	}
-	if err := json.Unmarshal(m.Data, &ack); err != nil {
-		return fmt.Errorf("bad stream ack %q: %w", m.Data, err)
-	}
-	if ack.Batch != id || ack.Count != n {
-		return errBatchIgnored
-	}
-	return nil
-}
+func batchStored(m *nats.Msg, id string, n int) error { return jsbatch.Stored(m, id, n) }
 
 // oneHeader is the value of flag headers.
 var oneHeader = []string{"1"}
@@ -188,16 +149,7 @@ func errMessage(err error) string {
 
 // decodeResult reads an outcome: the result, or a *RemoteError; ok is
 // false for one wire.DecodeOutcome refuses.
-func decodeResult(b []byte) (_ []byte, _ error, ok bool) {
-	kind, rest, ok := wire.DecodeOutcome(b)
-	switch {
-	case !ok:
-		return nil, nil, false
-	case kind == wire.OutcomeOK:
-		return rest, nil, true
-	}
-	return nil, &RemoteError{Message: string(rest), Permanent: kind != wire.OutcomeError, DeadLettered: kind == wire.OutcomeDead}, true
-}
+func decodeResult(b []byte) (_ []byte, _ error, ok bool) { return core.DecodeOutcome(b) }
 
 // replyMsg is the reply carrying a job's outcome.
 func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {

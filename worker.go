@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/keylane/keylane/lease"
@@ -31,13 +30,8 @@ type Worker struct {
 	tracing *workerTracing // nil: tracing off
 
 	stats stats
-	kept  keptBatches // how the results stream takes kept outcomes
+	kept  keptMemory // what the server refused of the batched look-ups and outcome batches
 	bal   *balancer
-
-	// The batched kept-outcome look-up (keptlookup.go): off until this
-	// time (unix ns) after the server refused it; probed once it worked.
-	keptBatchOff    atomic.Int64
-	keptBatchProbed atomic.Bool
 
 	mu       sync.Mutex
 	started  bool

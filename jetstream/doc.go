@@ -887,8 +887,8 @@
 //     deletes acked jobs, so the rebuilt table misses them).
 //
 // The look-up of a group's IDs is one batched direct get on the results
-// stream (keptlookup.go; nats-server 2.11+): {"multi_last": [subjects],
-// "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1023 IDs and
+// stream (internal/kept, lookup.go; nats-server 2.11+): {"multi_last":
+// [subjects], "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1023 IDs and
 // the mark below (the server answers at most 1024 entries) and
 // max_payload per request, bounded by the look-up
 // timeout (5s). The server answers, from one consistent read of the
@@ -982,7 +982,7 @@
 //	  or a lone job with a caller's   (leaderGet)     answered by the stream's leader only,
 //	  ID (complete.go)                                 after everything it acknowledged)
 //	batched look-up of a group's     direct get,     "kept" is never wrong: an ID's outcome is
-//	  IDs (keptlookup.go)             multi_last      written when its job finished and only
+//	  IDs (internal/kept)             multi_last      written when its job finished and only
 //	                                                  replaced by a later outcome of the same ID
 //	                                                  (a redrive's), never deleted by keylane, so
 //	                                                  a replica that has one is right that it
@@ -1084,8 +1084,8 @@
 // bytes into the server per outcome against 8); readers use the value only,
 // so older clients and workers read them as before, and older workers
 // still write single puts into the same stream. The code is
-// keptbatch.go; the headers are wire.go's, shared with the client's
-// batches.
+// internal/kept, batch.go, with the atomic batch headers, which the state
+// writes share.
 //
 // Limits (nats-server 2.15 defaults): at most 1000 messages a batch
 // (JetStreamLimits.MaxBatchSize), 50 batches in flight per stream and

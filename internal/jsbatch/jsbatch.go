@@ -4,11 +4,10 @@
 // the commit; the server stores all or none, and acks the commit only,
 // naming the batch and its size.
 //
-// It holds what internal/statestore (several keys' state writes in one
-// batch) needs; the root's wire.go and keptbatch.go still have their own
-// copies of the same helpers (markBatch, batchStored, errBatchIgnored,
-// batchRefused, keptBatchPause, the jsBatch codes) until the kept room
-// takes these instead.
+// internal/statestore (several keys' state writes in one batch) and
+// internal/kept (a group's kept outcomes in one batch) both send them
+// through this package: one marking, one ack check, one reading of the
+// server's refusals.
 package jsbatch
 
 import (

@@ -63,3 +63,26 @@ func TestBatchStoredOrRefused(t *testing.T) {
 		t.Fatal("Refused takes a failed request for the batch form's refusal")
 	}
 }
+
+// TestStoredNeedsTheBatchInTheAck: a commit's good ack counts only if
+// it names the batch and its size; a server before 2.12 acks the last
+// message alone.
+func TestStoredNeedsTheBatchInTheAck(t *testing.T) {
+	for _, tc := range []struct {
+		ack  string
+		want error
+	}{
+		{`{"stream":"KV_R","seq":7,"batch":"b1","count":3}`, nil},
+		{`{"stream":"KV_R","seq":7}`, ErrIgnored},
+		{`{"stream":"KV_R","seq":7,"batch":"b2","count":3}`, ErrIgnored},
+		{`{"stream":"KV_R","seq":7,"batch":"b1","count":2}`, ErrIgnored},
+	} {
+		if err := Stored(&nats.Msg{Data: []byte(tc.ack)}, "b1", 3); !errors.Is(err, tc.want) {
+			t.Errorf("Stored(%s) = %v, want %v", tc.ack, err, tc.want)
+		}
+	}
+	var apiErr *jetstream.APIError
+	if err := Stored(&nats.Msg{Data: []byte(`{"error":{"code":400,"err_code":10174,"description":"atomic publish is disabled"}}`)}, "b1", 3); !errors.As(err, &apiErr) || apiErr.ErrorCode != 10174 {
+		t.Errorf("refused batch: %v", err)
+	}
+}

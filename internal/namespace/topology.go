@@ -307,7 +307,7 @@ func setupOnce(ctx context.Context, js jetstream.JetStream, cfg Config) (*Topolo
 	}); err != nil {
 		return nil, err
 	}
-	if t.Results, err = ensureDirectGets(ctx, js, t.Results); err != nil {
+	if t.Results, err = EnsureDirectGets(ctx, js, t.Results); err != nil {
 		return nil, err
 	}
 	if err := AllowAtomicPublish(ctx, js, "KV_"+names.Results()); err != nil {
@@ -394,11 +394,11 @@ func (t *Topology) consumerBase(p int, ackWait time.Duration, maxAckPending int)
 	}
 }
 
-// ensureDirectGets lets the results bucket's stream answer direct gets
+// EnsureDirectGets lets the results bucket's stream answer direct gets
 // (AllowDirect), which the batched look-up needs: buckets created by
 // keylane have it (nats.go sets it), one created otherwise is upgraded in
 // place and bound again, so its handle's Get uses direct gets too.
-func ensureDirectGets(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
+func EnsureDirectGets(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
 	name := "KV_" + kv.Bucket()
 	s, err := js.Stream(ctx, name)
 	if err != nil {

@@ -1,0 +1,137 @@
+package kept
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/natserr"
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A batch ID's entry (wire.BatchOutcomesKey: the outcomes of a batch
+// message's Calls, kept in one results entry) is bound to the message
+// that earned it. The server de-duplicates a batch ID per jobs stream and
+// within its duplicate window only: a batch under an ID already used (on
+// another shard's stream, or on the same one after the window) is stored,
+// and its jobs carry the same job IDs (wire.BatchedJobID). Written over
+// the first batch's entry, its outcomes answered a retry by ID of the
+// first batch's jobs (TestForgedBatchIDNeverOverwritesItsEntry). So the
+// entry carries, in a header (HeaderBatchOrigin), the stream, epoch and
+// sequence of the message whose outcomes it keeps; it is written only
+// over the revision read on receipt (Nats-Expected-Last-Subject-Sequence,
+// 0: create only); and a batch whose ID's entry is another message's is
+// refused whole on receipt (EntryRev), before any job of it runs. A
+// redelivery of the same message finds its own entry and rewrites it.
+
+// HeaderBatchOrigin, on a batch entry, names the batch message whose
+// outcomes it keeps (BatchOrigin).
+const HeaderBatchOrigin = "Keylane-Batch-Origin"
+
+// ErrBatchIDTaken says a batch ID's entry is another message's.
+var ErrBatchIDTaken = errors.New("keylane: batch ID already used by another message")
+
+// BatchOrigin names a batch message: its stream, that stream's epoch
+// (hex) and its sequence.
+func BatchOrigin(stream string, epoch, seq uint64) string {
+	return stream + " " + strconv.FormatUint(epoch, 16) + " " + strconv.FormatUint(seq, 10)
+}
+
+// EntrySubject returns the subject of batch batchID's entry.
+func (s *Store) EntrySubject(batchID string) string {
+	return s.prefix + wire.BatchOutcomesKey(batchID)
+}
+
+// EntryRev reads, from the results stream's leader, batch batchID's entry
+// as a message named origin may write it: rev is the revision to write
+// over (0 when there is none; the entry's own when it is removed or
+// origin's), takenBy the origin of another message whose entry it is
+// (then rev is 0). An error means the read failed.
+func (s *Store) EntryRev(ctx context.Context, batchID, origin string) (rev uint64, takenBy string, err error) {
+	return s.entryRev(ctx, s.EntrySubject(batchID), origin)
+}
+
+func (s *Store) entryRev(ctx context.Context, subject, origin string) (rev uint64, takenBy string, err error) {
+	sm, err := LeaderGet(ctx, s.nc, s.stream, subject)
+	switch {
+	case errors.Is(err, ErrNoEntry):
+		return 0, "", nil
+	case err != nil:
+		return 0, "", err
+	case Removed(sm.Header), sm.Header.Get(HeaderBatchOrigin) == origin:
+		return sm.Seq, "", nil
+	}
+	return 0, sm.Header.Get(HeaderBatchOrigin), nil
+}
+
+// PutEntry writes v, batch batchID's entry, bound to message origin, over
+// revision rev (the one read on receipt) only. An entry found there
+// instead that is origin's (its earlier write, whose ack was lost) is
+// written over; one of another message is ErrBatchIDTaken. It returns the
+// entry's revision as last known (the write's, or the one read after a
+// conflict), for the next write, whatever the error.
+func (s *Store) PutEntry(ctx context.Context, batchID, origin string, rev uint64, v []byte) (uint64, error) {
+	subject := s.EntrySubject(batchID)
+	for range 3 {
+		m := &nats.Msg{Subject: subject, Data: v, Header: nats.Header{
+			HeaderBatchOrigin:                   {origin},
+			jetstream.ExpectedLastSubjSeqHeader: {strconv.FormatUint(rev, 10)},
+		}}
+		pctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
+		ack, err := s.js.PublishMsg(pctx, m)
+		cancel()
+		if natserr.Classify(err) == natserr.Conflict {
+			gctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
+			r, takenBy, gerr := s.entryRev(gctx, subject, origin)
+			cancel()
+			switch {
+			case gerr != nil:
+				return rev, gerr
+			case takenBy != "":
+				return rev, fmt.Errorf("%w: the entry keeps message %q's outcomes", ErrBatchIDTaken, takenBy)
+			}
+			rev = r
+			continue
+		}
+		if err != nil {
+			return rev, err
+		}
+		s.NoteKept(subject, ack.Sequence)
+		return ack.Sequence, nil
+	}
+	return rev, errors.New("the batch's entry kept changing under its write")
+}
+
+// ReadEntry reads batch batchID's entry from the results stream's leader:
+// its data, nil when it has none (never written, expired, removed). An
+// error means the read failed (try again).
+func (s *Store) ReadEntry(ctx context.Context, batchID string) ([]byte, error) {
+	sm, err := LeaderGet(ctx, s.nc, s.stream, s.EntrySubject(batchID))
+	switch {
+	case errors.Is(err, ErrNoEntry):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case Removed(sm.Header):
+		return nil, nil
+	}
+	return sm.Data, nil
+}
+
+// UnreadableError says job ID has a kept outcome that cannot be read: it
+// may have finished, so it must not run again, and no retry makes the
+// outcome readable. The job is dead-lettered (the owner's replay).
+type UnreadableError struct {
+	ID  string
+	Err error
+}
+
+func (e *UnreadableError) Error() string {
+	return "keylane: kept outcome of job " + e.ID + " is unreadable, so it is not run again: " + e.Err.Error()
+}
+
+func (e *UnreadableError) Unwrap() error { return e.Err }

@@ -1,0 +1,122 @@
+package keylane
+
+import (
+	"github.com/keylane/keylane/internal/jsbatch"
+	"log/slog"
+
+	"github.com/keylane/keylane/internal/kept"
+	"github.com/nats-io/nats.go"
+)
+
+// A tenure's kept outcomes live in internal/kept (a kept.Store per owner,
+// built from the worker's config and its shared kept.Memory): look-ups by
+// job ID, outcomes kept as one atomic batch, batch entries. What stays
+// here is the owner's side: its tasks and its dead letters, and the old
+// names the rest of the root calls them by.
+
+type (
+	keptStore  = kept.Store
+	keptMemory = kept.Memory
+	// kvPut is one kept outcome: its subject in the results bucket and
+	// its encoded value.
+	kvPut = kept.Put
+	// storedMsg is a message as a leader get returns it.
+	storedMsg = kept.StoredMsg
+	// unreadableOutcomeError says a job's kept outcome cannot be read: it
+	// is dead-lettered, never run again (deadLetterUnreadable).
+	unreadableOutcomeError = kept.UnreadableError
+)
+
+const (
+	keptBatchMax   = kept.BatchMax
+	keptBatchPause = kept.BatchPause
+)
+
+var errNoEntry = kept.ErrNoEntry
+
+// keptStore returns the kept outcomes' store of a tenure of w that logs
+// to log.
+func (w *Worker) keptStore(log *slog.Logger) *keptStore {
+	return kept.New(kept.Config{
+		NC: w.nc, JS: w.js, Results: w.topo.Names.Results(),
+		BatchMin: w.outcomeBatchMin(), Memory: &w.kept, Log: log,
+	})
+}
+
+// outcomeBatchMin returns the fewest puts that go as a batch
+// (WorkerConfig.OutcomeBatch), or 0 for none.
+func (w *Worker) outcomeBatchMin() int {
+	switch n := w.cfg.OutcomeBatch; {
+	case n < 0:
+		return 0
+	case n > 0:
+		return max(n, 2) // a batch of one is a plain put
+	case w.topo != nil && w.topo.Replicas > 1:
+		return 2
+	}
+	return 0
+}
+
+// lookUpKeptBatch resolves in batched requests (kept.Store.LookUp) the
+// kept outcomes of the tasks of ts that have a caller's ID and were not
+// looked up yet this tenure: it sets t.kept (found) or t.lookedUp (a
+// definite "none"), and leaves a task untouched when the answer about its
+// ID was not definite, for the per-ID look-up to settle.
+func (o *owner) lookUpKeptBatch(ts []*task) {
+	n := 0
+	for _, t := range ts {
+		if t.explicit && !t.lookedUp && t.kept == nil {
+			n++
+		}
+	}
+	if n < 2 {
+		return // one ID is one plain get: storedResult
+	}
+	ids := make([]string, 0, n)
+	for _, t := range ts {
+		if t.explicit && !t.lookedUp && t.kept == nil {
+			ids = append(ids, t.job.ID)
+		}
+	}
+	settled := o.kept.LookUp(o.ctx, ids)
+	if len(settled) == 0 {
+		return
+	}
+	for _, t := range ts {
+		if !t.explicit || t.lookedUp || t.kept != nil {
+			continue
+		}
+		switch k, ok := settled[t.job.ID]; {
+		case !ok:
+		case k != nil:
+			t.kept = &keptOutcome{res: k.Res, err: k.Err}
+		default:
+			t.lookedUp = true
+		}
+	}
+}
+
+// noteKept records that an outcome was stored under subject at seq.
+func (o *owner) noteKept(subject string, seq uint64) { o.kept.NoteKept(subject, seq) }
+
+// keepBatched stores puts as atomic batches (kept.Store.KeepBatched).
+func (o *owner) keepBatched(puts []kvPut) (sent bool, err error) {
+	return o.kept.KeepBatched(o.ctx, puts)
+}
+
+// keptValue reads the last entry of job id in the results bucket
+// (kept.Value): its outcome, or nil when none is kept.
+func keptValue(id string, h nats.Header, data []byte) *keptOutcome {
+	k := kept.Value(id, h, data)
+	if k == nil {
+		return nil
+	}
+	return &keptOutcome{res: k.Res, err: k.Err}
+}
+
+// The results bucket's reads and stream flags, internal/kept's.
+var (
+	leaderGet    = kept.LeaderGet
+	kvRemoved    = kept.Removed
+	batchRefused = jsbatch.Refused
+)
