@@ -390,6 +390,21 @@ func TestBatchesCutByTheWireLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two 9 MiB batches of one and 3 MiB jobs: more than a
+	// subscription's default 64 MiB of pending bytes.
+	if err := batches.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	var oneJob atomic.Int64
+	watch, err := e.nc.Subscribe(e.ns+".jobs.0.*", func(m *nats.Msg) {
+		if _, ok := m.Header[wire.HeaderBatch]; !ok {
+			oneJob.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Unsubscribe() }()
 	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +419,7 @@ func TestBatchesCutByTheWireLimit(t *testing.T) {
 	// SubmitMany: four 3 MiB jobs of one key, given at once (12 MiB
 	// with their framing: more than max_payload less its reserve, so
 	// three were cut into one 9 MiB batch), then a 9 MiB job, which no
-	// batch can carry: it goes alone, a one-job message.
+	// batch of several can carry: it goes alone, a batch of one.
 	var reqs []Request
 	for i := range 5 {
 		tag, payload := "m:"+strconv.Itoa(i), job("m:"+strconv.Itoa(i))
@@ -468,20 +483,32 @@ func TestBatchesCutByTheWireLimit(t *testing.T) {
 	if n := len(e.deadLetters()); n != 0 {
 		t.Fatalf("%d dead letters", n)
 	}
-	count := 0
+	count, bigOnes := 0, 0
 	for {
 		m, err := batches.NextMsg(0)
 		if err != nil {
 			break
 		}
 		jobs, err := wire.DecodeBatch(m.Data)
-		if err != nil || len(m.Data) > wire.MaxBatchBytes {
-			t.Fatalf("a batch of %d bytes: %v", len(m.Data), err)
+		if err != nil || len(jobs) > 1 && len(m.Data) > wire.MaxBatchBytes {
+			t.Fatalf("a batch of %d jobs, %d bytes: %v", len(jobs), len(m.Data), err)
+		}
+		if len(m.Data) > wire.MaxBatchBytes {
+			bigOnes++
 		}
 		count++
 		t.Logf("a batch of %d jobs, %d bytes", len(jobs), len(m.Data))
 	}
 	if count == 0 {
 		t.Fatal("no batch message: the test cut nothing")
+	}
+	if bigOnes != 2 {
+		t.Fatalf("%d batches of one over %d bytes, want the two 9 MiB jobs'", bigOnes, wire.MaxBatchBytes)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := oneJob.Load(); n != 0 {
+		t.Fatalf("%d messages in another format than a batch", n)
 	}
 }
