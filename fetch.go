@@ -271,7 +271,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		o.malformedBatch(msg, seq, err)
 		return
 	}
-	b := &batchMsg{msg: msg, left: len(es)}
+	b := &batchMsg{msg: msg, jobs: len(es), left: len(es)}
 	if id := msg.Headers().Get(HeaderJobID); ValidateJobID(id) == nil {
 		b.id = id
 	}
@@ -311,10 +311,14 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			Seq: seq, Fence: o.l.Fence(), Headers: p.header, index: i,
 		}
 		o.logReceived(t, meta.NumDelivered)
-		// Never handed back: lanes.addTo keeps a batch's jobs. One it
-		// refuses is in flight here already (a redelivery racing the
-		// original, whose ack covers it), or the tenure is ending.
-		ln.addTo(t)
+		// A job of a batch of several is never handed back: lanes.addTo
+		// keeps it. A batch of one may be, whole, as a stalled key's job
+		// that came alone. One addTo refuses is in flight here already (a
+		// redelivery racing the original, whose ack covers it), or the
+		// tenure is ending.
+		if _, back, stalled := ln.addTo(t); back {
+			o.handBack(t, stalled)
+		}
 	}
 }
 
