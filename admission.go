@@ -35,11 +35,13 @@ func (e *KeyBacklogFullError) Error() string {
 func (e *KeyBacklogFullError) Unwrap() error { return ErrKeyBacklogFull }
 
 // ErrOldJobsStream is returned when the namespace's jobs stream was made by
-// a keylane before per-key subjects (one subject per partition): its jobs
-// are on subjects today's workers do not read, so it is refused rather
-// than half used. Drain it with the keylane that made it, then delete it
-// (nats stream rm) or use another namespace.
-var ErrOldJobsStream = errors.New("keylane: the jobs stream was made by an older keylane (one subject per partition, no per-key subjects; or delayed jobs kept in the jobs stream)")
+// an older keylane: before per-key subjects (one subject per partition,
+// keylane.version below 3), or before every job travelled in a batch
+// message (keylane.version 3: it may hold one-job messages, which today's
+// workers refuse). Its jobs are in a form today's workers do not run, so
+// it is refused rather than half used. Drain it with the keylane that
+// made it, then delete it (nats stream rm) or use another namespace.
+var ErrOldJobsStream = errors.New("keylane: the jobs stream was made by an older keylane (one-job messages, one subject per partition, or delayed jobs kept in the jobs stream)")
 
 // ErrKeyBacklogMismatch is returned when the jobs stream's per-key backlog
 // cap differs from a non-zero TopologyConfig.MaxKeyBacklog. keylane never
@@ -48,8 +50,15 @@ var ErrOldJobsStream = errors.New("keylane: the jobs stream was made by an older
 var ErrKeyBacklogMismatch = errors.New("keylane: per-key backlog cap differs from the jobs stream's")
 
 // subjectsVersion is the keylane.version of a jobs stream with per-key
-// subjects, ns.jobs.<p>.<key token>.
-const subjectsVersion = "3"
+// subjects, ns.jobs.<p>.<key token>, every job of which is in a batch
+// message (the one message format). "3" was per-key subjects with one-job
+// messages too: such a stream is refused (ErrOldJobsStream), as its
+// one-job messages would be dead-lettered, not run.
+const subjectsVersion = "4"
+
+// oneJobVersion is the keylane.version of a stream whose clients could
+// store one-job messages: readMeta names the drain for it.
+const oneJobVersion = "3"
 
 // backlogFull reports whether err is the server's refusal of a job over
 // the per-subject limit (MaxMsgsPerSubject with DiscardNewPerSubject).

@@ -209,7 +209,11 @@ func readMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	if v := sc.Metadata[MetaVersion]; v != subjectsVersion {
+	v := sc.Metadata[MetaVersion]
+	if v == oneJobVersion {
+		return Meta{}, fmt.Errorf("%w: stream %s has %s %q: it was made by a keylane whose clients store one-job messages, which this keylane's workers refuse (dead-letter) instead of running; drain it with the keylane that made it (its workers running, no client sending), then delete it (nats stream rm %s), or use another namespace", ErrOldJobsStream, sc.Name, MetaVersion, v, sc.Name)
+	}
+	if v != subjectsVersion {
 		return Meta{}, fmt.Errorf("%w: stream %s has %s %q and subjects %v; drain it with the keylane that made it, then delete it (nats stream rm %s), or use another namespace", ErrOldJobsStream, sc.Name, MetaVersion, v, sc.Subjects, sc.Name)
 	}
 	if sc.AllowMsgSchedules || sc.AllowRollup {

@@ -24,6 +24,7 @@ import {
   Meta,
   Names,
   SubjectsVersion,
+  OneJobVersion,
   decodeKept,
   batchOutcomesKey,
   findBatchOutcome,
@@ -274,6 +275,9 @@ function readMeta(info: StreamInfo, namespace: string): NamespaceInfo & { shard:
   }
   if (md[Meta.Hash] !== HashName) {
     throw new KeylaneError("partition_mismatch", `keylane: stream ${name} uses hash ${JSON.stringify(md[Meta.Hash] ?? "")}, this client uses ${JSON.stringify(HashName)}`);
+  }
+  if (md[Meta.Version] === OneJobVersion) {
+    throw new KeylaneError("old_jobs_stream", `keylane: stream ${name} has ${Meta.Version} "3": made by a keylane whose clients store one-job messages, which today's workers refuse unrun; drain it with the keylane that made it (its workers running, no client sending), then delete it (nats stream rm ${name}), or use another namespace`);
   }
   if (md[Meta.Version] !== SubjectsVersion) {
     throw new KeylaneError("old_jobs_stream", `keylane: stream ${name} has ${Meta.Version} ${JSON.stringify(md[Meta.Version] ?? "")}: made by an older keylane; drain it with the keylane that made it, or use another namespace`);

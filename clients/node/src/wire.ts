@@ -45,8 +45,14 @@ export const Meta = {
 } as const;
 
 export const HashName = "xxhash64-mod";
-/** keylane.version of a jobs stream with per-key subjects. */
-export const SubjectsVersion = "3";
+/**
+ * keylane.version of a jobs stream with per-key subjects whose every job
+ * is in a batch message (the one message format). "3" could hold one-job
+ * messages, which workers now refuse: such a stream is refused.
+ */
+export const SubjectsVersion = "4";
+/** keylane.version of a stream whose clients could store one-job messages. */
+export const OneJobVersion = "3";
 export const MaxKeyLen = 1024;
 export const MaxPartitions = 4096;
 export const MaxStreamShards = 64;

@@ -505,7 +505,7 @@ describe("keylane client against a Go worker", { skip }, () => {
     await jsm.streams.add({
       name,
       subjects: [`${other}.jobs.0.*`],
-      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "4" },
     });
     try {
       const err = await expectCode(Client.open(c.nc, { namespace: other.replace("_", "-") }), "no_topology");
@@ -583,7 +583,7 @@ describe("keylane client against a Go worker", { skip }, () => {
       discard: "new" as never,
       storage: "memory" as never,
       max_msgs: 1,
-      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "4" },
     });
     const f = await Client.open(c.nc, { namespace: ns });
     try {
