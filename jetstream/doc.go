@@ -238,8 +238,9 @@
 //
 // # Running jobs
 //
-// One fetch loop per owned partition pulls batches (at most MaxInFlight
-// unacked) and hands each job to its key's lane. A lane runs one job at a
+// One fetch loop per owned partition pulls batch messages (reading the
+// next only while it holds fewer than MaxInFlight unfinished jobs) and
+// hands each job of each to its key's lane. A lane runs one job at a
 // time in stream order; a fixed pool of Concurrency runners serves the
 // lanes, so different keys of a partition run in parallel and no goroutine
 // is started per job. A hot key yields its runner after a burst when other
