@@ -113,11 +113,12 @@ func TestBatchWithAWrongJobCountIsDeadLetteredWhole(t *testing.T) {
 // TestWorkerBacklogCountsJobsOfBatches: the worker's backlog
 // (Tenure.Backlog, the keylane_partition_backlog metric) counts a batch
 // message not yet delivered as its 50 jobs. Two jobs that do not finish
-// fill the partition's window ahead of a batch of 50 and a job: the
-// backlog is 51, and 0 once everything ran. The two are batches of one,
-// as Submit sends them; a batch's jobs hold no place in the in-flight
-// window (MaxInFlight), so they fill the server's (MaxPending 2 messages,
-// held until their jobs settle).
+// are ahead of a batch of 50 and a job: the first fills the partition's
+// in-flight window (MaxInFlight 1: every job counts in it, whatever
+// message it came in), the second waits with the server's window full
+// (MaxPending 2 messages), so the backlog is 52 (the second, the batch's
+// 50 and the last), and 0 once everything ran. The two are batches of
+// one, as Submit sends them.
 func TestWorkerBacklogCountsJobsOfBatches(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	for _, key := range []string{"held:a", "held:b"} {
@@ -153,7 +154,7 @@ func TestWorkerBacklogCountsJobsOfBatches(t *testing.T) {
 		}
 		return ts[0].Backlog
 	}
-	testwait.Eventually(t, 10*time.Second, "the backlog counts the batch's 50 jobs", func() bool { return backlog() == 51 })
+	testwait.Eventually(t, 10*time.Second, "the backlog counts the batch's 50 jobs", func() bool { return backlog() == 52 })
 	close(release)
 	testwait.Eventually(t, 20*time.Second, "every job run", func() bool { return ran.Load() == 53 })
 	testwait.Eventually(t, 10*time.Second, "the backlog empty", func() bool { return backlog() == 0 })

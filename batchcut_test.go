@@ -223,9 +223,10 @@ func TestBatchesCutByMaxPayload(t *testing.T) {
 // TestMixedVersionClients: a sender of one-job messages (as an earlier
 // client and the previous release's Go client send them: oneJobSender,
 // by hand) and a client of this release, which sends batches, submit to
-// the same keys at the same time, against a worker that reads both:
-// every job runs once, each sender's jobs of a key run in the order it
-// submitted them, and nothing is dead-lettered.
+// the same keys at the same time. The worker runs batch messages only:
+// every one-job message is dead-lettered unrun (its Call refused at once,
+// permanently), and the batching client's jobs all run once, each key's
+// in the order submitted, whatever the refusals between them.
 func TestMixedVersionClients(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	rec := newOrderRecorder()
@@ -262,7 +263,9 @@ func TestMixedVersionClients(t *testing.T) {
 		key := "seat:" + strconv.Itoa(k)
 		for _, who := range []string{"old", "new"} {
 			for i := range each {
-				want[key] = append(want[key], fmt.Sprintf("%s%d:%d", who, k, i))
+				if who == "new" {
+					want[key] = append(want[key], fmt.Sprintf("%s%d:%d", who, k, i))
+				}
 			}
 			// Runs of 10: all ten at once (the newer client's SubmitMany,
 			// a batch of one key's jobs in order; the older sender's ten
@@ -307,10 +310,13 @@ func TestMixedVersionClients(t *testing.T) {
 				var err error
 				if who == "new" {
 					_, err = newer.Call(ctx(t), key, r.Payload)
-				} else {
-					_, err = older.call(ctx(t), key, r.Payload)
+					return err
 				}
-				return err
+				var re *RemoteError
+				if _, err = older.call(ctx(t), key, r.Payload); !errors.As(err, &re) || !re.Permanent {
+					return fmt.Errorf("a one-job Call: %v, want a permanent refusal", err)
+				}
+				return nil
 			}
 			wg.Go(func() {
 				for run := 0; run < each; run += 10 {
@@ -342,13 +348,14 @@ func TestMixedVersionClients(t *testing.T) {
 		}
 	}
 	wg.Wait()
-	testwait.Eventually(t, 60*time.Second, "every job run", func() bool { return rec.ran() >= keys*each*2 })
+	testwait.Eventually(t, 60*time.Second, "every batched job run", func() bool { return rec.ran() >= keys*each })
+	testwait.Eventually(t, 30*time.Second, "every one-job message dead-lettered", func() bool { return len(e.deadLetters()) >= keys*each })
 	testwait.Eventually(t, 10*time.Second, "every message acked", func() bool {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
 	rec.checkOnceInOrder(t, want)
-	if n := len(e.deadLetters()); n != 0 {
-		t.Fatalf("%d dead letters", n)
+	if n := len(e.deadLetters()); n != keys*each {
+		t.Fatalf("%d dead letters, want the older sender's %d", n, keys*each)
 	}
 	// Both formats were on the wire: every one of the older sender's jobs
 	// as a one-job message and no other (the newer client's went in
@@ -372,8 +379,10 @@ func TestMixedVersionClients(t *testing.T) {
 // from SubmitMany and from concurrent Submits and Calls are cut into
 // batches the wire takes (at most two such jobs each): every job is
 // stored and runs once, and every batch message decodes. A 9 MiB job,
-// over the wire's limit and under max_payload's, goes alone and is
-// stored; one over max_payload gets ErrPayloadTooLarge at once. Cut by
+// over the wire's limit on a batch of several and under max_payload's,
+// goes alone as a batch of one (whose limit is max_payload's) and is
+// stored and run; no message of another format is sent; one over
+// max_payload gets ErrPayloadTooLarge at once. Cut by
 // max_payload only, three of them made one batch that EncodeBatch
 // refused (wire.ErrBatchTooLarge), and every job of it failed.
 func TestBatchesCutByTheWireLimit(t *testing.T) {
@@ -390,6 +399,21 @@ func TestBatchesCutByTheWireLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Two 9 MiB batches of one and 3 MiB jobs: more than a
+	// subscription's default 64 MiB of pending bytes.
+	if err := batches.SetPendingLimits(-1, -1); err != nil {
+		t.Fatal(err)
+	}
+	var oneJob atomic.Int64
+	watch, err := e.nc.Subscribe(e.ns+".jobs.0.*", func(m *nats.Msg) {
+		if _, ok := m.Header[wire.HeaderBatch]; !ok {
+			oneJob.Add(1)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = watch.Unsubscribe() }()
 	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +428,7 @@ func TestBatchesCutByTheWireLimit(t *testing.T) {
 	// SubmitMany: four 3 MiB jobs of one key, given at once (12 MiB
 	// with their framing: more than max_payload less its reserve, so
 	// three were cut into one 9 MiB batch), then a 9 MiB job, which no
-	// batch can carry: it goes alone, a one-job message.
+	// batch of several can carry: it goes alone, a batch of one.
 	var reqs []Request
 	for i := range 5 {
 		tag, payload := "m:"+strconv.Itoa(i), job("m:"+strconv.Itoa(i))
@@ -468,20 +492,32 @@ func TestBatchesCutByTheWireLimit(t *testing.T) {
 	if n := len(e.deadLetters()); n != 0 {
 		t.Fatalf("%d dead letters", n)
 	}
-	count := 0
+	count, bigOnes := 0, 0
 	for {
 		m, err := batches.NextMsg(0)
 		if err != nil {
 			break
 		}
 		jobs, err := wire.DecodeBatch(m.Data)
-		if err != nil || len(m.Data) > wire.MaxBatchBytes {
-			t.Fatalf("a batch of %d bytes: %v", len(m.Data), err)
+		if err != nil || len(jobs) > 1 && len(m.Data) > wire.MaxBatchBytes {
+			t.Fatalf("a batch of %d jobs, %d bytes: %v", len(jobs), len(m.Data), err)
+		}
+		if len(m.Data) > wire.MaxBatchBytes {
+			bigOnes++
 		}
 		count++
 		t.Logf("a batch of %d jobs, %d bytes", len(jobs), len(m.Data))
 	}
 	if count == 0 {
 		t.Fatal("no batch message: the test cut nothing")
+	}
+	if bigOnes != 2 {
+		t.Fatalf("%d batches of one over %d bytes, want the two 9 MiB jobs'", bigOnes, wire.MaxBatchBytes)
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := oneJob.Load(); n != 0 {
+		t.Fatalf("%d messages in another format than a batch", n)
 	}
 }

@@ -17,8 +17,9 @@ import (
 // payload, as a one-job message of it would carry them, so finish, the
 // dead letters, the replies and the traces read it as they read a job.
 // Its Ack settles the job; the batch message itself is acked once every
-// job of it is settled. A batch's job is never handed back (NAKed): the
-// lanes keep it (lanes.go).
+// job of it is settled. A job of a batch of several is never handed back
+// (NAKed): the lanes keep it (internal/lanes); a batch of one is handed
+// back whole (owner.handBack).
 
 // errBatchPartNak is what a NAK of one job of a batch returns: the
 // message carries the other jobs too.
@@ -29,6 +30,8 @@ var errBatchPartNak = errors.New("a job of a batch message cannot be handed back
 type batchMsg struct {
 	msg jetstream.Msg
 	mu  sync.Mutex
+	// jobs is how many jobs it carries (valid or not).
+	jobs int
 	// left is how many jobs of it are not settled; the message is acked
 	// when it reaches 0.
 	left int

@@ -14,16 +14,23 @@ import (
 )
 
 // TestStalledKeyOfBatchJobsDoesNotHoldTheWindow: three keys of one
-// partition fail at once with MaxInFlight 4. Key a keeps five jobs of a
-// batch message (never handed back, outside the window), keys b and c
-// keep two one-job jobs each (keep = MaxInFlight/2), which fill the
-// window. When the window is full the worker hands back a job of the
-// stalled key keeping the most; that was a, whose jobs cannot be handed
-// back, so nothing was handed back and the fetch loop waited until a
-// head settled: another key's call got no answer while the three failed.
-// It must be answered (promise 8), and every failing key's jobs must run
+// partition fail at once with MaxInFlight 4 (issue 28, bug 5). Key a
+// keeps five jobs of a batch message of several (never handed back: a
+// message cannot be half-NAKed), keys b and c keep two jobs each: sent
+// alone (batches of one, which can be handed back), or, in "several", in
+// batch messages of several too, so that nothing in the window can be
+// handed back. Every job counts in the window whatever message it came
+// in, so the window is full of failing keys' jobs. Another key's call
+// must still be answered (promise 8): the worker hands back what came
+// alone and, when nothing else can be handed back, lets the next message
+// in over the window (lanes.WaitRoom). Every failing key's jobs must run
 // once released.
 func TestStalledKeyOfBatchJobsDoesNotHoldTheWindow(t *testing.T) {
+	t.Run("alone", func(t *testing.T) { stalledKeyOfBatchJobs(t, false) })
+	t.Run("several", func(t *testing.T) { stalledKeyOfBatchJobs(t, true) })
+}
+
+func stalledKeyOfBatchJobs(t *testing.T, several bool) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	var failing atomic.Bool
 	failing.Store(true)
@@ -52,7 +59,7 @@ func TestStalledKeyOfBatchJobsDoesNotHoldTheWindow(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"a", "b", "c"} {
-		submit(k) // the heads: one-job messages
+		submit(k) // the heads, each a batch of one
 	}
 	testwait.Eventually(t, 10*time.Second, "the three heads retrying", func() bool {
 		mu.Lock()
@@ -64,8 +71,13 @@ func TestStalledKeyOfBatchJobsDoesNotHoldTheWindow(t *testing.T) {
 		jobs = append(jobs, wire.BatchJob{Key: "a", Payload: []byte("a")})
 	}
 	e.publishBatch(0, "stalled-a", jobs)
-	for _, k := range []string{"b", "b", "c", "c"} {
-		submit(k)
+	if several {
+		e.publishBatch(0, "stalled-bc", []wire.BatchJob{{Key: "b", Payload: []byte("b")}, {Key: "c", Payload: []byte("c")}})
+		e.publishBatch(0, "stalled-cb", []wire.BatchJob{{Key: "c", Payload: []byte("c")}, {Key: "b", Payload: []byte("b")}})
+	} else {
+		for _, k := range []string{"b", "b", "c", "c"} {
+			submit(k)
+		}
 	}
 	cctx, cancel := context.WithTimeout(ctx(t), 10*time.Second)
 	res, err := e.client.Call(cctx, "other", nil)

@@ -70,7 +70,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	// like the result does, and only an error in it matters. The result
 	// itself proves the job was stored. This saves a blocking round trip
 	// per call and the request machinery of a synchronous publish.
-	wm, _, err := c.alone(m) // a redrive, or on a capped namespace: a batch of one
+	wm, err := c.alone(m) // a redrive, on a capped namespace, or larger than any batch of several: a batch of one
 	if err != nil {
 		return nil, err
 	}

@@ -206,6 +206,7 @@ func streamsVectors(t *testing.T) []streamsVector {
 		{"hash-absent", "store", 0, one(map[string]string{MetaHash: ""})},
 		// Refused: an earlier layout.
 		{"version-2", "store", 0, one(map[string]string{MetaVersion: "2"})},
+		{"version-3-one-job-messages", "store", 0, one(map[string]string{MetaVersion: "3"})},
 		{"version-absent", "store", 0, one(map[string]string{MetaVersion: ""})},
 		{"allows-message-schedules", "store", 0, with(one(nil), func(sc *jetstream.StreamConfig) {
 			sc.AllowMsgSchedules, sc.Retention, sc.Discard = true, jetstream.LimitsPolicy, jetstream.DiscardOld

@@ -42,11 +42,14 @@ func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 	var d wire.Delayed
 	var err error
 	received, data := msg.Headers(), msg.Data()
-	if _, isBatch := received[wire.HeaderBatch]; isBatch {
-		d, received, data, err = r.ParseDelayedBatch(msg.Subject(), msg.Headers(), msg.Data(), meta.Timestamp)
-	} else {
-		d, err = r.ParseDelayed(msg.Subject(), received, meta.Timestamp) // an earlier client's one-job message
+	if _, isBatch := received[wire.HeaderBatch]; !isBatch {
+		// An earlier client's one-job submission, or a raw publisher's:
+		// refused unrun, as any one-job message (dispatch). Nothing of its
+		// headers is acted on (a delayed job has no caller waiting).
+		o.refuse(msg, seq, wire.Job{}, errOneJobMessage)
+		return
 	}
+	d, received, data, err = r.ParseDelayedBatch(msg.Subject(), msg.Headers(), msg.Data(), meta.Timestamp)
 	if err != nil {
 		o.malformed(msg, seq, d.Job, err)
 		return

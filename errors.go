@@ -130,10 +130,12 @@ var (
 	// with "sold out / try again later". Other keys are not affected.
 	ErrKeyBacklogFull = core.ErrKeyBacklogFull
 	// ErrOldJobsStream is returned when the namespace's jobs stream was made by
-	// a keylane before per-key subjects (one subject per partition): its jobs
-	// are on subjects today's workers do not read, so it is refused rather
-	// than half used. Drain it with the keylane that made it, then delete it
-	// (nats stream rm) or use another namespace.
+	// an older keylane: before per-key subjects (one subject per partition,
+	// keylane.version below 3), or before every job travelled in a batch
+	// message (keylane.version 3: it may hold one-job messages, which today's
+	// workers refuse). Its jobs are in a form today's workers do not run, so
+	// it is refused rather than half used. Drain it with the keylane that
+	// made it, then delete it (nats stream rm) or use another namespace.
 	ErrOldJobsStream = core.ErrOldJobsStream
 	// ErrKeyBacklogMismatch is returned when the jobs stream's per-key backlog
 	// cap differs from a non-zero TopologyConfig.MaxKeyBacklog. keylane never

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/keylane/keylane/internal/core"
 	"math"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -214,11 +213,16 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 	return nil
 }
 
-// dispatch validates a fetched message and queues it in its key's lane.
-// Anything that is not a valid job of this partition (wire.Rules.Parse:
-// key, subject, partition count, reply, job ID, type) is dead-lettered
-// with the reason and acked, never handed to the handler and never
-// allowed to stop the loop.
+// dispatch validates a fetched message and queues its jobs in their
+// keys' lanes. Every job travels in a batch message (dispatchBatch); the
+// one message of another form a worker runs is a delayed job's due copy,
+// which only a worker's schedule makes and the server marks as such
+// (wire.Rules.Parse: Keylane-Delayed-Id proven by Nats-Scheduler and
+// Nats-Stream-Source). Anything else, a one-job message of an earlier
+// client or a raw publisher among it, or anything that is not a valid job
+// of this partition, is dead-lettered with the reason and acked (its
+// caller, on a valid reply subject, told), never handed to the handler
+// and never allowed to stop the loop.
 func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
@@ -239,20 +243,19 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		o.malformed(msg, meta.Sequence.Stream, f, err)
 		return
 	}
-	if f.DueSeq != 0 {
-		o.deleteDue(f.DueSeq)
+	if f.DueSeq == 0 {
+		// Nothing of it is acted on: not its ID (no outcome is kept or
+		// looked up under it), not a redrive's hint; only its caller, on a
+		// reply subject under the reply prefix, is told, at once, so a
+		// Call of an earlier client does not wait out its deadline.
+		o.refuse(msg, meta.Sequence.Stream, f, errOneJobMessage)
+		return
 	}
-	id := f.ID // Nats-Msg-Id, or a delayed job's Keylane-Job-Id
-	if id == "" {
-		id = syntheticIDPrefix + strconv.FormatUint(meta.Sequence.Stream, 10)
-	}
+	o.deleteDue(f.DueSeq)
 	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: f.Idempotent, keep: f.KeepOutcome}
-	if of := h.Get(HeaderRedriveOf); of != "" && ValidateJobID(of) == nil {
-		t.redriveOf = of
-	}
 	t.stored = meta.Timestamp
 	t.job = Job{
-		ID: id, Key: f.Key, Type: f.Type, Payload: msg.Data(), Partition: o.p,
+		ID: f.ID, Key: f.Key, Type: f.Type, Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
 	}
 	o.logReceived(t, meta.NumDelivered)
@@ -260,6 +263,13 @@ func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
 		o.handBack(t, stalled)
 	}
 }
+
+// errOneJobMessage is why a one-job message (no Keylane-Batch) that is no
+// delayed job's due copy is dead-lettered unrun: every keylane client
+// sends each job in a batch message, so it was stored by an earlier
+// client (on a stream drained too early) or by a raw publisher. A dead
+// letter of it can be redriven, as a batch of one, once checked.
+var errOneJobMessage = errors.New("one-job message (no " + wire.HeaderBatch + " header): this keylane runs only jobs sent in batch messages, every job a keylane client sends since the one message format; refused unrun (stored by an earlier client or a raw publisher: redrive the dead letter to run it)")
 
 // dispatchBatch splits a batch message into its jobs, each a task of its
 // own in its key's lane (see batchpart.go). A message that is no valid
@@ -272,7 +282,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		o.malformedBatch(msg, seq, err)
 		return
 	}
-	b := &batchMsg{msg: msg, left: len(es)}
+	b := &batchMsg{msg: msg, jobs: len(es), left: len(es)}
 	if id := msg.Headers().Get(HeaderJobID); ValidateJobID(id) == nil {
 		b.id = id
 	}
@@ -313,10 +323,14 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		}
 		core.SetIndex(&t.job, i)
 		o.logReceived(t, meta.NumDelivered)
-		// Never handed back: lanes.addTo keeps a batch's jobs. One it
-		// refuses is in flight here already (a redelivery racing the
-		// original, whose ack covers it), or the tenure is ending.
-		ln.addTo(t)
+		// A job of a batch of several is never handed back: lanes.addTo
+		// keeps it. A batch of one may be, whole, as a stalled key's job
+		// that came alone. One addTo refuses is in flight here already (a
+		// redelivery racing the original, whose ack covers it), or the
+		// tenure is ending.
+		if _, back, stalled := ln.addTo(t); back {
+			o.handBack(t, stalled)
+		}
 	}
 }
 

@@ -14,13 +14,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Helpers for tests written before every Go client job travelled in a
-// batch message: storedJobs reads the jobs a stream holds whatever their
-// format, and oneJobSender sends one-job messages, as an earlier Node.js client
-// and a Go client of the previous release do.
+// Helpers: storedJobs reads the jobs a stream holds, from their batch
+// messages; oneJobSender sends one-job messages, as an earlier Node.js
+// client and a Go client of an earlier release did, which workers now
+// refuse (TestOneJobMessageIsRefused, TestMixedVersionClients).
 
-// storedJob is one job stored in a jobs stream: a one-job message, or
-// one job of a batch message (Batch), read from its body.
+// storedJob is one job stored in a jobs stream: one job of a batch
+// message (Batch), read from its body, or a delayed job's due copy (a
+// one-job message only a worker's schedule makes).
 type storedJob struct {
 	Seq     uint64
 	Subject string // the message's: a batch's jobs share their batch's
@@ -34,12 +35,16 @@ type storedJob struct {
 
 // storedJobs returns every job the stream name holds now, in stream
 // order and, within a batch, in its body's order. A batch body that does
-// not decode fails the test.
+// not decode, or a one-job message that is no due copy (no client sends
+// one), fails the test.
 func storedJobs(t testing.TB, js jetstream.JetStream, name string) []storedJob {
 	t.Helper()
 	var out []storedJob
 	for _, m := range natstest.StreamMsgs(t, js, name) {
 		if _, ok := m.Header[wire.HeaderBatch]; !ok {
+			if m.Header.Get(wire.HeaderDelayedID) == "" {
+				t.Fatalf("stream %s, message %d: a one-job message that is no delayed job's due copy (headers %v)", name, m.Sequence, m.Header)
+			}
 			out = append(out, storedJob{Seq: m.Sequence, Subject: m.Subject, ID: m.Header.Get(HeaderJobID), Key: m.Header.Get(HeaderKey), Header: m.Header})
 			continue
 		}
@@ -56,7 +61,8 @@ func storedJobs(t testing.TB, js jetstream.JetStream, name string) []storedJob {
 
 // oneJobSender publishes one-job messages by hand, in the format
 // wire.Rules.Parse reads (the conformance vectors' and an earlier Node.js
-// client's): on the key's own subject, with Nats-Msg-Id (a generated ID),
+// client's), which workers refuse: on the key's own subject, with
+// Nats-Msg-Id (a generated ID),
 // Keylane-Key, Keylane-Partitions and Nats-Expected-Stream; a Call adds
 // Keylane-Reply, an inbox under the reply prefix with a base-36 token
 // (no grouped mark: single replies, as the Node.js client gets), and

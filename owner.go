@@ -74,12 +74,24 @@ const (
 // counts against MaxPending), but this worker's memory and MaxInFlight do
 // not hold it.
 func (o *owner) handBack(t *task, stalled bool) {
-	o.w.stats.handedBack.Add(1)
 	d := turnHandBackDelay
 	if stalled {
 		d = stalledHandBackDelay
 	}
-	if err := t.msg.NakWithDelay(d); err != nil {
+	msg := t.msg
+	if b := t.batch; b != nil {
+		// A batch of one (the lanes hand back no job of a batch of
+		// several): its message goes back whole, and its outcomes entry is
+		// no longer open here; the redelivery opens it again.
+		if b.jobs != 1 {
+			o.log.Error("a job of a batch of several handed back; kept instead", "job_id", t.job.ID, "jobs", b.jobs)
+			return
+		}
+		o.open.remove(b)
+		msg = b.msg
+	}
+	o.w.stats.handedBack.Add(1)
+	if err := msg.NakWithDelay(d); err != nil {
 		o.log.Debug("hand back", "job_id", t.job.ID, "err", err)
 	}
 }

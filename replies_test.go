@@ -14,6 +14,7 @@ import (
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -88,8 +89,8 @@ func gated(inner Reducer) (r Reducer, entered <-chan struct{}, release func()) {
 
 // waitDelivered waits until the partition's consumer has handed n jobs to
 // the worker (all queued in its lane, none acked yet): the stream holds n
-// jobs of the partition, in one-job or batch messages, and every one of
-// those messages is delivered and not acked.
+// jobs of the partition, in batch messages, and every one of those
+// messages is delivered and not acked.
 func (e *env) waitDelivered(key string, n int) {
 	e.t.Helper()
 	p := partition.Of(key, e.topo.Partitions)
@@ -246,16 +247,9 @@ func TestOldStyleTokensGetSingleReplies(t *testing.T) {
 	<-entered
 	const n = 8
 	for i := range n {
-		m := nats.NewMsg(partition.Subject(e.ns, 0, "hot"))
-		m.Header[HeaderJobID] = []string{"old-" + strconv.Itoa(i)}
-		m.Header[HeaderKey] = []string{"hot"}
-		m.Header[HeaderPartitions] = []string{"1"}
-		m.Header[expectStreamHeader] = []string{e.topo.Names.Jobs()}
-		m.Header[HeaderReply] = []string{inbox + strconv.FormatInt(int64(i+1000), 36)}
-		m.Header[HeaderKeepOutcome] = oneHeader
-		if _, err := e.js.PublishMsg(ctx(t), m); err != nil {
-			t.Fatal(err)
-		}
+		// Each a batch of one, as a client sends a lone Call, with a
+		// reply token of the old style.
+		e.publishBatch(0, "old"+strconv.Itoa(i), []wire.BatchJob{{Key: "hot", Reply: inbox + strconv.FormatInt(int64(i+1000), 36), KeepOutcome: true}})
 	}
 	var news sync.WaitGroup
 	for range 4 { // new-style Calls in the same group: they may be grouped

@@ -151,11 +151,11 @@ func TestFailingKeyDoesNotHoldASmallWindow(t *testing.T) {
 // new job of the key was handed back while any was, and the returning
 // ones were taken only when lowest: the counter never stopped.
 //
-// The callers send one-job messages (oneJobSender, as an earlier client
-// does): only those are handed back. A Go client's jobs travel in batch
-// messages, which are never handed back (a message cannot be half-NAKed):
+// Each caller has a client of its own, calling one job at a time: its
+// every job is a batch of one, which is handed back whole. A job of a
+// batch of several is never handed back (a message cannot be half-NAKed):
 // TestStalledKeyOfBatchJobsDoesNotHoldTheWindow covers a stalled key of
-// batch jobs.
+// such jobs.
 func TestHotKeyLeavesHandBackMode(t *testing.T) {
 	t.Run("reducer", func(t *testing.T) { hotKeyLeavesHandBackMode(t, true) })
 	t.Run("handler", func(t *testing.T) { hotKeyLeavesHandBackMode(t, false) })
@@ -209,13 +209,23 @@ func hotKeyLeavesHandBackMode(t *testing.T, reducer bool) {
 		c.Backoff = func(int) time.Duration { return 20 * time.Millisecond }
 	})
 	e.waitOwned(w)
-	caller := newOneJobSender(t, e, natstest.Connect(t, e.srv))
+	callerConn := natstest.Connect(t, e.srv)
+	clients := make([]*Client, callers)
+	for i := range clients {
+		c, err := NewClient(ctx(t), callerConn, ClientConfig{Namespace: e.ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
 
 	var done atomic.Int64 // calls answered
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
-	for range callers {
+	for i := range callers {
+		caller := clients[i]
 		wg.Go(func() {
 			for {
 				select {
@@ -224,7 +234,7 @@ func hotKeyLeavesHandBackMode(t *testing.T, reducer bool) {
 				default:
 				}
 				cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				_, err := caller.call(cctx, "hot", nil)
+				_, err := caller.Call(cctx, "hot", nil)
 				cancel()
 				if err != nil {
 					errs <- err

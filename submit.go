@@ -29,7 +29,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if c.batchable(m) {
 		return c.submitBatched(ctx, m, r.ID, partition.Of(r.Key, c.n))
 	}
-	wm, alone, err := c.alone(m)
+	wm, err := c.alone(m)
 	if err != nil {
 		return "", err
 	}
@@ -38,13 +38,10 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if err != nil {
 		return c.submitError(ctx, m, id, err)
 	}
-	switch {
-	case dup && alone:
+	if dup {
 		// A duplicate answer to a batch's first copy: another message
 		// holds its (unguessable) ID; this one was not stored.
 		return "", fmt.Errorf("keylane: submit %s: %w", id, errBatchIDUsed)
-	case dup:
-		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
 	}
 	return id, nil
 }
@@ -99,10 +96,8 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			}
 			batches.flush(p) // a key's earlier jobs are stored first
 		}
-		wm, alone, err := c.alone(m)
-		if alone {
-			out[i].ID = m.Header.Get(HeaderJobID) // sealed
-		}
+		wm, err := c.alone(m)
+		out[i].ID = m.Header.Get(HeaderJobID) // sealed
 		if err != nil {
 			out[i].Err = err
 			continue

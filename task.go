@@ -15,10 +15,11 @@ import (
 type task struct {
 	msg jetstream.Msg
 	job Job
-	// batch is the batch message the job came in, nil for a one-job
-	// message. A job of a batch is never handed back (the message cannot
-	// be half-acked or half-NAKed: batchpart.go), so a lane's gap holds
-	// one-job messages only, by sequence.
+	// batch is the batch message the job came in, nil for a delayed
+	// job's due copy. A job of a batch of several is never handed back
+	// (the message cannot be half-acked or half-NAKed: batchpart.go), so
+	// a lane's gap holds jobs that came alone (a batch of one, whose
+	// message is handed back whole), by sequence.
 	batch    *batchMsg
 	maybeDup bool // may have run before under an earlier owner
 	explicit bool // its ID was the caller's (or a re-publish): look it up, keep its outcome
@@ -58,7 +59,7 @@ var _ lane.Task = (*task)(nil)
 
 func (t *task) Pos() lane.Position   { return lane.Position{Seq: t.job.Seq, Index: t.job.Index()} }
 func (t *task) Key() string          { return t.job.Key }
-func (t *task) Part() bool           { return t.batch != nil }
+func (t *task) Part() bool           { return t.batch != nil && t.batch.jobs > 1 }
 func (t *task) MaybeDup() bool       { return t.maybeDup }
 func (t *task) SetMaybeDup(dup bool) { t.maybeDup = dup }
 func (t *task) Mark() *lane.Mark     { return &t.mark }

@@ -20,10 +20,12 @@ import (
 // wire" in package jetstream's doc, and batchpart.go for the worker).
 //
 // Submit and Call hand every job (a caller's ID or not; not a delayed job,
-// a redrive or a job on a capped namespace: batchable) to the partition's
-// batcher (internal/batcher): alone when nothing of its partition is in
-// flight, as a batch of one; otherwise with the jobs that queued
-// meanwhile, as one batch message. A batch whose publish fails in a way a
+// a redrive, a job on a capped namespace or one larger than any batch of
+// several: batchable) to the partition's batcher (internal/batcher): alone
+// when nothing of its partition is in flight, as a batch of one; otherwise
+// with the jobs that queued meanwhile, as one batch message. The others go
+// alone, each a batch of one (Client.alone). No job goes in any other
+// message. A batch whose publish fails in a way a
 // reconnect or an election cures is published again whole, as it was:
 // its batch ID (Nats-Msg-Id) makes the server drop a copy it has. A
 // Call then waits for its reply (callBatched).
@@ -57,8 +59,10 @@ func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
 // with a max_payload above 8 MiB makes the smaller (cut by max_payload
 // only, the batch was refused whole by EncodeBatch, wire.ErrBatchTooLarge,
 // and every job of it failed). A job larger than the room goes alone, as
-// a one-job message, whose limit is max_payload's alone (Client.message
-// refuses one over it up front, ErrPayloadTooLarge).
+// a batch of one, whose limit is max_payload's alone (the wire's 8 MiB is
+// on a batch of several; Client.message refuses a job over max_payload up
+// front, and Client.alone one whose batch of one would be,
+// ErrPayloadTooLarge).
 func (c *Client) batchRoom() int {
 	room := min(int(c.nc.MaxPayload())-DeadLetterReserve-1024, wire.MaxBatchBytes) - wire.BatchHeaderSize
 	return max(room, 1)
@@ -106,19 +110,23 @@ var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 // Keylane-Run-At on the batch), a redrive (its Keylane-Redrive-Of on the
 // batch, which a worker takes only on a batch of one) and any job on a
 // namespace with a key backlog cap (on its key's subject, where the
-// server counts it against the cap). m is sealed first (sealBatch: a
-// generated ID becomes its batch's and index's), so read m's ID after it.
-// ok is false for a job larger than any batch, which goes as it is (a
-// one-job message).
-func (c *Client) alone(m *nats.Msg) (_ *nats.Msg, ok bool, err error) {
-	if c.maxKeyBacklog == 0 && m.Header[HeaderRedriveOf] == nil && m.Header[HeaderRunAt] == nil {
-		return m, false, nil
-	}
-	if room := c.batchRoom(); len(m.Data) > room/2 && wire.BatchJobSize(batchJobOf(m))+sealGrowth(m) > room {
-		return m, false, nil
-	}
+// server counts it against the cap), and a job larger than any batch of
+// several (over wire.MaxBatchBytes, under a larger max_payload), whose
+// batch of one may be as large as max_payload. m is sealed first
+// (sealBatch: a generated ID becomes its batch's and index's), so read
+// m's ID after it. A batch of one over max_payload less the dead letter's
+// reserve (which Client.message's estimate of m may not have seen: the
+// batch's own headers) is refused, ErrPayloadTooLarge, before anything is
+// sent.
+func (c *Client) alone(m *nats.Msg) (*nats.Msg, error) {
 	bm, err := c.batchMessage(partition.Of(m.Header.Get(HeaderKey), c.n), []*nats.Msg{m})
-	return bm, err == nil, err
+	if err != nil {
+		return nil, err
+	}
+	if max, size := c.nc.MaxPayload()-DeadLetterReserve, messageSize(bm); size > max {
+		return nil, fmt.Errorf("%w: %d bytes as a batch of one, limit %d (max_payload less %d for a dead letter's headers)", ErrPayloadTooLarge, size, max, DeadLetterReserve)
+	}
+	return bm, nil
 }
 
 // batchable reports whether m, built by message, travels through its
@@ -130,8 +138,8 @@ func (c *Client) batchable(m *nats.Msg) bool {
 	if c.maxKeyBacklog != 0 || m.Header[HeaderRunAt] != nil || m.Header[HeaderRedriveOf] != nil {
 		return false
 	}
-	// A job no batch can carry (over wire.MaxBatchBytes, under a larger
-	// max_payload) goes alone, as a one-job message.
+	// A job no batch of several can carry (over wire.MaxBatchBytes, under
+	// a larger max_payload) goes alone, as a batch of one.
 	if room := c.batchRoom(); len(m.Data) > room/2 && wire.BatchJobSize(batchJobOf(m))+sealGrowth(m) > room {
 		return false
 	}

@@ -51,15 +51,20 @@ type WorkerConfig struct {
 	// one, and this caps how many keys that is; with many keys a key's
 	// group is often one job, so 8 would cap a transaction at 8 jobs.
 	Concurrency int
-	// MaxInFlight is how many fetched, unfinished one-job messages one
-	// partition holds in memory, not counting the head job of each key that
-	// retries it (one per failing key). A failing key keeps at most
-	// min(16, MaxInFlight/2) of them, and hands them back when the window
-	// is full and no other job can free a place. Jobs of batch messages
-	// (every job a Go client sends but a delayed one, a redrive or one on
-	// a namespace with a key backlog cap) are not in this window: a batch
-	// cannot be handed back in part; MaxPending bounds them, in messages
-	// of at most 1024 jobs. Defaults to 1024.
+	// MaxInFlight is how many fetched, unfinished jobs one partition holds
+	// in memory, whatever batch message they came in, not counting the
+	// head job of each key that retries it (one per failing key). The
+	// partition fetches its next message only while it holds fewer, so a
+	// batch of several may take it past MaxInFlight by its own jobs (at
+	// most wire.MaxBatchJobs). A failing key keeps at most
+	// min(16, MaxInFlight/2) of its jobs that came alone (a batch of one)
+	// and hands them back when the window is full and no other job can
+	// free a place. A job of a batch of several cannot be handed back (a
+	// message is acked or NAKed whole): when only such jobs of failing
+	// keys hold a full window, the partition fetches its next message
+	// anyway, so a healthy key's jobs still run; those held jobs are then
+	// bounded by MaxPending's messages, not by MaxInFlight. Defaults to
+	// 1024.
 	MaxInFlight int
 	// MaxPending is the partition's window on the server (the consumer's
 	// MaxAckPending): jobs delivered and not acked, including a failing

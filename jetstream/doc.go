@@ -134,10 +134,10 @@
 // makes it read the kept outcome in NS_RESULTS (every 500ms, bounded
 // reads), so a call retried with its ID after no reply gets the kept
 // outcome and never runs the job twice. Every wait is bounded by the
-// call's timeout (default 30s): no_reply, never a hang. What it does
-// not do: it sends no batch messages (one job per message, which every
-// worker reads as any other), no delayed jobs; its reply
-// tokens never start with "-", so workers never send it grouped replies.
+// call's timeout (default 30s): no_reply, never a hang. Every job it
+// sends is a batch message of one (# Batches on the wire), a job too
+// large for a batch of several included; its reply tokens never start
+// with "-", so workers never send it grouped replies.
 // A permissions violation for the job's subject (the server says so only
 // asynchronously, and no ack comes) ends the submit or call at once with
 // refused, from the connection's status events. A refusal over the per-key
@@ -238,8 +238,9 @@
 //
 // # Running jobs
 //
-// One fetch loop per owned partition pulls batches (at most MaxInFlight
-// unacked) and hands each job to its key's lane. A lane runs one job at a
+// One fetch loop per owned partition pulls batch messages (reading the
+// next only while it holds fewer than MaxInFlight unfinished jobs) and
+// hands each job of each to its key's lane. A lane runs one job at a
 // time in stream order; a fixed pool of Concurrency runners serves the
 // lanes, so different keys of a partition run in parallel and no goroutine
 // is started per job. A hot key yields its runner after a burst when other
@@ -1625,8 +1626,10 @@
 // The server's window for a partition (the consumer's MaxAckPending) is
 // shared by all its keys, and a delayed NAK does not free it: nats-server
 // keeps a NAKed message pending until it is acked. So the worker keeps two
-// windows: it holds at most MaxInFlight fetched jobs in memory (it stops
-// reading the pull iterator when full), and the server's window is the
+// windows: it holds at most MaxInFlight fetched jobs in memory, whatever
+// batch message they came in (it stops reading the pull iterator when
+// full; a batch of several read while below may take it past by its own
+// jobs), and the server's window, in messages, is the
 // larger MaxPending (16×MaxInFlight by default; a MaxPending that does not
 // exceed MaxInFlight is refused, as it leaves a failing key's head and
 // hand-backs no room). While a key's head job fails and retries (the key
@@ -1649,8 +1652,9 @@
 //     1 or 2, a pull batch as small, nats.go's iterator used to stop asking
 //     for messages now and then until the missed-heartbeat re-sync 5s
 //     later: see "The pull nudge" below.)
-//   - Its lane keeps keep = min(16, MaxInFlight/2) queued jobs and hands
-//     the rest back with a NAK delayed by 1s (the server sends
+//   - Its lane keeps keep = min(16, MaxInFlight/2) queued jobs that came
+//     alone (a batch of one, whose message is handed back whole) and hands
+//     the rest of those back with a NAK delayed by 1s (the server sends
 //     redeliveries before new messages; a short delay would let a stalled
 //     key's hand-backs crowd the others out). Its later arrivals are
 //     handed back too, and a returning job is taken only when it is the
@@ -1658,20 +1662,27 @@
 //     kept jobs hold the window only while nothing else needs it: when
 //     the window is full, no runner runs a job of a key that is not
 //     stalled and no lane is ready, the highest job kept by the stalled
-//     key keeping the most one-job messages is handed back (NAK delayed
-//     1s), one at a time until a job can be fetched, and a key that so
-//     gave a job up keeps none (every job of it returning is handed back
-//     again) until its head settles. A batch's jobs are never handed back
-//     and hold no place in the window, so a key keeping only those is
-//     passed over: picked by its queue's length, it handed nothing back
-//     and the partition waited for a head to settle
+//     key keeping the most jobs that came alone is handed back (NAK
+//     delayed 1s), one at a time until a job can be fetched, and a key
+//     that so gave a job up keeps none (every job of it returning is
+//     handed back again) until its head settles. A job of a batch of
+//     several is never handed back (a message is acked or NAKed whole),
+//     so a key keeping only those is passed over; they count in the
+//     window all the same, and when nothing is left to hand back the
+//     fetch loop reads the next message over the full window
+//     (lanes.WaitRoom, counted by the lanes' Overflow) rather than wait
+//     for a head to settle. Picked by its queue's length, such a key
+//     handed nothing back and the partition waited for a head to settle
 //     (TestStalledKeyOfBatchJobsDoesNotHoldTheWindow: MaxInFlight 4, key
-//     a keeping five jobs of a batch, b and c two one-job jobs each;
-//     another key's call went unanswered while the three failed). So the
-//     bound is: whatever MaxInFlight and however
-//     many keys are stalled, the partition's next job is fetched once a
-//     job of a key that is not stalled finishes, or at once when none
-//     runs; only MaxPending (below) bounds what stalled keys hold. Before,
+//     a keeping five jobs of a batch, b and c two jobs each, alone or in
+//     batches of several; another key's call went unanswered while the
+//     three failed, issue 28's bug 5; with every job counted in the
+//     window and no overflow, it went unanswered in both forms). So the
+//     bound is: whatever MaxInFlight and however many keys are stalled,
+//     the partition's next message is fetched once a job of a key that
+//     is not stalled finishes, or at once when none runs; only
+//     MaxPending (below) bounds what stalled keys hold, the jobs of
+//     batches of several among it, in messages. Before,
 //     nothing took kept jobs back, and MaxInFlight/keep stalled keys (2
 //     when MaxInFlight ≤ 32, 64 at the default 1024) held the whole
 //     partition until a head settled: after a jobs stream was re-created,
@@ -1693,8 +1704,9 @@
 // traffic keeps arriving; a job is handed back about once per second the
 // stall lasts, plus once. The one other hand-back: when jobs waiting
 // behind gaps fill the in-flight window while no runner has other work,
-// the highest of them goes back (NAK delayed 100ms), so the jobs that
-// close the gaps can still be delivered. Before, a key with any job
+// the highest of them that came alone goes back (NAK delayed 100ms), so
+// the jobs that close the gaps can still be delivered (jobs of batches of
+// several behind a gap let the next message in, as above). Before, a key with any job
 // handed back handed back every new one and took a returning job only
 // when it was the lowest: under steady traffic it never left that mode
 // (64 callers on one key: ~600 calls/s at ~108ms after a 1.5s failure
@@ -1721,6 +1733,8 @@
 // TestLanesGapClosesWhateverTheReturnOrder,
 // TestLanesWindowBehindAGapHandsBackTheHighest,
 // TestLanesStalledKeysGiveTheirKeptJobsBack,
+// TestLanesBatchPartsCountInTheWindow,
+// TestLanesWindowOfBatchPartsLetsTheNextIn,
 // TestLanesPausedRunnerLetsOthersRun and
 // TestLanesDroppingCloseEndsABackoff.
 //
@@ -2012,28 +2026,33 @@
 //	          each length-prefixed (uvarint)
 //
 // The worker reads the body with wire.DecodeBatch, which checks every
-// field with the rule the one-job path uses (ValidateKey and the key's
+// field with the rules wire.Rules.Parse applies to a job (ValidateKey and the key's
 // partition, ValidateJobID, ValidateType, ValidateReply under the
 // topology's prefix, ValidateUserHeader) and returns, per job, the job or
 // why it is refused. A job that breaks a rule is dead-lettered alone
-// (malformed, as a one-job message is) and the others run; a body whose
+// (malformed) and the others run; a body whose
 // framing is broken (version, counts, a length past the end, bytes after
 // the last job, over the limits), or whose Keylane-Batch-Jobs is missing
 // or other than the body's count, is one malformed message,
-// dead-lettered whole (TestBatchWithAWrongJobCountIsDeadLetteredWhole). Limits: at most wire.MaxBatchJobs (1024) jobs and
-// wire.MaxBatchBytes (8 MiB, and the server's max_payload) per batch.
+// dead-lettered whole (TestBatchWithAWrongJobCountIsDeadLetteredWhole). Limits: at most wire.MaxBatchJobs (1024) jobs per
+// batch, and wire.MaxBatchBytes (8 MiB, and the server's max_payload) per
+// batch of several; a batch of one is bounded by max_payload alone (its
+// payload is cut from the message, nothing is allocated in proportion to
+// it), so a job too large for a batch of several travels as a batch of
+// one up to max_payload (TestEncodeBatchLimits,
+// TestDecodeBatchRefusesBrokenFraming, FuzzDecodeBatch's one body, one
+// reading).
 //
 // When a client batches. Per partition, one batch in flight at a time
 // (internal/batcher). A job for a partition with nothing in flight is
-// sent at once, alone (a one-job batch is a one-job message, today's
-// format: never delay a lone job, never change what a quiet client
-// sends). Jobs that arrive while a send is in flight queue; when it
+// sent at once, alone, as a batch of one (never delay a lone job). Jobs
+// that arrive while a send is in flight queue; when it
 // returns they go as the next batch, cut at 256 jobs or at the smaller
 // of max_payload less DeadLetterReserve and 1 KiB of headers and
 // wire.MaxBatchBytes (8 MiB), each less the body's head, whichever first
-// (Client.batchRoom; a job over that room goes alone, as a one-job
-// message, and one over max_payload is refused up front,
-// ErrPayloadTooLarge). Under
+// (Client.batchRoom; a job over that room goes alone, as a batch of one,
+// whose limit is max_payload less DeadLetterReserve; one over it is
+// refused up front, ErrPayloadTooLarge). Under
 // load a batch grows by itself to about the number of callers waiting on
 // the partition during one round trip. One exception to "at once":
 // ClientConfig.BatchCork (default 0) holds a job for a busy partition
@@ -2054,13 +2073,14 @@
 // wire.MaxBatchBytes the server refused the batch: "maximum payload
 // exceeded") and TestBatchesCutByTheWireLimit (max_payload 12 MiB, jobs
 // of 3 MiB from SubmitMany and concurrent Submits and Calls: every one
-// stored and run, no batch over 8 MiB; a 9 MiB job goes alone, one over
-// max_payload gets ErrPayloadTooLarge; cut by max_payload only, three
+// stored and run, no batch of several over 8 MiB; a 9 MiB job goes alone
+// as a batch of one over 8 MiB and runs, no message of another format is
+// sent, one over max_payload gets ErrPayloadTooLarge; cut by max_payload only, three
 // jobs made a 9 MiB batch that EncodeBatch refused, wire.ErrBatchTooLarge,
 // and every job of it failed).
 // SubmitMany, which holds its jobs at once, cuts each partition's run of
 // batchable jobs the same way and publishes the batches asynchronously
-// with its one-job messages; a job that goes alone first publishes its
+// with its batches of one; a job that goes alone first publishes its
 // partition's open batch, so a key's jobs are stored in the order given.
 //
 // One path. Every job the Go client submits travels in a batch message,
@@ -2080,11 +2100,20 @@
 // (wire.Rules.ParseDelayedBatch; TestDelayedSubmissionIsABatchOfOne):
 // the worker moves the job, with its own headers and payload, into a
 // schedule as before, and the due copy the server stores from it is the
-// worker's own message, not a producer's. The Go client sends no
-// one-job message any more but a job too large for any batch, nor does
-// the Node client (clients/node: its capped and delayed jobs go as
-// batches of one too); workers still read them (earlier producers).
-// There is no switch:
+// worker's own message, not a producer's. A job too large for a batch
+// of several goes as a batch of one as well. No client sends any other
+// message, the Node client (clients/node) neither, and workers run no
+// other: a one-job message (an earlier client's, or a raw publisher's)
+// is dead-lettered unrun with a reason saying so, its Call (a reply
+// subject under the reply prefix) answered at once with a permanent
+// refusal, none of its headers acted on; a one-job delayed submission
+// likewise (TestOneJobMessageIsRefused, TestMixedVersionClients). The one
+// message of another form a worker runs is a delayed job's due copy,
+// which only its schedule makes and the server marks (Keylane-Delayed-Id
+// proven by Nats-Scheduler and Nats-Stream-Source: see "Delayed jobs").
+// A jobs stream of keylane.version 3, whose clients could store one-job
+// messages, is refused with ErrOldJobsStream and the drain to do
+// (TestOneJobStreamIsRefused; docs/upgrading.md). There is no switch:
 // ClientConfig.Batches and NoBatches,
 // WorkerConfig.Batches, the namespace's keylane.batches, SetBatches and
 // `keylane batches` are gone (the last answers with an error saying so),
@@ -2157,11 +2186,15 @@
 // settles the job, and the batch message is acked once every job in it
 // is settled (applied and its outcome kept, answered, or dead-lettered
 // alone). Until then InProgress keeps it (once per half second for all
-// its jobs). A job of a batch is never handed back (NAKed: the message
-// cannot be half-NAKed): a stalled key keeps it queued behind its gap, and
-// batch jobs do not count in MaxInFlight's window, so they cannot fill it
-// and stop the fetch that would close a gap; they are bounded by the
-// server's MaxAckPending messages of at most 1024 jobs. Job.Seq stays the
+// its jobs). A job of a batch of several is never handed back (NAKed: the
+// message cannot be half-NAKed): a stalled key keeps it queued behind its
+// gap; a batch of one is handed back whole, as its key's stalled job.
+// Every job counts in MaxInFlight's window; when jobs of batches of
+// several that wait on failing keys fill it, so that nothing can run or
+// be handed back, the next message is fetched anyway (see "A failing key
+// does not hold its partition"), so they cannot stop the fetch that would
+// close a gap or run a healthy key; they are then bounded by the server's
+// MaxAckPending messages of at most 1024 jobs. Job.Seq stays the
 // stream sequence (jobs of one batch share it). The state entry keeps the
 // last applied job's Seq and its index in the batch (StateEntry.Index;
 // entry version 5, written only when the index is not 0, so entries of
@@ -2226,7 +2259,7 @@
 //   - StoreResults: Result by ID is promised for every job;
 //   - a job with a caller's ID (never batched) and a redrive (never
 //     batched): their look-up by ID decides whether they run;
-//   - a lone job (a one-job message, its own generated ID): as today;
+//   - a lone job (a batch of one, its own generated ID): as before;
 //   - a plain Handler's batched Calls. A redelivered batch's jobs are
 //     looked up by ID (for its dead-lettered ones, above), so a Call kept
 //     by ID is answered from it, where one kept in the batch's entry,
@@ -2377,19 +2410,28 @@
 // and three jobs: Backlog 53, Pending 53, 52, 51, 1, 0 as the consumer
 // delivers them; before, Backlog said 4) and
 // TestWorkerBacklogCountsJobsOfBatches (two held jobs ahead of a batch of
-// 50 and a job: the worker's backlog is 51, then 0).
+// 50 and a job, with MaxInFlight 1: the worker's backlog is 52, then 0).
 // Tracing works per job (traceparent travels in each job's headers);
 // delays, redrives and admission caps are as today because their jobs go
 // alone; repartition refuses a batch routed with another N whole.
 //
-// Versions. Every worker reads batch messages and one-job messages
-// alike, so there is nothing to switch: a Go client of this release sends
-// batches, the Node.js client and a Go client of the previous release
-// send one-job messages (the previous release's workers dead-letter a
-// batch whole: upgrade the workers first). TestMixedVersionClients runs a
-// one-job sender and a batching client at once on the same keys (every
-// job once, each client's order per key, no dead letter; with a batch's
-// jobs encoded in reverse the newer client's order broke). The removed
+// Versions. A jobs stream records its format in keylane.version: 4 for
+// the one message format, every job in a batch message. A stream of
+// version 3 may hold one-job messages of the clients that made it, which
+// today's workers refuse (dead-letter unrun), so clients and workers of
+// this release refuse to open it, ErrOldJobsStream, with the drain to do:
+// drain it with the keylane that made it (its workers running, no
+// client sending), then delete it (nats stream rm), or use another
+// namespace (docs/upgrading.md; TestOneJobStreamIsRefused, and the
+// streams.json vector version-3-one-job-messages, which the Node client
+// refuses too). A one-job message that still reaches a stream of version
+// 4 (a raw publisher, an earlier client on a namespace set up anew) is
+// dead-lettered unrun with its reason and its Call answered with a
+// permanent refusal; its dead letter can be redriven, as a batch of one.
+// TestMixedVersionClients runs a one-job sender and a batching client at
+// once on the same keys (each one-job message dead-lettered, its Call
+// refused at once; every batched job once, in its client's order per
+// key). The removed
 // switch: cmd/keylane's TestBatchesCommandIsGone. A batch dead-lettered
 // whole whose body decodes has its Calls answered with the reason
 // (TestBatchDeadLetteredWholeAnswersItsCalls). Also tested by

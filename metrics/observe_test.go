@@ -371,11 +371,12 @@ func TestClientCountsDuplicates(t *testing.T) {
 	}
 }
 
-// TestBacklogAndInFlightPerPartition: jobs sent as one-job messages (a
-// namespace with a key backlog cap, where no batch is sent) are held at
-// most MaxInFlight at a time, the rest reported as the partition's
-// backlog; the jobs of a batch message do not count in MaxInFlight's
-// window, so the worker holds them all, in flight, none in the backlog.
+// TestBacklogAndInFlightPerPartition: jobs sent alone (batches of one, on
+// a namespace with a key backlog cap where each goes on its key's
+// subject) are held at most MaxInFlight at a time, the rest reported as
+// the partition's backlog; the jobs of one batch message of several are
+// read together (the window is checked before each message), so the
+// worker holds them all, in flight, none in the backlog.
 func TestBacklogAndInFlightPerPartition(t *testing.T) {
 	const jobs = 10
 	cases := []struct {
@@ -386,22 +387,11 @@ func TestBacklogAndInFlightPerPartition(t *testing.T) {
 		backlog, inFlight float64
 	}{
 		{
-			name:          "one-job messages",
+			name:          "batches of one",
 			maxKeyBacklog: jobs,
 			send: func(t *testing.T, d *deployment) {
-				// As an earlier client sends them (a client of this
-				// release sends batches of one): by hand.
-				js, err := jetstream.New(d.nc)
-				if err != nil {
-					t.Fatal(err)
-				}
 				for i := range jobs {
-					key := fmt.Sprintf("k%d", i)
-					m := nats.NewMsg(partition.Subject("mb", 0, key))
-					m.Header.Set(nats.MsgIdHdr, fmt.Sprintf("one-%d", i))
-					m.Header.Set(keylane.HeaderKey, key)
-					m.Header.Set(keylane.HeaderPartitions, "1")
-					if _, err := js.PublishMsg(t.Context(), m); err != nil {
+					if _, err := d.c.Submit(t.Context(), fmt.Sprintf("k%d", i), nil); err != nil {
 						t.Fatal(err)
 					}
 				}
@@ -428,8 +418,8 @@ func TestBacklogAndInFlightPerPartition(t *testing.T) {
 					}
 				}
 			},
-			// Batch jobs are never handed back and do not count in
-			// MaxInFlight's window: all are delivered and held.
+			// One message of 10 jobs, read while the window had room:
+			// all are delivered and held.
 			backlog: 0, inFlight: jobs,
 		},
 	}

@@ -60,13 +60,11 @@ func TestBacklogCountsJobsOfBatches(t *testing.T) {
 	})
 	t.Cleanup(func() { close(release) }) // runs before the Stop above
 	testwait.Eventually(t, 10*time.Second, "the worker owns the partition", func() bool { return len(w.Owned()) == 1 })
-	// The two held jobs go as one-job messages: a batch message's jobs,
-	// even a lone one's, hold no place in the worker's MaxInFlight window
-	// (the worker would fetch the second, up to MaxPending messages), while
-	// a one-job message stays on the server behind the one running. The
-	// backlog is then a one-job message and a batch message.
+	// The two held jobs go alone, each a batch of one: with MaxInFlight 1
+	// the second stays on the server behind the one running. The backlog
+	// is then a batch of one and a batch of 50.
 	for _, key := range []string{"seat:0", "seat:9"} {
-		submitOneJob(ctx, t, js, space, 1, key, []byte("held"))
+		submitAlone(ctx, t, js, space, 1, key, []byte("held"))
 	}
 	testwait.Eventually(t, 10*time.Second, "one job running, the other pending", func() bool {
 		st, err := keylane.Inspect(ctx, js, space)

@@ -126,19 +126,16 @@ func newScene(t *testing.T) *scene {
 			t.Fatalf("count-%d: %q, %v", i, res, err)
 		}
 	}
-	// The blocked key's jobs go as one-job messages (as an earlier
-	// client sends them): the Go client's batch messages, even of one
-	// job, hold no place in the worker's MaxInFlight window, so the worker
-	// would fetch them up to MaxPending messages and the backlog would not
-	// stay on the server.
-	submitOneJob(ctx, t, js, ns, partitions, s.blockedKey, []byte("block"))
+	// The blocked key's jobs go alone, each a batch of one: the worker
+	// holds MaxInFlight of them, and the backlog stays on the server.
+	submitAlone(ctx, t, js, ns, partitions, s.blockedKey, []byte("block"))
 	select {
 	case <-started:
 	case <-ctx.Done():
 		t.Fatal("the blocking job never started")
 	}
 	for i := range backlog {
-		submitOneJob(ctx, t, js, ns, partitions, s.blockedKey, fmt.Appendf(nil, "queued %d", i))
+		submitAlone(ctx, t, js, ns, partitions, s.blockedKey, fmt.Appendf(nil, "queued %d", i))
 	}
 	testwait.Eventually(t, 10*time.Second, fmt.Sprintf("Inspect shows %d pending on partition %d and one dead letter", backlog, blocked), func() bool {
 		st, err := keylane.Inspect(ctx, js, ns)
@@ -147,25 +144,28 @@ func newScene(t *testing.T) *scene {
 	return s
 }
 
-// oneJobs numbers the IDs of the jobs submitOneJob sends.
-var oneJobs atomic.Int64
+// aloneJobs numbers the batch IDs of the jobs submitAlone sends.
+var aloneJobs atomic.Int64
 
-// submitOneJob stores a job of key in namespace (of n partitions, one
-// shard: the tests' default) as a one-job message on the key's own
-// subject, in the format wire.Rules.Parse reads (the Node.js client's,
-// and a Go client's of the release before every Go client job travelled
-// in a batch message), and waits for the stream's ack.
-func submitOneJob(ctx context.Context, t *testing.T, js jetstream.JetStream, namespace string, n int, key string, payload []byte) {
+// submitAlone stores a job of key in namespace (of n partitions, one
+// shard: the tests' default) as a batch message of one, as a client sends
+// a lone job, by hand (a test's own numbered batch ID), and waits for
+// the stream's ack. A job that came alone counts in the worker's
+// MaxInFlight window and is left on the server when the window is full.
+func submitAlone(ctx context.Context, t *testing.T, js jetstream.JetStream, namespace string, n int, key string, payload []byte) {
 	t.Helper()
 	p := partition.Of(key, n)
-	m := nats.NewMsg(partition.Subject(namespace, p, key))
-	m.Header[wire.HeaderJobID] = []string{fmt.Sprintf("one-job-%d", oneJobs.Add(1))}
-	m.Header[wire.HeaderKey] = []string{key}
-	m.Header[wire.HeaderPartitions] = []string{strconv.Itoa(n)}
-	m.Header[jetstream.ExpectedStreamHeader] = []string{keylane.Names{Namespace: namespace}.JobsShard(0)}
-	m.Data = payload
+	id := fmt.Sprintf("alone%017d", aloneJobs.Add(1))
+	body, err := wire.EncodeBatch([]wire.BatchJob{{Key: key, ID: wire.BatchedJobID(id, 0), Payload: payload}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &nats.Msg{Subject: wire.BatchSubject(namespace, p), Data: body, Header: nats.Header{
+		wire.HeaderJobID: {id}, wire.HeaderBatch: {"1"}, wire.HeaderBatchJobs: {"1"}, wire.HeaderPartitions: {strconv.Itoa(n)},
+		jetstream.ExpectedStreamHeader: {keylane.Names{Namespace: namespace}.JobsShard(0)},
+	}}
 	if _, err := js.PublishMsg(ctx, m); err != nil {
-		t.Fatalf("one-job message of %s: %v", key, err)
+		t.Fatalf("a batch of one of %s: %v", key, err)
 	}
 }
 

@@ -46,8 +46,10 @@ const (
 	BatchToken = "batch"
 	// MaxBatchJobs is the most jobs one batch carries.
 	MaxBatchJobs = 1024
-	// MaxBatchBytes bounds a batch body; the server's max_payload bounds
-	// it further.
+	// MaxBatchBytes bounds the body of a batch of several jobs; the
+	// server's max_payload bounds it further. A batch of one job is
+	// bounded by max_payload alone: a job larger than any batch of
+	// several travels as a batch of one, as large as the server takes.
 	MaxBatchBytes = 8 << 20
 )
 
@@ -63,8 +65,8 @@ var (
 	// the whole message is one malformed message.
 	ErrBadBatch = errors.New("wire: malformed batch")
 	// ErrBatchTooLarge is returned by EncodeBatch for no jobs, more than
-	// MaxBatchJobs, or a body over MaxBatchBytes.
-	ErrBatchTooLarge = errors.New("wire: a batch holds 1 to 1024 jobs in at most 8 MiB")
+	// MaxBatchJobs, or a body of several jobs over MaxBatchBytes.
+	ErrBatchTooLarge = errors.New("wire: a batch holds 1 to 1024 jobs, several of them in at most 8 MiB")
 )
 
 // BatchJob is one job of a batch body, as sent: DecodeBatch returns the
@@ -131,8 +133,8 @@ func EncodeBatch(jobs []BatchJob) ([]byte, error) {
 	for i := range jobs {
 		size += BatchJobSize(jobs[i])
 	}
-	if size > MaxBatchBytes {
-		return nil, fmt.Errorf("%w (got %d bytes)", ErrBatchTooLarge, size)
+	if size > MaxBatchBytes && len(jobs) > 1 {
+		return nil, fmt.Errorf("%w (got %d bytes in %d jobs)", ErrBatchTooLarge, size, len(jobs))
 	}
 	b := make([]byte, 0, size)
 	b = append(b, batchMagic...)
@@ -241,15 +243,15 @@ func IsBatchBody(body []byte) bool {
 
 // DecodeBatch reads a batch body's framing and returns its jobs,
 // unchecked (Rules.ParseBatch checks them). A wrong magic or version, a
-// job count of 0 or over MaxBatchJobs, a body over MaxBatchBytes, a
+// job count of 0 or over MaxBatchJobs, a body of several jobs over
+// MaxBatchBytes (a batch of one is bounded by the message it came in,
+// and so by the server's max_payload: its payload is cut from body, and
+// nothing is allocated in proportion to its size), a
 // length past the end, a uvarint not in its shortest form, an unknown
 // flag, header names not strictly ascending, or bytes after the last
 // job refuse the whole body with ErrBadBatch. Payloads are cut from
 // body, which must not change while they are used.
 func DecodeBatch(body []byte) ([]BatchJob, error) {
-	if len(body) > MaxBatchBytes {
-		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrBadBatch, len(body), MaxBatchBytes)
-	}
 	if len(body) < len(batchMagic)+1 || string(body[:len(batchMagic)]) != batchMagic {
 		return nil, fmt.Errorf("%w: no %q magic", ErrBadBatch, batchMagic)
 	}
@@ -260,6 +262,9 @@ func DecodeBatch(body []byte) ([]BatchJob, error) {
 	n := r.uvarint("job count", MaxBatchJobs)
 	if r.err == nil && n == 0 {
 		r.fail("no jobs")
+	}
+	if r.err == nil && n > 1 && len(body) > MaxBatchBytes {
+		return nil, fmt.Errorf("%w: %d bytes in %d jobs, limit %d for a batch of several", ErrBadBatch, len(body), n, MaxBatchBytes)
 	}
 	// Each job takes at least 7 bytes: a count past what the body can
 	// hold is refused before anything is allocated for it.

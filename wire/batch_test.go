@@ -116,6 +116,24 @@ func TestEncodeBatchLimits(t *testing.T) {
 	if _, err := EncodeBatch(big); !errors.Is(err, ErrBatchTooLarge) {
 		t.Fatalf("over %d bytes: %v", MaxBatchBytes, err)
 	}
+	// A batch of one is bounded by max_payload alone: a job larger than
+	// any batch of several travels so.
+	one := []BatchJob{{Key: "k", ID: "a", Payload: make([]byte, MaxBatchBytes+1)}}
+	body, err := EncodeBatch(one)
+	if err != nil {
+		t.Fatalf("one job over %d bytes: %v", MaxBatchBytes, err)
+	}
+	if jobs, err := DecodeBatch(body); err != nil || len(jobs) != 1 || len(jobs[0].Payload) != MaxBatchBytes+1 {
+		t.Fatalf("a batch of one over %d bytes decoded as %d jobs, %v", MaxBatchBytes, len(jobs), err)
+	}
+}
+
+// severalTooLarge is the body of two jobs over MaxBatchBytes, as
+// EncodeBatch would never write it.
+func severalTooLarge(t *testing.T) []byte {
+	one := encode(t, []BatchJob{{Key: "k", ID: "a", Payload: make([]byte, MaxBatchBytes/2+1)}})
+	body := append([]byte("KLB\x01\x02"), one[5:]...)
+	return append(body, one[5:]...)
 }
 
 func TestDecodeBatchRefusesBrokenFraming(t *testing.T) {
@@ -144,7 +162,7 @@ func TestDecodeBatchRefusesBrokenFraming(t *testing.T) {
 		"unknown flag":       {set(11, 4), "unknown flags"},
 		"headers unsorted":   {bytes.Replace(bytes.Replace(good, []byte("\x01A"), []byte("\x01C"), 1), []byte("\x01B"), []byte("\x01A"), 1), "not strictly ascending"},
 		"header twice":       {bytes.Replace(good, []byte("\x01B"), []byte("\x01A"), 1), "not strictly ascending"},
-		"too large":          {make([]byte, MaxBatchBytes+1), "limit"},
+		"several too large":  {severalTooLarge(t), "limit 8388608 for a batch of several"},
 	}
 	if _, err := DecodeBatch(good); err != nil {
 		t.Fatalf("good body refused: %v", err)

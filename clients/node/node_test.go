@@ -202,6 +202,43 @@ func jsonWorkerOf(t *testing.T, url string, tc keylane.TopologyConfig) {
 	})
 }
 
+// bigServer runs a second server whose max_payload (12 MiB) is above the
+// wire's limit on a batch of several jobs (wire.MaxBatchBytes, 8 MiB),
+// with a worker on namespace ns whose handler answers the payload's
+// length in bytes: a job too large for a batch of several travels as a
+// batch of one, which a worker runs. It returns the server's URL.
+func bigServer(t *testing.T, ns string) string {
+	t.Helper()
+	s := natstest.StartConfig(t, "max_payload: 12582912\n")
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	w, err := keylane.NewWorker(nc, keylane.WorkerConfig{
+		Topology: keylane.TopologyConfig{Namespace: ns, Partitions: 2, LeaseTTL: 5 * time.Second},
+		Handler: keylane.HandlerFunc(func(ctx context.Context, job keylane.Job) ([]byte, error) {
+			return []byte(strconv.Itoa(len(job.Payload))), nil
+		}),
+		ID:      ns + "-worker",
+		AckWait: 30 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	return s.ClientURL()
+}
+
 // capNamespace sets up namespace ns of url with a per-key backlog cap of
 // 2, a duplicate window shortened to 100ms and no worker, so a key's
 // third queued job is refused. It fills key "queued:1" with two jobs, the
@@ -349,10 +386,12 @@ func TestNodeClient(t *testing.T) {
 	capNamespace(t, l.URL, "nodecap")
 	perm := permServer(t)
 	heldNamespace(t, l.URL, "nodeheld")
+	big := bigServer(t, "nodebig")
 	batchedID, batchedResult, garbledID := batchedCall(t, l, "nodetest")
 	env := []string{"KEYLANE_NATS_URL=" + l.URL, "KEYLANE_NAMESPACE=nodetest", "KEYLANE_JSON_NAMESPACE=nodejson", "KEYLANE_DELAY_NAMESPACE=nodedelay", "KEYLANE_CAP_NAMESPACE=nodecap",
 		"KEYLANE_HELD_NAMESPACE=nodeheld", "KEYLANE_PERM_URL=" + perm, "KEYLANE_PERM_USER=limited", "KEYLANE_PERM_PASS=limited-secret",
-		"KEYLANE_BATCHED_ID=" + batchedID, "KEYLANE_BATCHED_RESULT=" + batchedResult, "KEYLANE_GARBLED_BATCHED_ID=" + garbledID}
+		"KEYLANE_BATCHED_ID=" + batchedID, "KEYLANE_BATCHED_RESULT=" + batchedResult, "KEYLANE_GARBLED_BATCHED_ID=" + garbledID,
+		"KEYLANE_BIG_URL=" + big, "KEYLANE_BIG_NAMESPACE=nodebig"}
 	if err := run(t, env, node, "--test", "dist/test/client.test.js", "dist/test/conformance.test.js"); err != nil {
 		t.Fatal(err)
 	}

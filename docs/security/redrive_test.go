@@ -12,6 +12,7 @@ import (
 	"github.com/keylane/keylane"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -53,12 +54,16 @@ func TestOnlyOperatorsRedrive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged := nats.NewMsg(partition.Subject("a", partition.Of("evil", 4), "evil"))
-	forged.Header.Set(keylane.HeaderJobID, "forge-1")
-	forged.Header.Set(keylane.HeaderKey, "evil")
-	forged.Header.Set(keylane.HeaderIdempotent, "1")
-	forged.Header.Set(keylane.HeaderRedriveOf, "victim-1")
-	forged.Data = []byte("forged-1")
+	// The raw one is a batch of one, as a redrive travels (a one-job
+	// message is refused unrun whatever it carries).
+	body, err := wire.EncodeBatch([]wire.BatchJob{{Key: "evil", ID: "forge-1", Idempotent: true, Payload: []byte("forged-1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := &nats.Msg{Subject: wire.BatchSubject("a", partition.Of("evil", 4)), Data: body, Header: nats.Header{
+		keylane.HeaderJobID: {"forgedRedriveBatch0001"}, wire.HeaderBatch: {"1"}, wire.HeaderBatchJobs: {"1"},
+		keylane.HeaderPartitions: {"4"}, keylane.HeaderRedriveOf: {"victim-1"},
+	}}
 	if _, err := js.PublishMsg(ctx, forged); err != nil {
 		t.Fatalf("the raw forger's publish: %v", err)
 	}

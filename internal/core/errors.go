@@ -38,7 +38,7 @@ var (
 	ErrUnavailable         = errors.New("keylane: the applier's database is unavailable")
 	ErrStateTooLarge       = errors.New("keylane: state entry larger than the server's max_payload allows")
 	ErrKeyBacklogFull      = errors.New("keylane: the key's backlog is full")
-	ErrOldJobsStream       = errors.New("keylane: the jobs stream was made by an older keylane (one subject per partition, no per-key subjects; or delayed jobs kept in the jobs stream)")
+	ErrOldJobsStream       = errors.New("keylane: the jobs stream was made by an older keylane (one-job messages, one subject per partition, or delayed jobs kept in the jobs stream)")
 	ErrKeyBacklogMismatch  = errors.New("keylane: per-key backlog cap differs from the jobs stream's")
 	ErrBadDelay            = errors.New("keylane: bad delay")
 	ErrDelaysOff           = errors.New("keylane: the namespace takes no delayed jobs (create it with TopologyConfig.Delays, worker --delays)")

@@ -14,20 +14,22 @@
 // stays the engine's, and Config.Run receives the engine's own []T, with
 // no conversion and no boxing per job. Task is the little the lanes read:
 // the job's Position (stream sequence, index in a batch message), its key,
-// whether it is a part of a batch message (never handed back, outside the
-// window), and its maybe-duplicate flag, which a hand-back must carry
+// whether it is a part of a batch message of several jobs (never handed
+// back alone), and its maybe-duplicate flag, which a hand-back must carry
 // across the round trip. What the lanes write on a task lives in a Mark
 // the task carries and hands out (Task.Mark): when its progress was last
 // reported (Touch) and whether its runner put it back (Requeue).
 //
 // # The window and a failing key
 //
-// The lanes hold at most Config.Window fetched jobs (MaxInFlight); the
-// fetch loop calls WaitRoom before it reads the next job. A key whose head
-// job fails and retries is stalled (Stall): its head leaves the window and
-// waits out each backoff in Pause without holding a runner's place, it
-// keeps at most min(16, Window/2) queued jobs, and the rest of its jobs,
-// and its later arrivals, are handed back (Add and Stall report them; the
+// The lanes hold at most Config.Window fetched jobs (MaxInFlight),
+// whatever message they came in; the fetch loop calls WaitRoom before it
+// reads the next message, so a batch of several jobs may take the window
+// past its size by its own jobs. A key whose head job fails and retries
+// is stalled (Stall): its head leaves the window and waits out each
+// backoff in Pause without holding a runner's place, it keeps at most
+// min(16, Window/2) queued jobs that came alone (a batch of one), and the
+// rest of those, and its later arrivals so, are handed back (Add and Stall report them; the
 // caller NAKs them with a delay). The jobs handed back and not yet
 // returned are the lane's gap: only queued jobs below it run, so the key's
 // order holds. Once the head settled every returning job is taken,
@@ -38,10 +40,14 @@
 //   - A full window that nothing can free (no runner runs a job that is
 //     not a stalled head, no lane is ready): WaitRoom hands back the
 //     highest job waiting behind a gap, else the highest job kept by the
-//     stalled key keeping the most one-job messages, which then keeps
+//     stalled key keeping the most jobs that came alone, which then keeps
 //     none until its head settles (TestLanesWindowBehindAGapHandsBackTheHighest,
-//     TestLanesStalledKeysGiveTheirKeptJobsBack). A key keeping only a
-//     batch's jobs is passed over: they cannot be handed back.
+//     TestLanesStalledKeysGiveTheirKeptJobsBack). A key keeping only jobs
+//     of batches of several is passed over: they cannot be handed back
+//     alone (a message is acked or NAKed whole). When nothing is left to
+//     hand back, WaitRoom lets the next message in over the window
+//     (Overflow), so a healthy key's job is still fetched and runs
+//     (TestLanesWindowOfBatchPartsLetsTheNextIn).
 //   - Returns in any order while the key's traffic goes on
 //     (TestLanesGapClosesWhateverTheReturnOrder).
 //   - A runner waiting out a backoff frees its place for other keys, and

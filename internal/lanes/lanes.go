@@ -15,10 +15,12 @@ type Task interface {
 	Pos() Position
 	// Key is the job's resource key: its lane.
 	Key() string
-	// Part reports whether the job is one of a batch message. Such a job
-	// is never handed back (the message cannot be half-acked or
-	// half-NAKed), so a lane's gap holds one-job messages only, by
-	// sequence; nor does it count in the window.
+	// Part reports whether the job is one of a batch message of several
+	// jobs. Such a job is never handed back (the message cannot be
+	// half-acked or half-NAKed), so a lane's gap holds only jobs that came
+	// alone (a batch of one), by sequence. It counts in the window as any
+	// job does; when the window is full of jobs that can neither run nor
+	// be handed back, WaitRoom lets the next message in (see WaitRoom).
 	Part() bool
 	// MaybeDup reports whether the job may have run before under an
 	// earlier owner; SetMaybeDup sets it. A job handed back keeps the
@@ -158,14 +160,18 @@ func (ln *lane[T]) insert(t T) {
 // A runner takes up to `group` queued jobs of its lane at once (for group
 // commit) and runs them in order.
 //
-// The lanes hold at most `window` fetched jobs (MaxInFlight), not counting
-// the head job of each stalled key: that one retries in its runner (one
-// per stalled key; the server's window bounds them), and a failing key
-// never fills the window alone, whatever its size. A stalled key keeps at
-// most keep = min(stalledKeep, window/2) queued jobs, and only while the
-// window has room: when it is full and no other job can free a place,
-// stalled keys' kept jobs are handed back (WaitRoom), so however many
-// keys stall, the other keys' jobs are still fetched.
+// The lanes hold at most `window` fetched jobs (MaxInFlight), whatever
+// message they came in, not counting the head job of each stalled key:
+// that one retries in its runner (one per stalled key; the server's window
+// bounds them), and a failing key never fills the window alone, whatever
+// its size. A stalled key keeps at most keep = min(stalledKeep, window/2)
+// queued jobs that came alone, and only while the window has room: when
+// it is full and no other job can free a place, stalled keys' kept jobs
+// are handed back (WaitRoom), so however many keys stall, the other keys'
+// jobs are still fetched. A job of a batch of several cannot be handed
+// back: when only such jobs hold a full window, waiting on failing keys
+// (stalled, or behind a gap), WaitRoom lets the next message in rather
+// than wait for a failing key's head to settle (Overflow counts it).
 //
 // At most `runners` runners hold a place (run jobs, or wait for a lane)
 // at once: one waiting out a backoff gives its place up (Pause), and
@@ -179,7 +185,7 @@ type Lanes[T Task] struct {
 	byKey    map[string]*lane[T]
 	ready    []*lane[T]
 	inflight map[Position]T // every fetched, unfinished job
-	parts    int            // of inflight, jobs of batch messages: outside the window
+	overflow int            // messages let in over a full window (WaitRoom)
 	closed   bool           // no more tasks will be added
 	dropping bool           // drop queued tasks instead of running them
 	group    int            // most tasks handed to run at once
@@ -212,9 +218,9 @@ type Config[T Task] struct {
 	// Group is the most queued jobs of one key handed to Run at once
 	// (group commit). Defaults to 1.
 	Group int
-	// Window is the most fetched jobs the lanes hold, the stalled keys'
-	// head jobs and the jobs of batch messages aside (MaxInFlight).
-	// Defaults to 1.
+	// Window is the most fetched jobs the lanes hold, whatever message
+	// they came in, the stalled keys' head jobs aside (MaxInFlight); see
+	// WaitRoom for the one way past it. Defaults to 1.
 	Window int
 	// Run runs tasks of one key, in order. The lanes call it from their
 	// runners only, never for two tasks of one key at once.
@@ -338,9 +344,6 @@ func (l *Lanes[T]) AddTo(t T) (ok, handBack, stalled bool) {
 	}
 	t.Mark().progress = time.Now()
 	l.inflight[t.Pos()] = t
-	if t.Part() {
-		l.parts++
-	}
 	if ln == nil {
 		ln = &lane[T]{key: t.Key()}
 		l.byKey[t.Key()] = ln
@@ -402,11 +405,17 @@ func (l *Lanes[T]) Stall(key string, stalled bool) []T {
 // waiting behind a lane's gap (back), as the jobs that close the gaps
 // must still be delivered; else the highest job a stalled key keeps
 // (stalledBack), as other keys' jobs must still be fetched however many
-// keys stall.
+// keys stall. When no such job is left either, the window is held by
+// jobs of batch messages of several jobs waiting on failing keys (a
+// stalled key's, or queued behind a gap), which cannot be handed back
+// alone: it returns, letting one more message in over the window
+// (Overflow), as the jobs that close the gaps and the other keys' jobs
+// must still be fetched. So the window bounds the jobs held but for
+// those: the server's window (MaxPending) bounds their messages.
 func (l *Lanes[T]) WaitRoom() (back, stalledBack []T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for len(l.inflight)-l.parts-l.stalled >= l.window && !l.closed && !l.woken {
+	for len(l.inflight)-l.stalled >= l.window && !l.closed && !l.woken {
 		if len(l.ready) == 0 && l.busy <= l.stalled {
 			if t, ok := l.evict(); ok {
 				back = append(back, t)
@@ -416,10 +425,34 @@ func (l *Lanes[T]) WaitRoom() (back, stalledBack []T) {
 				stalledBack = append(stalledBack, t)
 				continue
 			}
+			if !l.running() {
+				l.overflow++
+				break
+			}
 		}
 		l.room.Wait()
 	}
 	return back, stalledBack
+}
+
+// running reports whether a lane that is not stalled is held by a runner
+// between two of its takes (active, not ready): it will run or retire, and
+// free a place or let a WaitRoom decide again.
+func (l *Lanes[T]) running() bool {
+	for _, ln := range l.byKey {
+		if ln.active && !ln.stalled {
+			return true
+		}
+	}
+	return false
+}
+
+// Overflow returns how many times WaitRoom let a message in over a full
+// window held by jobs that could neither run nor be handed back.
+func (l *Lanes[T]) Overflow() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.overflow
 }
 
 // evict takes the highest queued job waiting behind a lane's gap out of
@@ -438,14 +471,14 @@ func (l *Lanes[T]) evict() (T, bool) {
 }
 
 // evictKept takes the highest queued job of the stalled lane keeping the
-// most jobs that can be handed back (one-job messages) out of the lanes,
+// most jobs that can be handed back (those that came alone) out of the lanes,
 // as handed back, and squeezes that lane: it keeps no returning job until
 // its head settled, or its jobs would come back into the window only to
 // be handed back again. It reports false when no stalled lane keeps such a
 // job. Its head stays: it runs in its runner, out of the window. A lane
-// keeping only a batch's jobs is passed over: they cannot be handed back,
-// and they hold no place in the window (Lanes.parts); picking it by its
-// queue's length handed nothing back and left the window full of the
+// keeping only jobs of batches of several is passed over: they cannot be
+// handed back (WaitRoom lets the next message in instead); picking it by
+// its queue's length handed nothing back and left the window full of the
 // other stalled keys' jobs until a head settled.
 func (l *Lanes[T]) evictKept() (T, bool) {
 	var most *lane[T]
@@ -466,8 +499,8 @@ func (l *Lanes[T]) evictKept() (T, bool) {
 	return l.popLast(most)
 }
 
-// handable is how many of ln's queued jobs can be handed back: those of
-// one-job messages, which are also the ones counted in the window.
+// handable is how many of ln's queued jobs can be handed back: those
+// that came alone (not Part).
 func (ln *lane[T]) handable() int {
 	n := 0
 	for _, t := range ln.queue[ln.head:] {
@@ -507,9 +540,6 @@ func (l *Lanes[T]) forget(t T) {
 		return
 	}
 	delete(l.inflight, t.Pos())
-	if t.Part() {
-		l.parts--
-	}
 }
 
 // Wake ends every WaitRoom, now and later.

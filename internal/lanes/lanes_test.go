@@ -456,3 +456,105 @@ func TestLanesDroppingCloseEndsABackoff(t *testing.T) {
 		t.Fatal("pause reported its backoff waited out")
 	}
 }
+
+// TestLanesBatchPartsCountInTheWindow: the window bounds the jobs held
+// whatever message they came in: four jobs of a batch of a healthy key
+// fill a window of 4, and WaitRoom waits until one of them ran, letting
+// nothing in over the window while a runner can still free a place.
+func TestLanesBatchPartsCountInTheWindow(t *testing.T) {
+	gate := make(chan struct{})
+	l := newLanes(1, 1, 4, one(func(tk *task) { <-gate }))
+	for i := range 4 {
+		l.Add(&task{key: "c", pos: Position{Seq: 10, Index: i}, part: true})
+	}
+	returned := make(chan struct{})
+	go func() {
+		back, stalledBack := l.WaitRoom()
+		if len(back)+len(stalledBack) != 0 {
+			t.Errorf("WaitRoom handed back %d jobs of a batch", len(back)+len(stalledBack))
+		}
+		close(returned)
+	}()
+	select {
+	case <-returned:
+		t.Fatal("WaitRoom returned with a full window of a batch's jobs, one of them running")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gate)
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitRoom still waits after the batch's jobs ran")
+	}
+	l.Close(false)
+	if n := l.Overflow(); n != 0 {
+		t.Fatalf("%d messages let in over the window while a runner could free a place", n)
+	}
+}
+
+// TestLanesWindowOfBatchPartsLetsTheNextIn: two keys stall, and jobs of
+// a batch of several (which cannot be handed back alone) of theirs fill
+// the window: WaitRoom must let the next message in (Overflow) rather
+// than wait for a failing head to settle, or a healthy key's job would
+// not be fetched (issue 28, bug 5); and that job then runs at once.
+func TestLanesWindowOfBatchPartsLetsTheNextIn(t *testing.T) {
+	// The heads wait out a backoff (Pause) until the gate opens, as a
+	// failing job does between its attempts.
+	ctx, release := context.WithCancel(context.Background())
+	defer release()
+	ran := make(chan string, 16)
+	var l *Lanes[*task]
+	l = newLanes(2, 1, 4, one(func(tk *task) {
+		if tk.key == "a" && tk.pos.Seq == 1 || tk.key == "b" && tk.pos.Seq == 2 {
+			l.Pause(ctx, time.Hour)
+		}
+		ran <- fmt.Sprintf("%s%d.%d", tk.key, tk.pos.Seq, tk.pos.Index)
+	}))
+	l.Add(newTask("a", 1))
+	l.Add(newTask("b", 2))
+	for {
+		l.mu.Lock()
+		b := l.busy
+		l.mu.Unlock()
+		if b == 2 {
+			break
+		}
+		runtime.Gosched()
+	}
+	l.Stall("a", true)
+	l.Stall("b", true)
+	for i := range 5 {
+		l.Add(&task{key: map[bool]string{true: "a", false: "b"}[i < 3], pos: Position{Seq: 3, Index: i}, part: true})
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if back, stalledBack := l.WaitRoom(); len(back)+len(stalledBack) != 0 {
+			t.Errorf("WaitRoom handed back %d jobs of a batch", len(back)+len(stalledBack))
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitRoom waits on a window held by failing keys' batch jobs")
+	}
+	if n := l.Overflow(); n != 1 {
+		t.Fatalf("Overflow = %d, want 1", n)
+	}
+	l.Add(newTask("healthy", 4))
+	select {
+	case got := <-ran:
+		if got != "healthy4.0" {
+			t.Fatalf("ran %s first, want the healthy key's job", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the healthy key's job did not run while the two keys fail")
+	}
+	l.Stall("a", false)
+	l.Stall("b", false)
+	release()
+	l.Close(false)
+	if len(ran) != 7 {
+		t.Fatalf("%d more jobs ran, want the 7 of the failing keys", len(ran))
+	}
+}

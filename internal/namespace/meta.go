@@ -64,10 +64,17 @@ const (
 )
 
 // SubjectsVersion is the keylane.version (MetaVersion) of a jobs stream
-// with per-key subjects, ns.jobs.<p>.<key token>: the jobs stream format
+// with per-key subjects, ns.jobs.<p>.<key token>, every job of which is in
+// a batch message (the one message format): the jobs stream format
 // version. ReadMeta refuses a stream of another version with
-// core.ErrOldJobsStream; Setup and Repartition write it.
-const SubjectsVersion = "3"
+// core.ErrOldJobsStream; Setup and Repartition write it. "3" was per-key
+// subjects with one-job messages too: such a stream is refused, as its
+// one-job messages would be dead-lettered, not run.
+const SubjectsVersion = "4"
+
+// OneJobVersion is the keylane.version of a stream whose clients could
+// store one-job messages: ReadMeta names the drain for it.
+const OneJobVersion = "3"
 
 // MetaMaxDeliver is the jobs stream's metadata key for Meta.MaxDeliver.
 const MetaMaxDeliver = "keylane.max-deliver"
@@ -234,7 +241,11 @@ func ReadMeta(info *jetstream.StreamInfo, want int) (Meta, error) {
 	if err != nil {
 		return Meta{}, err
 	}
-	if v := sc.Metadata[MetaVersion]; v != SubjectsVersion {
+	v := sc.Metadata[MetaVersion]
+	if v == OneJobVersion {
+		return Meta{}, fmt.Errorf("%w: stream %s has %s %q: it was made by a keylane whose clients store one-job messages, which this keylane's workers refuse (dead-letter) instead of running; drain it with the keylane that made it (its workers running, no client sending), then delete it (nats stream rm %s), or use another namespace", core.ErrOldJobsStream, sc.Name, MetaVersion, v, sc.Name)
+	}
+	if v != SubjectsVersion {
 		return Meta{}, fmt.Errorf("%w: stream %s has %s %q and subjects %v; drain it with the keylane that made it, then delete it (nats stream rm %s), or use another namespace", core.ErrOldJobsStream, sc.Name, MetaVersion, v, sc.Subjects, sc.Name)
 	}
 	if sc.AllowMsgSchedules || sc.AllowRollup {

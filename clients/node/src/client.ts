@@ -24,6 +24,7 @@ import {
   Meta,
   Names,
   SubjectsVersion,
+  OneJobVersion,
   decodeKept,
   batchOutcomesKey,
   findBatchOutcome,
@@ -275,6 +276,9 @@ function readMeta(info: StreamInfo, namespace: string): NamespaceInfo & { shard:
   if (md[Meta.Hash] !== HashName) {
     throw new KeylaneError("partition_mismatch", `keylane: stream ${name} uses hash ${JSON.stringify(md[Meta.Hash] ?? "")}, this client uses ${JSON.stringify(HashName)}`);
   }
+  if (md[Meta.Version] === OneJobVersion) {
+    throw new KeylaneError("old_jobs_stream", `keylane: stream ${name} has ${Meta.Version} "3": made by a keylane whose clients store one-job messages, which today's workers refuse unrun; drain it with the keylane that made it (its workers running, no client sending), then delete it (nats stream rm ${name}), or use another namespace`);
+  }
   if (md[Meta.Version] !== SubjectsVersion) {
     throw new KeylaneError("old_jobs_stream", `keylane: stream ${name} has ${Meta.Version} ${JSON.stringify(md[Meta.Version] ?? "")}: made by an older keylane; drain it with the keylane that made it, or use another namespace`);
   }
@@ -439,11 +443,8 @@ export class Client {
     notAborted(opts.signal, "submit", opts.id);
     const deadline = Date.now() + (opts.timeout ?? defaultTimeout);
     const { job, batch } = this.message(key, toBytes(payload), opts, false);
-    if (batch) {
-      await this.submitBatch(batch, job.id, job.id, deadline, opts.signal, capJob(job, batch));
-      return job.id;
-    }
-    return this.submitOne(job, deadline, opts.signal);
+    await this.submitBatch(batch, job.id, job.id, deadline, opts.signal, capJob(job, batch));
+    return job.id;
   }
 
   /**
@@ -454,9 +455,9 @@ export class Client {
    * row travel in batch messages (the format of every job, PROTOCOL.md §
    * 12) of at most 256 jobs and the server's max_payload; a generated ID
    * is "<batch ID>.<index>", a caller's id stays. A job that goes alone
-   * (a delayed job, any job on a namespace with a key backlog cap: a
-   * batch of one, as submit sends it; one too large for any batch: a
-   * one-job message) goes after its partition's batch before it, so a
+   * (a delayed job, any job on a namespace with a key backlog cap, one
+   * too large for any batch of several: a batch of one, as submit sends
+   * it) goes after its partition's batch before it, so a
    * key's jobs are stored in the order given. A batch the server refuses
    * refuses each of its jobs.
    * opts.timeout bounds the whole; opts.signal aborts what is not stored
@@ -505,15 +506,14 @@ export class Client {
       }
       const { job, batch, bj, alone } = built;
       const p = partitionOf(job.key, this.info.partitions);
-      if (alone || !batch || !bj) {
+      if (alone) {
         flush(p); // a key's earlier jobs are stored first
         out[i].id = job.id;
         sends.push({
           idx: [i],
           run: async () => {
             try {
-              if (batch) await this.submitBatch(batch, job.id, job.id, deadline, signal, capJob(job, batch));
-              else await this.submitOne(job, deadline, signal);
+              await this.submitBatch(batch, job.id, job.id, deadline, signal, capJob(job, batch));
             } catch (err) {
               out[i].error = errorOfJob(err, job.id);
             }
@@ -557,72 +557,6 @@ export class Client {
     return out;
   }
 
-  // submitOne is submit's path for a one-job message: resolved to its ID
-  // once stored. A copy whose stream ack does not come is published
-  // again, flagged idempotent, until the timeout.
-  private async submitOne(job: Job, deadline: number, signal?: AbortSignal): Promise<string> {
-    const { token, w } = this.wait();
-    const unwatch = watchAbort(signal, w);
-    try {
-      let resent = false;
-      let ackWait = ackWaitFirst;
-      let republishAt = Date.now() + ackWait;
-      this.publish(job, token);
-      for (;;) {
-        const e = await w.next(Math.min(deadline, republishAt));
-        if (e === null) {
-          if (Date.now() >= deadline) {
-            throw new KeylaneError("unknown_outcome", `keylane: submit ${job.id}: no stream ack before the timeout: stored or not, unknown; submit again with the same id`, job.id);
-          }
-          markRetry(job);
-          this.publish(job, token);
-          resent = true;
-          ackWait = Math.min(2 * ackWait, ackWaitMax);
-          republishAt = Date.now() + ackWait;
-          continue;
-        }
-        if (e.t === "closed") throw new KeylaneError("closed", `keylane: submit ${job.id}: client closed`, job.id);
-        if (e.t === "aborted") throw new AbortedError("submit", job.id, true, signal?.reason);
-        if (e.t === "reconnect") {
-          republishAt = Date.now(); // a lost publish or ack: send it again now
-          continue;
-        }
-        if (e.t === "refused") {
-          if (e.subject !== job.subject) continue;
-          throw new KeylaneError("refused", `keylane: submit ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
-        }
-        if (e.t !== "ack") continue;
-        const a = ackOf(e.m);
-        if (a.noResponders) {
-          await this.noStream(job.id, streamOf(job.headers));
-          republishAt = Date.now() + noLeaderPause;
-          continue;
-        }
-        const err = a.ack.error;
-        const cls = classOf(a.ack);
-        if (cls === "transient") {
-          republishAt = Date.now() + noLeaderPause;
-          continue;
-        }
-        if (err) {
-          if (cls === "key_backlog_full") {
-            // Applied or still queued from an earlier submit with this
-            // ID: nothing new stored (Go: ErrDuplicate); else full.
-            await this.refusedAtCap(capJob(job), deadline);
-            throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
-          }
-          throw refusal("submit", job.id, err, cls, job.id);
-        }
-        if (a.ack.duplicate && !resent) {
-          throw new KeylaneError("duplicate", `keylane: a job with this ID was stored before; nothing new stored (job ${job.id})`, job.id);
-        }
-        return job.id;
-      }
-    } finally {
-      unwatch();
-      this.unwait(token);
-    }
-  }
 
   /**
    * call stores a job and resolves to its handler's result. A handler
@@ -642,90 +576,7 @@ export class Client {
     const unwatch = watchAbort(opts.signal, w);
     try {
       const { job, batch } = this.message(key, toBytes(payload), opts, true, this.inbox + token);
-      if (batch) return await this.callBatch(job, batch, token, w, deadline, opts.signal, capJob(job, batch));
-      let acked = false;
-      let ackWait = ackWaitFirst;
-      let republishAt = Date.now() + ackWait;
-      let pollAt = Infinity; // when to read the kept outcome next
-      this.publish(job, token);
-      for (;;) {
-        const e = await w.next(Math.min(deadline, acked ? Infinity : republishAt, pollAt));
-        if (e === null) {
-          const now = Date.now();
-          if (now >= deadline) throw new NoReplyError(job.id, "timeout");
-          if (now >= pollAt) {
-            const kept = await this.keptOrNull(job.id, deadline);
-            if (kept) return unwrap(kept);
-            pollAt = Date.now() + outcomePoll;
-          }
-          if (!acked && Date.now() >= republishAt) {
-            markRetry(job);
-            this.publish(job, token);
-            ackWait = Math.min(2 * ackWait, ackWaitMax);
-            republishAt = Date.now() + ackWait;
-          }
-          continue;
-        }
-        switch (e.t) {
-          case "closed":
-            throw new KeylaneError("closed", `keylane: call ${job.id}: client closed`, job.id);
-          case "aborted":
-            throw new AbortedError("call", job.id, true, opts.signal?.reason);
-          case "reconnect":
-            // The reply may have been lost while away: read the kept
-            // outcome too, and publish again if unacked.
-            if (!acked) republishAt = Date.now();
-            pollAt = Math.min(pollAt, Date.now());
-            continue;
-          case "refused":
-            if (e.subject !== job.subject || acked) continue;
-            throw new KeylaneError("refused", `keylane: call ${job.id}: refused by the server: ${e.error.message}`, job.id, { cause: e.error });
-          case "result":
-            return unwrap(decodeReply(getter(e.m.headers), e.m.data, job.id));
-          case "held":
-            throw new HeldError(job.id, getter(e.m.headers)(Header.Error) || "(no error text)", getter(e.m.headers)(Header.ErrorKind) === "held-epoch");
-          case "ack": {
-            // Once a copy is stored, the acks of the others (published
-            // again) say nothing more: stored, a duplicate, or refused
-            // over the cap the stored one fills.
-            if (acked) continue;
-            const a = ackOf(e.m);
-            if (a.noResponders) {
-              await this.noStream(job.id, streamOf(job.headers));
-              republishAt = Date.now() + noLeaderPause;
-              continue;
-            }
-            const err = a.ack.error;
-            const cls = classOf(a.ack);
-            if (cls === "transient") {
-              republishAt = Date.now() + noLeaderPause;
-              continue;
-            }
-            if (err) {
-              if (cls === "key_backlog_full") {
-                // Every call keeps its outcome: one applied before under
-                // this ID answers, never "full"; one still queued from an
-                // earlier call answers when it runs.
-                const kept = await this.refusedAtCap(capJob(job), deadline);
-                if (kept) return unwrap(kept);
-                acked = true; // nothing to publish again: wait for its outcome
-                pollAt = Math.min(pollAt, Date.now());
-                continue;
-              }
-              throw refusal("call", job.id, err, cls, job.id);
-            }
-            if (a.ack.duplicate) {
-              // Stored before, by an earlier call with this ID (or our
-              // own earlier copy): its outcome is kept by ID.
-              pollAt = Math.min(pollAt, Date.now());
-            } else {
-              pollAt = Math.min(pollAt, Date.now() + replyWait);
-            }
-            acked = true;
-            continue;
-          }
-        }
-      }
+      return await this.callBatch(job, batch, token, w, deadline, opts.signal, capJob(job, batch));
     } finally {
       unwatch();
       this.unwait(token);
@@ -784,30 +635,33 @@ export class Client {
   }
 
   // message builds the job with this namespace's settings: checked by
-  // every rule and the size limit of a one-job message (buildJob), and
-  // its batch message: a batch of one (as the Go client's message and
-  // batchMessage). In a batch a generated ID is <batch ID>.0 (the worker
-  // refuses any other), and a caller's ID stays, flagged idempotent. A
-  // job that goes alone (alone: never batched with others by submitMany)
-  // is a delayed job's submission (on its ID's delay subject, with
-  // Keylane-Run-At on the message) and any job on a namespace with a key
-  // backlog cap (on its key's subject, where the server counts it against
-  // the cap, and a worker refuses a batch on the batch subject). Only a
-  // job whose batch would exceed the wire's limit on a body
-  // (MaxBatchBytes) or max_payload less DeadLetterReserve, which its
-  // one-job message passed, goes as a one-job message (batch null).
-  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): { job: Job; batch: BatchMessage | null; bj: BatchJob | null; alone: boolean } {
+  // every rule and its size (buildJob), and its batch message: a batch of
+  // one (as the Go client's message and batchMessage), the one format
+  // every job travels in. In a batch a generated ID is <batch ID>.0 (the
+  // worker refuses any other), and a caller's ID stays, flagged
+  // idempotent. A job that goes alone (alone: never batched with others
+  // by submitMany) is a delayed job's submission (on its ID's delay
+  // subject, with Keylane-Run-At on the message), any job on a namespace
+  // with a key backlog cap (on its key's subject, where the server counts
+  // it against the cap, and a worker refuses a batch on the batch
+  // subject), and a job too large for a batch of several (the wire's
+  // MaxBatchBytes): a batch of one may be as large as max_payload less
+  // DeadLetterReserve, and one larger is refused, payload_too_large,
+  // before anything is sent.
+  private message(key: string, payload: Uint8Array, opts: JobOptions, call: boolean, reply?: string): { job: Job; batch: BatchMessage; bj: BatchJob; alone: boolean } {
     const explicit = opts.id !== undefined;
     const maxPayload = this.nc.info?.max_payload ?? 1024 * 1024;
     const runAt = call ? null : this.runAtOf(opts);
-    const alone = runAt !== null || this.info.maxKeyBacklog > 0;
     const batchID = this.batchIDs();
     const input = { key, payload, id: explicit ? opts.id! : batchedJobID(batchID, 0), explicit, type: opts.type, headers: opts.headers, reply, call, runAt: runAt ?? undefined };
     const job = buildJob(this.info, input, maxPayload);
     const bj = batchJobOf(input);
-    if (BatchHeaderSize + batchJobSize(bj) > MaxBatchBytes) return { job, batch: null, bj: null, alone: true };
+    const alone = runAt !== null || this.info.maxKeyBacklog > 0 || BatchHeaderSize + batchJobSize(bj) > MaxBatchBytes;
     const batch = buildBatch(this.info, partitionOf(key, this.info.partitions), batchID, [bj], { runAt: runAt ?? undefined, keySubject: this.info.maxKeyBacklog > 0 });
-    if (messageSize(batch.subject, batch.body, batch.headers) > maxPayload - DeadLetterReserve) return { job, batch: null, bj: null, alone: true };
+    const size = messageSize(batch.subject, batch.body, batch.headers);
+    if (size > maxPayload - DeadLetterReserve) {
+      throw new KeylaneError("payload_too_large", `keylane: ${size} bytes as a batch of one, limit ${maxPayload - DeadLetterReserve} (max_payload less ${DeadLetterReserve} for a dead letter's headers)`, explicit ? opts.id : undefined);
+    }
     return { job, batch, bj, alone };
   }
 
@@ -994,18 +848,6 @@ export class Client {
           continue;
         }
       }
-    }
-  }
-
-  private publish(job: Job, token: string): void {
-    if (this.closed) return;
-    const h = natsHeaders();
-    for (const [k, v] of job.headers) h.append(k, v);
-    try {
-      this.nc.publish(job.subject, job.payload, { headers: h, reply: this.inbox + ackMark + token });
-    } catch {
-      // A failed publish (closed, draining) is like a lost one: the ack
-      // timer publishes again until the timeout.
     }
   }
 
@@ -1224,11 +1066,9 @@ interface CapJob {
   stream: string;
 }
 
-// capJob is job as refusedAtCap reads it, sent as itself (a one-job
-// message) or in b, its batch of one.
-function capJob(job: Job, b?: BatchMessage): CapJob {
-  const m = b ?? job;
-  return { key: job.key, id: job.id, idempotent: job.idempotent, subject: m.subject, stream: streamOf(m.headers) };
+// capJob is job as refusedAtCap reads it, sent in b, its batch of one.
+function capJob(job: Job, b: BatchMessage): CapJob {
+  return { key: job.key, id: job.id, idempotent: job.idempotent, subject: b.subject, stream: streamOf(b.headers) };
 }
 
 // refusal is the error of a stream ack's refusal err of class cls.

@@ -45,8 +45,14 @@ export const Meta = {
 } as const;
 
 export const HashName = "xxhash64-mod";
-/** keylane.version of a jobs stream with per-key subjects. */
-export const SubjectsVersion = "3";
+/**
+ * keylane.version of a jobs stream with per-key subjects whose every job
+ * is in a batch message (the one message format). "3" could hold one-job
+ * messages, which workers now refuse: such a stream is refused.
+ */
+export const SubjectsVersion = "4";
+/** keylane.version of a stream whose clients could store one-job messages. */
+export const OneJobVersion = "3";
 export const MaxKeyLen = 1024;
 export const MaxPartitions = 4096;
 export const MaxStreamShards = 64;
@@ -528,7 +534,10 @@ export function heldSubject(reply: string): string {
 
 /** The most jobs a batch holds (wire.MaxBatchJobs). */
 export const MaxBatchJobs = 1024;
-/** The most bytes a batch, or a batch entry, holds (wire.MaxBatchBytes). */
+/**
+ * The most bytes a batch of several jobs, or a batch entry, holds
+ * (wire.MaxBatchBytes). A batch of one is bounded by max_payload alone.
+ */
 export const MaxBatchBytes = 8 << 20;
 /** A batch ID's length: a nuid's (wire.BatchIDLen). */
 export const BatchIDLen = 22;
@@ -740,7 +749,8 @@ export function batchJobSize(j: BatchJob): number {
 /**
  * encodeBatch returns the body of a batch of jobs, byte for byte what
  * wire.EncodeBatch writes. It checks only the batch's limits (1 to
- * MaxBatchJobs jobs, at most MaxBatchBytes): each job's fields are
+ * MaxBatchJobs jobs, several of them in at most MaxBatchBytes; a batch of
+ * one is bounded by max_payload alone): each job's fields are
  * checked where it is built (buildBatchJob).
  */
 export function encodeBatch(jobs: BatchJob[]): Uint8Array {
@@ -749,8 +759,8 @@ export function encodeBatch(jobs: BatchJob[]): Uint8Array {
   }
   let size = batchMagic.length + 1 + uvarintSize(jobs.length);
   for (const j of jobs) size += batchJobSize(j);
-  if (size > MaxBatchBytes) {
-    throw new KeylaneError("payload_too_large", `wire: a batch holds 1 to ${MaxBatchJobs} jobs in at most 8 MiB (got ${size} bytes)`);
+  if (size > MaxBatchBytes && jobs.length > 1) {
+    throw new KeylaneError("payload_too_large", `wire: a batch holds 1 to ${MaxBatchJobs} jobs, several of them in at most 8 MiB (got ${size} bytes in ${jobs.length} jobs)`);
   }
   const b = new Uint8Array(size);
   let i = 0;
@@ -794,14 +804,14 @@ export function encodeBatch(jobs: BatchJob[]): Uint8Array {
 /**
  * decodeBatch reads a batch body as wire.DecodeBatch does, refusing
  * (KeylaneError "refused") what it refuses: a wrong magic or version, a
- * job count of 0 or over MaxBatchJobs, a body over MaxBatchBytes, a
+ * job count of 0 or over MaxBatchJobs, a body of several jobs over
+ * MaxBatchBytes (a batch of one is bounded by max_payload alone), a
  * length past the end, a uvarint not in its shortest form, an unknown
  * flag, header names not strictly ascending, bytes after the last job.
  * This client never needs it to send; it is for tools and tests.
  */
 export function decodeBatch(b: Uint8Array): BatchJob[] {
   const bad = (why: string) => new KeylaneError("refused", "wire: malformed batch: " + why);
-  if (b.length > MaxBatchBytes) throw bad(`${b.length} bytes, limit ${MaxBatchBytes}`);
   if (b.length < batchMagic.length + 1 || Buffer.from(b.subarray(0, 3)).toString("latin1") !== batchMagic) throw bad(`no "${batchMagic}" magic`);
   if (b[3] !== BatchVersion) throw bad(`version ${b[3]}, this client reads ${BatchVersion}`);
   let i = 4;
@@ -830,6 +840,7 @@ export function decodeBatch(b: Uint8Array): BatchJob[] {
   const text = (what: string) => Buffer.from(field(what)).toString("utf8");
   const n = uvarint("job count", MaxBatchJobs);
   if (n === 0) throw bad("no jobs");
+  if (n > 1 && b.length > MaxBatchBytes) throw bad(`${b.length} bytes in ${n} jobs, limit ${MaxBatchBytes} for a batch of several`);
   const jobs: BatchJob[] = [];
   for (let k = 0; k < n; k++) {
     const key = text("key");

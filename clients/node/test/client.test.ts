@@ -17,6 +17,8 @@ const namespace = process.env.KEYLANE_NAMESPACE;
 const jsonNamespace = process.env.KEYLANE_JSON_NAMESPACE;
 const capNamespace = process.env.KEYLANE_CAP_NAMESPACE;
 const permURL = process.env.KEYLANE_PERM_URL;
+const bigURL = process.env.KEYLANE_BIG_URL;
+const bigNamespace = process.env.KEYLANE_BIG_NAMESPACE;
 const heldNamespace = process.env.KEYLANE_HELD_NAMESPACE;
 const delayNamespace = process.env.KEYLANE_DELAY_NAMESPACE;
 // Without a server the suite skips, but never under CI: there a suite
@@ -403,6 +405,35 @@ describe("keylane client against a Go worker", { skip }, () => {
     }
   });
 
+  test("a job too large for a batch of several goes as a batch of one, up to max_payload", { skip: bigURL && bigNamespace ? false : "KEYLANE_BIG_URL not set" }, async () => {
+    // The harness's big server: max_payload 12 MiB, above the wire's 8
+    // MiB on a batch of several; its worker answers the payload's length.
+    const b = await connect({ servers: bigURL, namespace: bigNamespace });
+    const s = await sniff(b.nc, `${bigNamespace}.jobs.>`);
+    try {
+      const nine = 9 << 20;
+      const key = uniq("big");
+      const id = await b.submit(key, new Uint8Array(nine), { timeout: 30000 });
+      assert.ok(id.length > 0);
+      assert.equal(text(await b.call(key, new Uint8Array(nine), { timeout: 30000 })), String(nine));
+      // Over max_payload as a batch of one: refused before anything is sent.
+      const max = b.nc.info!.max_payload;
+      await expectCode(b.submit(key, new Uint8Array(max - 200)), "payload_too_large");
+      await b.nc.flush();
+      // Every message a batch; the two 9 MiB jobs each a batch of one over 8 MiB.
+      assert.deepEqual(s.msgs.filter((m) => !m.subject.endsWith(".batch")).map((m) => m.subject), []);
+      const seen = once(batchesOf(s.msgs, key));
+      assert.equal(seen.length, 2);
+      for (const sb of seen) {
+        assert.equal(sb.jobs.length, 1);
+        assert.ok(sb.body.length / 2 > 8 << 20, `a batch of one of ${sb.body.length / 2} bytes`);
+      }
+    } finally {
+      s.stop();
+      await b.close();
+    }
+  });
+
   test("a publish the server refuses ends with refused, not the timeout", { skip: permURL ? false : "KEYLANE_PERM_URL not set" }, async () => {
     // The harness's second server: this user may not publish jobs of
     // namespace "perm"; the server says so asynchronously, and no stream
@@ -474,7 +505,7 @@ describe("keylane client against a Go worker", { skip }, () => {
     await jsm.streams.add({
       name,
       subjects: [`${other}.jobs.0.*`],
-      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "4" },
     });
     try {
       const err = await expectCode(Client.open(c.nc, { namespace: other.replace("_", "-") }), "no_topology");
@@ -552,7 +583,7 @@ describe("keylane client against a Go worker", { skip }, () => {
       discard: "new" as never,
       storage: "memory" as never,
       max_msgs: 1,
-      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "3" },
+      metadata: { "keylane.partitions": "1", "keylane.hash": "xxhash64-mod", "keylane.version": "4" },
     });
     const f = await Client.open(c.nc, { namespace: ns });
     try {
