@@ -460,7 +460,7 @@ func (g *conformanceGen) buildJob(ns string, in jobInput) *nats.Msg {
 			r.Headers[k] = append([]string(nil), vs...)
 		}
 	}
-	m, err := c.message(&r, in.Reply)
+	m, err := c.e.Message(&r, in.Reply)
 	if err != nil {
 		g.t.Fatalf("job %+v: %v", in, err)
 	}
@@ -601,7 +601,7 @@ func (g *conformanceGen) batches() any {
 			}
 			jobs = append(jobs, batchJobVector{Key: j.key, ID: wire.BatchedJobID(v.batchID, i), Type: j.typ, Reply: j.reply, KeepOutcome: j.reply != "", Headers: h, PayloadHex: hx(j.payload)})
 		}
-		m, err := c.batchMessage(v.p, ms)
+		m, err := c.e.BatchMessage(v.p, ms)
 		if err != nil {
 			g.t.Fatal(err)
 		}
