@@ -194,7 +194,7 @@ func build(key string, payload []byte, opts []SubmitOpt) Request {
 // oversized payload, a bad job ID) is refused before anything is sent. A
 // publish the server refuses (a permissions violation for the job's
 // subject) ends it with that refusal, errors.Is nats.ErrPermissionViolation
-// (see refused.go for how, and its limits).
+// (see internal/natserr's refusal.go for how, and its limits).
 func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
 	defer c.observeSubmit(c.now(), &err)
 	r := build(key, payload, opts)

@@ -894,7 +894,7 @@ type streamAckVector struct {
 
 // ackClass is what the Go client makes of a stream ack: "stored",
 // "duplicate", "key_backlog_full" (the key at its cap: never retried;
-// admission.go's refused), "transient" (published again, the same
+// internal/client/admission.go's refused), "transient" (published again, the same
 // message: publish, retryablePublish), "limit" (a full stream: reported)
 // or "permanent" (reported) — decided by err_code first (natserr.Classify).
 func ackClass(data []byte) string {

@@ -11,6 +11,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// Publishes the server refuses (permissions): the ack never comes, and
+// the server says so only on the connection (natserr.RefusalWatch, whose
+// doc says how it is read and its limits). Submit, SubmitMany's waits and
+// the batches' publishes end on it instead of at their deadline.
+
 // publishWatched is publish, ended early by the server's refusal of m's
 // subject.
 func (c *Client) publishWatched(ctx context.Context, m *nats.Msg) (dup bool, err error) {
