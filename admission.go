@@ -2,7 +2,6 @@ package keylane
 
 import (
 	"github.com/keylane/keylane/internal/core"
-	"github.com/keylane/keylane/internal/natserr"
 )
 
 // KeyBacklogFullError is ErrKeyBacklogFull for one key: Key, the resource
@@ -15,7 +14,3 @@ type KeyBacklogFullError = core.KeyBacklogFullError
 // subjectsVersion is the keylane.version of a jobs stream with per-key
 // subjects, ns.jobs.<p>.<key token>.
 const subjectsVersion = "3"
-
-// backlogFull reports whether err is the server's refusal of a job over
-// the per-subject limit (MaxMsgsPerSubject with DiscardNewPerSubject).
-func backlogFull(err error) bool { return natserr.PerSubjectCap(err) }

@@ -215,7 +215,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 // the outcomes it keeps by ID (for ResultsTTL) before running it, and
 // answers a copy from the first's outcome.
 //
-// A Call travels in its partition's batch message (see callBatched), with
+// A Call travels in its partition's batch message (internal/client's callBatched), with
 // or without WithID; on a namespace with a key backlog cap it goes alone,
 // as a batch of one on its key's subject (alone), published again under
 // its batch's ID until stored (the server drops a copy it has), each later

@@ -17,6 +17,10 @@ func newID() string { return client.NewID() }
 
 func retryablePublish(err error) bool { return natserr.IsTransient(err) }
 
+// backlogFull reports whether err is the server's refusal of a job over
+// the per-subject limit (MaxMsgsPerSubject with DiscardNewPerSubject).
+func backlogFull(err error) bool { return natserr.PerSubjectCap(err) }
+
 const (
 	headerSealedBatch = client.HeaderSealedBatch
 	outcomePoll       = client.OutcomePoll
