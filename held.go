@@ -20,7 +20,8 @@ import (
 type HeldError = core.HeldError
 
 // heldMark starts the token of a held notice: heldMark and the Call's own
-// reply token. Neither base 36, ackPrefix nor groupedMark holds it.
+// reply token. Neither base 36, the client's ack prefix nor groupedMark
+// holds it.
 const heldMark = core.HeldMark
 
 // heldKindEpoch is the HeaderErrorKind of a notice for a job held for

@@ -3,7 +3,6 @@ package keylane
 import (
 	"context"
 	"errors"
-
 	"github.com/keylane/keylane/internal/core"
 
 	"github.com/keylane/keylane/internal/tracing"
