@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -108,8 +109,19 @@ type Client struct {
 	beforeBatch func(*nats.Msg)
 }
 
-// New returns a client of the namespace cfg describes.
+// New returns a client of the namespace cfg describes. A Config missing
+// what a client cannot work without is refused, not left to fail later.
 func New(cfg Config) (*Client, error) {
+	switch {
+	case cfg.Conn == nil || cfg.JS == nil:
+		return nil, errors.New("keylane: client: Config needs Conn and JS")
+	case cfg.Partitions < 1 || len(cfg.Streams) < 1 || cfg.Shard == nil:
+		return nil, fmt.Errorf("keylane: client: Config needs Partitions (%d), Streams (%d) and Shard", cfg.Partitions, len(cfg.Streams))
+	case cfg.CheckStream == nil || cfg.ResultsBucket == "" || cfg.Namespace == "":
+		return nil, errors.New("keylane: client: Config needs CheckStream, ResultsBucket and Namespace")
+	case cfg.MaxPending < 1:
+		return nil, fmt.Errorf("keylane: client: Config.MaxPending %d must be positive", cfg.MaxPending)
+	}
 	if cfg.BatchCork < 0 {
 		return nil, fmt.Errorf("keylane: ClientConfig.BatchCork %s is negative", cfg.BatchCork)
 	}
