@@ -35,7 +35,8 @@ type Config struct {
 	// JS is a JetStream context on Conn.
 	JS jetstream.JetStream
 	// MaxPending bounds the asynchronous publishes in flight in
-	// SubmitMany. Required (keylane.ClientConfig defaults it).
+	// SubmitMany (keylane.ClientConfig defaults it); jetstream refuses
+	// one below 1.
 	MaxPending int
 	// Namespace names the jobs' subjects.
 	Namespace string
@@ -119,8 +120,6 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("keylane: client: Config needs Partitions (%d), Streams (%d) and Shard", cfg.Partitions, len(cfg.Streams))
 	case cfg.CheckStream == nil || cfg.ResultsBucket == "" || cfg.Namespace == "":
 		return nil, errors.New("keylane: client: Config needs CheckStream, ResultsBucket and Namespace")
-	case cfg.MaxPending < 1:
-		return nil, fmt.Errorf("keylane: client: Config.MaxPending %d must be positive", cfg.MaxPending)
 	}
 	if cfg.BatchCork < 0 {
 		return nil, fmt.Errorf("keylane: ClientConfig.BatchCork %s is negative", cfg.BatchCork)

@@ -37,7 +37,7 @@ func TestNewRefusesAnIncompleteConfig(t *testing.T) {
 		"no check":       {func(c *Config) { c.CheckStream = nil }, "CheckStream"},
 		"no results":     {func(c *Config) { c.ResultsBucket = "" }, "ResultsBucket"},
 		"no namespace":   {func(c *Config) { c.Namespace = "" }, "Namespace"},
-		"no max pending": {func(c *Config) { c.MaxPending = 0 }, "MaxPending"},
+		"no max pending": {func(c *Config) { c.MaxPending = 0 }, "max ack pending"},
 		"negative cork":  {func(c *Config) { c.BatchCork = -time.Millisecond }, "BatchCork"},
 	} {
 		t.Run(name, func(t *testing.T) {
