@@ -147,7 +147,7 @@ func TestBatchUnderAUsedIDIsNotStored(t *testing.T) {
 	}
 	defer c.Close()
 	var taken atomic.Int32
-	c.beforeBatch = func(m *nats.Msg) {
+	c.e.SetBeforeBatch(func(m *nats.Msg) {
 		first := nats.NewMsg(partition.Subject(e.ns, 0, "junk"))
 		first.Header.Set(HeaderKey, "junk")
 		first.Header.Set(HeaderJobID, m.Header.Get(HeaderJobID))
@@ -155,7 +155,7 @@ func TestBatchUnderAUsedIDIsNotStored(t *testing.T) {
 			t.Error(err)
 		}
 		taken.Add(1)
-	}
+	})
 	reqs := make([]Request, 8)
 	for i := range reqs {
 		reqs[i] = Request{Key: "seat:victim", Payload: []byte(fmt.Sprint(i))}

@@ -234,13 +234,13 @@ func TestBatchEntryNeverAnswersAnotherJob(t *testing.T) {
 	put("B4aaaaaaaaaaaaaaaaaaaa", mine)
 	for _, id := range []string{"B1aaaaaaaaaaaaaaaaaaaa.1", "B3aaaaaaaaaaaaaaaaaaaa.1"} {
 		cctx, cancel := context.WithTimeout(ctx(t), 10*time.Second)
-		res, err := c.awaitOutcome(cctx, id)
+		res, err := c.e.AwaitOutcome(cctx, id)
 		cancel()
 		if !errors.Is(err, wire.ErrBadOutcomes) {
 			t.Fatalf("outcome of %s = %q, %v; want wire.ErrBadOutcomes", id, res, err)
 		}
 	}
-	res, err := c.awaitOutcome(ctx(t), "B4aaaaaaaaaaaaaaaaaaaa.1")
+	res, err := c.e.AwaitOutcome(ctx(t), "B4aaaaaaaaaaaaaaaaaaaa.1")
 	if err != nil || string(res) != "b4.1's" {
 		t.Fatalf("outcome of B4aaaaaaaaaaaaaaaaaaaa.1 = %q, %v", res, err)
 	}
@@ -433,7 +433,7 @@ func TestBatchEntryWithoutTheJobIsNoOutcome(t *testing.T) {
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx(t), 30*time.Second)
 		defer cancel()
-		res, err := c.awaitOutcome(cctx, id)
+		res, err := c.e.AwaitOutcome(cctx, id)
 		done <- got{res, err}
 	}()
 	// Two polls of the entry without the job, then its outcome by ID.

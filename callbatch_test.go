@@ -127,7 +127,7 @@ func queueBehindALostPublish(t *testing.T, c *Client, nc *nats.Conn, p *faultpro
 	for _, pl := range payloads {
 		go call(pl)
 	}
-	testwait.Eventually(t, 5*time.Second, "every Call queued behind the lead", func() bool { return c.wire.Queued(0) == len(payloads) })
+	testwait.Eventually(t, 5*time.Second, "every Call queued behind the lead", func() bool { return c.e.Queued(0) == len(payloads) })
 	return done, swallow
 }
 
@@ -259,14 +259,14 @@ func TestBatchedCallWhoseBatchAckIsLost(t *testing.T) {
 	}
 	c, nc, p := e.proxiedClientWith(ClientConfig{})
 	var lost *faultproxy.Toxic
-	c.beforeBatch = func(*nats.Msg) {
+	c.e.SetBeforeBatch(func(*nats.Msg) {
 		if lost == nil {
 			var err error
 			if lost, err = p.Timeout(faultproxy.Downstream, 0); err != nil {
 				t.Error(err)
 			}
 		}
-	}
+	})
 	payloads := []string{"a", "b", "c", "d", "e", "f", "g"}
 	done, swallow := queueBehindALostPublish(t, c, nc, p, "seat:a", payloads)
 	swallow.Remove()
@@ -396,7 +396,7 @@ func TestBatchedCallWhoseContextEndsWhileQueued(t *testing.T) {
 		_, err := c.Call(cctx, "seat:a", []byte("quitter"))
 		quit <- err
 	}()
-	testwait.Eventually(t, 5*time.Second, "the Call queued", func() bool { return c.wire.Queued(0) == 1 })
+	testwait.Eventually(t, 5*time.Second, "the Call queued", func() bool { return c.e.Queued(0) == 1 })
 	cancel()
 	select {
 	case err := <-quit:

@@ -3,12 +3,9 @@ package keylane
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/internal/client"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,12 +17,7 @@ import (
 // 256 characters of A-Z a-z 0-9 _ - = and dots, a dot never first, last or
 // next to another (the ID is a key of the results bucket). Workers apply
 // the same rule (package wire) to every job they receive.
-func ValidateJobID(id string) error {
-	if wire.ValidateJobID(id) != nil {
-		return fmt.Errorf("%w (got %q)", ErrBadJobID, id)
-	}
-	return nil
-}
+func ValidateJobID(id string) error { return client.ValidateJobID(id) }
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
@@ -71,43 +63,14 @@ type ClientConfig struct {
 	Observer *ClientObserver
 }
 
-// Client submits jobs. It is safe for concurrent use.
+// Client submits jobs. It is safe for concurrent use. Its engine is
+// internal/client's; what is here opens the namespace, measures
+// (ClientConfig.Observer) and serves the operator's Redrive.
 type Client struct {
-	// reconnected is closed, and replaced, each time the connection is
-	// re-established: one listener per client (watchReconnects), not one
-	// per Call, whose StatusChanged takes the connection's lock twice.
-	reconnected atomic.Pointer[chan struct{}]
-
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	async   jetstream.JetStream
-	names   Names
-	n       int
-	shards  int
-	expect  [][]string // the Nats-Expected-Stream header value, by shard, shared
-	nHeader []string   // the Keylane-Partitions header value, shared
-
-	replyPrefix string // the topology's: workers reply nowhere else
-	// maxKeyBacklog is the namespace's per-key cap (0: none), named in
-	// KeyBacklogFullError.
-	maxKeyBacklog int64
-	delays        bool // the namespace takes delayed jobs
-
-	mu      sync.Mutex
-	inbox   string
-	sub     *nats.Subscription
-	waiters map[string]*waiter
-	closed  bool
-	done    chan struct{} // closed by Close: every waiting call ends
-	token   atomic.Uint64
-	wire    *wireBatcher // every job but a delayed one, a redrive, or one on a capped namespace
-	results jetstream.KeyValue
-	obs     *ClientObserver
-	tracing *clientTracing // nil: tracing off
-
-	// beforeBatch, if set (tests only), sees every batch message of two
-	// jobs or more just before its first publish.
-	beforeBatch func(*nats.Msg)
+	e     *client.Client
+	js    jetstream.JetStream
+	names Names
+	obs   *ClientObserver
 }
 
 // NewClient opens the namespace's jobs stream, checks its partition
@@ -130,73 +93,43 @@ func NewClient(ctx context.Context, nc *nats.Conn, cfg ClientConfig) (*Client, e
 	if cfg.StreamShards != 0 && cfg.StreamShards != meta.Shards {
 		return nil, fmt.Errorf("%w: namespace %s has %d jobs stream shards, configured %d", ErrShardsMismatch, cfg.Namespace, meta.Shards, cfg.StreamShards)
 	}
-	if cfg.BatchCork < 0 {
-		return nil, fmt.Errorf("keylane: ClientConfig.BatchCork %s is negative", cfg.BatchCork)
+	names := Names{Namespace: cfg.Namespace}
+	streams := make([]string, meta.Shards)
+	for i := range streams {
+		streams[i] = names.JobsShard(i)
 	}
-	n := meta.Partitions
-	async, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(cfg.MaxPending))
+	e, err := client.New(client.Config{
+		Conn: nc, JS: js, MaxPending: cfg.MaxPending,
+		Namespace: cfg.Namespace, Partitions: meta.Partitions, Streams: streams,
+		Shard:         func(p int) int { return ShardOf(p, meta.Shards) },
+		ResultsBucket: names.Results(), ReplyPrefix: meta.ReplyPrefix,
+		MaxKeyBacklog: meta.MaxKeyBacklog, Delays: meta.Delays,
+		APIPrefix: apiPrefix(js), DeadLetterReserve: DeadLetterReserve,
+		CheckStream: func(sc jetstream.StreamConfig) error {
+			_, err := checkMeta(sc, meta.Partitions)
+			return err
+		},
+		BatchCork: cfg.BatchCork,
+		Tracing:   newClientTracing(cfg, nc),
+	})
 	if err != nil {
 		return nil, err
 	}
-	names := Names{Namespace: cfg.Namespace}
-	c := &Client{nc: nc, js: js, async: async, names: names, n: n, shards: meta.Shards, replyPrefix: meta.ReplyPrefix, maxKeyBacklog: meta.MaxKeyBacklog, delays: meta.Delays, nHeader: []string{strconv.Itoa(n)}, waiters: map[string]*waiter{}, done: make(chan struct{}), obs: cfg.Observer}
-	for i := range c.shards {
-		c.expect = append(c.expect, []string{names.JobsShard(i)})
-	}
-	if c.wire, err = newWireBatcher(c, cfg.BatchCork); err != nil {
-		return nil, err
-	}
-	c.tracing = newClientTracing(cfg, nc)
-	c.watchReconnects()
-	return c, nil
-}
-
-// watchReconnects keeps c.reconnected until the client or its connection
-// is closed.
-func (c *Client) watchReconnects() {
-	ch := make(chan struct{})
-	c.reconnected.Store(&ch)
-	status := c.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
-	go func() {
-		defer c.nc.RemoveStatusListener(status)
-		for {
-			select {
-			case st, ok := <-status:
-				if !ok || st == nats.CLOSED {
-					return
-				}
-				next := make(chan struct{})
-				close(*c.reconnected.Swap(&next))
-			case <-c.done:
-				return
-			}
-		}
-	}()
+	return &Client{e: e, js: js, names: names, obs: cfg.Observer}, nil
 }
 
 // Partitions returns N, the partition count of the jobs stream.
-func (c *Client) Partitions() int { return c.n }
+func (c *Client) Partitions() int { return c.e.Partitions() }
 
 // StreamShards returns S, the number of jobs stream shards.
-func (c *Client) StreamShards() int { return c.shards }
+func (c *Client) StreamShards() int { return c.e.StreamShards() }
 
-// Request is one job to submit.
-type Request struct {
-	Key     string
-	Payload []byte
-	// ID is the job ID (idempotency key). Defaults to a new unique ID.
-	ID string
-	// Type routes the job in a Mux. Optional.
-	Type string
-	// Headers are extra headers carried to the handler. Optional.
-	Headers nats.Header
-	// RunAt, when set, is when the job joins its key's queue (WithRunAt).
-	// Optional: the zero time is now.
-	RunAt time.Time
-
-	optErr    error  // an option's refusal
-	redriveOf string // Client.Redrive's Keylane-Redrive-Of (withRedriveOf)
-}
+// Request is one job to submit: Key, Payload, and optionally ID (the
+// idempotency key; defaults to a new unique ID), Type (routes the job in
+// a Mux), Headers (extra headers carried to the handler) and RunAt (when
+// set, when the job joins its key's queue: WithRunAt; the zero time is
+// now).
+type Request = client.Request
 
 // SubmitOpt sets a per-submit option.
 type SubmitOpt func(*Request)
@@ -219,9 +152,7 @@ func WithType(typ string) SubmitOpt { return func(r *Request) { r.Type = typ } }
 func WithHeader(k, v string) SubmitOpt {
 	return func(r *Request) {
 		if err := wire.ValidateUserHeader(k, v); err != nil {
-			if r.optErr == nil {
-				r.optErr = err
-			}
+			client.SetOptErr(r, err, true)
 			return
 		}
 		if r.Headers == nil {
@@ -233,11 +164,11 @@ func WithHeader(k, v string) SubmitOpt {
 
 // withRedriveOf names the dead-lettered job a redrive replaces
 // (Keylane-Redrive-Of): Client.Redrive's, next to its ticket.
-func withRedriveOf(id string) SubmitOpt { return func(r *Request) { r.redriveOf = id } }
+func withRedriveOf(id string) SubmitOpt { return func(r *Request) { client.SetRedriveOf(r, id) } }
 
 // withHeaders sets the job's headers to h as given, names unchanged (a
 // redriven job of a batch: its headers as its submitter sent them);
-// Client.message checks them as it checks Request.Headers.
+// the client checks them as it checks Request.Headers.
 func withHeaders(h map[string][]string) SubmitOpt {
 	return func(r *Request) {
 		if len(h) == 0 {
@@ -250,81 +181,76 @@ func withHeaders(h map[string][]string) SubmitOpt {
 	}
 }
 
-func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
-	// Each field by the rule the worker applies on receipt (package wire).
-	if r.optErr != nil {
-		return nil, r.optErr
-	}
-	if err := wire.ValidateKey(r.Key); err != nil {
-		return nil, err
-	}
-	if err := wire.ValidateType(r.Type); err != nil {
-		return nil, err
-	}
-	if err := wire.ValidateUserHeaders(r.Headers); err != nil {
-		return nil, err
-	}
-	if reply != "" {
-		if err := wire.ValidateReply(reply, c.replyPrefix); err != nil {
-			return nil, err
-		}
-	}
-	explicit := r.ID != ""
-	if !explicit {
-		r.ID = newID() // unguessable: see randid.go
-	} else if err := ValidateJobID(r.ID); err != nil {
-		return nil, err
-	}
-	p := partition.Of(r.Key, c.n)
-	m := &nats.Msg{Subject: partition.Subject(c.names.Namespace, p, r.Key), Data: r.Payload, Header: make(nats.Header, 4+len(r.Headers))}
-	for k, vs := range r.Headers {
-		m.Header[k] = append([]string(nil), vs...)
-	}
-	// Our header names are canonical: set them without Header.Set's work.
-	m.Header[HeaderJobID] = []string{r.ID}
-	m.Header[HeaderKey] = []string{r.Key}
-	m.Header[HeaderPartitions] = c.nHeader
-	// The subject decides the shard's stream; the server refuses the job
-	// if it would land in any other.
-	m.Header[expectStreamHeader] = c.expect[ShardOf(p, c.shards)]
-	if r.Type != "" {
-		m.Header[HeaderType] = []string{r.Type}
-	}
-	if r.redriveOf != "" {
-		m.Header[HeaderRedriveOf] = []string{r.redriveOf}
-	}
-	if err := c.delay(r, m, p); err != nil {
-		return nil, err
-	}
-	if reply != "" {
-		m.Header[HeaderReply] = []string{reply}
-	}
-	if explicit {
-		// The caller may retry with this ID: the worker keeps its outcome
-		// by ID (see ClientConfig's doc on retries).
-		m.Header[HeaderIdempotent] = oneHeader
-	}
-	// Headers cost bytes too; leave room for the server's own.
-	size := len(m.Data) + len(m.Subject) + 64
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			size += len(k) + len(v) + 4
-		}
-	}
-	// Leave room for what a dead letter adds, so a failing job can always
-	// be dead-lettered.
-	if max := c.nc.MaxPayload() - DeadLetterReserve; int64(size) > max {
-		return nil, fmt.Errorf("%w: %d bytes with headers, limit %d (max_payload less %d for a dead letter's headers)", ErrPayloadTooLarge, size, max, DeadLetterReserve)
-	}
-	return m, nil
-}
-
 func build(key string, payload []byte, opts []SubmitOpt) Request {
 	r := Request{Key: key, Payload: payload}
 	for _, o := range opts {
 		o(&r)
 	}
 	return r
+}
+
+// Submit stores a job and returns its ID once JetStream has stored it. It
+// does not wait for the job to run. Bad input (an empty or oversized key, an
+// oversized payload, a bad job ID) is refused before anything is sent. A
+// publish the server refuses (a permissions violation for the job's
+// subject) ends it with that refusal, errors.Is nats.ErrPermissionViolation
+// (see internal/natserr's refusal.go for how, and its limits).
+func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
+	defer c.observeSubmit(c.now(), &err)
+	r := build(key, payload, opts)
+	return c.e.Submit(ctx, &r)
+}
+
+// Call stores a job and waits for its handler's result. A handler error
+// comes back as a *RemoteError. If ctx ends first, Call returns a
+// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A job the worker
+// holds until an operator acts (a re-created jobs stream, ErrEpoch) ends
+// it with a *HeldError at once: stored, not failed. A publish the server
+// refuses (a permissions violation for the job's subject) ends it within
+// its first ack wait, errors.Is nats.ErrPermissionViolation.
+//
+// Retries: a Call with the same WithID as an earlier one returns that
+// job's outcome, at once if it finished, when it finishes if it still runs,
+// and never runs it twice: the worker looks a job with a caller's ID up in
+// the outcomes it keeps by ID (for ResultsTTL) before running it, and
+// answers a copy from the first's outcome.
+//
+// A Call travels in its partition's batch message (internal/client's callBatched), with
+// or without WithID; on a namespace with a key backlog cap it goes alone,
+// as a batch of one on its key's subject (alone), published again under
+// its batch's ID until stored (the server drops a copy it has), each later
+// copy marked for the worker to look the job's ID up before running it.
+func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
+	defer c.observeCall(c.now(), &err)
+	r := build(key, payload, opts)
+	return c.e.Call(ctx, &r)
+}
+
+// Submitted is the outcome of one job of SubmitMany: its ID, and its
+// error (nil only if the stream acked it).
+type Submitted = client.Submitted
+
+// SubmitMany stores many jobs with at most MaxPending asynchronous publishes
+// in flight, and returns once every one is stored or refused, in the order
+// given. It returns an error only if ctx ended; per-job errors are in the
+// slice, and a job has a nil Err only if the stream acked it.
+func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitted, err error) {
+	defer c.observeSubmitMany(c.now(), &out, &err)
+	return c.e.SubmitMany(ctx, reqs)
+}
+
+// Result fetches a finished job's stored result from the results bucket:
+// one request to the server (the bucket's handle is kept after the first).
+// Workers store the result of every job only with StoreResults on, which
+// costs one more KV write per job before its reply (batched with the
+// group's other results, asynchronous, acked before the job is); jobs
+// submitted WithID and every Call's job are kept in any case: by ID, or,
+// for a Call that travelled in a batch (ClientConfig.Batches) to a
+// worker with held outcomes, in its batch's entry, which its ID names
+// (see "Batches on the wire" in package jetstream's doc); Result reads
+// either.
+func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
+	return c.e.Result(ctx, jobID)
 }
 
 // Backlog returns how many jobs the namespace's streams hold: stored and
@@ -339,8 +265,8 @@ func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var n uint64
-	for _, e := range c.expect {
-		s, err := c.js.Stream(ctx, e[0])
+	for i := range c.e.StreamShards() {
+		s, err := c.js.Stream(ctx, c.names.JobsShard(i))
 		if err != nil {
 			return 0, err
 		}
@@ -361,21 +287,4 @@ func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 // Close ends the client: Calls still waiting return ErrClosed at once,
 // batch timers stop, and later calls return ErrClosed. It does not close
 // the connection.
-func (c *Client) Close() {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return
-	}
-	c.closed = true
-	close(c.done)
-	if c.sub != nil {
-		_ = c.sub.Unsubscribe()
-	}
-	c.mu.Unlock()
-	if c.wire != nil {
-		// Queued jobs end with ErrClosed; a batch in flight ends at once
-		// too (its publish sees c.done).
-		_ = c.wire.Close(context.Background())
-	}
-}
+func (c *Client) Close() { c.e.Close() }

@@ -3,6 +3,7 @@ package keylane
 import (
 	"context"
 	"errors"
+	"github.com/keylane/keylane/internal/core"
 	"sync"
 	"time"
 
@@ -176,15 +177,7 @@ func (o *owner) deadMessage(msg deadSource, job Job, why error, attempts int, ba
 }
 
 // messageSize is roughly what a message takes against max_payload.
-func messageSize(m *nats.Msg) int64 {
-	n := len(m.Data) + len(m.Subject) + 64
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return int64(n)
-}
+var messageSize = core.MessageSize
 
 // storedResult looks up the outcome kept under a job ID, with a get the
 // results stream's leader answers (leaderGet): a replica's direct get may

@@ -129,10 +129,9 @@ func openVector(t *testing.T, v *streamsVector) {
 		return
 	}
 	defer c.Close()
-	st := &streamSettings{Partitions: c.n, Shards: c.shards, ReplyPrefix: c.replyPrefix, MaxKeyBacklog: c.maxKeyBacklog, Delays: c.delays}
-	for _, e := range c.expect {
-		st.JobsStreams = append(st.JobsStreams, e[0])
-	}
+	cc := c.e.Config()
+	st := &streamSettings{Partitions: cc.Partitions, Shards: len(cc.Streams), ReplyPrefix: cc.ReplyPrefix, MaxKeyBacklog: cc.MaxKeyBacklog, Delays: cc.Delays}
+	st.JobsStreams = append(st.JobsStreams, cc.Streams...)
 	v.Settings = st
 }
 
@@ -353,7 +352,7 @@ func (g *conformanceGen) delayed() []delayedVector {
 				r.Headers[k] = slices.Clone(vs)
 			}
 		}
-		m, err := c.message(&r, "")
+		m, err := c.e.Message(&r, "")
 		if err != nil {
 			g.t.Fatalf("delayed %s: %v", v.name, err)
 		}
@@ -369,7 +368,7 @@ func (g *conformanceGen) delayed() []delayedVector {
 			v.in.ID = wire.BatchedJobID(conformanceNUID1, 0)
 			m.Header[HeaderJobID] = []string{v.in.ID}
 		}
-		bm, err := c.batchMessage(p, []*nats.Msg{m})
+		bm, err := c.e.BatchMessage(p, []*nats.Msg{m})
 		if err != nil {
 			g.t.Fatalf("delayed %s: %v", v.name, err)
 		}
@@ -419,7 +418,7 @@ func (g *conformanceGen) runAtRules() []runAtVector {
 			cl = g.clients["timers"]
 		}
 		r := Request{Key: "seat:A7", ID: "hold-1", RunAt: time.Now().Add(c.off)}
-		m, err := cl.message(&r, "")
+		m, err := cl.e.Message(&r, "")
 		v := runAtVector{Name: c.name, Delays: c.delays, OffsetMs: c.off.Milliseconds()}
 		switch {
 		case err != nil:

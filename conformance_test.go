@@ -460,7 +460,7 @@ func (g *conformanceGen) buildJob(ns string, in jobInput) *nats.Msg {
 			r.Headers[k] = append([]string(nil), vs...)
 		}
 	}
-	m, err := c.message(&r, in.Reply)
+	m, err := c.e.Message(&r, in.Reply)
 	if err != nil {
 		g.t.Fatalf("job %+v: %v", in, err)
 	}
@@ -601,7 +601,7 @@ func (g *conformanceGen) batches() any {
 			}
 			jobs = append(jobs, batchJobVector{Key: j.key, ID: wire.BatchedJobID(v.batchID, i), Type: j.typ, Reply: j.reply, KeepOutcome: j.reply != "", Headers: h, PayloadHex: hx(j.payload)})
 		}
-		m, err := c.batchMessage(v.p, ms)
+		m, err := c.e.BatchMessage(v.p, ms)
 		if err != nil {
 			g.t.Fatal(err)
 		}
@@ -894,7 +894,7 @@ type streamAckVector struct {
 
 // ackClass is what the Go client makes of a stream ack: "stored",
 // "duplicate", "key_backlog_full" (the key at its cap: never retried;
-// admission.go's refused), "transient" (published again, the same
+// internal/client/admission.go's refused), "transient" (published again, the same
 // message: publish, retryablePublish), "limit" (a full stream: reported)
 // or "permanent" (reported) — decided by err_code first (natserr.Classify).
 func ackClass(data []byte) string {

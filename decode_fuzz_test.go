@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/keylane/keylane/wire"
-	"github.com/nats-io/nats.go"
 )
 
 // Fuzz tests of the client's decoders of what workers send: each runs its
@@ -67,33 +66,6 @@ func FuzzDecodeGrouped(f *testing.F) {
 		}
 		if !bytes.Equal(body, b) {
 			t.Fatalf("decodeGrouped(%q) re-encodes as %q", b, body)
-		}
-	})
-}
-
-// FuzzDecodeReply: a reply with any error header is an error with a
-// message, one without is its data; it never panics.
-func FuzzDecodeReply(f *testing.F) {
-	f.Add([]byte("ok"), "", "", false, false)
-	f.Add([]byte(nil), "boom", "permanent", true, true)
-	f.Add([]byte(nil), "", "", true, false)
-	f.Add([]byte(nil), "", "dead", false, true)
-	f.Fuzz(func(t *testing.T, data []byte, text, kind string, hasErr, hasKind bool) {
-		m := &nats.Msg{Data: data, Header: nats.Header{}}
-		if hasErr {
-			m.Header[HeaderError] = []string{text}
-		}
-		if hasKind {
-			m.Header[HeaderErrorKind] = []string{kind}
-		}
-		res, err := decodeReply(m)
-		isErr := hasErr || hasKind && kind != ""
-		var re *RemoteError
-		switch {
-		case isErr && (!errors.As(err, &re) || re.Message == "" || res != nil):
-			t.Fatalf("reply with error header %q/%q: %q, %v; want an error with a message", text, kind, res, err)
-		case !isErr && (err != nil || !bytes.Equal(res, data)):
-			t.Fatalf("reply without error header: %q, %v; want its data", res, err)
 		}
 	})
 }

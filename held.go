@@ -1,9 +1,9 @@
 package keylane
 
 import (
-	"fmt"
 	"strings"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/nats-io/nats.go"
 )
 
@@ -14,34 +14,19 @@ import (
 // with heldMark before it. A client of an earlier build has no waiter for
 // that token and drops the notice, as before; its Call waits as it did.
 
-// HeldError is ErrHeld for one job.
-type HeldError struct {
-	// JobID is the held job's ID: call again with it for its outcome.
-	JobID string
-	// Reason is the worker's: why the job is held and what releases it.
-	Reason string
-	// epoch: held for ErrEpoch.
-	epoch bool
-}
-
-func (e *HeldError) Error() string {
-	return fmt.Sprintf("keylane: job %s is stored but held, not run: %s; call again with the same ID for its outcome once it runs", e.JobID, e.Reason)
-}
-
-func (e *HeldError) Unwrap() []error {
-	if e.epoch {
-		return []error{ErrHeld, ErrNoReply, ErrEpoch}
-	}
-	return []error{ErrHeld, ErrNoReply}
-}
+// HeldError is ErrHeld for one job: JobID, the held job's ID (call again
+// with it for its outcome), and Reason, the worker's (why the job is held
+// and what releases it). One held for ErrEpoch is errors.Is ErrEpoch too.
+type HeldError = core.HeldError
 
 // heldMark starts the token of a held notice: heldMark and the Call's own
-// reply token. Neither base 36, ackPrefix nor groupedMark holds it.
-const heldMark = "="
+// reply token. Neither base 36, the client's ack prefix nor groupedMark
+// holds it.
+const heldMark = core.HeldMark
 
 // heldKindEpoch is the HeaderErrorKind of a notice for a job held for
 // ErrEpoch.
-const heldKindEpoch = "held-epoch"
+const heldKindEpoch = core.HeldKindEpoch
 
 // heldSubject is where a job with reply subject reply is told it is held,
 // or "" if reply has no token to mark.
@@ -61,25 +46,6 @@ func heldMsg(reply string, why error) *nats.Msg {
 		return nil
 	}
 	return &nats.Msg{Subject: subject, Header: nats.Header{HeaderError: {errorText(why.Error())}, HeaderErrorKind: {heldKindEpoch}}}
-}
-
-// heldError decodes a held notice for job id.
-func heldError(id string, m *nats.Msg) *HeldError {
-	return &HeldError{JobID: id, Reason: errorText(m.Header.Get(HeaderError)), epoch: m.Header.Get(HeaderErrorKind) == heldKindEpoch}
-}
-
-// deliverHeld hands a held notice to the Call waiting on token.
-func (c *Client) deliverHeld(token string, m *nats.Msg) {
-	c.mu.Lock()
-	w := c.waiters[token]
-	c.mu.Unlock()
-	if w == nil {
-		return
-	}
-	select {
-	case w.held <- m:
-	default:
-	}
 }
 
 // sayHeld tells t's Call, once a task, that its job is held for why; a

@@ -106,40 +106,6 @@ func groupedInbox(reply string) (string, bool) {
 	return reply[:dot+1], true
 }
 
-// deliverGrouped hands each entry of a grouped reply to its Call. A
-// malformed one is dropped whole: its Calls recover their outcomes from
-// the results bucket, as after a lost reply (Call's replyWait).
-func (c *Client) deliverGrouped(m *nats.Msg) {
-	es, err := decodeGrouped(m.Data)
-	if err != nil {
-		return
-	}
-	for _, e := range es {
-		// The grouped subject, not the job's: deliverTo reads only that
-		// it is no stream ack, and Call only the data and headers.
-		c.deliverTo(e.Token, outcomeMsg(m.Subject, e.Outcome))
-	}
-}
-
-// outcomeMsg is the single reply that carries the same outcome as enc.
-// Not replyMsg: that writes err.Error(), and a RemoteError's carries the
-// "keylane: job failed" prefix, which the client would add again.
-func outcomeMsg(subject string, enc []byte) *nats.Msg {
-	res, rerr, _ := decodeResult(enc)
-	re, _ := rerr.(*RemoteError)
-	if re == nil {
-		return &nats.Msg{Subject: subject, Data: res}
-	}
-	kind := "error"
-	switch {
-	case re.DeadLettered:
-		kind = "dead"
-	case re.Permanent:
-		kind = "permanent"
-	}
-	return &nats.Msg{Subject: subject, Header: nats.Header{HeaderError: {errorText(re.Message)}, HeaderErrorKind: {kind}}}
-}
-
 // ReplyOutcome is one Call's outcome in a grouped reply: the reply token
 // of its Call (the last token of the Call's reply subject) and its result
 // or error (a *RemoteError), as Call would return them.

@@ -364,17 +364,15 @@ func TestGroupedReplyCarriesAnError(t *testing.T) {
 		done <- err
 	}()
 	var token string
+	var inbox string
 	testwait.Eventually(t, 10*time.Second, "the Call waits", func() bool {
-		e.client.mu.Lock()
-		defer e.client.mu.Unlock()
-		for tok := range e.client.waiters {
+		var tokens []string
+		inbox, tokens = e.client.e.Waiting()
+		for _, tok := range tokens {
 			token = tok
 		}
 		return token != ""
 	})
-	e.client.mu.Lock()
-	inbox := e.client.inbox
-	e.client.mu.Unlock()
 	body := encodeGrouped(nil, []groupedEntry{
 		{Token: token, Outcome: encodeResult(nil, Permanent(errors.New("out of stock")), true)},
 		{Token: groupedMark + "zz", Outcome: encodeResult([]byte("x"), nil, false)}, // nobody waits
@@ -441,13 +439,7 @@ func TestMalformedGroupedReplyIsDropped(t *testing.T) {
 		call(i)
 	}
 	e.waitDelivered("hot", n)
-	c.mu.Lock()
-	inbox := c.inbox
-	var tokens []string
-	for tok := range c.waiters {
-		tokens = append(tokens, tok)
-	}
-	c.mu.Unlock()
+	inbox, tokens := c.e.Waiting()
 	var es []groupedEntry
 	for _, tok := range tokens {
 		es = append(es, groupedEntry{Token: tok, Outcome: encodeResult([]byte("999"), nil, false)})

@@ -81,7 +81,7 @@ func TestStaleClientPartitionCountIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stale.Close()
-	stale.nHeader = []string{"8"}
+	stale.e.SetPartitionsHeader("8")
 	_, err = stale.Call(ctx(t), "k", nil)
 	var re *RemoteError
 	if !errors.As(err, &re) || !re.DeadLettered {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
+	"github.com/keylane/keylane/internal/tracing"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -536,7 +537,7 @@ func TestTracingHeaderOnlyWhenConfigured(t *testing.T) {
 // TestTracingOffAllocatesNothing: with tracing off every hook is a nil
 // check.
 func TestTracingOffAllocatesNothing(t *testing.T) {
-	var ct *clientTracing
+	var ct *tracing.Client
 	var wt *workerTracing
 	m := &nats.Msg{Subject: "keylane.jobs.0", Header: nats.Header{HeaderJobID: {"a"}}}
 	job := Job{ID: "a", Key: "k"}
@@ -546,10 +547,10 @@ func TestTracingOffAllocatesNothing(t *testing.T) {
 	allocs := testing.AllocsPerRun(100, func() {
 		var err error
 		acked := true
-		ct.send(c, "submit", m).end(&err)
-		batch := ct.sendMany(c, 2)
-		batch.inject(m)
-		batch.end(nil)
+		ct.Send(c, "submit", m).End(&err)
+		batch := ct.SendMany(c, 2)
+		batch.Inject(m)
+		batch.End(0, func(int) error { return nil })
 		_, span := traceOf(job).run(c, job)
 		span.end(&err)
 		traceGroup(jobs, 1, nil)

@@ -26,17 +26,16 @@ import (
 // the engine call them by, converted at no cost; they go when those call
 // sites move to their own packages (docs/layout.md).
 
-// clientTracing makes a client's send spans; nil when tracing is off.
-type clientTracing tracing.Client
-
-func newClientTracing(cfg ClientConfig, nc *nats.Conn) *clientTracing {
-	return (*clientTracing)(tracing.NewClient(tracing.ClientConfig{
+// newClientTracing makes a client's send spans (internal/client calls
+// them); nil when tracing is off.
+func newClientTracing(cfg ClientConfig, nc *nats.Conn) *tracing.Client {
+	return tracing.NewClient(tracing.ClientConfig{
 		TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator, Namespace: cfg.Namespace,
 		// The size Client.message allows: max_payload less DeadLetterReserve.
 		Fits:      func(m *nats.Msg) bool { return messageSize(m) <= nc.MaxPayload()-DeadLetterReserve },
 		Duplicate: func(err error) bool { return errors.Is(err, ErrDuplicate) },
 		Remote:    remoteFailure,
-	}))
+	})
 }
 
 // remoteFailure reads a RemoteError for a send span.
@@ -46,26 +45,6 @@ func remoteFailure(err error) (permanent, deadLettered, ok bool) {
 		return re.Permanent, re.DeadLettered, true
 	}
 	return false, false, false
-}
-
-// sendSpan is a producer span of Submit or Call (tracing.SendSpan).
-type sendSpan tracing.SendSpan
-
-func (ct *clientTracing) send(ctx context.Context, op string, m *nats.Msg) sendSpan {
-	return sendSpan((*tracing.Client)(ct).Send(ctx, op, m))
-}
-func (s sendSpan) messageID(m *nats.Msg) { tracing.SendSpan(s).MessageID(m) }
-func (s sendSpan) end(errp *error)       { tracing.SendSpan(s).End(errp) }
-
-// batchSpan is the one producer span of a SubmitMany (tracing.BatchSpan).
-type batchSpan tracing.BatchSpan
-
-func (ct *clientTracing) sendMany(ctx context.Context, n int) batchSpan {
-	return batchSpan((*tracing.Client)(ct).SendMany(ctx, n))
-}
-func (b batchSpan) inject(m *nats.Msg) { tracing.BatchSpan(b).Inject(m) }
-func (b batchSpan) end(out []Submitted) {
-	tracing.BatchSpan(b).End(len(out), func(i int) error { return out[i].Err })
 }
 
 // workerTracing makes a worker's spans; nil when tracing is off.

@@ -1,10 +1,7 @@
 package keylane
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"github.com/keylane/keylane/internal/jsbatch"
 
 	"github.com/keylane/keylane/internal/core"
@@ -77,10 +74,6 @@ const (
 	// expectStreamHeader makes the server refuse a job that would land in
 	// another stream than ours.
 	expectStreamHeader = jetstream.ExpectedStreamHeader
-	// ackPrefix starts the inbox token of a stream ack; result tokens are
-	// groupedMark and base 36 (a previous build's: base 36 alone) and
-	// never start with it.
-	ackPrefix = "_"
 	// groupedMark starts the reply token of a client that takes grouped
 	// replies (one message answering several of its Calls). Base 36 never
 	// holds it, so a previous build's tokens are never taken for one.
@@ -162,14 +155,8 @@ func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
 	return m
 }
 
-// errorText is a reply's error text, never empty (a client before
-// decodeReply's header check read an empty Keylane-Error as a success).
-func errorText(s string) string {
-	if s == "" {
-		return "(no error text)"
-	}
-	return s
-}
+// errorText is a reply's error text, never empty (core.ErrorText).
+func errorText(s string) string { return core.ErrorText(s) }
 
 // Grouped replies: package wire's (wire.DecodeGrouped).
 const (
@@ -202,42 +189,9 @@ func errorKind(err error, dead bool) string {
 	}
 }
 
-// decodeReply reads a single reply. Any error header makes it an error,
-// even an empty one: a worker before errorText sent an empty
-// Keylane-Error for a handler error without text, and that must not read
-// as a success.
-func decodeReply(m *nats.Msg) ([]byte, error) {
-	_, hasErr := m.Header[HeaderError]
-	kind := m.Header.Get(HeaderErrorKind)
-	if hasErr || kind != "" {
-		return nil, &RemoteError{Message: errorText(m.Header.Get(HeaderError)), Permanent: kind == wire.KindPermanent || kind == wire.KindDead, DeadLettered: kind == wire.KindDead}
-	}
-	return m.Data, nil
-}
-
 // pubAckError returns the error a stream ack carries, or nil for a good
-// ack, and whether the ack says the job was a duplicate (stored earlier
-// under this ID).
-func pubAckError(m *nats.Msg) (dup bool, err error) {
-	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return false, jetstream.ErrNoStreamResponse
-	}
-	hasErr, hasDup := bytes.Contains(m.Data, []byte(`"error"`)), bytes.Contains(m.Data, []byte(`"duplicate"`))
-	if !hasErr && !hasDup {
-		return false, nil
-	}
-	var resp struct {
-		Error     *jetstream.APIError `json:"error"`
-		Duplicate bool                `json:"duplicate"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return false, fmt.Errorf("bad stream ack %q: %w", m.Data, err)
-	}
-	if resp.Error != nil {
-		return false, resp.Error
-	}
-	return resp.Duplicate, nil
-}
+// ack, and whether the ack says the job was a duplicate (natserr.AckError).
+func pubAckError(m *nats.Msg) (dup bool, err error) { return natserr.AckError(m) }
 
 // natsError drops the second "nats: " of a nats.go error that wraps an
 // APIError (whose own text starts with "nats: ") in one more "nats: ", as

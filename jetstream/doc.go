@@ -1021,7 +1021,7 @@
 //	                                                  is a stale read and stays unknown; a stale
 //	                                                  "not ours" ends the lease (the safe side)
 //	Call and Client.Result reading   direct get      not the worker's decision: Result may say
-//	  an outcome (call.go, result.go)                 ErrNoResult for an outcome kept moments ago
+//	  an outcome (client/call.go, result.go)          ErrNoResult for an outcome kept moments ago
 //	                                                  (Call reads and watches until its deadline);
 //	                                                  a caller that resubmits by ID on it gets the
 //	                                                  kept outcome from the worker's leader read,
@@ -1980,7 +1980,7 @@
 // The one wire path (see "One path" below): the format (wire/batch.go),
 // the send discipline (internal/batcher), the worker's reading
 // (batchpart.go, fetch.go's dispatchBatch) and the client's sending of
-// Submit, SubmitMany and Call (wirebatch.go), the batch index in the
+// Submit, SubmitMany and Call (internal/client/wirebatch.go), the batch index in the
 // state entry and Calls' outcomes kept per batch (wire/outcomes.go,
 // batchoutcomes.go). Until 2026-11-28 batches were off by default, and
 // the namespace metadata keylane.batches turned clients' batches on.
@@ -2159,7 +2159,7 @@
 // the IDs it worked out from nuids it read); it is now an error, "batch
 // ID already used: not stored" (TestBatchUnderAUsedIDIsNotStored), and
 // batch IDs, like the job IDs the client generates, are 22 letters and
-// digits from crypto/rand, unguessable (randid.go;
+// digits from crypto/rand, unguessable (internal/client/randid.go;
 // TestPredictedBatchIDsLoseNoJobs). A duplicate answer to a later copy is
 // the batch's own earlier one. So a batch whose stream ack does not
 // come is published again whole, as it was (its batch ID), by publish's

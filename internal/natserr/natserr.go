@@ -1,7 +1,10 @@
 // Package natserr says nats.go's errors with one "nats:" prefix: its
 // JetStream API errors read "nats: nats: API error …" when wrapped by the
 // KeyValue layer. The cleaned error still unwraps to the original, so
-// errors.Is and errors.As see the same chain.
+// errors.Is and errors.As see the same chain. Class sorts an error by
+// whether trying again may cure it; RefusalWatch notices a publish the
+// server refused (a permissions violation, reported only on the
+// connection); AckError reads a stream ack that came to an inbox.
 package natserr
 
 import (

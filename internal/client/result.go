@@ -1,10 +1,11 @@
-package keylane
+package client
 
 import (
 	"context"
 	"errors"
 	"fmt"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -27,7 +28,7 @@ func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("keylane: %w", err)
 	}
-	gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	gctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
 	defer cancel()
 	e, err := kv.Get(gctx, jobID)
 	v := []byte(nil)
@@ -39,19 +40,19 @@ func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 			v, err = wire.FindBatchOutcome(e.Value(), batchID, index, jobID)
 			switch {
 			case errors.Is(err, wire.ErrNoBatchOutcome):
-				return nil, ErrNoResult // the entry keeps none for this job
+				return nil, core.ErrNoResult // the entry keeps none for this job
 			case err != nil:
 				return nil, fmt.Errorf("keylane: stored outcome of %s in its batch's entry: %w", jobID, err)
 			}
 		}
 	}
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, ErrNoResult
+		return nil, core.ErrNoResult
 	}
 	if err != nil {
 		return nil, err
 	}
-	res, rerr, ok := decodeResult(v)
+	res, rerr, ok := core.DecodeOutcome(v)
 	if !ok {
 		return nil, fmt.Errorf("keylane: malformed stored result for %s", jobID)
 	}

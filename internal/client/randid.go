@@ -1,4 +1,4 @@
-package keylane
+package client
 
 import (
 	"crypto/rand"
@@ -6,7 +6,7 @@ import (
 	"github.com/keylane/keylane/wire"
 )
 
-// IDs the client generates: a batch's ID (sealBatch) and a job's when its
+// IDs the client generates: a batch's ID (SealBatch) and a job's when its
 // caller gives none. Both were nuids, a fixed prefix and a counter with a
 // fixed step: from two IDs another client read, it worked out the next
 // ones and stored messages under them first, so the server dropped the
@@ -20,7 +20,7 @@ const idAlphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwx
 // newID returns wire.BatchIDLen characters of [A-Za-z0-9] drawn
 // uniformly from crypto/rand (bytes of 248 and over are drawn again: 248
 // is 4×62, so no character is likelier than another).
-func newID() string {
+func NewID() string {
 	var out [wire.BatchIDLen]byte
 	var buf [wire.BatchIDLen + 8]byte
 	n := 0

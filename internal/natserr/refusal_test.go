@@ -1,8 +1,10 @@
-package keylane
+package natserr_test
 
 import (
 	"context"
 	"testing"
+
+	"github.com/keylane/keylane/internal/natserr"
 )
 
 // BenchmarkRefusalWatch is what watching for the server's refusal adds to
@@ -12,7 +14,7 @@ import (
 func BenchmarkRefusalWatch(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
-		_, stop := refusalWatch(context.Background(), nil, nil, "a.jobs.1")
+		_, stop := natserr.RefusalWatch(context.Background(), nil, nil, "a.jobs.1")
 		stop()
 	}
 }

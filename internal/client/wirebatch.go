@@ -1,4 +1,4 @@
-package keylane
+package client
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	jobbatcher "github.com/keylane/keylane/internal/batcher"
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
@@ -46,7 +48,7 @@ func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
 		Size:     func(m *nats.Msg) int { return wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m) },
 		MaxCount: wireBatchMaxJobs,
 		MaxBytes: c.batchRoom(),
-		Seal:     func(_ int, ms []*nats.Msg) { sealBatch(ms) },
+		Seal:     func(_ int, ms []*nats.Msg) { SealBatch(ms) },
 		Cork:     cork,
 	})
 }
@@ -64,16 +66,16 @@ func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
 // front, and Client.alone one whose batch of one would be,
 // ErrPayloadTooLarge).
 func (c *Client) batchRoom() int {
-	room := min(int(c.nc.MaxPayload())-DeadLetterReserve-1024, wire.MaxBatchBytes) - wire.BatchHeaderSize
+	room := min(int(c.nc.MaxPayload())-c.cfg.DeadLetterReserve-1024, wire.MaxBatchBytes) - wire.BatchHeaderSize
 	return max(room, 1)
 }
 
-// headerSealedBatch names, on a job message the batcher cut into a batch,
-// the batch's ID (sealBatch); it never travels (batchJobOf drops
+// HeaderSealedBatch names, on a job message the batcher cut into a batch,
+// the batch's ID (SealBatch); it never travels (batchJobOf drops
 // Keylane-* headers).
-const headerSealedBatch = "Keylane-Sealed-Batch"
+const HeaderSealedBatch = "Keylane-Sealed-Batch"
 
-// sealBatch gives ms, a batch of two jobs or more as the batcher (or
+// SealBatch gives ms, a batch of two jobs or more as the batcher (or
 // SubmitMany) cut it, its batch ID, and each job the ID that names its
 // batch and index (wire.BatchedJobID): the worker refuses any other ID in
 // a batch (wire.Rules.ParseBatch: the server de-duplicates no job of a
@@ -84,25 +86,25 @@ const headerSealedBatch = "Keylane-Sealed-Batch"
 // ID (a caller's never travels in one). It runs before any caller sees
 // its job sent, so a job whose caller's context ends then is named by the
 // ID it was sent with.
-func sealBatch(ms []*nats.Msg) {
-	batchID := newID() // unguessable: see randid.go
+func SealBatch(ms []*nats.Msg) {
+	batchID := NewID() // unguessable: see randid.go
 	for i, m := range ms {
-		m.Header[headerSealedBatch] = []string{batchID}
-		if m.Header[HeaderIdempotent] == nil {
-			m.Header[HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
+		m.Header[HeaderSealedBatch] = []string{batchID}
+		if m.Header[wire.HeaderIdempotent] == nil {
+			m.Header[wire.HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
 		}
 	}
 }
 
-// sealGrowth is how many bytes sealBatch may add to m's job ID.
+// sealGrowth is how many bytes SealBatch may add to m's job ID.
 func sealGrowth(m *nats.Msg) int {
-	if m.Header[HeaderIdempotent] != nil {
+	if m.Header[wire.HeaderIdempotent] != nil {
 		return 0 // a caller's ID stays
 	}
-	return max(0, sealedIDLen-len(m.Header.Get(HeaderJobID)))
+	return max(0, sealedIDLen-len(m.Header.Get(wire.HeaderJobID)))
 }
 
-var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
+var sealedIDLen = len(wire.BatchedJobID(NewID(), wireBatchMaxJobs-1))
 
 // alone returns the message that carries m, a job that goes alone and
 // at once, not through its partition's batcher, as a batch of one
@@ -113,18 +115,18 @@ var sealedIDLen = len(wire.BatchedJobID(newID(), wireBatchMaxJobs-1))
 // server counts it against the cap), and a job larger than any batch of
 // several (over wire.MaxBatchBytes, under a larger max_payload), whose
 // batch of one may be as large as max_payload. m is sealed first
-// (sealBatch: a generated ID becomes its batch's and index's), so read
+// (SealBatch: a generated ID becomes its batch's and index's), so read
 // m's ID after it. A batch of one over max_payload less the dead letter's
 // reserve (which Client.message's estimate of m may not have seen: the
 // batch's own headers) is refused, ErrPayloadTooLarge, before anything is
 // sent.
 func (c *Client) alone(m *nats.Msg) (*nats.Msg, error) {
-	bm, err := c.batchMessage(partition.Of(m.Header.Get(HeaderKey), c.n), []*nats.Msg{m})
+	bm, err := c.batchMessage(partition.Of(m.Header.Get(wire.HeaderKey), c.n), []*nats.Msg{m})
 	if err != nil {
 		return nil, err
 	}
-	if max, size := c.nc.MaxPayload()-DeadLetterReserve, messageSize(bm); size > max {
-		return nil, fmt.Errorf("%w: %d bytes as a batch of one, limit %d (max_payload less %d for a dead letter's headers)", ErrPayloadTooLarge, size, max, DeadLetterReserve)
+	if max, size := c.nc.MaxPayload()-int64(c.cfg.DeadLetterReserve), core.MessageSize(bm); size > max {
+		return nil, fmt.Errorf("%w: %d bytes as a batch of one, limit %d (max_payload less %d for a dead letter's headers)", core.ErrPayloadTooLarge, size, max, c.cfg.DeadLetterReserve)
 	}
 	return bm, nil
 }
@@ -135,7 +137,7 @@ func (c *Client) alone(m *nats.Msg) (*nats.Msg, error) {
 // subject, and a batch's is no key's: there a job goes alone), not
 // a job larger than any batch.
 func (c *Client) batchable(m *nats.Msg) bool {
-	if c.maxKeyBacklog != 0 || m.Header[HeaderRunAt] != nil || m.Header[HeaderRedriveOf] != nil {
+	if c.maxKeyBacklog != 0 || m.Header[wire.HeaderRunAt] != nil || m.Header[wire.HeaderRedriveOf] != nil {
 		return false
 	}
 	// A job no batch of several can carry (over wire.MaxBatchBytes, under
@@ -186,11 +188,11 @@ var errBatchIDUsed = errors.New("keylane: batch ID already used: not stored")
 // where the server counts it against the cap (wire.Rules.ParseBatch). A
 // redrive, alone too, carries its Keylane-Redrive-Of on the batch.
 func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
-	if ms[0].Header.Get(headerSealedBatch) == "" {
-		sealBatch(ms) // SubmitMany's and alone's (the batcher's are sealed when cut)
+	if ms[0].Header.Get(HeaderSealedBatch) == "" {
+		SealBatch(ms) // SubmitMany's and alone's (the batcher's are sealed when cut)
 	}
-	subject := wire.BatchSubject(c.names.Namespace, p)
-	runAt := ms[0].Header[HeaderRunAt]
+	subject := wire.BatchSubject(c.cfg.Namespace, p)
+	runAt := ms[0].Header[wire.HeaderRunAt]
 	switch {
 	case runAt != nil:
 		// A delayed job's submission: alone, on its (sealed) ID's delay
@@ -198,14 +200,14 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 		if len(ms) != 1 {
 			return nil, fmt.Errorf("keylane: a delayed job in a batch of %d jobs (a delayed job goes alone)", len(ms))
 		}
-		subject = partition.DelaySubject(c.names.Namespace, p, ms[0].Header.Get(HeaderJobID))
+		subject = partition.DelaySubject(c.cfg.Namespace, p, ms[0].Header.Get(wire.HeaderJobID))
 	case c.maxKeyBacklog != 0:
 		if len(ms) != 1 {
 			return nil, fmt.Errorf("keylane: %d jobs in one batch on a namespace with a key backlog cap (a batch there carries one job)", len(ms))
 		}
 		subject = ms[0].Subject
 	}
-	id := ms[0].Header.Get(headerSealedBatch)
+	id := ms[0].Header.Get(HeaderSealedBatch)
 	jobs := make([]wire.BatchJob, len(ms))
 	for i, m := range ms {
 		jobs[i] = batchJobOf(m)
@@ -215,20 +217,20 @@ func (c *Client) batchMessage(p int, ms []*nats.Msg) (*nats.Msg, error) {
 		return nil, err
 	}
 	bm := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{
-		HeaderJobID:          {id},
-		expectStreamHeader:   c.expect[ShardOf(p, c.shards)],
-		wire.HeaderBatch:     {"1"},
-		wire.HeaderBatchJobs: {strconv.Itoa(len(ms))},
-		HeaderPartitions:     c.nHeader,
+		wire.HeaderJobID:               {id},
+		jetstream.ExpectedStreamHeader: c.expect[c.cfg.Shard(p)],
+		wire.HeaderBatch:               {"1"},
+		wire.HeaderBatchJobs:           {strconv.Itoa(len(ms))},
+		wire.HeaderPartitions:          c.nHeader,
 	}}
 	if runAt != nil {
-		bm.Header[HeaderRunAt] = runAt
+		bm.Header[wire.HeaderRunAt] = runAt
 	}
-	if of := ms[0].Header[HeaderRedriveOf]; of != nil {
+	if of := ms[0].Header[wire.HeaderRedriveOf]; of != nil {
 		if len(ms) != 1 {
 			return nil, fmt.Errorf("keylane: a redrive in a batch of %d jobs (a redrive goes alone)", len(ms))
 		}
-		bm.Header[HeaderRedriveOf] = of
+		bm.Header[wire.HeaderRedriveOf] = of
 	}
 	return bm, nil
 }
@@ -306,13 +308,13 @@ func (mb *manyBatches) drop(out []Submitted, why error) {
 	}
 }
 
-// sealedIDs gives each job of a batch built (sealBatch) the ID it
+// sealedIDs gives each job of a batch built (SealBatch) the ID it
 // was sent with.
 func (mb *manyBatches) sealedIDs(out []Submitted) {
 	for _, list := range [][]*manyBatch{mb.sent, mb.failed} {
 		for _, b := range list {
 			for k, i := range b.idx {
-				out[i].ID = b.ms[k].Header.Get(HeaderJobID)
+				out[i].ID = b.ms[k].Header.Get(wire.HeaderJobID)
 			}
 		}
 	}
@@ -332,7 +334,7 @@ func (mb *manyBatches) abandon(out []Submitted, done error) {
 // wait flushes every open batch and sets each batched job's outcome in
 // out: its batch's ack, publishing a batch again whole (its ID) while
 // the failure is one a reconnect or an election cures. It returns ctx's
-// error (or ErrClosed) when it ended before every ack was seen.
+// error (or core.ErrClosed) when it ended before every ack was seen.
 func (mb *manyBatches) wait(ctx context.Context, out []Submitted, rs *refusals) error {
 	for p := range mb.open {
 		mb.flush(p)
@@ -361,12 +363,12 @@ func (mb *manyBatches) wait(ctx context.Context, out []Submitted, rs *refusals) 
 			// A later copy: a duplicate answer is the first one's, and
 			// the worker looks its jobs up by ID (the first may have been
 			// lost and a job retried by its ID meanwhile).
-			b.m.Header[HeaderIdempotent] = oneHeader
+			b.m.Header[wire.HeaderIdempotent] = oneHeader
 			_, err = mb.c.publishWatched(ctx, b.m)
 		}
 		if err != nil {
 			for _, i := range b.idx {
-				out[i].Err = fmt.Errorf("keylane: submit %s: %w", out[i].ID, natsError(err))
+				out[i].Err = fmt.Errorf("keylane: submit %s: %w", out[i].ID, natserr.Once(err))
 			}
 		}
 	}
@@ -383,8 +385,8 @@ func batchJobOf(m *nats.Msg) wire.BatchJob {
 		}
 		return ""
 	}
-	j := wire.BatchJob{Key: get(HeaderKey), ID: get(HeaderJobID), Type: get(HeaderType), Reply: get(HeaderReply),
-		KeepOutcome: get(HeaderKeepOutcome) != "", Idempotent: get(HeaderIdempotent) != "", Payload: m.Data}
+	j := wire.BatchJob{Key: get(wire.HeaderKey), ID: get(wire.HeaderJobID), Type: get(wire.HeaderType), Reply: get(wire.HeaderReply),
+		KeepOutcome: get(wire.HeaderKeepOutcome) != "", Idempotent: get(wire.HeaderIdempotent) != "", Payload: m.Data}
 	for k, vs := range m.Header {
 		if hasPrefixFold(k, "Nats-") || hasPrefixFold(k, "Keylane-") {
 			continue
@@ -404,12 +406,12 @@ func hasPrefixFold(s, prefix string) bool {
 // submitBatched is Submit's path for a batchable job m of ID id.
 func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p int) (string, error) {
 	_, err := c.wire.Do(ctx, p, m)
-	id = m.Header.Get(HeaderJobID) // (read after Do: cut into a batch, it was sealed)
+	id = m.Header.Get(wire.HeaderJobID) // (read after Do: cut into a batch, it was sealed)
 	switch {
 	case errors.Is(err, jobbatcher.ErrClosed):
-		return "", fmt.Errorf("keylane: submit %s: %w", id, ErrClosed)
+		return "", fmt.Errorf("keylane: submit %s: %w", id, core.ErrClosed)
 	case err != nil:
-		return "", fmt.Errorf("keylane: submit %s: %w", id, natsError(err))
+		return "", fmt.Errorf("keylane: submit %s: %w", id, natserr.Once(err))
 	}
 	return id, nil
 }
@@ -423,7 +425,7 @@ func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p in
 // retries), so the server drops a copy it has. The job is never published
 // again alone: a copy under its own ID would not be de-duplicated against
 // the batch, and the stream would hold it twice. Cut into a batch, the
-// job's ID names the batch and its index (sealBatch). Once stored, the
+// job's ID names the batch and its index (SealBatch). Once stored, the
 // reply is awaited as Call does, and a reply lost on the worker's side is
 // recovered from the outcome the worker keeps: in its batch's entry, or
 // by its ID where the worker keeps it so (a lone job; a namespace without
@@ -431,16 +433,16 @@ func (c *Client) submitBatched(ctx context.Context, m *nats.Msg, id string, p in
 func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int, w *waiter) ([]byte, error) {
 	_, err := c.wire.Do(ctx, p, m)
 	// (Read after Do: the batcher's seal happened before it returned.)
-	id = m.Header.Get(HeaderJobID)
+	id = m.Header.Get(wire.HeaderJobID)
 	switch {
 	case errors.Is(err, jobbatcher.ErrClosed):
-		return nil, fmt.Errorf("keylane: call %s: %w", id, ErrClosed)
+		return nil, fmt.Errorf("keylane: call %s: %w", id, core.ErrClosed)
 	case errors.Is(err, jobbatcher.ErrUnknown), errors.Is(err, jobbatcher.ErrNotSent):
 		// ctx ended, the job sent (stored or not) or not: no reply, as
 		// Call promises (err says which, and is ctx's error too).
-		return nil, &NoReplyError{JobID: id, Err: err}
+		return nil, &core.NoReplyError{JobID: id, Err: err}
 	case err != nil:
-		return nil, fmt.Errorf("keylane: submit %s: %w", id, natsError(err))
+		return nil, fmt.Errorf("keylane: submit %s: %w", id, natserr.Once(err))
 	}
 	status := *c.reconnected.Load()
 	var recovered chan outcome
@@ -472,9 +474,9 @@ func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int,
 		case notice := <-w.held:
 			return nil, heldError(id, notice)
 		case <-ctx.Done():
-			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+			return nil, &core.NoReplyError{JobID: id, Err: ctx.Err()}
 		case <-c.done:
-			return nil, fmt.Errorf("keylane: call %s: %w", id, ErrClosed)
+			return nil, fmt.Errorf("keylane: call %s: %w", id, core.ErrClosed)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package keylane
+package client
 
 import (
 	"context"
@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/partition"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -18,14 +20,12 @@ import (
 // publish the server refuses (a permissions violation for the job's
 // subject) ends it with that refusal, errors.Is nats.ErrPermissionViolation
 // (see refused.go for how, and its limits).
-func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ string, err error) {
-	defer c.observeSubmit(c.now(), &err)
-	r := build(key, payload, opts)
-	m, err := c.message(&r, "")
+func (c *Client) Submit(ctx context.Context, r *Request) (_ string, err error) {
+	m, err := c.message(r, "")
 	if err != nil {
 		return "", err
 	}
-	defer c.tracing.send(ctx, "submit", m).end(&err) // starts the span now, ends it on return
+	defer c.tracing.Send(ctx, "submit", m).End(&err) // starts the span now, ends it on return
 	if c.batchable(m) {
 		return c.submitBatched(ctx, m, r.ID, partition.Of(r.Key, c.n))
 	}
@@ -33,7 +33,7 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 	if err != nil {
 		return "", err
 	}
-	id := m.Header.Get(HeaderJobID) // (sealed when alone)
+	id := m.Header.Get(wire.HeaderJobID) // (sealed when alone)
 	dup, err := c.publishWatched(ctx, wm)
 	if err != nil {
 		return c.submitError(ctx, m, id, err)
@@ -47,18 +47,18 @@ func (c *Client) Submit(ctx context.Context, key string, payload []byte, opts ..
 }
 
 // submitError is the error of a submit the stream refused: a
-// *KeyBacklogFullError over the key's cap, ErrDuplicate for a retry of a
+// *core.KeyBacklogFullError over the key's cap, core.ErrDuplicate for a retry of a
 // job that was applied before or is still queued, or err.
 func (c *Client) submitError(ctx context.Context, m *nats.Msg, id string, err error) (string, error) {
 	_, applied, err := c.refused(ctx, m, err)
 	var queued *queuedError
 	if applied || errors.As(err, &queued) {
-		return id, fmt.Errorf("%w (job %s)", ErrDuplicate, id)
+		return id, fmt.Errorf("%w (job %s)", core.ErrDuplicate, id)
 	}
 	return "", fmt.Errorf("keylane: submit %s: %w", id, err)
 }
 
-// Submitted is the outcome of one job of SubmitMany.
+// Submitted is the outcome of one job of SubmitMany (keylane.Submitted).
 type Submitted struct {
 	ID  string
 	Err error
@@ -69,11 +69,10 @@ type Submitted struct {
 // given. It returns an error only if ctx ended; per-job errors are in the
 // slice, and a job has a nil Err only if the stream acked it.
 func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitted, err error) {
-	defer c.observeSubmitMany(c.now(), &out, &err)
 	out = make([]Submitted, len(reqs))
 	futures := make([]jetstream.PubAckFuture, len(reqs))
-	span := c.tracing.sendMany(ctx, len(reqs))
-	defer span.end(out)
+	span := c.tracing.SendMany(ctx, len(reqs))
+	defer span.End(len(out), func(i int) error { return out[i].Err })
 	rs := &refusals{before: c.nc.LastError()} // a refusal after it is one of these publishes'
 	var batches *manyBatches
 	if c.wire != nil {
@@ -87,7 +86,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			out[i].Err = err
 			continue
 		}
-		span.inject(m)
+		span.Inject(m)
 		if batches != nil {
 			p := partition.Of(reqs[i].Key, c.n)
 			if c.batchable(m) {
@@ -97,7 +96,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			batches.flush(p) // a key's earlier jobs are stored first
 		}
 		wm, err := c.alone(m)
-		out[i].ID = m.Header.Get(HeaderJobID) // sealed
+		out[i].ID = m.Header.Get(wire.HeaderJobID) // sealed
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -139,12 +138,12 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 			return out, done
 		case err == nil:
 		case !retryablePublish(err):
-			_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, natsError(err))
+			_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, natserr.Once(err))
 		default:
 			// Lost with a connection or a leader: publish it again, with
 			// its ID, until it is stored or ctx ends; a later copy asks
 			// the worker to look its job up by ID.
-			f.Msg().Header[HeaderIdempotent] = oneHeader
+			f.Msg().Header[wire.HeaderIdempotent] = oneHeader
 			if _, err := c.publishWatched(ctx, f.Msg()); err != nil {
 				_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, err)
 			}
@@ -166,10 +165,10 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error) {
 	pause := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		actx, cancel := context.WithTimeout(ctx, requestTimeout)
+		actx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
 		ack, err := c.js.PublishMsg(actx, m)
 		cancel()
-		err = natsError(err)
+		err = natserr.Once(err)
 		if err == nil {
 			// A duplicate answer to a copy sent again may be our own
 			// first copy, whose ack was lost: stored once, by this call.
@@ -186,7 +185,7 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 		if try == 1 {
 			// A copy that may follow an earlier one asks the worker to
 			// look its ID up before running it.
-			m.Header[HeaderIdempotent] = oneHeader
+			m.Header[wire.HeaderIdempotent] = oneHeader
 		}
 		t := time.NewTimer(pause)
 		select {
@@ -195,7 +194,7 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg) (dup bool, err error)
 			return false, fmt.Errorf("%w (last attempt: %w)", ctx.Err(), err)
 		case <-c.done:
 			t.Stop()
-			return false, ErrClosed
+			return false, core.ErrClosed
 		case <-t.C:
 		}
 		pause = min(2*pause, time.Second)

@@ -1,4 +1,4 @@
-package keylane
+package client
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -21,9 +22,9 @@ import (
 )
 
 // Call stores a job and waits for its handler's result. A handler error
-// comes back as a *RemoteError. If ctx ends first, Call returns a
-// *NoReplyError (errors.Is ErrNoReply and ctx.Err()). A job the worker
-// holds until an operator acts (a re-created jobs stream, ErrEpoch) ends
+// comes back as a *core.RemoteError. If ctx ends first, Call returns a
+// *core.NoReplyError (errors.Is core.ErrNoReply and ctx.Err()). A job the worker
+// holds until an operator acts (a re-created jobs stream, core.ErrEpoch) ends
 // it with a *HeldError at once: stored, not failed. A publish the server
 // refuses (a permissions violation for the job's subject) ends it within
 // its first ack wait, errors.Is nats.ErrPermissionViolation.
@@ -39,31 +40,29 @@ import (
 // as a batch of one on its key's subject (alone), published again under
 // its batch's ID until stored (the server drops a copy it has), each later
 // copy marked for the worker to look the job's ID up before running it.
-func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...SubmitOpt) (_ []byte, err error) {
-	defer c.observeCall(c.now(), &err)
-	r := build(key, payload, opts)
-	if r.optErr != nil && !errors.Is(r.optErr, ErrBadDelay) {
+func (c *Client) Call(ctx context.Context, r *Request) (_ []byte, err error) {
+	if r.optErr != nil && !errors.Is(r.optErr, core.ErrBadDelay) {
 		return nil, r.optErr // a refused header
 	}
 	if r.optErr != nil || !r.RunAt.IsZero() {
-		return nil, errors.Join(ErrDelayedCall, r.optErr)
+		return nil, errors.Join(core.ErrDelayedCall, r.optErr)
 	}
 	token, w, err := c.wait()
 	if err != nil {
 		return nil, err
 	}
 	defer c.unwait(token)
-	m, err := c.message(&r, c.inbox+token)
+	m, err := c.message(r, c.inbox+token)
 	if err != nil {
 		return nil, err
 	}
-	span := c.tracing.send(ctx, "call", m) // starts the span now
-	defer span.end(&err)
+	span := c.tracing.Send(ctx, "call", m) // starts the span now
+	defer span.End(&err)
 	// The worker keeps a Call's outcome by ID, so a reply lost with a
 	// connection is recovered from it.
-	m.Header[HeaderKeepOutcome] = oneHeader
+	m.Header[wire.HeaderKeepOutcome] = oneHeader
 	if c.batchable(m) {
-		defer span.messageID(m) // sealed into a batch, it went under another ID
+		defer span.MessageID(m) // sealed into a batch, it went under another ID
 		return c.callBatched(ctx, m, r.ID, partition.Of(r.Key, c.n), w)
 	}
 	// Publish without waiting for the stream's ack: it comes to our inbox
@@ -74,8 +73,8 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	if err != nil {
 		return nil, err
 	}
-	r.ID = m.Header.Get(HeaderJobID) // (sealed when alone)
-	span.messageID(m)
+	r.ID = m.Header.Get(wire.HeaderJobID) // (sealed when alone)
+	span.MessageID(m)
 	before := c.nc.LastError() // a refusal after it is this publish's
 	status := *c.reconnected.Load()
 	publish := func(m *nats.Msg) {
@@ -95,7 +94,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	acked := false
 	republish := func() {
 		again := &nats.Msg{Subject: wm.Subject, Data: wm.Data, Header: maps.Clone(wm.Header)}
-		again.Header[HeaderIdempotent] = oneHeader
+		again.Header[wire.HeaderIdempotent] = oneHeader
 		publish(again)
 		ackWait = min(2*ackWait, maxCallAckWait)
 		ackTimer.Reset(ackWait)
@@ -122,7 +121,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 	for {
 		select {
 		case ack := <-w.ack:
-			dup, err := pubAckError(ack)
+			dup, err := natserr.AckError(ack)
 			if errors.Is(err, jetstream.ErrNoStreamResponse) {
 				// No stream leader right now (an election: the timer
 				// publishes again), or no stream at all (say so at once).
@@ -169,7 +168,7 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 			recover()
 		case <-ackTimer.C:
 			if !acked {
-				if refused := refusal(c.nc, before, m.Subject); refused != nil {
+				if refused := natserr.Refusal(c.nc, before, m.Subject); refused != nil {
 					return nil, fmt.Errorf("keylane: submit %s: %w", r.ID, refused)
 				}
 				republish()
@@ -189,30 +188,30 @@ func (c *Client) Call(ctx context.Context, key string, payload []byte, opts ...S
 		case notice := <-w.held:
 			return nil, heldError(r.ID, notice)
 		case <-ctx.Done():
-			return nil, &NoReplyError{JobID: r.ID, Err: ctx.Err()}
+			return nil, &core.NoReplyError{JobID: r.ID, Err: ctx.Err()}
 		case <-c.done:
-			return nil, fmt.Errorf("keylane: call %s: %w", r.ID, ErrClosed)
+			return nil, fmt.Errorf("keylane: call %s: %w", r.ID, core.ErrClosed)
 		}
 	}
 }
 
 // noStream says why a publish to m's jobs stream found no responder when
-// the cause lasts: the stream is gone (ErrNoTopology), or it routes with
-// another partition count than c (ErrPartitionMismatch: the namespace was
+// the cause lasts: the stream is gone (core.ErrNoTopology), or it routes with
+// another partition count than c (core.ErrPartitionMismatch: the namespace was
 // repartitioned since c was opened, and m's partition subject may exist no
 // more). nil: a stream without a leader for a moment, or frozen by a
 // repartition that is draining it: publishing again may succeed.
 func (c *Client) noStream(ctx context.Context, m *nats.Msg) error {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
 	defer cancel()
-	s, err := c.js.Stream(ctx, m.Header.Get(expectStreamHeader))
+	s, err := c.js.Stream(ctx, m.Header.Get(jetstream.ExpectedStreamHeader))
 	switch {
 	case errors.Is(err, jetstream.ErrStreamNotFound):
-		return ErrNoTopology
+		return core.ErrNoTopology
 	case err != nil:
 		return nil
 	}
-	if _, err := checkMeta(s.CachedInfo().Config, c.n); err != nil {
+	if err := c.cfg.CheckStream(s.CachedInfo().Config); err != nil {
 		return fmt.Errorf("%w (the namespace was repartitioned since this client was opened: open it again)", err)
 	}
 	return nil
@@ -220,16 +219,16 @@ func (c *Client) noStream(ctx context.Context, m *nats.Msg) error {
 
 // replied reads the reply to the Call of m. A refusal of it as malformed
 // (dead-lettered, "malformed: …") while m's jobs stream routes with
-// another partition count than c is ErrPartitionMismatch as well, with
+// another partition count than c is core.ErrPartitionMismatch as well, with
 // the worker's reason: c was opened before a repartition, and every Call
 // of it is refused so until it is opened again (the worker refuses a
 // stale batch whole, a stale job alone). Asked of the server only on such
 // a refusal.
 func (c *Client) replied(ctx context.Context, m, reply *nats.Msg) ([]byte, error) {
-	res, err := decodeReply(reply)
-	var re *RemoteError
+	res, err := DecodeReply(reply)
+	var re *core.RemoteError
 	if errors.As(err, &re) && re.DeadLettered && strings.HasPrefix(re.Message, "malformed: ") {
-		if serr := c.noStream(ctx, m); errors.Is(serr, ErrPartitionMismatch) {
+		if serr := c.noStream(ctx, m); errors.Is(serr, core.ErrPartitionMismatch) {
 			return nil, fmt.Errorf("%w: %w", serr, err)
 		}
 	}
@@ -312,7 +311,7 @@ func (c *Client) awaitKept(ctx context.Context, id, batchID string, index int) (
 				watching.Go(func() { watchOutcome(wctx, kv, keys, watched) })
 			}
 			for _, k := range keys {
-				gctx, cancel := context.WithTimeout(ctx, requestTimeout)
+				gctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
 				got, err := kv.Get(gctx, k)
 				cancel()
 				if err == nil {
@@ -320,9 +319,9 @@ func (c *Client) awaitKept(ctx context.Context, id, batchID string, index int) (
 				}
 			}
 		case <-ctx.Done():
-			return nil, &NoReplyError{JobID: id, Err: ctx.Err()}
+			return nil, &core.NoReplyError{JobID: id, Err: ctx.Err()}
 		case <-c.done:
-			return nil, fmt.Errorf("keylane: outcome of %s: %w", id, ErrClosed)
+			return nil, fmt.Errorf("keylane: outcome of %s: %w", id, core.ErrClosed)
 		}
 		for _, e := range found {
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -339,7 +338,7 @@ func (c *Client) awaitKept(ctx context.Context, id, batchID string, index int) (
 					return nil, fmt.Errorf("keylane: stored outcome of %s in its batch's entry: %w", id, err)
 				}
 			}
-			res, rerr, ok := decodeResult(v)
+			res, rerr, ok := core.DecodeOutcome(v)
 			if !ok {
 				return nil, fmt.Errorf("keylane: malformed stored result for %s", id)
 			}
@@ -388,9 +387,9 @@ func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) 
 	if kv != nil {
 		return kv, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	rctx, cancel := context.WithTimeout(ctx, core.RequestTimeout)
 	defer cancel()
-	kv, err := c.js.KeyValue(rctx, c.names.Results())
+	kv, err := c.js.KeyValue(rctx, c.cfg.ResultsBucket)
 	if err != nil {
 		return nil, fmt.Errorf("results bucket: %w", err)
 	}
@@ -417,7 +416,7 @@ func (c *Client) wait() (string, *waiter, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return "", nil, ErrClosed
+		return "", nil, core.ErrClosed
 	}
 	if c.sub == nil {
 		c.inbox = c.replyPrefix + nuid.Next() + "."
@@ -428,8 +427,8 @@ func (c *Client) wait() (string, *waiter, error) {
 		_ = sub.SetPendingLimits(-1, -1)
 		c.sub = sub
 	}
-	// groupedMark tells workers this client takes grouped replies.
-	token := groupedMark + strconv.FormatUint(c.token.Add(1), 36)
+	// wire.GroupedMark tells workers this client takes grouped replies.
+	token := wire.GroupedMark + strconv.FormatUint(c.token.Add(1), 36)
 	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1), held: make(chan *nats.Msg, 1)}
 	c.waiters[token] = w
 	return token, w, nil
@@ -443,11 +442,11 @@ func (c *Client) unwait(token string) {
 
 func (c *Client) deliver(m *nats.Msg) {
 	token := m.Subject[len(c.inbox):]
-	if token == groupedToken {
+	if token == wire.GroupedMark {
 		c.deliverGrouped(m)
 		return
 	}
-	if rest, ok := strings.CutPrefix(token, heldMark); ok {
+	if rest, ok := strings.CutPrefix(token, core.HeldMark); ok {
 		c.deliverHeld(rest, m)
 		return
 	}

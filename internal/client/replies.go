@@ -1,0 +1,85 @@
+package client
+
+import (
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/wire"
+	"github.com/nats-io/nats.go"
+)
+
+// The replies a Call waits for, as they come to the client's inbox: a
+// stream ack (its token starts with ackPrefix), a single reply (the
+// Call's token), a grouped reply (token wire.GroupedMark: several Calls'
+// outcomes in one message) and a held notice (core.HeldMark and the
+// Call's token).
+
+// ackPrefix starts the inbox token of a stream ack; result tokens are
+// wire.GroupedMark and base 36 (a previous build's: base 36 alone) and
+// never start with it.
+const ackPrefix = "_"
+
+// deliverGrouped hands each entry of a grouped reply to its Call. A
+// malformed one is dropped whole: its Calls recover their outcomes from
+// the results bucket, as after a lost reply (Call's replyWait).
+func (c *Client) deliverGrouped(m *nats.Msg) {
+	es, err := wire.DecodeGrouped(m.Data)
+	if err != nil {
+		return
+	}
+	for _, e := range es {
+		// The grouped subject, not the job's: deliverTo reads only that
+		// it is no stream ack, and Call only the data and headers.
+		c.deliverTo(e.Token, OutcomeMsg(m.Subject, e.Outcome))
+	}
+}
+
+// OutcomeMsg is the single reply that carries the same outcome as enc.
+// Not the worker's reply message: that writes err.Error(), and a
+// RemoteError's carries the "keylane: job failed" prefix, which the
+// client would add again.
+func OutcomeMsg(subject string, enc []byte) *nats.Msg {
+	res, rerr, _ := core.DecodeOutcome(enc)
+	re, _ := rerr.(*core.RemoteError)
+	if re == nil {
+		return &nats.Msg{Subject: subject, Data: res}
+	}
+	kind := "error"
+	switch {
+	case re.DeadLettered:
+		kind = "dead"
+	case re.Permanent:
+		kind = "permanent"
+	}
+	return &nats.Msg{Subject: subject, Header: nats.Header{wire.HeaderError: {core.ErrorText(re.Message)}, wire.HeaderErrorKind: {kind}}}
+}
+
+// heldError decodes a held notice for job id.
+func heldError(id string, m *nats.Msg) *core.HeldError {
+	return core.NewHeldError(id, core.ErrorText(m.Header.Get(wire.HeaderError)), m.Header.Get(wire.HeaderErrorKind) == core.HeldKindEpoch)
+}
+
+// deliverHeld hands a held notice to the Call waiting on token.
+func (c *Client) deliverHeld(token string, m *nats.Msg) {
+	c.mu.Lock()
+	w := c.waiters[token]
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	select {
+	case w.held <- m:
+	default:
+	}
+}
+
+// DecodeReply reads a single reply. Any error header makes it an error,
+// even an empty one: a worker before core.ErrorText sent an empty
+// Keylane-Error for a handler error without text, and that must not read
+// as a success.
+func DecodeReply(m *nats.Msg) ([]byte, error) {
+	_, hasErr := m.Header[wire.HeaderError]
+	kind := m.Header.Get(wire.HeaderErrorKind)
+	if hasErr || kind != "" {
+		return nil, &core.RemoteError{Message: core.ErrorText(m.Header.Get(wire.HeaderError)), Permanent: kind == wire.KindPermanent || kind == wire.KindDead, DeadLettered: kind == wire.KindDead}
+	}
+	return m.Data, nil
+}
