@@ -49,4 +49,3 @@ const HeaderDelayedID = wire.HeaderDelayedID
 
 // HeaderRunAt carries a delayed job's time on its submission.
 const HeaderRunAt = wire.HeaderRunAt
-
