@@ -23,74 +23,21 @@ const MaxStreamShards = 64
 var namespaceRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // Config describes the streams, consumers and buckets of a namespace:
-// keylane.TopologyConfig's fields, and the worker's MaxDeliver.
+// keylane.TopologyConfig's fields, whose doc says what each means, its
+// default and what a mismatch with the namespace as made returns, and
+// the worker's MaxDeliver.
 type Config struct {
-	// Namespace prefixes every subject and object name. Defaults to "keylane".
-	Namespace string
-	// Partitions is N, the number of partitions. Zero means "whatever the
-	// existing stream says"; when the stream does not exist, it defaults to 16.
-	// A non-zero value that differs from the stream's is refused with
-	// core.ErrPartitionMismatch.
-	Partitions int
-	// StreamShards is S, how many jobs streams the partitions are spread
-	// over, so that S stream leaders (on different servers of a cluster)
-	// share the storage work: partition p lives in shard p % S. Zero means
-	// "whatever the existing namespace has", and 1 when it is created: one
-	// stream named as before (see doc.go, "Shards"). A non-zero value that
-	// differs from the namespace's is refused with core.ErrShardsMismatch. At
-	// most the partition count and MaxStreamShards; a multiple of S as
-	// the partition count gives every shard the same share.
-	StreamShards int
-	// Replicas of every stream and bucket. Zero means "whatever the
-	// existing jobs stream has", and 1 when it is created (embedded
-	// server); use 3 on a cluster. A non-zero value that differs from an
-	// existing object's is refused with core.ErrReplicasMismatch.
-	Replicas int
-	// DuplicateWindow is how long the server remembers job IDs to drop
-	// duplicate submits. Defaults to 2 minutes; never less than 2 minutes.
-	DuplicateWindow time.Duration
-	// LeaseTTL is the TTL of partition leases and member entries. Defaults
-	// to 10s.
-	LeaseTTL time.Duration
-	// ResultsTTL is how long stored results live. Defaults to 1 hour.
-	ResultsTTL time.Duration
-	// MaxBytes bounds the jobs stream's size; -1 is unlimited. Defaults to -1.
-	MaxBytes int64
-	// ReplyPrefix is the only subject prefix workers reply to: clients
-	// take their inboxes under it, and a job naming a reply subject outside
-	// it (or a wildcard) is dead-lettered as malformed, so whoever may
-	// submit a job cannot make workers publish elsewhere with their
-	// permissions. Fixed in the jobs stream's metadata when it is created:
-	// empty means "whatever the namespace has", and "_INBOX." when it is
-	// created; another prefix than the namespace's is refused with
-	// core.ErrReplyPrefixMismatch. Defaults to empty.
-	ReplyPrefix string
-	// MaxKeyBacklog caps how many jobs of one key the jobs stream holds
-	// (stored and not finished: waiting, running, retrying): the next
-	// submit of that key is refused by the server with core.ErrKeyBacklogFull
-	// and stores nothing, while other keys still get in; once the worker
-	// finishes some of the key's jobs, it is admitted again. A flash sale
-	// of 1,000 units then queues at most about that many purchases per
-	// item. Zero means "whatever the existing jobs stream has", and no
-	// cap when it is created. Fixed when the namespace is created, like
-	// N: a non-zero value that differs from the stream's is refused with
-	// core.ErrKeyBacklogMismatch and nothing is changed (the server would
-	// delete the oldest stored jobs of every key over a lowered or new
-	// cap). Defaults to 0.
-	MaxKeyBacklog int64
-	// Delays lets jobs be submitted to run later (WithDelay, WithRunAt):
-	// the namespace gets a delays stream (nats-server 2.12 or later, for
-	// its message schedules) that only workers publish to; the jobs
-	// streams take the submissions and source the jobs when due, and allow
-	// neither roll-ups nor schedules (see jetstream/doc.go, "Delayed
-	// jobs"). Delays excludes MaxKeyBacklog and MaxBytes: a due job that
-	// the jobs stream refused (its key or the stream full) would have
-	// nowhere to go but the server's source, which copies due jobs in
-	// order. False means "whatever the existing stream has", and
-	// none when it is created; true on a namespace made without is
-	// refused with core.ErrDelaysOff. Fixed when the namespace is created.
-	// Defaults to false.
-	Delays bool
+	Namespace       string        // default "keylane"; namespaceRE
+	Partitions      int           // N; 0: the stream's, 16 when created
+	StreamShards    int           // S; 0: the namespace's, 1 when created; at most N and MaxStreamShards
+	Replicas        int           // 0: the jobs stream's, 1 when created
+	DuplicateWindow time.Duration // default and least 2 minutes
+	LeaseTTL        time.Duration // default 10s
+	ResultsTTL      time.Duration // default 1 hour
+	MaxBytes        int64         // the jobs stream's bound; default -1, unlimited
+	ReplyPrefix     string        // fixed at creation; "": the namespace's, "_INBOX." when created
+	MaxKeyBacklog   int64         // fixed at creation; 0: the stream's, none when created
+	Delays          bool          // fixed at creation; excludes MaxKeyBacklog and MaxBytes
 
 	// MaxDeliver is the worker's MaxDeliver (0: not a worker's Setup,
 	// which neither checks nor fixes it; -1: a worker that follows the
