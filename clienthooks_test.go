@@ -11,8 +11,6 @@ import (
 
 func decodeReply(m *nats.Msg) ([]byte, error) { return client.DecodeReply(m) }
 
-func outcomeMsg(subject string, enc []byte) *nats.Msg { return client.OutcomeMsg(subject, enc) }
-
 func newID() string { return client.NewID() }
 
 func retryablePublish(err error) bool { return natserr.IsTransient(err) }

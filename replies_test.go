@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/internal/core"
 	"strconv"
 	"strings"
 	"sync"
@@ -317,7 +318,7 @@ func TestGroupedOutcomeCodec(t *testing.T) {
 	}
 	for i, o := range outcomes {
 		single, serr := decodeReply(replyMsg("s", o.res, o.err, o.dead))
-		grouped, gerr := decodeReply(outcomeMsg("g", got[i].Outcome))
+		grouped, gerr, _ := core.DecodeOutcome(got[i].Outcome)
 		if got[i].Token != es[i].Token || string(single) != string(grouped) || fmt.Sprint(serr) != fmt.Sprint(gerr) {
 			t.Fatalf("entry %d: single %q, %v; grouped %q, %v", i, single, serr, grouped, gerr)
 		}

@@ -224,8 +224,8 @@ func (c *Client) noStream(ctx context.Context, m *nats.Msg) error {
 // of it is refused so until it is opened again (the worker refuses a
 // stale batch whole, a stale job alone). Asked of the server only on such
 // a refusal.
-func (c *Client) replied(ctx context.Context, m, reply *nats.Msg) ([]byte, error) {
-	res, err := DecodeReply(reply)
+func (c *Client) replied(ctx context.Context, m *nats.Msg, o outcome) ([]byte, error) {
+	res, err := o.res, o.err
 	var re *core.RemoteError
 	if errors.As(err, &re) && re.DeadLettered && strings.HasPrefix(re.Message, "malformed: ") {
 		if serr := c.noStream(ctx, m); errors.Is(serr, core.ErrPartitionMismatch) {
@@ -403,8 +403,10 @@ func (c *Client) resultsBucket(ctx context.Context) (jetstream.KeyValue, error) 
 // channels: re-publishes bring extra acks, which must never crowd out the
 // result.
 type waiter struct {
-	ack    chan *nats.Msg
-	result chan *nats.Msg
+	ack chan *nats.Msg
+	// result is the job's outcome, decoded once from whichever reply
+	// brought it (a single reply, or its entry of a grouped one).
+	result chan outcome
 	held   chan *nats.Msg // a held notice (held.go)
 	// resent: the batcher published the job again on its own after its
 	// batch's ack failed or never came; a "duplicate" ack may then be the
@@ -429,7 +431,7 @@ func (c *Client) wait() (string, *waiter, error) {
 	}
 	// wire.GroupedMark tells workers this client takes grouped replies.
 	token := wire.GroupedMark + strconv.FormatUint(c.token.Add(1), 36)
-	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan *nats.Msg, 1), held: make(chan *nats.Msg, 1)}
+	w := &waiter{ack: make(chan *nats.Msg, 1), result: make(chan outcome, 1), held: make(chan *nats.Msg, 1)}
 	c.waiters[token] = w
 	return token, w, nil
 }
@@ -451,28 +453,34 @@ func (c *Client) deliver(m *nats.Msg) {
 		return
 	}
 	if rest, ok := strings.CutPrefix(token, ackPrefix); ok {
-		c.deliverTo(rest, m)
+		if w := c.waiter(rest); w != nil {
+			select {
+			case w.ack <- m:
+			default: // an extra ack (a re-publish): the first one won
+			}
+		}
 		return
 	}
-	c.deliverTo(token, m)
+	res, err := DecodeReply(m)
+	c.deliverOutcome(token, outcome{res, err})
 }
 
-// deliverTo hands m to token's waiter: an ack (its subject carries the ack
-// prefix) or the result. Extra ones (re-publishes, redelivered jobs) are
-// dropped: the first one won.
-func (c *Client) deliverTo(token string, m *nats.Msg) {
+// waiter returns token's waiter, nil when none waits.
+func (c *Client) waiter(token string) *waiter {
 	c.mu.Lock()
-	w := c.waiters[token]
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	return c.waiters[token]
+}
+
+// deliverOutcome hands a decoded outcome to token's waiter. Extra ones (a
+// redelivered job's second reply) are dropped: the first one won.
+func (c *Client) deliverOutcome(token string, o outcome) {
+	w := c.waiter(token)
 	if w == nil {
 		return
 	}
-	ch := w.result
-	if strings.HasPrefix(m.Subject[min(len(c.inbox), len(m.Subject)):], ackPrefix) {
-		ch = w.ack
-	}
 	select {
-	case ch <- m:
+	case w.result <- o:
 	default:
 	}
 }

@@ -26,30 +26,11 @@ func (c *Client) deliverGrouped(m *nats.Msg) {
 		return
 	}
 	for _, e := range es {
-		// The grouped subject, not the job's: deliverTo reads only that
-		// it is no stream ack, and Call only the data and headers.
-		c.deliverTo(e.Token, OutcomeMsg(m.Subject, e.Outcome))
+		// DecodeGrouped checked every entry's outcome.
+		if res, err, ok := core.DecodeOutcome(e.Outcome); ok {
+			c.deliverOutcome(e.Token, outcome{res, err})
+		}
 	}
-}
-
-// OutcomeMsg is the single reply that carries the same outcome as enc.
-// Not the worker's reply message: that writes err.Error(), and a
-// RemoteError's carries the "keylane: job failed" prefix, which the
-// client would add again.
-func OutcomeMsg(subject string, enc []byte) *nats.Msg {
-	res, rerr, _ := core.DecodeOutcome(enc)
-	re, _ := rerr.(*core.RemoteError)
-	if re == nil {
-		return &nats.Msg{Subject: subject, Data: res}
-	}
-	kind := "error"
-	switch {
-	case re.DeadLettered:
-		kind = "dead"
-	case re.Permanent:
-		kind = "permanent"
-	}
-	return &nats.Msg{Subject: subject, Header: nats.Header{wire.HeaderError: {core.ErrorText(re.Message)}, wire.HeaderErrorKind: {kind}}}
 }
 
 // heldError decodes a held notice for job id.
