@@ -113,8 +113,8 @@ var errApplyUnknown = errors.New("keylane: the group's transaction failed or its
 // against the job whose transaction it is.
 func (o *owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
 	var n int
-	defer o.observeGroup(o.w.now(), &n, &err)
-	o.w.stats.runs.Add(int64(len(jobs)))
+	defer o.observeGroup(o.now(), &n, &err)
+	o.stats.Runs.Add(int64(len(jobs)))
 	start := o.jobClock()
 	spans := make([]runSpan, len(jobs))
 	for i := range jobs {
@@ -220,7 +220,7 @@ func (o *owner) applyBatch(reqs []*applyReq) {
 			jobs = append(jobs, r.jobs...)
 		}
 	}
-	out, err := o.applyCall(JobGroup{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
+	out, err := o.applyCall(JobGroup{Namespace: o.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
 	if err == nil && len(out) != len(jobs) {
 		// The applier broke its contract: no retry cures that, so it is
 		// said at ERROR and counted like a refusal for good (the jobs
@@ -247,7 +247,7 @@ func (o *owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
 			err = fmt.Errorf("keylane: applier panicked: %v", r)
 		}
 	}()
-	return o.w.cfg.Applier.ApplyGroup(o.ctx, g)
+	return o.cfg.Applier.ApplyGroup(o.ctx, g)
 }
 
 // applyOne applies one job through the Applier, for the one-job path
@@ -293,7 +293,7 @@ func (o *owner) runApplied(ts []*task) {
 		}
 		out, err := o.applyGroupDB(jobs[:k], false)
 		if errors.Is(err, ErrStaleFence) {
-			o.w.stats.stale.Add(1)
+			o.stats.Stale.Add(1)
 			o.log.Warn("stale fence: a newer owner committed to the database; stepping down", "key", g[0].job.Key, "err", err)
 			o.abort()
 			return
@@ -315,13 +315,13 @@ func (o *owner) runApplied(ts []*task) {
 		// Committed in the database: the results bucket keeps only what a
 		// Call or a caller's ID needs to recover a lost reply.
 		if !o.keepOutcomes(g[:n], res[:n]) {
-			o.w.stats.unacked.Add(int64(len(ts)))
+			o.stats.Unacked.Add(int64(len(ts)))
 			return
 		}
 		o.replyGrouped(g[:n], res[:n])
 		for i := range n {
 			if o.finish(g[i], res[i], nil, false) {
-				o.w.stats.succeeded.Add(1)
+				o.stats.Succeeded.Add(1)
 			}
 			res[i] = nil
 		}

@@ -85,8 +85,8 @@ func (o *owner) noteDelivery(newest, pending uint64) {
 func (o *owner) readBatchesAhead(from uint64) (map[uint64]uint64, uint64) {
 	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
 	defer cancel()
-	s := o.w.topo.StreamOf(o.p)
-	subject := wire.BatchSubject(o.w.topo.Names.Namespace, o.p)
+	s := o.topo.StreamOf(o.p)
+	subject := wire.BatchSubject(o.topo.Names.Namespace, o.p)
 	found := map[uint64]uint64{}
 	var top uint64
 	for seq := from; len(found) < batchAheadReads; {

@@ -26,7 +26,7 @@ func startBalancer(ctx context.Context, w *Worker) (*balancer, error) {
 		Leases:     w.topo.Leases,
 		LeaseKey:   w.topo.Names.LeaseKey,
 		Lease:      w.leaseConfig(),
-		NewOwner:   func(p int, l *lease.Lease) *owner { return newOwner(w, p, l) },
+		NewOwner:   func(p int, l *lease.Lease) *owner { return newOwner(w.ownerConfig(p, l)) },
 		Acquired:   func() { w.stats.acquired.Add(1) },
 		Stuck:      func() { w.stats.stuck.Add(1) },
 		Log:        w.log,
@@ -44,3 +44,21 @@ func (o *owner) Abort() { o.abort() }
 
 // Done is closed once Run has returned (balance.Owner).
 func (o *owner) Done() <-chan struct{} { return o.done }
+
+// ownerConfig is what the tenure of partition p under lease l is built
+// from: the worker's config, connection, topology, stores and counters.
+func (w *Worker) ownerConfig(p int, l *lease.Lease) ownerConfig {
+	c := &w.cfg
+	return ownerConfig{
+		Partition: p, Lease: l, Log: w.log,
+		NC: w.nc, JS: w.js, Topology: w.topo,
+		Handler: c.Handler, Reducer: c.Reducer, Applier: c.Applier, Observer: c.Observer,
+		Backoff: c.Backoff, MaxDeliver: c.MaxDeliver, AckWait: c.AckWait, MaxPending: c.MaxPending,
+		MaxInFlight: c.MaxInFlight, Concurrency: c.Concurrency, StoreResults: c.StoreResults,
+		WorkerID: c.ID, LeaseTTL: c.Topology.LeaseTTL,
+		State: w.state.s, Kept: &w.kept, OutcomeBatchMin: w.outcomeBatchMin(), Tracing: w.tracing,
+		Stats:         &w.stats.ownerStats,
+		RequestReload: w.requestReload,
+		RefreshEpoch:  w.refreshEpoch,
+	}
+}

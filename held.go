@@ -60,7 +60,7 @@ func (o *owner) sayHeld(t *task, why error) {
 	if m == nil || !o.l.Trusted() {
 		return
 	}
-	if err := o.w.nc.PublishMsg(m); err != nil {
+	if err := o.nc.PublishMsg(m); err != nil {
 		o.log.Warn("held notice", "job_id", t.job.ID, "err", err)
 	}
 }

@@ -50,7 +50,7 @@ func benchKeep(b *testing.B, syncAlways bool, group int, batched bool) {
 		b.Fatal(err)
 	}
 	w := &Worker{nc: nc, js: js, topo: topo, cfg: WorkerConfig{StoreResults: true, OutcomeBatch: 2}}
-	o := &owner{w: w, ctx: ctx, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	o := &owner{cfg: ownerConfig{StoreResults: true}, nc: nc, js: js, topo: topo, ctx: ctx, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	o.kept = w.keptStore(o.log)
 	if !batched {
 		w.kept.PauseBatches(time.Now().Add(time.Hour))

@@ -69,6 +69,14 @@ func (w *Worker) now() time.Time {
 	return time.Now()
 }
 
+// now is the tenure's Worker.now: the zero time when nothing is observed.
+func (o *owner) now() time.Time {
+	if o.cfg.Observer == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 // sinceStored is the time since a job was stored, never negative.
 func sinceStored(stored time.Time) time.Duration {
 	return max(time.Since(stored), 0)
@@ -78,7 +86,7 @@ func sinceStored(stored time.Time) time.Duration {
 // taken to run the first time reports its queue wait. Without a QueueWait
 // observer it returns run itself.
 func (o *owner) observeQueueWait(run func([]*task)) func([]*task) {
-	obs := o.w.cfg.Observer
+	obs := o.cfg.Observer
 	if obs == nil || obs.QueueWait == nil {
 		return run
 	}
@@ -95,7 +103,7 @@ func (o *owner) observeQueueWait(run func([]*task)) func([]*task) {
 
 // observeRun reports a handler run that started at start (from w.now).
 func (o *owner) observeRun(start time.Time) {
-	if obs := o.w.cfg.Observer; obs != nil && obs.Run != nil {
+	if obs := o.cfg.Observer; obs != nil && obs.Run != nil {
 		obs.Run(o.p, time.Since(start))
 	}
 }
@@ -103,7 +111,7 @@ func (o *owner) observeRun(start time.Time) {
 // observeGroup reports a reducer group that started at start (from
 // w.now): its run time, and its size if its write landed.
 func (o *owner) observeGroup(start time.Time, n *int, werr *error) {
-	obs := o.w.cfg.Observer
+	obs := o.cfg.Observer
 	if obs == nil {
 		return
 	}
@@ -117,7 +125,7 @@ func (o *owner) observeGroup(start time.Time, n *int, werr *error) {
 
 // observeSettled reports a job acked with its outcome.
 func (o *owner) observeSettled(t *task) {
-	if obs := o.w.cfg.Observer; obs != nil && obs.Settled != nil {
+	if obs := o.cfg.Observer; obs != nil && obs.Settled != nil {
 		obs.Settled(o.p, sinceStored(t.stored))
 	}
 }

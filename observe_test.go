@@ -11,7 +11,7 @@ import (
 // nothing at the measuring sites of the job path.
 func TestNoObserverCostsNothing(t *testing.T) {
 	w := &Worker{}
-	o := &owner{w: w, p: 1}
+	o := &owner{p: 1}
 	c := &Client{}
 	ts := []*task{{stored: time.Now()}}
 	run := func([]*task) {}
@@ -50,7 +50,7 @@ func TestObserverSeesEverySite(t *testing.T) {
 		Called:        func(time.Duration, error) { calls++ },
 		SubmittedMany: func(_ time.Duration, jobs, _ int) { many += jobs },
 	}}
-	o := &owner{w: w, p: 1}
+	o := &owner{cfg: ownerConfig{Observer: w.cfg.Observer}, p: 1}
 	ts := []*task{{stored: time.Now()}}
 	run := o.observeQueueWait(func([]*task) {})
 	allocs := testing.AllocsPerRun(100, func() { measuringSites(w, o, c, run, ts) })
@@ -97,7 +97,7 @@ func BenchmarkMeasuringSites(b *testing.B) {
 	}{{"off", nil}, {"on", nop}} {
 		b.Run(bc.name, func(b *testing.B) {
 			w := &Worker{cfg: WorkerConfig{Observer: bc.obs}}
-			o := &owner{w: w}
+			o := &owner{cfg: ownerConfig{Observer: bc.obs}}
 			c := &Client{}
 			ts := []*task{{stored: time.Now()}}
 			run := o.observeQueueWait(func([]*task) {})

@@ -8,7 +8,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/kept"
+	"github.com/keylane/keylane/internal/statestore"
 	"github.com/keylane/keylane/lease"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -21,10 +24,18 @@ import (
 // granted, so it neither acks nor replies, and anything it stored carries an
 // older fence.
 type owner struct {
-	w   *Worker
-	p   int
-	l   *lease.Lease
-	log *slog.Logger
+	cfg   ownerConfig
+	p     int
+	l     *lease.Lease
+	log   *slog.Logger
+	stats *ownerStats
+
+	// From cfg, under the names the tenure calls them by.
+	topo    *Topology
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	state   *statestore.Store
+	tracing *workerTracing
 
 	ctx    context.Context // handlers' context: dies on lease loss or abort
 	cancel context.CancelFunc
@@ -90,20 +101,80 @@ func (o *owner) handBack(t *task, stalled bool) {
 		o.open.remove(b)
 		msg = b.msg
 	}
-	o.w.stats.handedBack.Add(1)
+	o.stats.HandedBack.Add(1)
 	if err := msg.NakWithDelay(d); err != nil {
 		o.log.Debug("hand back", "job_id", t.job.ID, "err", err)
 	}
 }
 
-func newOwner(w *Worker, p int, l *lease.Lease) *owner {
+// ownerConfig is everything a tenure is built from, each explicit: the
+// partition and its lease, the worker's connection, topology, job runner
+// and limits, the stores and counters it shares with the worker's other
+// tenures, and what it asks of the worker.
+type ownerConfig struct {
+	Partition int
+	Lease     *lease.Lease
+	// Log is the worker's logger; the tenure's adds the partition and
+	// the fence.
+	Log *slog.Logger
+
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Topology *Topology
+
+	// Exactly one of Handler, Reducer and Applier runs the jobs.
+	Handler  Handler
+	Reducer  Reducer
+	Applier  GroupApplier
+	Observer *WorkerObserver // nil: nothing measured
+
+	Backoff      func(attempt int) time.Duration
+	MaxDeliver   int
+	AckWait      time.Duration
+	MaxPending   int
+	MaxInFlight  int
+	Concurrency  int
+	StoreResults bool
+	WorkerID     string
+	LeaseTTL     time.Duration
+
+	// State is the namespace's state store (a Reducer's group commits).
+	State *statestore.Store
+	// Kept is the worker's memory of what the server refused of batched
+	// look-ups and outcome batches; OutcomeBatchMin the fewest puts sent
+	// as one batch (0: none).
+	Kept            *keptMemory
+	OutcomeBatchMin int
+	Tracing         *workerTracing // nil: tracing off
+
+	// Stats are the worker's counters, shared by its tenures.
+	Stats *ownerStats
+	// RequestReload asks the worker to look at the jobs stream now (a
+	// stream of another epoch); RefreshEpoch re-reads the adopted epochs
+	// (a key held for ErrEpoch).
+	RequestReload func()
+	RefreshEpoch  func(ctx context.Context)
+}
+
+// ownerStats are the counters the tenures of a worker add to.
+type ownerStats struct {
+	Runs, Succeeded, Failed, Dead, Malformed, Stale, Unacked, FromResults  atomic.Int64
+	Lost, Released, Resyncs, Gaps, DeadErrors, HandedBack, ApplierRefusals atomic.Int64
+}
+
+func newOwner(cfg ownerConfig) *owner {
+	p, l := cfg.Partition, cfg.Lease
 	o := &owner{
-		w: w, p: p, l: l,
+		cfg: cfg, p: p, l: l, stats: cfg.Stats,
+		topo: cfg.Topology, nc: cfg.NC, js: cfg.JS, state: cfg.State, tracing: cfg.Tracing,
 		handoverCh: make(chan struct{}), abortCh: make(chan struct{}), done: make(chan struct{}),
 		moves: make(chan struct{}, movesInFlight),
 	}
-	o.log = w.log.With("partition", p, "fence", l.Fence())
-	o.kept = w.keptStore(o.log)
+	o.log = cfg.Log.With("partition", p, "fence", l.Fence())
+	o.kept = kept.New(kept.Config{
+		NC: cfg.NC, JS: cfg.JS, Results: cfg.Topology.Names.Results(),
+		BatchMin: cfg.OutcomeBatchMin, Memory: cfg.Kept, Log: o.log,
+	})
 	// The tenure's context ends with the lease (lost, expired), not only
 	// when the fetch loop notices: a lease lost while the owner drains its
 	// queued jobs after a hand-over or a re-sync, when no controller
@@ -134,13 +205,13 @@ func (o *owner) run() {
 	o.log.Info("partition acquired")
 
 	group, run := 1, func(ts []*task) { o.process(ts[0]) }
-	if o.w.cfg.Reducer != nil {
+	if o.cfg.Reducer != nil {
 		group, run = maxGroup, o.runGroup
-	} else if o.w.cfg.Applier != nil {
+	} else if o.cfg.Applier != nil {
 		group, run = maxGroup, o.runApplied
 	}
 	run = o.observeQueueWait(run)
-	run = o.w.tracing.wrap(run)
+	run = o.tracing.wrap(run)
 	var cons jetstream.Consumer
 	pause := resyncBackoff{}
 	for {
@@ -164,7 +235,7 @@ func (o *owner) run() {
 			o.release()
 			return
 		}
-		ln := newLanes(o.w.cfg.Concurrency, group, o.w.cfg.MaxInFlight, run)
+		ln := newLanes(o.cfg.Concurrency, group, o.cfg.MaxInFlight, run)
 		o.ln = ln
 		o.lanes.Store(ln)
 		why := o.fetch(cons, ln)
@@ -176,7 +247,7 @@ func (o *owner) run() {
 		// consumer delivers it again, in order, from the ack floor); what
 		// is running finishes and acks first.
 		ln.close(true)
-		o.w.stats.resyncs.Add(1)
+		o.stats.Resyncs.Add(1)
 		o.log.Warn("partition re-synchronising from its ack floor", "why", why)
 		if !pause.wait(o.ctx, o.abortCh, o.handoverCh, o.l.Done()) {
 			break
@@ -228,7 +299,7 @@ func (o *owner) settle(cons jetstream.Consumer) {
 		}
 		cancel()
 	}()
-	if !settleAcks(o.w.topo.StreamOf(o.p), cons, want, stop.Done(), o.w.cfg.AckWait) {
+	if !settleAcks(o.topo.StreamOf(o.p), cons, want, stop.Done(), o.cfg.AckWait) {
 		o.log.Warn("hand-over: acks not applied before the drain ended", "want", want)
 	}
 }
@@ -265,17 +336,17 @@ func settleAcks(stream jetstream.Stream, cons jetstream.Consumer, want uint64, s
 }
 
 func (o *owner) release() {
-	ctx, cancel := context.WithTimeout(context.Background(), o.w.cfg.Topology.LeaseTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.LeaseTTL)
 	defer cancel()
 	err := o.l.Release(ctx)
 	switch {
 	case errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrExpired):
-		o.w.stats.lost.Add(1)
+		o.stats.Lost.Add(1)
 		o.log.Warn("partition lease lost", "err", err)
 	case err != nil:
 		o.log.Warn("partition release", "err", err)
 	default:
-		o.w.stats.released.Add(1)
+		o.stats.Released.Add(1)
 		o.log.Info("partition released")
 	}
 }

@@ -75,9 +75,9 @@ func (o *owner) checkRedrive(t *task) error {
 	if t.redriveOf == "" || t.redriveChecked {
 		return nil
 	}
-	results := o.w.topo.Names.Results()
+	results := o.topo.Names.Results()
 	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
-	m, err := leaderGet(ctx, o.w.nc, "KV_"+results, "$KV."+results+"."+redriveTicketPrefix+t.job.ID)
+	m, err := leaderGet(ctx, o.nc, "KV_"+results, "$KV."+results+"."+redriveTicketPrefix+t.job.ID)
 	cancel()
 	if err != nil && !errors.Is(err, errNoEntry) {
 		return err

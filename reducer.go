@@ -77,18 +77,18 @@ func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
 			err = fmt.Errorf("keylane: reducer panicked: %v", r)
 		}
 	}()
-	return o.w.cfg.Reducer.Reduce(ctx, job, cur)
+	return o.cfg.Reducer.Reduce(ctx, job, cur)
 }
 
 // applyGroup group-commits jobs (one key, stream order) and tells the
 // reducer's CommitObserver, if any, the fate of every run. See State.group.
 func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
-	defer o.observeGroup(o.w.now(), &n, &werr)
+	defer o.observeGroup(o.now(), &n, &werr)
 	var ran []int
 	failed := -1 // the run whose reduce failed: never in the write
-	n, rerr, werr = o.w.state.group(o.ctx, jobs, out, func(i int, cur []byte) ([]byte, []byte, error) {
+	n, rerr, werr = o.state.Group(o.ctx, jobs, out, func(i int, cur []byte) ([]byte, []byte, error) {
 		ran = append(ran, i)
-		o.w.stats.runs.Add(1)
+		o.stats.Runs.Add(1)
 		start := o.jobClock()
 		state, res, err := o.reduce(jobs[i], cur)
 		o.logRan(&jobs[i], start, err)
@@ -101,8 +101,8 @@ func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 	if werr == nil {
 		o.logCommitted(jobs[:n])
 	}
-	if obs, ok := o.w.cfg.Reducer.(CommitObserver); ok {
-		unsure, _ := o.w.cfg.Reducer.(UncertainCommitObserver)
+	if obs, ok := o.cfg.Reducer.(CommitObserver); ok {
+		unsure, _ := o.cfg.Reducer.(UncertainCommitObserver)
 		for _, i := range ran {
 			if unsure != nil && werr != nil && i != failed && writeUncertain(werr) {
 				unsure.CommitUncertain(jobs[i])

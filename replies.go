@@ -37,14 +37,14 @@ func (o *owner) replyGrouped(ts []*task, out [][]byte) {
 		}
 		byInbox[inbox] = append(byInbox[inbox], i)
 	}
-	limit := int(o.w.nc.MaxPayload())
+	limit := int(o.nc.MaxPayload())
 	for _, inbox := range inboxes {
 		idx := byInbox[inbox]
 		if len(idx) < 2 {
 			continue
 		}
 		subject := inbox + groupedToken
-		if !validReply(subject, o.w.topo.Meta.ReplyPrefix) {
+		if !validReply(subject, o.topo.Meta.ReplyPrefix) {
 			continue
 		}
 		total := 1
@@ -58,7 +58,7 @@ func (o *owner) replyGrouped(ts []*task, out [][]byte) {
 				if !o.l.Trusted() {
 					return false
 				}
-				if err := o.w.nc.PublishMsg(&nats.Msg{Subject: subject, Data: body}); err != nil {
+				if err := o.nc.PublishMsg(&nats.Msg{Subject: subject, Data: body}); err != nil {
 					o.log.Warn("grouped reply", "jobs", len(sent), "err", err)
 				}
 				for _, i := range sent {

@@ -11,7 +11,7 @@ func TestRestartCountersLeaveNothingInTheStateBucket(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, countReducer })
 	e.waitOwned(w)
-	o := &owner{w: w, ctx: ctx(t)}
+	o := &owner{cfg: w.ownerConfig(0, nil), topo: w.topo, nc: w.nc, ctx: ctx(t)}
 	for i := range 20 {
 		id := "job-" + string(rune('a'+i))
 		if _, err := o.countStart(id); err != nil {

@@ -73,7 +73,7 @@ func (o *owner) removeSwallowed(from, to, missing uint64) bool {
 	if missing > undeliverableAhead {
 		return false
 	}
-	stream := o.w.topo.Streams[ShardOf(o.p, len(o.w.topo.Streams))]
+	stream := o.topo.Streams[ShardOf(o.p, len(o.topo.Streams))]
 	filter := o.partitionFilter()
 	var found []*jetstream.RawStreamMsg
 	for seq := from; seq <= to; {
@@ -106,7 +106,7 @@ func (o *owner) removeSwallowed(from, to, missing uint64) bool {
 // how many it removed; it stops at the first failure (the next gap tries
 // again) and when the tenure ends.
 func (o *owner) clearUndeliverable(from, to uint64, most int) int {
-	stream := o.w.topo.Streams[ShardOf(o.p, len(o.w.topo.Streams))]
+	stream := o.topo.Streams[ShardOf(o.p, len(o.topo.Streams))]
 	filter := o.partitionFilter()
 	removed := 0
 	for seq, n := max(from, 1), 0; seq <= to && n < most; n++ {
@@ -143,7 +143,7 @@ func (o *owner) clearUndeliverable(from, to uint64, most int) int {
 // both were done.
 func (o *owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStreamMsg) bool {
 	f, _ := o.rules().Parse(m.Subject, m.Header)
-	o.w.stats.malformed.Add(1)
+	o.stats.Malformed.Add(1)
 	why := Permanent(fmt.Errorf("malformed: %w", errStatusLike))
 	o.log.Warn("undeliverable message dead-lettered", "seq", m.Sequence, "err", why)
 	if !o.deadLetter(rawSource{m}, Job{ID: f.ID, Key: f.Key, Seq: m.Sequence, Partition: o.p, Fence: o.l.Fence()}, why, 0) || !o.l.Trusted() {
@@ -165,8 +165,8 @@ func (o *owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStr
 // delivers: its keys' subjects, and with delays its delay subject too
 // (ns.*.<p>.* then: the jobs stream has no other subjects of p).
 func (o *owner) partitionFilter() string {
-	if o.w.topo.Meta.Delays {
-		return o.w.topo.Names.Namespace + ".*." + strconv.Itoa(o.p) + ".*"
+	if o.topo.Meta.Delays {
+		return o.topo.Names.Namespace + ".*." + strconv.Itoa(o.p) + ".*"
 	}
-	return partition.Filter(o.w.topo.Names.Namespace, o.p)
+	return partition.Filter(o.topo.Names.Namespace, o.p)
 }

@@ -258,8 +258,6 @@ type Stats struct {
 }
 
 type stats struct {
-	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
-	acquired, lost, released                                              atomic.Int64
-	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
-	stuck, applierRefusals, renewFailures                                 atomic.Int64
+	ownerStats                     // the tenures'
+	acquired, stuck, renewFailures atomic.Int64
 }
