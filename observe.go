@@ -5,43 +5,6 @@ import (
 	"time"
 )
 
-// WorkerObserver receives a worker's measurements as they happen, for
-// metrics; package metrics turns them into Prometheus histograms. Set it
-// in WorkerConfig.Observer. Every field is optional.
-//
-// The functions run on the job path, from many goroutines at once: they
-// must be safe for concurrent use, quick, and must not block. A worker
-// with no Observer reads no clock and allocates nothing for measuring.
-//
-// Durations that start at a job's publish time compare the server's
-// timestamp of the stored job with this machine's clock: clock skew
-// between the two shows in them, and a negative one is reported as 0.
-type WorkerObserver struct {
-	// QueueWait is called when this worker takes a delivered job to run it
-	// the first time, with the time since the jobs stream stored it. A job
-	// handed back while its key retries, or redelivered to a new owner, is
-	// a new delivery and is measured again.
-	QueueWait func(partition int, wait time.Duration)
-	// Run is called after every run: one handler attempt, or one reducer
-	// group (its reduce calls and its state write together), with how long
-	// it took.
-	Run func(partition int, took time.Duration)
-	// Group is called after a reducer group's state write landed, with the
-	// number of jobs it settled (at least 1). Over a run of jobs the sizes
-	// add up to the jobs committed through groups.
-	Group func(partition, jobs int)
-	// Settled is called once a job's outcome is final here: kept, replied
-	// and acked, a success or a dead letter. latency is the time since the
-	// jobs stream stored it (end to end). A job whose ack did not go out
-	// (the lease was no longer trusted) is not settled here.
-	Settled func(partition int, latency time.Duration)
-	// LeaseRenewed is called after every renew attempt of the worker's
-	// leases (its partitions and its member entry) with the round trip and
-	// the attempt's error (nil: the renew landed). It runs on the lease's
-	// watchdog goroutine.
-	LeaseRenewed func(took time.Duration, err error)
-}
-
 // ClientObserver receives a client's measurements, for metrics; package
 // metrics turns them into Prometheus counters and histograms. Set it in
 // ClientConfig.Observer. Every field is optional; the functions must be
