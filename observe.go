@@ -23,76 +23,6 @@ type ClientObserver struct {
 	SubmittedMany func(took time.Duration, jobs, failed int)
 }
 
-// now returns the time when the worker measures anything, and the zero
-// time when it does not: an unobserved worker reads no clock.
-func (w *Worker) now() time.Time {
-	if w.cfg.Observer == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// now is the tenure's Worker.now: the zero time when nothing is observed.
-func (o *owner) now() time.Time {
-	if o.cfg.Observer == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// sinceStored is the time since a job was stored, never negative.
-func sinceStored(stored time.Time) time.Duration {
-	return max(time.Since(stored), 0)
-}
-
-// observeQueueWait wraps a partition's run function so that every task
-// taken to run the first time reports its queue wait. Without a QueueWait
-// observer it returns run itself.
-func (o *owner) observeQueueWait(run func([]*task)) func([]*task) {
-	obs := o.cfg.Observer
-	if obs == nil || obs.QueueWait == nil {
-		return run
-	}
-	return func(ts []*task) {
-		for _, t := range ts {
-			if !t.started {
-				t.started = true
-				obs.QueueWait(o.p, sinceStored(t.stored))
-			}
-		}
-		run(ts)
-	}
-}
-
-// observeRun reports a handler run that started at start (from w.now).
-func (o *owner) observeRun(start time.Time) {
-	if obs := o.cfg.Observer; obs != nil && obs.Run != nil {
-		obs.Run(o.p, time.Since(start))
-	}
-}
-
-// observeGroup reports a reducer group that started at start (from
-// w.now): its run time, and its size if its write landed.
-func (o *owner) observeGroup(start time.Time, n *int, werr *error) {
-	obs := o.cfg.Observer
-	if obs == nil {
-		return
-	}
-	if obs.Run != nil {
-		obs.Run(o.p, time.Since(start))
-	}
-	if obs.Group != nil && *werr == nil && *n > 0 {
-		obs.Group(o.p, *n)
-	}
-}
-
-// observeSettled reports a job acked with its outcome.
-func (o *owner) observeSettled(t *task) {
-	if obs := o.cfg.Observer; obs != nil && obs.Settled != nil {
-		obs.Settled(o.p, sinceStored(t.stored))
-	}
-}
-
 // leaseRenewed is the lease watchdog's hook: it counts failed renews
 // (Stats.RenewFailures) and calls the observer's LeaseRenewed, if any.
 func (w *Worker) leaseRenewed() func(time.Duration, error) {
@@ -155,14 +85,12 @@ func (w *Worker) Tenures() []Tenure {
 	held := bal.Held()
 	ts := make([]Tenure, 0, len(held))
 	for _, h := range held {
-		p, o := h.Partition, h.Owner
-		if !o.l.Trusted() {
+		p, o, l := h.Partition, h.Owner, h.Owner.Lease()
+		if !l.Trusted() {
 			continue // lost, or its trust window closed: not ours, even while its handlers wind down
 		}
-		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: h.Since, Backlog: o.pendingJobs(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
-		if ln := o.lanes.Load(); ln != nil {
-			t.InFlight, t.HandedBack = ln.pending(), ln.handedBackNow()
-		}
+		t := Tenure{Partition: p, Fence: l.Fence(), Since: h.Since, Backlog: o.Backlog(), TrustedFor: max(time.Until(l.TrustDeadline()), 0)}
+		t.InFlight, t.HandedBack = o.InFlight()
 		ts = append(ts, t)
 	}
 	slices.SortFunc(ts, func(a, b Tenure) int { return a.Partition - b.Partition })

@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"github.com/keylane/keylane/internal/buildinfo"
 	"log/slog"
 	"os"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/keylane/keylane/internal/buildinfo"
+	"github.com/keylane/keylane/internal/kept"
+	"github.com/keylane/keylane/internal/tracing"
 
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats.go"
@@ -27,10 +30,10 @@ type Worker struct {
 	state *State // the namespace's state, bound at Start (State)
 	log   *slog.Logger
 
-	tracing *workerTracing // nil: tracing off
+	tracing *tracing.Worker // nil: tracing off
 
 	stats stats
-	kept  keptMemory // what the server refused of the batched look-ups and outcome batches
+	kept  kept.Memory // what the server refused of the batched look-ups and outcome batches
 	bal   *balancer
 
 	mu       sync.Mutex

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -29,14 +29,14 @@ import (
 // them (a Reducer, an Applier), and no StoreResults (which promises
 // Result by ID for every job). A plain Handler's Calls keep theirs by ID:
 // a retry by ID that runs before its batch is settled finds nothing else.
-func (o *owner) keptPerBatch() bool {
+func (o *Owner) keptPerBatch() bool {
 	return !o.cfg.StoreResults && (o.cfg.Reducer != nil || o.cfg.Applier != nil)
 }
 
 // keptInBatch reports whether job j, at index of batch b, has its outcome
 // kept in b's entry: a Call (kept, answered), not a retry by ID, whose ID
 // is the one its batch and index name.
-func (o *owner) keptInBatch(b *batchMsg, j wire.Job, index int) bool {
+func (o *Owner) keptInBatch(b *batchMsg, j wire.Job, index int) bool {
 	return o.keptPerBatch() && wire.ValidBatchID(b.id) && j.KeepOutcome && !j.Idempotent && j.Reply != "" &&
 		j.ID == wire.BatchedJobID(b.id, index)
 }
@@ -108,7 +108,7 @@ func (ob *openBatches) get(id string) *batchMsg {
 // recovered from it). An error (the tenure ended) leaves the batch
 // unacked: redelivered, its jobs are answered from their held outcomes
 // and the entry is written then.
-func (o *owner) keepBatch(b *batchMsg) func() error {
+func (o *Owner) keepBatch(b *batchMsg) func() error {
 	return func() error {
 		defer o.open.remove(b)
 		b.mu.Lock()
@@ -205,7 +205,7 @@ var (
 // another message's is refused whole (refuseTakenBatch) and false
 // returned. A failed read refuses nothing: the write's compare then
 // decides (never over another message's entry).
-func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es []wire.BatchEntry, b *batchMsg) bool {
+func (o *Owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es []wire.BatchEntry, b *batchMsg) bool {
 	if !o.keptPerBatch() || !wire.ValidBatchID(b.id) {
 		return true
 	}
@@ -250,7 +250,7 @@ func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 
 // refuseTakenBatch dead-letters batch message msg whole, none of its jobs
 // run, and answers each of its Calls with why.
-func (o *owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error) {
+func (o *Owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error) {
 	o.stats.Malformed.Add(1)
 	err := Permanent(why)
 	if !o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
@@ -271,7 +271,7 @@ func (o *owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchE
 
 // putBatchEntry writes v, batch b's entry, bound to b's message, over the
 // revision read on receipt only (kept.Store.PutEntry).
-func (o *owner) putBatchEntry(b *batchMsg, v []byte) error {
+func (o *Owner) putBatchEntry(b *batchMsg, v []byte) error {
 	rev, err := o.kept.PutEntry(o.ctx, b.id, b.origin, b.entryRev, v)
 	b.entryRev = rev
 	return err
@@ -291,7 +291,7 @@ var errTenureEnded = errors.New("keylane: tenure ended")
 // workers write it; it is never read as this job's outcome, nor as none
 // kept (that would run again a job that finished). Any other err: the
 // look-up failed (try again).
-func (o *owner) batchStoredResult(ctx context.Context, id string, in *batchMsg) (value []byte, found bool, err error) {
+func (o *Owner) batchStoredResult(ctx context.Context, id string, in *batchMsg) (value []byte, found bool, err error) {
 	batchID, index, ok := wire.ParseBatchedJobID(id)
 	if !ok {
 		return nil, false, nil
@@ -330,7 +330,7 @@ type batchEntryRead struct{ data []byte }
 
 // readBatchEntry reads batch batchID's entry from the results stream's
 // leader; an error means the read failed (try again).
-func (o *owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntryRead, error) {
+func (o *Owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntryRead, error) {
 	data, err := o.kept.ReadEntry(ctx, batchID)
 	if err != nil {
 		return nil, err
@@ -346,7 +346,7 @@ func (o *owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntry
 // lease ended before this tenure began, so what the leader held at the
 // first read is what it holds for the batch's life. A failed read is
 // not kept: the next look-up reads again.
-func (o *owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, error) {
+func (o *Owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, error) {
 	b.entryMu.Lock()
 	defer b.entryMu.Unlock()
 	if b.entry != nil {
@@ -363,7 +363,7 @@ func (o *owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, e
 // deadLetterUnreadable dead-letters t, whose kept outcome is unreadable
 // (bad), without running it, and answers its caller so: permanent, for
 // trying again cannot cure the entry.
-func (o *owner) deadLetterUnreadable(t *task, bad *unreadableOutcomeError) {
+func (o *Owner) deadLetterUnreadable(t *task, bad *unreadableOutcomeError) {
 	o.stats.Failed.Add(1)
 	o.log.Error("kept outcome unreadable; dead-lettering the job instead of running it again", "job_id", t.job.ID, "seq", t.job.Seq, "err", bad)
 	err := Permanent(bad)

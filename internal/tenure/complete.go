@@ -1,11 +1,12 @@
-package keylane
+package tenure
 
 import (
 	"context"
 	"errors"
-	"github.com/keylane/keylane/internal/core"
 	"sync"
 	"time"
+
+	"github.com/keylane/keylane/internal/core"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -15,7 +16,7 @@ import (
 
 // finish stores the result, replies and acks, all only while the lease is
 // trusted. It reports whether it acked.
-func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) {
+func (o *Owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) {
 	defer traceOf(t.job).finish(t.job, herr, dead).end(&acked) // starts the commit span now
 	if dead && t.batch != nil {
 		t.deadInBatch = true
@@ -81,7 +82,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 const (
 	deadErrorMax = wire.DeadErrorMax
 	// DeadLetterReserve is the room Client leaves below max_payload in every
-	// job for what a dead letter adds (headers naming the error, attempts,
+	// job for what a dead letter adds (keylane.DeadLetterReserve) (headers naming the error, attempts,
 	// worker, sequence, partition and fence).
 	DeadLetterReserve = 2048
 )
@@ -99,7 +100,7 @@ const (
 // missing stream does. It reports whether the dead letter was stored (only
 // then may the job be acked); false means the tenure ended first and the
 // job goes to the next owner.
-func (o *owner) deadLetter(msg deadSource, job Job, why error, attempts int) bool {
+func (o *Owner) deadLetter(msg deadSource, job Job, why error, attempts int) bool {
 	dm := o.deadMessage(msg, job, why, attempts, false)
 	bare := false
 	for try := 1; ; try++ {
@@ -155,7 +156,7 @@ const deadLetterTimeout = 5 * time.Second
 // fields that pass wire's rules, the submitter's allowed headers and why
 // it failed, bounded to fit the server's max_payload. A bare one carries
 // neither payload nor the submitter's headers.
-func (o *owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
+func (o *Owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
 	f, _ := o.rules().Parse(msg.Subject(), msg.Headers())
 	d := wire.Dead{ID: wire.BatchDeadID(o.topo.EpochOf(o.p), job.Seq, job.Index()), Error: why.Error(), Attempts: attempts, Worker: o.cfg.WorkerID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
 	user := msg.Headers()
@@ -192,7 +193,7 @@ var messageSize = core.MessageSize
 // its error an *unreadableOutcomeError, which replay dead-letters. in is
 // the batch message the job came in (nil for a lone one): a redelivered
 // batch's entry is read once for its jobs.
-func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
+func (o *Owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
@@ -240,7 +241,7 @@ func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 // replay answers t from an outcome kept by an earlier run: stored already,
 // and a dead letter's outcome stays a dead letter's. One that cannot be
 // read (an *unreadableOutcomeError from storedResult) dead-letters t.
-func (o *owner) replay(t *task, res []byte, rerr error) {
+func (o *Owner) replay(t *task, res []byte, rerr error) {
 	if bad, ok := rerr.(*unreadableOutcomeError); ok {
 		o.deadLetterUnreadable(t, bad)
 		return
@@ -255,7 +256,7 @@ func (o *owner) replay(t *task, res []byte, rerr error) {
 // what it did not settle), the kept outcomes of the tasks whose ID
 // the caller chose, and returns the index of the first task that has one
 // (an earlier run of the same job ID finished), or -1.
-func (o *owner) firstKept(ts []*task) int {
+func (o *Owner) firstKept(ts []*task) int {
 	o.lookUpKeptBatch(ts) // one request; what it leaves unsettled is looked up per ID
 	var wg sync.WaitGroup
 	for _, t := range ts {
@@ -288,12 +289,12 @@ func (o *owner) firstKept(ts []*task) int {
 // applied, and their callers wait for these outcomes. It reports false only
 // when the tenure ended first; the jobs then stay unacked and are answered
 // from the state entry when redelivered.
-func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
+func (o *Owner) keepOutcomes(ts []*task, out [][]byte) bool {
 	return o.keepEncoded(ts, func(i int) []byte { return encodeResult(out[i], nil, false) })
 }
 
 // keepEncoded is keepOutcomes with each task's outcome already encoded.
-func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
+func (o *Owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 	var idx []int
 	for i, t := range ts {
 		if o.cfg.StoreResults || t.explicit || t.keep && !t.keptInBatch || t.redriveOf != "" || t.deadInBatch {
@@ -329,7 +330,7 @@ func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 // publishOutcomes stores the outcomes of ts[idx] (a redriven job's under
 // both IDs, when its redrive ticket says so: checkRedrive) as one atomic batch (keepBatched), or else as asynchronous
 // publishes, and waits for every ack.
-func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
+func (o *Owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
 	for _, i := range idx {
 		if err := o.checkRedrive(ts[i]); err != nil {
 			return err
@@ -351,7 +352,7 @@ func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 
 // publishPuts stores puts as asynchronous publishes and waits for every
 // ack (within requestTimeout).
-func (o *owner) publishPuts(puts []kvPut) error {
+func (o *Owner) publishPuts(puts []kvPut) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(puts))
 	for _, p := range puts {
 		f, err := o.js.PublishAsync(p.Subject, p.Value)

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -17,7 +17,7 @@ const maxGroup = 256
 // each. Jobs that may have run before under an earlier owner, jobs whose
 // reduce failed and groups whose write failed go through process, one at
 // a time, with its retries, backoff and dead-lettering.
-func (o *owner) runGroup(ts []*task) {
+func (o *Owner) runGroup(ts []*task) {
 	jobs := make([]Job, len(ts))
 	out := make([][]byte, len(ts))
 	for len(ts) > 0 {
@@ -79,7 +79,7 @@ func (o *owner) runGroup(ts []*task) {
 // the head may have run before under an earlier owner and went through
 // process (which counts its starts and retries), the rest back to its
 // lane.
-func (o *owner) takeGroup(ts []*task) ([]*task, int, bool) {
+func (o *Owner) takeGroup(ts []*task) ([]*task, int, bool) {
 	for len(ts) > 0 {
 		if o.ctx.Err() != nil {
 			o.stats.Unacked.Add(int64(len(ts)))
@@ -143,7 +143,7 @@ func groupEnd(ts []*task) int {
 
 // process runs one job to completion: handler, in-place retries with
 // backoff, dead-lettering, result, reply and ack.
-func (o *owner) process(t *task) {
+func (o *Owner) process(t *task) {
 	if o.ctx.Err() != nil {
 		return
 	}
@@ -308,7 +308,7 @@ func (o *owner) process(t *task) {
 // owners all died before the ack, a failure after a commit of unknown
 // fate). A record that cannot be read is read again with backoff while the
 // tenure lasts; t is never dead-lettered on a guess.
-func (o *owner) deadLetterTask(t *task, why error, attempts int) {
+func (o *Owner) deadLetterTask(t *task, why error, attempts int) {
 	if res, done, ok := o.readRecord(t); !ok {
 		o.stats.Unacked.Add(1)
 		return
@@ -335,7 +335,7 @@ func (o *owner) deadLetterTask(t *task, why error, attempts int) {
 // t to be tried again, when the Applier keeps no record (RecordReader: a
 // commit of unknown fate cannot be told from a failure) or the record
 // cannot be read (an outage is not the job's fault).
-func (o *owner) failedWhole(t *task, why error, n int) bool {
+func (o *Owner) failedWhole(t *task, why error, n int) bool {
 	rr, is := o.cfg.Applier.(RecordReader)
 	if !is {
 		return false
@@ -367,7 +367,7 @@ func (o *owner) failedWhole(t *task, why error, n int) bool {
 // one (RecordReader): done with its recorded result when it committed.
 // Without such an Applier it reports not done. ok is false only when the
 // tenure ended before the record could be read.
-func (o *owner) readRecord(t *task) (res []byte, done, ok bool) {
+func (o *Owner) readRecord(t *task) (res []byte, done, ok bool) {
 	rr, is := o.cfg.Applier.(RecordReader)
 	if !is {
 		return nil, false, true
@@ -403,7 +403,7 @@ func startsKey(jobID string) string {
 // count read from a lagging replica, but every retry could read the same
 // replica again until the loop gives up, and a count not taken lets a job
 // that crashes its workers run again instead of being dead-lettered.
-func (o *owner) countStart(jobID string) (int, error) {
+func (o *Owner) countStart(jobID string) (int, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, counterTimeout)
 	defer cancel()
 	kv, k := o.topo.Results, startsKey(jobID)
@@ -432,19 +432,19 @@ func (o *owner) countStart(jobID string) (int, error) {
 
 // forgetStarts drops a finished job's start counter. It runs only once the
 // job was acked here; a crash leaves the counter for the next owner.
-func (o *owner) forgetStarts(jobID string) {
+func (o *Owner) forgetStarts(jobID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), counterTimeout)
 	defer cancel()
 	_ = o.topo.Results.Purge(ctx, startsKey(jobID))
 }
 
-func (o *owner) call(job Job) (res []byte, err error) {
+func (o *Owner) call(job Job) (res []byte, err error) {
 	return o.callAlone(job, false)
 }
 
 // callAlone is call; alone, an Applier's job is applied in a transaction
 // of its own (applyGroupDB).
-func (o *owner) callAlone(job Job, alone bool) (res []byte, err error) {
+func (o *Owner) callAlone(job Job, alone bool) (res []byte, err error) {
 	if o.cfg.Reducer != nil {
 		return o.reduceOne(job)
 	}

@@ -1,26 +1,9 @@
-package keylane
+package tenure
 
 import (
 	"errors"
 	"fmt"
 	"sync"
-
-	"github.com/keylane/keylane/internal/core"
-)
-
-// The API of what a worker runs and reports to; internal/core's, where
-// each is documented.
-type (
-	Reducer                 = core.Reducer
-	ReducerFunc             = core.ReducerFunc
-	CommitObserver          = core.CommitObserver
-	UncertainCommitObserver = core.UncertainCommitObserver
-	GroupApplier            = core.GroupApplier
-	RecordReader            = core.RecordReader
-	RecordPruner            = core.RecordPruner
-	JobGroup                = core.JobGroup
-	JobOutcome              = core.JobOutcome
-	WorkerObserver          = core.WorkerObserver
 )
 
 // errApplyUnknown marks a GroupApplier's error of a whole call: the
@@ -36,7 +19,7 @@ var errApplyUnknown = errors.New("keylane: the group's transaction failed or its
 // alone applies them in a transaction of their own, joined with no other
 // key's group: a retry after a whole call failed, so that a failure counts
 // against the job whose transaction it is.
-func (o *owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
+func (o *Owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
 	var n int
 	defer o.observeGroup(o.now(), &n, &err)
 	o.stats.Runs.Add(int64(len(jobs)))
@@ -137,7 +120,7 @@ func (b *applyBatcher) do(r *applyReq, run func([]*applyReq)) {
 // ApplyGroup and hands each its outcomes. A stale fence comes back
 // errors.Is ErrStaleFence; any other error of the whole call errors.Is
 // errApplyUnknown, for every group of the batch.
-func (o *owner) applyBatch(reqs []*applyReq) {
+func (o *Owner) applyBatch(reqs []*applyReq) {
 	jobs := reqs[0].jobs
 	if len(reqs) > 1 {
 		jobs = nil
@@ -166,7 +149,7 @@ func (o *owner) applyBatch(reqs []*applyReq) {
 
 // applyCall calls the Applier, turning a panic into an error of the whole
 // call (its transaction's fate is then unknown).
-func (o *owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
+func (o *Owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: applier panicked: %v", r)
@@ -177,7 +160,7 @@ func (o *owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
 
 // applyOne applies one job through the Applier, for the one-job path
 // (retries, redelivered jobs); alone as for applyGroupDB.
-func (o *owner) applyOne(job Job, alone bool) ([]byte, error) {
+func (o *Owner) applyOne(job Job, alone bool) ([]byte, error) {
 	out, err := o.applyGroupDB([]Job{job}, alone)
 	if err != nil {
 		return nil, err
@@ -198,7 +181,7 @@ func (o *owner) applyOne(job Job, alone bool) ([]byte, error) {
 // owner, a failed job and groups whose call failed go through process, one
 // at a time, with its retries, backoff and dead-lettering; the database's
 // record answers those that committed.
-func (o *owner) runApplied(ts []*task) {
+func (o *Owner) runApplied(ts []*task) {
 	jobs := make([]Job, len(ts))
 	res := make([][]byte, len(ts))
 	for len(ts) > 0 {
@@ -264,11 +247,4 @@ func (o *owner) runApplied(ts []*task) {
 			return
 		}
 	}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

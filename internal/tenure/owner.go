@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -8,14 +8,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/kept"
+	"github.com/keylane/keylane/internal/namespace"
 	"github.com/keylane/keylane/internal/statestore"
+	"github.com/keylane/keylane/internal/tracing"
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// owner runs one partition for as long as this worker holds its lease.
+// Owner runs one partition for as long as this worker holds its lease:
+// a tenure. Build it with New; the worker's balancer runs it (Run, as a
+// balance.Owner) and ends it (HandOver, Abort).
 //
 // On taking the lease it deletes and re-creates the partition's durable
 // consumer: jobs the previous owner fetched but never acked are delivered
@@ -23,15 +28,15 @@ import (
 // owner cannot interfere: it stopped trusting its lease before ours was
 // granted, so it neither acks nor replies, and anything it stored carries an
 // older fence.
-type owner struct {
-	cfg   ownerConfig
+type Owner struct {
+	cfg   Config
 	p     int
 	l     *lease.Lease
 	log   *slog.Logger
-	stats *ownerStats
+	stats *Stats
 
 	// From cfg, under the names the tenure calls them by.
-	topo    *Topology
+	topo    *namespace.Topology
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	state   *statestore.Store
@@ -84,7 +89,7 @@ const (
 // running it: NAK with a delay. The server keeps it pending (it still
 // counts against MaxPending), but this worker's memory and MaxInFlight do
 // not hold it.
-func (o *owner) handBack(t *task, stalled bool) {
+func (o *Owner) handBack(t *task, stalled bool) {
 	d := turnHandBackDelay
 	if stalled {
 		d = stalledHandBackDelay
@@ -107,11 +112,11 @@ func (o *owner) handBack(t *task, stalled bool) {
 	}
 }
 
-// ownerConfig is everything a tenure is built from, each explicit: the
+// Config is everything a tenure is built from, each explicit: the
 // partition and its lease, the worker's connection, topology, job runner
 // and limits, the stores and counters it shares with the worker's other
 // tenures, and what it asks of the worker.
-type ownerConfig struct {
+type Config struct {
 	Partition int
 	Lease     *lease.Lease
 	// Log is the worker's logger; the tenure's adds the partition and
@@ -120,13 +125,13 @@ type ownerConfig struct {
 
 	NC       *nats.Conn
 	JS       jetstream.JetStream
-	Topology *Topology
+	Topology *namespace.Topology
 
 	// Exactly one of Handler, Reducer and Applier runs the jobs.
-	Handler  Handler
-	Reducer  Reducer
-	Applier  GroupApplier
-	Observer *WorkerObserver // nil: nothing measured
+	Handler  core.Handler
+	Reducer  core.Reducer
+	Applier  core.GroupApplier
+	Observer *core.WorkerObserver // nil: nothing measured
 
 	Backoff      func(attempt int) time.Duration
 	MaxDeliver   int
@@ -143,12 +148,12 @@ type ownerConfig struct {
 	// Kept is the worker's memory of what the server refused of batched
 	// look-ups and outcome batches; OutcomeBatchMin the fewest puts sent
 	// as one batch (0: none).
-	Kept            *keptMemory
+	Kept            *kept.Memory
 	OutcomeBatchMin int
-	Tracing         *workerTracing // nil: tracing off
+	Tracing         *tracing.Worker // nil: tracing off
 
 	// Stats are the worker's counters, shared by its tenures.
-	Stats *ownerStats
+	Stats *Stats
 	// RequestReload asks the worker to look at the jobs stream now (a
 	// stream of another epoch); RefreshEpoch re-reads the adopted epochs
 	// (a key held for ErrEpoch).
@@ -156,17 +161,18 @@ type ownerConfig struct {
 	RefreshEpoch  func(ctx context.Context)
 }
 
-// ownerStats are the counters the tenures of a worker add to.
-type ownerStats struct {
+// Stats are the counters the tenures of a worker add to.
+type Stats struct {
 	Runs, Succeeded, Failed, Dead, Malformed, Stale, Unacked, FromResults  atomic.Int64
 	Lost, Released, Resyncs, Gaps, DeadErrors, HandedBack, ApplierRefusals atomic.Int64
 }
 
-func newOwner(cfg ownerConfig) *owner {
+// New returns the tenure of cfg.Partition under cfg.Lease; Run runs it.
+func New(cfg Config) *Owner {
 	p, l := cfg.Partition, cfg.Lease
-	o := &owner{
+	o := &Owner{
 		cfg: cfg, p: p, l: l, stats: cfg.Stats,
-		topo: cfg.Topology, nc: cfg.NC, js: cfg.JS, state: cfg.State, tracing: cfg.Tracing,
+		topo: cfg.Topology, nc: cfg.NC, js: cfg.JS, state: cfg.State, tracing: (*workerTracing)(cfg.Tracing),
 		handoverCh: make(chan struct{}), abortCh: make(chan struct{}), done: make(chan struct{}),
 		moves: make(chan struct{}, movesInFlight),
 	}
@@ -184,21 +190,21 @@ func newOwner(cfg ownerConfig) *owner {
 }
 
 // handOver asks the owner to finish what it fetched and release the lease.
-func (o *owner) handOver() { o.handoverOnce.Do(func() { close(o.handoverCh) }) }
+func (o *Owner) handOver() { o.handoverOnce.Do(func() { close(o.handoverCh) }) }
 
 // abort asks the owner to stop now: cancel handlers, drop queued jobs.
 // abort ends the tenure at once: running handlers' contexts are cancelled,
 // queued jobs do not run, nothing more is acked. It cancels o.ctx itself:
 // an abort can come while the owner drains after its fetch ended (Stop's
 // deadline during a hand-over), when no controller is left to do it.
-func (o *owner) abort() {
+func (o *Owner) abort() {
 	o.abortOnce.Do(func() {
 		close(o.abortCh)
 		o.cancel()
 	})
 }
 
-func (o *owner) run() {
+func (o *Owner) run() {
 	defer close(o.done)
 	defer o.moving.Wait()
 	defer o.cancel()
@@ -282,7 +288,7 @@ func isClosed(ch <-chan struct{}) bool {
 // passes (by then the server redelivers what it holds anyway). Jobs the
 // server sent after the fetch was drained never reached us; they stay
 // unacked and go to the successor, for their first run.
-func (o *owner) settle(cons jetstream.Consumer) {
+func (o *Owner) settle(cons jetstream.Consumer) {
 	want := o.maxAcked.Load()
 	if want == 0 {
 		return
@@ -335,7 +341,7 @@ func settleAcks(stream jetstream.Stream, cons jetstream.Consumer, want uint64, s
 	}
 }
 
-func (o *owner) release() {
+func (o *Owner) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.LeaseTTL)
 	defer cancel()
 	err := o.l.Release(ctx)
@@ -349,4 +355,33 @@ func (o *owner) release() {
 		o.stats.Released.Add(1)
 		o.log.Info("partition released")
 	}
+}
+
+// Run runs the tenure (balance.Owner).
+func (o *Owner) Run() { o.run() }
+
+// HandOver asks the owner to finish and release its lease (balance.Owner).
+func (o *Owner) HandOver() { o.handOver() }
+
+// Abort asks the owner to stop now (balance.Owner).
+func (o *Owner) Abort() { o.abort() }
+
+// Done is closed once Run has returned (balance.Owner).
+func (o *Owner) Done() <-chan struct{} { return o.done }
+
+// Lease is the tenure's lease.
+func (o *Owner) Lease() *lease.Lease { return o.l }
+
+// Backlog is Tenure.Backlog: the partition's jobs not yet delivered, a
+// batch message counted as its jobs (backlog.go).
+func (o *Owner) Backlog() uint64 { return o.pendingJobs() }
+
+// InFlight reports the jobs the tenure holds (fetched, not finished) and
+// those a failing key handed back that have not come back yet; zeros
+// before its first consumer.
+func (o *Owner) InFlight() (held, handedBack int) {
+	if ln := o.lanes.Load(); ln != nil {
+		return ln.pending(), ln.handedBackNow()
+	}
+	return 0, 0
 }

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -17,7 +17,7 @@ const movesInFlight = 8
 
 // isSubmission reports whether subject is one of the namespace's delay
 // subjects: a delayed job's submission, not a job to run.
-func (o *owner) isSubmission(subject string) bool {
+func (o *Owner) isSubmission(subject string) bool {
 	return o.topo.Meta.Delays && strings.HasPrefix(subject, o.topo.Names.Namespace+".delay.")
 }
 
@@ -36,7 +36,7 @@ func (o *owner) isSubmission(subject string) bool {
 // redelivery after backoff. The move runs beside the fetch loop (at most
 // movesInFlight at once): a slow delays stream does not hold the
 // partition's jobs.
-func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+func (o *Owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 	seq := meta.Sequence.Stream
 	r := o.rules()
 	var d wire.Delayed
@@ -96,7 +96,7 @@ func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 // left behind (a failed delete, a worker that died first) is removed by
 // the delays stream's MaxAge, and a delete of one already gone is no
 // harm.
-func (o *owner) deleteDue(seq uint64) {
+func (o *Owner) deleteDue(seq uint64) {
 	body, _ := json.Marshal(map[string]any{"seq": seq, "no_erase": true})
 	subject := apiPrefix(o.js) + "STREAM.MSG.DELETE." + o.topo.Names.Delays()
 	o.moving.Add(1)

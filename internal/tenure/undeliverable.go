@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -69,7 +69,7 @@ var errStatusLike = errors.New("an empty payload with a Status header, which nat
 // another kind in the range, more or fewer than missing, a read or write
 // that fails) reports false and the partition re-synchronises as for any
 // gap.
-func (o *owner) removeSwallowed(from, to, missing uint64) bool {
+func (o *Owner) removeSwallowed(from, to, missing uint64) bool {
 	if missing > undeliverableAhead {
 		return false
 	}
@@ -105,7 +105,7 @@ func (o *owner) removeSwallowed(from, to, missing uint64) bool {
 // dead-letters and deletes each that nats.go would swallow. It returns
 // how many it removed; it stops at the first failure (the next gap tries
 // again) and when the tenure ends.
-func (o *owner) clearUndeliverable(from, to uint64, most int) int {
+func (o *Owner) clearUndeliverable(from, to uint64, most int) int {
 	stream := o.topo.Streams[ShardOf(o.p, len(o.topo.Streams))]
 	filter := o.partitionFilter()
 	removed := 0
@@ -141,7 +141,7 @@ func (o *owner) clearUndeliverable(from, to uint64, most int) int {
 // removeUndeliverable dead-letters m, a stored job nats.go swallows, with
 // the reason, and deletes it from the jobs stream; it reports whether
 // both were done.
-func (o *owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStreamMsg) bool {
+func (o *Owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStreamMsg) bool {
 	f, _ := o.rules().Parse(m.Subject, m.Header)
 	o.stats.Malformed.Add(1)
 	why := Permanent(fmt.Errorf("malformed: %w", errStatusLike))
@@ -164,7 +164,7 @@ func (o *owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStr
 // partitionFilter matches every message the partition's consumer
 // delivers: its keys' subjects, and with delays its delay subject too
 // (ns.*.<p>.* then: the jobs stream has no other subjects of p).
-func (o *owner) partitionFilter() string {
+func (o *Owner) partitionFilter() string {
 	if o.topo.Meta.Delays {
 		return o.topo.Names.Namespace + ".*." + strconv.Itoa(o.p) + ".*"
 	}

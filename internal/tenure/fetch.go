@@ -1,13 +1,14 @@
-package keylane
+package tenure
 
 import (
 	"errors"
 	"fmt"
-	"github.com/keylane/keylane/internal/core"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/keylane/keylane/internal/core"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -48,7 +49,7 @@ var (
 // message lost with a connection or a consumer leader), a reconnect, or
 // missed heartbeats. Then it returns why, having dispatched nothing after
 // the gap, and the caller re-creates the consumer.
-func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
+func (o *Owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 	batch := min(o.cfg.MaxInFlight, 256)
 	// A short pull expiry means heartbeats every PullExpiry/2: a pull
 	// request lost with a consumer leader (a cluster) or a connection is
@@ -223,7 +224,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 // of this partition, is dead-lettered with the reason and acked (its
 // caller, on a valid reply subject, told), never handed to the handler
 // and never allowed to stop the loop.
-func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
+func (o *Owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		o.malformed(msg, 0, wire.Job{}, fmt.Errorf("no JetStream metadata: %w", err))
@@ -275,7 +276,7 @@ var errOneJobMessage = errors.New("one-job message (no " + wire.HeaderBatch + " 
 // own in its key's lane (see batchpart.go). A message that is no valid
 // batch is dead-lettered whole; a job of it that breaks a rule is
 // dead-lettered alone, the others run.
-func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 	seq := meta.Sequence.Stream
 	es, err := o.rules().ParseBatch(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
@@ -335,20 +336,20 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 }
 
 // rules are what this partition's jobs are checked against on receipt.
-func (o *owner) rules() wire.Rules {
+func (o *Owner) rules() wire.Rules {
 	return wire.Rules{Namespace: o.topo.Names.Namespace, Partition: o.p, Partitions: o.topo.Partitions, ReplyPrefix: o.topo.Meta.ReplyPrefix,
 		Delays: o.topo.Meta.Delays, DelaysStream: o.topo.Names.Delays(), MaxKeyBacklog: o.topo.Meta.MaxKeyBacklog}
 }
 
 // malformed dead-letters msg, which is no valid job (why), acks it, and
 // tells a caller waiting on a valid reply subject (f.Reply).
-func (o *owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+func (o *Owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
 	o.malformedAt(msg, seq, 0, f, why)
 }
 
 // malformedAt is malformed for job index of a batch message (0: a
 // one-job message).
-func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
+func (o *Owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
 	o.stats.Malformed.Add(1)
 	// Logged once, by deadLetter ("job dead-lettered", err "malformed: …").
 	o.refuseAt(msg, seq, index, f, fmt.Errorf("malformed: %w", why))
@@ -361,7 +362,7 @@ func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job
 // answered with the refusal, as a one-job message's caller is. Its Calls
 // would otherwise wait out their deadlines (a client routing with another
 // partition count after a repartition: re-open it).
-func (o *owner) malformedBatch(msg jetstream.Msg, seq uint64, why error) {
+func (o *Owner) malformedBatch(msg jetstream.Msg, seq uint64, why error) {
 	var tell []string
 	if jobs, err := wire.DecodeBatch(msg.Data()); err == nil {
 		seen := make(map[string]bool, len(jobs))
@@ -378,19 +379,19 @@ func (o *owner) malformedBatch(msg jetstream.Msg, seq uint64, why error) {
 
 // refuse dead-letters msg, which will never run (why), acks it, and tells
 // a caller waiting on a valid reply subject (f.Reply).
-func (o *owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+func (o *Owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
 	o.refuseAt(msg, seq, 0, f, why)
 }
 
 // refuseAt is refuse for job index of a batch message (0: a one-job
 // message), whose dead letter's ID names the index (wire.BatchDeadID).
-func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
+func (o *Owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
 	o.refuseTelling(msg, seq, index, f, why, nil)
 }
 
 // refuseTelling is refuseAt that also tells the callers waiting on tell,
 // valid reply subjects, before the ack.
-func (o *owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error, tell []string) {
+func (o *Owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error, tell []string) {
 	err := Permanent(why)
 	job := Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}
 	core.SetIndex(&job, index)

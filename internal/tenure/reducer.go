@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -17,7 +17,7 @@ func writeUncertain(err error) bool {
 }
 
 // reduce runs the reducer for one job, turning a panic into an error.
-func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
+func (o *Owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
 	ctx, span := traceOf(job).run(o.ctx, job)
 	defer span.end(&err) // after the recover below has set err
 	defer func() {
@@ -30,7 +30,7 @@ func (o *owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
 
 // applyGroup group-commits jobs (one key, stream order) and tells the
 // reducer's CommitObserver, if any, the fate of every run. See State.group.
-func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
+func (o *Owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 	defer o.observeGroup(o.now(), &n, &werr)
 	var ran []int
 	failed := -1 // the run whose reduce failed: never in the write
@@ -64,7 +64,7 @@ func (o *owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 
 // reduceOne applies one job through the reducer, for the single-job path
 // (retries, redelivered jobs).
-func (o *owner) reduceOne(job Job) ([]byte, error) {
+func (o *Owner) reduceOne(job Job) ([]byte, error) {
 	var out [1][]byte
 	n, rerr, werr := o.applyGroup([]Job{job}, out[:])
 	if werr != nil {
