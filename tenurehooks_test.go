@@ -13,7 +13,6 @@ var (
 	encodeResult = tenure.EncodeResult
 	replyMsg     = tenure.ReplyMsg
 	heldMsg      = tenure.HeldMsg
-	groupedInbox = tenure.GroupedInbox
 	settleAcks   = tenure.SettleAcks
 	leaderGet    = kept.LeaderGet
 	batchOrigin  = kept.BatchOrigin

@@ -71,7 +71,6 @@ func SettleAcks(stream jetstream.Stream, cons jetstream.Consumer, want uint64, s
 var (
 	EncodeResult = encodeResult
 	ReplyMsg     = replyMsg
-	GroupedInbox = groupedInbox
 )
 
 // HeldMsg is the notice that the job with reply subject reply is held
