@@ -14,16 +14,11 @@ import (
 // Off, every hook below is a nil check: no header is written or read,
 // nothing is allocated.
 //
-// The hooks sit at one call per site: Submit, Call and SubmitMany start a
-// send span and inject its context into the job's headers; on the worker,
-// the lanes' run function is wrapped (owner.run) so that every task it
-// runs carries a jobTrace on its Job, and the places that run a handler
-// or reducer (call, reduce), commit a group (applyGroup) and settle a job
-// (finish) report to it.
-//
-// The types here are internal/tracing's under the names the client and
-// the engine call them by, converted at no cost; they go when those call
-// sites move to their own packages (docs/layout.md).
+// The client's hooks sit at one call per site: Submit, Call and
+// SubmitMany start a send span and inject its context into the job's
+// headers. The worker's, where a job runs, commits and settles, are
+// internal/tenure's (tracehooks.go); the Worker builds their
+// tracing.Worker (newWorkerTracing) and hands it to each tenure.
 
 // newClientTracing makes a client's send spans (internal/client calls
 // them); nil when tracing is off.

@@ -8,10 +8,10 @@ import (
 )
 
 // A tenure's kept outcomes live in internal/kept (a kept.Store per owner,
-// built from the worker's config and its shared kept.Memory): look-ups by
-// job ID, outcomes kept as one atomic batch, batch entries. What stays
-// here is the owner's side: its tasks and its dead letters, and the old
-// names the rest of the root calls them by.
+// built by New from the Config and the worker's shared kept.Memory):
+// look-ups by job ID, outcomes kept as one atomic batch, batch entries.
+// Here is the owner's side: its tasks and its dead letters, under the
+// names the tenure calls internal/kept's by.
 
 type (
 	keptStore  = kept.Store

@@ -10,20 +10,19 @@ import (
 
 // OpenTelemetry tracing, off unless ClientConfig.TracerProvider or
 // WorkerConfig.TracerProvider is set. The spans and why they are shaped
-// so are written down in doc.go ("Tracing"); internal/tracing makes them.
+// so are written down in package keylane's doc.go ("Tracing");
+// internal/tracing makes them.
 // Off, every hook below is a nil check: no header is written or read,
 // nothing is allocated.
 //
-// The hooks sit at one call per site: Submit, Call and SubmitMany start a
-// send span and inject its context into the job's headers; on the worker,
-// the lanes' run function is wrapped (owner.run) so that every task it
-// runs carries a jobTrace on its Job, and the places that run a handler
-// or reducer (call, reduce), commit a group (applyGroup) and settle a job
-// (finish) report to it.
+// On the worker the hooks sit at one call per site: the lanes' run
+// function is wrapped (Owner.run) so that every task it runs carries a
+// jobTrace on its Job, and the places that run a handler or reducer
+// (call, reduce), commit a group (applyGroup) and settle a job (finish)
+// report to it. The client's hooks are package keylane's tracehooks.go.
 //
-// The types here are internal/tracing's under the names the client and
-// the engine call them by, converted at no cost; they go when those call
-// sites move to their own packages (docs/layout.md).
+// The types here are internal/tracing's under the names the tenure calls
+// them by, converted at no cost.
 
 // workerTracing makes a worker's spans; nil when tracing is off.
 type workerTracing tracing.Worker
