@@ -119,10 +119,7 @@ func decodeResult(b []byte) (_ []byte, _ error, ok bool) { return core.DecodeOut
 func errorText(s string) string { return core.ErrorText(s) }
 
 // Grouped replies: package wire's (wire.DecodeGrouped).
-const (
-	groupedVersion  = wire.GroupedVersion
-	groupedTokenMax = wire.GroupedTokenMax
-)
+const groupedVersion = wire.GroupedVersion
 
 type groupedEntry = wire.GroupedEntry
 

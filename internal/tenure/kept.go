@@ -1,8 +1,6 @@
 package tenure
 
 import (
-	"github.com/keylane/keylane/internal/jsbatch"
-
 	"github.com/keylane/keylane/internal/kept"
 	"github.com/nats-io/nats.go"
 )
@@ -14,8 +12,7 @@ import (
 // names the tenure calls internal/kept's by.
 
 type (
-	keptStore  = kept.Store
-	keptMemory = kept.Memory
+	keptStore = kept.Store
 	// kvPut is one kept outcome: its subject in the results bucket and
 	// its encoded value.
 	kvPut = kept.Put
@@ -24,11 +21,6 @@ type (
 	// unreadableOutcomeError says a job's kept outcome cannot be read: it
 	// is dead-lettered, never run again (deadLetterUnreadable).
 	unreadableOutcomeError = kept.UnreadableError
-)
-
-const (
-	keptBatchMax   = kept.BatchMax
-	keptBatchPause = kept.BatchPause
 )
 
 var errNoEntry = kept.ErrNoEntry
@@ -92,7 +84,6 @@ func keptValue(id string, h nats.Header, data []byte) *keptOutcome {
 
 // The results bucket's reads and stream flags, internal/kept's.
 var (
-	leaderGet    = kept.LeaderGet
-	kvRemoved    = kept.Removed
-	batchRefused = jsbatch.Refused
+	leaderGet = kept.LeaderGet
+	kvRemoved = kept.Removed
 )
