@@ -270,7 +270,7 @@ func (r *logRecorder) has(level slog.Level, p int, attr string) bool {
 }
 
 // received reports whether the worker logged job id as received (queued
-// in its key's lane; joblog.go, at DEBUG).
+// in its key's lane; internal/tenure's joblog.go, at DEBUG).
 func (r *logRecorder) received(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()

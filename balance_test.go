@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/tenure"
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/lease"
 	"github.com/keylane/keylane/partition"
@@ -111,7 +112,7 @@ func TestBalancingMovesOnlyWhatMust(t *testing.T) {
 
 // ownerOf returns the owner of partition p on w, nil when w runs none
 // (one whose lease ended while it winds down counts).
-func ownerOf(w *Worker, p int) *owner {
+func ownerOf(w *Worker, p int) *tenure.Owner {
 	for _, h := range w.bal.Held() {
 		if h.Partition == p {
 			return h.Owner

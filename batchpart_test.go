@@ -3,13 +3,14 @@ package keylane
 import (
 	"context"
 	"errors"
-	"github.com/keylane/keylane/internal/core"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/internal/core"
 
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/wire"

@@ -6,12 +6,18 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/client"
+	"github.com/keylane/keylane/internal/tenure"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
+
+// DeadLetterReserve is the room Client leaves below max_payload in every
+// job for what a dead letter adds (headers naming the error, attempts,
+// worker, sequence, partition and fence).
+const DeadLetterReserve = tenure.DeadLetterReserve
 
 // ValidateJobID reports why id cannot be used as a job ID, or nil: 1 to
 // 256 characters of A-Z a-z 0-9 _ - = and dots, a dot never first, last or

@@ -1133,7 +1133,7 @@ func errorPrefix(s string) string {
 }
 
 func newRefusal(index int, why error, reply string) refusalEntry {
-	text := "malformed: " + why.Error() // the worker's (fetch.go, malformedAt)
+	text := "malformed: " + why.Error() // the worker's (internal/tenure, fetch.go, malformedAt)
 	return refusalEntry{Index: index, Error: text, ErrorPrefix: errorPrefix(text), Reply: reply}
 }
 

@@ -40,7 +40,7 @@ func TestStaleOwnerWriteIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-paused
-	leaseA := ownerOf(a, 0).l
+	leaseA := ownerOf(a, 0).Lease()
 	fenceA := leaseA.Fence()
 	var once sync.Once
 	unpause := func() { once.Do(func() { close(resume) }) }

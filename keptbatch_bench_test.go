@@ -3,13 +3,12 @@ package keylane
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/keylane/keylane/embedded"
 	"github.com/keylane/keylane/internal/natstest"
+	"github.com/keylane/keylane/internal/tenure"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -50,24 +49,20 @@ func benchKeep(b *testing.B, syncAlways bool, group int, batched bool) {
 		b.Fatal(err)
 	}
 	w := &Worker{nc: nc, js: js, topo: topo, cfg: WorkerConfig{StoreResults: true, OutcomeBatch: 2}}
-	o := &owner{w: w, ctx: ctx, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	o.kept = w.keptStore(o.log)
+	o := tenure.NewForTest(ctx, tenure.Config{NC: nc, JS: js, Topology: topo.Topology, StoreResults: true, OutcomeBatchMin: w.outcomeBatchMin(), Kept: &w.kept})
 	if !batched {
 		w.kept.PauseBatches(time.Now().Add(time.Hour))
 	}
-	ts := make([]*task, group)
-	idx := make([]int, group)
+	ids := make([]string, group)
 	val := []byte("o" + "n=12345")
-	subject := "$KV." + topo.Names.Results() + "."
 	before, _ := srv.Varz(nil)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := range b.N {
-		for i := range ts {
-			ts[i] = &task{job: Job{ID: fmt.Sprintf("job-%d-%d", n, i)}}
-			idx[i] = i
+		for i := range ids {
+			ids[i] = fmt.Sprintf("job-%d-%d", n, i)
 		}
-		if err := o.publishOutcomes(subject, ts, func(int) []byte { return val }, idx); err != nil {
+		if err := o.PublishOutcomes(ids, val); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keylane/keylane/wire"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/wire"
 
 	"github.com/keylane/keylane/internal/natstest"
 	"github.com/keylane/keylane/internal/testwait"
@@ -78,11 +79,8 @@ func ownerHolds(w *Worker, p int) int {
 	if o == nil {
 		return 0
 	}
-	ln := o.lanes.Load()
-	if ln == nil {
-		return 0
-	}
-	return ln.pending()
+	held, _ := o.InFlight()
+	return held
 }
 
 // lookUps counts, from its own connection, the look-up requests on a
@@ -502,5 +500,5 @@ func markAhead(t *testing.T, e *env, w *Worker, id string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.kept.NoteKept("$KV."+e.topo.Names.Results()+"."+id, info.CachedInfo().State.LastSeq+1000)
+	o.NoteKept("$KV."+e.topo.Names.Results()+"."+id, info.CachedInfo().State.LastSeq+1000)
 }

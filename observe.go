@@ -5,43 +5,6 @@ import (
 	"time"
 )
 
-// WorkerObserver receives a worker's measurements as they happen, for
-// metrics; package metrics turns them into Prometheus histograms. Set it
-// in WorkerConfig.Observer. Every field is optional.
-//
-// The functions run on the job path, from many goroutines at once: they
-// must be safe for concurrent use, quick, and must not block. A worker
-// with no Observer reads no clock and allocates nothing for measuring.
-//
-// Durations that start at a job's publish time compare the server's
-// timestamp of the stored job with this machine's clock: clock skew
-// between the two shows in them, and a negative one is reported as 0.
-type WorkerObserver struct {
-	// QueueWait is called when this worker takes a delivered job to run it
-	// the first time, with the time since the jobs stream stored it. A job
-	// handed back while its key retries, or redelivered to a new owner, is
-	// a new delivery and is measured again.
-	QueueWait func(partition int, wait time.Duration)
-	// Run is called after every run: one handler attempt, or one reducer
-	// group (its reduce calls and its state write together), with how long
-	// it took.
-	Run func(partition int, took time.Duration)
-	// Group is called after a reducer group's state write landed, with the
-	// number of jobs it settled (at least 1). Over a run of jobs the sizes
-	// add up to the jobs committed through groups.
-	Group func(partition, jobs int)
-	// Settled is called once a job's outcome is final here: kept, replied
-	// and acked, a success or a dead letter. latency is the time since the
-	// jobs stream stored it (end to end). A job whose ack did not go out
-	// (the lease was no longer trusted) is not settled here.
-	Settled func(partition int, latency time.Duration)
-	// LeaseRenewed is called after every renew attempt of the worker's
-	// leases (its partitions and its member entry) with the round trip and
-	// the attempt's error (nil: the renew landed). It runs on the lease's
-	// watchdog goroutine.
-	LeaseRenewed func(took time.Duration, err error)
-}
-
 // ClientObserver receives a client's measurements, for metrics; package
 // metrics turns them into Prometheus counters and histograms. Set it in
 // ClientConfig.Observer. Every field is optional; the functions must be
@@ -58,68 +21,6 @@ type ClientObserver struct {
 	// took, how many jobs it was given, and how many of them are not known
 	// to be stored: those refused or failed, or all of them if ctx ended.
 	SubmittedMany func(took time.Duration, jobs, failed int)
-}
-
-// now returns the time when the worker measures anything, and the zero
-// time when it does not: an unobserved worker reads no clock.
-func (w *Worker) now() time.Time {
-	if w.cfg.Observer == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// sinceStored is the time since a job was stored, never negative.
-func sinceStored(stored time.Time) time.Duration {
-	return max(time.Since(stored), 0)
-}
-
-// observeQueueWait wraps a partition's run function so that every task
-// taken to run the first time reports its queue wait. Without a QueueWait
-// observer it returns run itself.
-func (o *owner) observeQueueWait(run func([]*task)) func([]*task) {
-	obs := o.w.cfg.Observer
-	if obs == nil || obs.QueueWait == nil {
-		return run
-	}
-	return func(ts []*task) {
-		for _, t := range ts {
-			if !t.started {
-				t.started = true
-				obs.QueueWait(o.p, sinceStored(t.stored))
-			}
-		}
-		run(ts)
-	}
-}
-
-// observeRun reports a handler run that started at start (from w.now).
-func (o *owner) observeRun(start time.Time) {
-	if obs := o.w.cfg.Observer; obs != nil && obs.Run != nil {
-		obs.Run(o.p, time.Since(start))
-	}
-}
-
-// observeGroup reports a reducer group that started at start (from
-// w.now): its run time, and its size if its write landed.
-func (o *owner) observeGroup(start time.Time, n *int, werr *error) {
-	obs := o.w.cfg.Observer
-	if obs == nil {
-		return
-	}
-	if obs.Run != nil {
-		obs.Run(o.p, time.Since(start))
-	}
-	if obs.Group != nil && *werr == nil && *n > 0 {
-		obs.Group(o.p, *n)
-	}
-}
-
-// observeSettled reports a job acked with its outcome.
-func (o *owner) observeSettled(t *task) {
-	if obs := o.w.cfg.Observer; obs != nil && obs.Settled != nil {
-		obs.Settled(o.p, sinceStored(t.stored))
-	}
 }
 
 // leaseRenewed is the lease watchdog's hook: it counts failed renews
@@ -184,14 +85,12 @@ func (w *Worker) Tenures() []Tenure {
 	held := bal.Held()
 	ts := make([]Tenure, 0, len(held))
 	for _, h := range held {
-		p, o := h.Partition, h.Owner
-		if !o.l.Trusted() {
+		p, o, l := h.Partition, h.Owner, h.Owner.Lease()
+		if !l.Trusted() {
 			continue // lost, or its trust window closed: not ours, even while its handlers wind down
 		}
-		t := Tenure{Partition: p, Fence: o.l.Fence(), Since: h.Since, Backlog: o.pendingJobs(), TrustedFor: max(time.Until(o.l.TrustDeadline()), 0)}
-		if ln := o.lanes.Load(); ln != nil {
-			t.InFlight, t.HandedBack = ln.pending(), ln.handedBackNow()
-		}
+		t := Tenure{Partition: p, Fence: l.Fence(), Since: h.Since, Backlog: o.Backlog(), TrustedFor: max(time.Until(l.TrustDeadline()), 0)}
+		t.InFlight, t.HandedBack = o.InFlight()
 		ts = append(ts, t)
 	}
 	slices.SortFunc(ts, func(a, b Tenure) int { return a.Partition - b.Partition })

@@ -6,42 +6,6 @@ import (
 	"time"
 )
 
-// RecordPruner is a RecordReader whose record the worker prunes: every
-// worker deletes, now and then, the outcomes older than the Applier's
-// RecordRetention, so the record does not grow for ever
-// (keylanepg.Applier is one; its Retention defaults to a day).
-//
-// An outcome must outlive every way its job can still come back to the
-// Applier, or the job is applied again:
-//
-//   - a redelivery of the unacked job: after its commit, each owner that
-//     dies before the ack costs a lease TTL and an ack wait, and past
-//     MaxDeliver restarts the record is read before the job is
-//     dead-lettered: (MaxDeliver+2) × (AckWait + LeaseTTL) bounds it while
-//     the partitions are owned;
-//   - the same job ID submitted again: the jobs stream drops it within
-//     the duplicate window; the results bucket answers it for ResultsTTL.
-//
-// Start refuses a RecordRetention shorter than the longest of these
-// (MinRecordRetention), with an error that errors.Is ErrRecordRetention.
-// And a job that stays unacked for longer (no worker, or a database that
-// refuses every transaction, for that long) keeps its outcome all the
-// same: a prune never deletes an outcome recorded after the oldest job
-// still in the jobs streams was published (less a minute for the clocks
-// of NATS and the database): such a job may yet come back. A retry by
-// job ID after the retention is applied again.
-//
-// RecordRetention 0 means the Applier's default; negative, no pruning by
-// the worker (the record is then the user's to prune).
-type RecordPruner interface {
-	RecordReader
-	RecordRetention() time.Duration
-	// PruneRecord deletes namespace's outcomes recorded before before and
-	// returns how many. It must not stall the Applier's transactions
-	// meanwhile (keylanepg deletes in small batches by an index).
-	PruneRecord(ctx context.Context, namespace string, before time.Time) (int64, error)
-}
-
 // MinRecordRetention is the shortest RecordRetention a worker with cfg
 // accepts (cfg as NewWorker and Start complete it: defaults set, MaxDeliver
 // resolved): the longest of the results TTL, the duplicate window, and

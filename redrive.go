@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/keylane/keylane/internal/tenure"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -25,26 +26,16 @@ import (
 // the original ID; anywhere else the job runs as an ordinary job. See
 // jetstream/doc.go, "Redrive".
 
-// headerRedriveTicket marks a redrive ticket (its value: the new job's ID);
-// the worker's own outcome puts never carry it.
-const headerRedriveTicket = "Keylane-Redrive-Ticket"
+// The ticket's format is the tenure's, which reads it
+// (internal/tenure, redrive.go).
+const (
+	headerRedriveTicket = tenure.HeaderRedriveTicket
+	redriveTicketPrefix = tenure.RedriveTicketPrefix
+)
 
-// redriveTicketPrefix starts a ticket's key in the results bucket.
-const redriveTicketPrefix = "redrive/"
+type redriveTicket = tenure.RedriveTicket
 
-// redriveTicket is the value of a redrive ticket.
-type redriveTicket struct {
-	Job     string `json:"job"`  // the redriven job's ID
-	Of      string `json:"of"`   // the dead-lettered job's ID
-	Key     string `json:"key"`  // the job's key
-	Type    string `json:"type"` // the job's type
-	Payload string `json:"payload_sha256"`
-}
-
-func payloadDigest(p []byte) string {
-	sum := sha256.Sum256(p)
-	return hex.EncodeToString(sum[:])
-}
+var payloadDigest = tenure.PayloadDigest
 
 // writeRedriveTicket stores the ticket that lets the worker keep job j's
 // outcome under j.Of too. The results bucket's TTL bounds its life.
@@ -62,49 +53,6 @@ func (c *Client) writeRedriveTicket(ctx context.Context, j RedriveJob) error {
 	if _, err := c.js.PublishMsg(ctx, m); err != nil {
 		return fmt.Errorf("keylane: write the redrive ticket of %s (an operator's permission: publish to $KV.%s.%s>): %w", id, c.names.Results(), redriveTicketPrefix, err)
 	}
-	return nil
-}
-
-// checkRedrive settles whether t's Keylane-Redrive-Of is honoured: it
-// reads t's redrive ticket from the results stream's leader. With no
-// ticket, or one that does not match t, the hint is dropped (t then keeps
-// its outcome under its own ID only) and nil returned; a failed read
-// returns its error, for the caller to try again (keepEncoded does, with
-// backoff, while the tenure lasts).
-func (o *owner) checkRedrive(t *task) error {
-	if t.redriveOf == "" || t.redriveChecked {
-		return nil
-	}
-	results := o.w.topo.Names.Results()
-	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
-	m, err := leaderGet(ctx, o.w.nc, "KV_"+results, "$KV."+results+"."+redriveTicketPrefix+t.job.ID)
-	cancel()
-	if err != nil && !errors.Is(err, errNoEntry) {
-		return err
-	}
-	var h nats.Header
-	var v []byte
-	if m != nil {
-		h, v = m.Header, m.Data
-	}
-	why := ""
-	var tk redriveTicket
-	switch {
-	case err != nil:
-		why = "no redrive ticket (never written by an operator, or expired with the results TTL)"
-	case h.Get(headerRedriveTicket) != t.job.ID:
-		why = "the redrive ticket's entry is not a ticket"
-	case json.Unmarshal(v, &tk) != nil:
-		why = "the redrive ticket does not decode"
-	case tk.Job != t.job.ID || tk.Of != t.redriveOf || tk.Key != t.job.Key || tk.Type != t.job.Type || tk.Payload != payloadDigest(t.job.Payload):
-		why = fmt.Sprintf("the redrive ticket is for job %s redriving %s (key %q, type %q), not this job", tk.Job, tk.Of, tk.Key, tk.Type)
-	}
-	if why != "" {
-		o.log.Warn("Keylane-Redrive-Of ignored: the job runs as an ordinary job", "job_id", t.job.ID, "redrive_of", t.redriveOf, "why", why)
-		t.redriveOf = ""
-		return nil
-	}
-	t.redriveChecked = true
 	return nil
 }
 

@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/keylane/keylane/wire"
 	"slices"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keylane/keylane/wire"
 
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/nats-io/nats.go/jetstream"
@@ -199,7 +200,7 @@ func TestStateGroupSettlesAppliedJobs(t *testing.T) {
 	}
 	var ran []int
 	out := make([][]byte, 3)
-	n, rerr, werr := NewState(e.topo.State).group(ctx(t), jobs(5, 1, 2, 3), out, inc(&ran))
+	n, rerr, werr := NewState(e.topo.State).s.Group(ctx(t), jobs(5, 1, 2, 3), out, inc(&ran))
 	if n != 3 || rerr != nil || werr != nil || len(ran) != 3 || string(out[2]) != "n=3" {
 		t.Fatalf("first group: n=%d %v %v ran %v out %q", n, rerr, werr, ran, out)
 	}
@@ -212,14 +213,14 @@ func TestStateGroupSettlesAppliedJobs(t *testing.T) {
 	}
 	ran = nil
 	out = make([][]byte, 3)
-	n, rerr, werr = NewState(e.topo.State).group(ctx(t), jobs(6, 2, 3, 4), out, inc(&ran))
+	n, rerr, werr = NewState(e.topo.State).s.Group(ctx(t), jobs(6, 2, 3, 4), out, inc(&ran))
 	if n != 3 || rerr != nil || werr != nil {
 		t.Fatalf("second group: n=%d %v %v", n, rerr, werr)
 	}
 	if !slices.Equal(ran, []int{2}) || string(out[0]) != "n=2" || string(out[1]) != "n=3" || string(out[2]) != "n=4" {
 		t.Fatalf("second group ran %v, results %q; want only the new job run and stored results for the rest", ran, out)
 	}
-	_, _, werr = NewState(e.topo.State).group(ctx(t), jobs(5, 9), make([][]byte, 1), inc(&ran))
+	_, _, werr = NewState(e.topo.State).s.Group(ctx(t), jobs(5, 9), make([][]byte, 1), inc(&ran))
 	if !errors.Is(werr, ErrStaleFence) {
 		t.Fatalf("group under an older fence: %v, want ErrStaleFence", werr)
 	}

@@ -2,6 +2,8 @@ package keylane
 
 import (
 	"testing"
+
+	"github.com/keylane/keylane/internal/tenure"
 )
 
 // TestRestartCountersLeaveNothingInTheStateBucket: counting a redelivered
@@ -11,13 +13,13 @@ func TestRestartCountersLeaveNothingInTheStateBucket(t *testing.T) {
 	e := newEnv(t, TopologyConfig{Partitions: 1})
 	w := e.worker("w", nil, func(c *WorkerConfig) { c.Handler, c.Reducer = nil, countReducer })
 	e.waitOwned(w)
-	o := &owner{w: w, ctx: ctx(t)}
+	o := tenure.NewForTest(ctx(t), w.tenureConfig(0, nil))
 	for i := range 20 {
 		id := "job-" + string(rune('a'+i))
-		if _, err := o.countStart(id); err != nil {
+		if _, err := o.CountStart(id); err != nil {
 			t.Fatal(err)
 		}
-		o.forgetStarts(id)
+		o.ForgetStarts(id)
 	}
 	if n := e.streamMsgs("KV_" + e.topo.Names.State()); n != 0 {
 		t.Fatalf("state bucket holds %d messages after every counter was forgotten", n)

@@ -90,7 +90,8 @@ func (s *State) Get(ctx context.Context, key string) (StateEntry, error) {
 func StateKey(key string) string { return statestore.Key(key) }
 
 // The worker's side of its State: the old names of the store's methods,
-// for the tenure's and the worker's call sites.
+// for the worker's call sites (a tenure calls the Store itself:
+// tenure.Config.State).
 
 // newWorkerState is a worker's State before its Start binds it.
 func newWorkerState() *State { return NewState(nil) }
@@ -122,11 +123,6 @@ func (s *State) bind(t *Topology) { s.s.Bind(stateConfig(t)) }
 // adopt replaces the adopted epochs (they only grow).
 func (s *State) adopt(epochs []uint64) { s.s.Adopt(epochs) }
 
-// group is the group commit of consecutive jobs of one key (Store.Group).
-func (s *State) group(ctx context.Context, jobs []Job, out [][]byte, reduce func(i int, cur []byte) (next, result []byte, err error)) (n int, rerr, werr error) {
-	return s.s.Group(ctx, jobs, out, reduce)
-}
-
 // read returns the entry of state bucket key k and its revision.
 func (s *State) read(ctx context.Context, k string) (StateEntry, uint64, error) {
 	return s.s.Read(ctx, k)
@@ -156,13 +152,10 @@ func (t *Topology) conn() *nats.Conn {
 	return t.js.Conn()
 }
 
-// The one compare-and-set writer of keylane's KV entries (statestore's),
-// by its old names: the crash-loop counter writes with it too.
-var (
-	casPut            = statestore.Put
-	casLoop           = statestore.Loop
-	errTooManyWriters = statestore.ErrTooManyWriters
-)
+// The one compare-and-set writer of keylane's KV entries is
+// statestore's (Put, Loop); the tenure's crash-loop counter writes with
+// it too.
+var errTooManyWriters = statestore.ErrTooManyWriters
 
 // syntheticIDPrefix names jobs published without a job ID after their
 // stream sequence.

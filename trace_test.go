@@ -535,27 +535,17 @@ func TestTracingHeaderOnlyWhenConfigured(t *testing.T) {
 }
 
 // TestTracingOffAllocatesNothing: with tracing off every hook is a nil
-// check.
+// check (the worker's: internal/tenure's TestTracingOffAllocatesNothing).
 func TestTracingOffAllocatesNothing(t *testing.T) {
 	var ct *tracing.Client
-	var wt *workerTracing
 	m := &nats.Msg{Subject: "keylane.jobs.0", Header: nats.Header{HeaderJobID: {"a"}}}
-	job := Job{ID: "a", Key: "k"}
-	jobs := []Job{job}
-	run := func([]*task) {}
 	c := context.Background()
 	allocs := testing.AllocsPerRun(100, func() {
 		var err error
-		acked := true
 		ct.Send(c, "submit", m).End(&err)
 		batch := ct.SendMany(c, 2)
 		batch.Inject(m)
 		batch.End(0, func(int) error { return nil })
-		_, span := traceOf(job).run(c, job)
-		span.end(&err)
-		traceGroup(jobs, 1, nil)
-		traceOf(job).finish(job, nil, false).end(&acked)
-		_ = wt.wrap(run)
 	})
 	if allocs != 0 {
 		t.Fatalf("tracing off allocates %v times per job", allocs)

@@ -1,10 +1,9 @@
 package keylane
 
 import (
-	"context"
 	"errors"
-	"github.com/keylane/keylane/internal/core"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/tracing"
 	"github.com/nats-io/nats.go"
 )
@@ -15,16 +14,11 @@ import (
 // Off, every hook below is a nil check: no header is written or read,
 // nothing is allocated.
 //
-// The hooks sit at one call per site: Submit, Call and SubmitMany start a
-// send span and inject its context into the job's headers; on the worker,
-// the lanes' run function is wrapped (owner.run) so that every task it
-// runs carries a jobTrace on its Job, and the places that run a handler
-// or reducer (call, reduce), commit a group (applyGroup) and settle a job
-// (finish) report to it.
-//
-// The types here are internal/tracing's under the names the client and
-// the engine call them by, converted at no cost; they go when those call
-// sites move to their own packages (docs/layout.md).
+// The client's hooks sit at one call per site: Submit, Call and
+// SubmitMany start a send span and inject its context into the job's
+// headers. The worker's, where a job runs, commits and settles, are
+// internal/tenure's (tracehooks.go); the Worker builds their
+// tracing.Worker (newWorkerTracing) and hands it to each tenure.
 
 // newClientTracing makes a client's send spans (internal/client calls
 // them); nil when tracing is off.
@@ -38,6 +32,9 @@ func newClientTracing(cfg ClientConfig, nc *nats.Conn) *tracing.Client {
 	})
 }
 
+// messageSize is roughly what a message takes against max_payload.
+var messageSize = core.MessageSize
+
 // remoteFailure reads a RemoteError for a send span.
 func remoteFailure(err error) (permanent, deadLettered, ok bool) {
 	var re *RemoteError
@@ -47,91 +44,11 @@ func remoteFailure(err error) (permanent, deadLettered, ok bool) {
 	return false, false, false
 }
 
-// workerTracing makes a worker's spans; nil when tracing is off.
-type workerTracing tracing.Worker
-
-func newWorkerTracing(cfg WorkerConfig) *workerTracing {
-	return (*workerTracing)(tracing.NewWorker(tracing.WorkerConfig{
+// newWorkerTracing makes a worker's spans (internal/tenure runs them);
+// nil when tracing is off.
+func newWorkerTracing(cfg WorkerConfig) *tracing.Worker {
+	return tracing.NewWorker(tracing.WorkerConfig{
 		TracerProvider: cfg.TracerProvider, Propagator: cfg.Propagator,
 		Worker: cfg.ID, Namespace: cfg.Topology.Namespace, Consumer: Names{}.Consumer,
-	}))
-}
-
-// wrap returns run with tracing around it: each task gets a jobTrace for
-// this run, and whatever spans a task still has open when run returns
-// (the job was left unacked, or put back in its lane to run again) are
-// ended there. So no span outlives the run that started it.
-func (wt *workerTracing) wrap(run func([]*task)) func([]*task) {
-	if wt == nil {
-		return run
-	}
-	return func(ts []*task) {
-		for _, t := range ts {
-			core.SetTrace(&t.job, (*jobTrace)((*tracing.Worker)(wt).Job(t.msg)))
-		}
-		run(ts)
-		for _, t := range ts {
-			traceOf(t.job).leave(t.mark.Requeued())
-			core.SetTrace(&t.job, nil)
-		}
-	}
-}
-
-// jobTrace is one job's spans during one run of its lane's runner
-// (tracing.JobTrace); nil when tracing is off.
-type jobTrace tracing.JobTrace
-
-// traceOf returns the job's spans on this worker, nil when tracing is off.
-func traceOf(j Job) *jobTrace {
-	t, _ := core.Trace(j).(*jobTrace)
-	return t
-}
-
-// runSpan is one run of a handler or reducer (tracing.RunSpan).
-type runSpan tracing.RunSpan
-
-// commitSpan is a job's part of settling (tracing.CommitSpan).
-type commitSpan tracing.CommitSpan
-
-func (jt *jobTrace) run(ctx context.Context, job Job) (context.Context, runSpan) {
-	if jt == nil {
-		return ctx, runSpan{}
-	}
-	ctx, span := (*tracing.JobTrace)(jt).Run(ctx, tracedJob(job))
-	return ctx, runSpan(span)
-}
-
-func (r runSpan) end(errp *error) { tracing.RunSpan(r).End(errp) }
-
-func (jt *jobTrace) finish(job Job, herr error, dead bool) commitSpan {
-	if jt == nil {
-		return commitSpan{}
-	}
-	return commitSpan((*tracing.JobTrace)(jt).Finish(tracedJob(job), herr, dead))
-}
-
-func (c commitSpan) end(acked *bool) { tracing.CommitSpan(c).End(acked) }
-
-func (jt *jobTrace) leave(requeued bool) { (*tracing.JobTrace)(jt).Leave(requeued) }
-
-// traceGroup records a group commit of jobs (State.group): n of them
-// settled, werr the write's error (tracing.Group).
-func traceGroup(jobs []Job, n int, werr error) {
-	if len(jobs) == 0 || traceOf(jobs[0]) == nil || (werr == nil && n == 0) {
-		return
-	}
-	jts := make([]*tracing.JobTrace, len(jobs))
-	traced := make([]tracing.Job, len(jobs))
-	for i, j := range jobs {
-		jts[i], traced[i] = (*tracing.JobTrace)(traceOf(j)), tracedJob(j)
-	}
-	tracing.Group(jts, traced, n, werr)
-}
-
-// tracedJob is what job's spans say about it.
-func tracedJob(job Job) tracing.Job {
-	return tracing.Job{
-		ID: job.ID, Key: job.Key, Type: job.Type, Partition: job.Partition,
-		Seq: job.Seq, Fence: job.Fence, Attempt: job.Attempt, Size: len(job.Payload),
-	}
+	})
 }

@@ -1,7 +1,6 @@
 package keylane
 
 import (
-	"errors"
 	"github.com/keylane/keylane/internal/jsbatch"
 
 	"github.com/keylane/keylane/internal/core"
@@ -112,63 +111,17 @@ const (
 	resultDead = wire.OutcomeDead
 )
 
-// encodeResult is the outcome of a job that returned res and err (dead:
-// it was dead-lettered).
-func encodeResult(res []byte, err error, dead bool) []byte {
-	if err == nil {
-		return wire.EncodeOutcome(wire.OutcomeOK, res)
-	}
-	kind := byte(wire.OutcomeError)
-	switch errorKind(err, dead) {
-	case wire.KindDead:
-		kind = wire.OutcomeDead
-	case wire.KindPermanent:
-		kind = wire.OutcomePermanent
-	}
-	return wire.EncodeOutcome(kind, []byte(errMessage(err)))
-}
-
-// errMessage is the text a reply or a kept outcome carries for err: a
-// *RemoteError (an outcome kept earlier, answered again) carries its
-// Message, the text its first reply had, not Error(), which prefixes its
-// kind ("keylane: job failed (dead-lettered): ") and would grow a prefix
-// at every replay.
-func errMessage(err error) string {
-	if re, ok := err.(*RemoteError); ok {
-		return re.Message
-	}
-	return err.Error()
-}
-
 // decodeResult reads an outcome: the result, or a *RemoteError; ok is
 // false for one wire.DecodeOutcome refuses.
 func decodeResult(b []byte) (_ []byte, _ error, ok bool) { return core.DecodeOutcome(b) }
-
-// replyMsg is the reply carrying a job's outcome.
-func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
-	m := &nats.Msg{Subject: subject, Data: res}
-	if herr != nil {
-		m.Header = nats.Header{}
-		m.Header.Set(HeaderError, errorText(errMessage(herr)))
-		m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
-	}
-	return m
-}
 
 // errorText is a reply's error text, never empty (core.ErrorText).
 func errorText(s string) string { return core.ErrorText(s) }
 
 // Grouped replies: package wire's (wire.DecodeGrouped).
-const (
-	groupedVersion  = wire.GroupedVersion
-	groupedTokenMax = wire.GroupedTokenMax
-)
+const groupedVersion = wire.GroupedVersion
 
 type groupedEntry = wire.GroupedEntry
-
-func groupedEntrySize(token string, outcomeLen int) int {
-	return wire.GroupedEntrySize(token, outcomeLen)
-}
 
 func appendGroupedEntry(buf []byte, token string, kind byte, rest []byte) []byte {
 	return wire.AppendGroupedEntry(buf, token, kind, rest)
@@ -177,17 +130,6 @@ func appendGroupedEntry(buf []byte, token string, kind byte, rest []byte) []byte
 var errBadGrouped = wire.ErrBadGrouped
 
 func decodeGrouped(b []byte) ([]groupedEntry, error) { return wire.DecodeGrouped(b) }
-
-func errorKind(err error, dead bool) string {
-	switch {
-	case dead:
-		return wire.KindDead
-	case errors.Is(err, ErrPermanent):
-		return wire.KindPermanent
-	default:
-		return wire.KindError
-	}
-}
 
 // pubAckError returns the error a stream ack carries, or nil for a good
 // ack, and whether the ack says the job was a duplicate (natserr.AckError).
@@ -198,3 +140,30 @@ func pubAckError(m *nats.Msg) (dup bool, err error) { return natserr.AckError(m)
 // jetstream's publish does: "nats: nats: API error …" reads as a bug. The
 // error stays in the chain for errors.Is and errors.As.
 func natsError(err error) error { return natserr.Once(err) }
+
+// ReplyOutcome is one Call's outcome in a grouped reply: the reply token
+// of its Call (the last token of the Call's reply subject) and its result
+// or error (a *RemoteError), as Call would return them.
+type ReplyOutcome struct {
+	Token  string
+	Result []byte
+	Err    error
+}
+
+// DecodeGroupedReply reads a grouped reply: a message a worker sent to a
+// client's inbox with the token "-" (subject "<inbox>.-"), which carries
+// the outcomes of several of that client's Calls (see jetstream/doc.go,
+// "Grouped replies"). Client does this itself; it is for tools that watch
+// replies on the wire (tests, debugging). A malformed body is an error.
+func DecodeGroupedReply(data []byte) ([]ReplyOutcome, error) {
+	es, err := decodeGrouped(data)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ReplyOutcome, len(es))
+	for i, e := range es {
+		res, rerr, _ := decodeResult(e.Outcome)
+		out[i] = ReplyOutcome{Token: e.Token, Result: res, Err: rerr}
+	}
+	return out, nil
+}

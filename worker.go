@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"github.com/keylane/keylane/internal/buildinfo"
 	"log/slog"
 	"os"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/keylane/keylane/internal/buildinfo"
+	"github.com/keylane/keylane/internal/kept"
+	"github.com/keylane/keylane/internal/tracing"
 
 	"github.com/keylane/keylane/lease"
 	"github.com/nats-io/nats.go"
@@ -27,10 +30,10 @@ type Worker struct {
 	state *State // the namespace's state, bound at Start (State)
 	log   *slog.Logger
 
-	tracing *workerTracing // nil: tracing off
+	tracing *tracing.Worker // nil: tracing off
 
 	stats stats
-	kept  keptMemory // what the server refused of the batched look-ups and outcome batches
+	kept  kept.Memory // what the server refused of the batched look-ups and outcome batches
 	bal   *balancer
 
 	mu       sync.Mutex
@@ -267,7 +270,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	err := bal.Stop(ctx)
 	w.state.closeBatches(ctx)
-	w.log.Info("worker stopped", "released", w.stats.released.Load())
+	w.log.Info("worker stopped", "released", w.stats.Released.Load())
 	w.doneOnce.Do(func() { close(w.done) })
 	return err
 }
@@ -317,12 +320,12 @@ func (w *Worker) Owned() []int {
 func (w *Worker) Stats() Stats {
 	s := &w.stats
 	return Stats{
-		Runs: s.runs.Load(), Succeeded: s.succeeded.Load(), Failed: s.failed.Load(),
-		DeadLettered: s.dead.Load(), Malformed: s.malformed.Load(), Stale: s.stale.Load(),
-		Unacked: s.unacked.Load(), FromResults: s.fromResults.Load(),
-		Acquired: s.acquired.Load(), Lost: s.lost.Load(), Released: s.released.Load(), Owned: int64(len(w.Owned())),
-		Resyncs: s.resyncs.Load(), Gaps: s.gaps.Load(), DeadLetterErrors: s.deadErrors.Load(), HandedBack: s.handedBack.Load(),
-		Stuck: s.stuck.Load(), ApplierRefusals: s.applierRefusals.Load(), RenewFailures: s.renewFailures.Load(),
+		Runs: s.Runs.Load(), Succeeded: s.Succeeded.Load(), Failed: s.Failed.Load(),
+		DeadLettered: s.Dead.Load(), Malformed: s.Malformed.Load(), Stale: s.Stale.Load(),
+		Unacked: s.Unacked.Load(), FromResults: s.FromResults.Load(),
+		Acquired: s.acquired.Load(), Lost: s.Lost.Load(), Released: s.Released.Load(), Owned: int64(len(w.Owned())),
+		Resyncs: s.Resyncs.Load(), Gaps: s.Gaps.Load(), DeadLetterErrors: s.DeadErrors.Load(), HandedBack: s.HandedBack.Load(),
+		Stuck: s.stuck.Load(), ApplierRefusals: s.ApplierRefusals.Load(), RenewFailures: s.renewFailures.Load(),
 	}
 }
 

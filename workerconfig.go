@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/tenure"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -258,8 +260,28 @@ type Stats struct {
 }
 
 type stats struct {
-	runs, succeeded, failed, dead, malformed, stale, unacked, fromResults atomic.Int64
-	acquired, lost, released                                              atomic.Int64
-	resyncs, gaps, deadErrors, handedBack                                 atomic.Int64
-	stuck, applierRefusals, renewFailures                                 atomic.Int64
+	tenure.Stats                   // the tenures'
+	acquired, stuck, renewFailures atomic.Int64
+}
+
+// The API of what a worker runs and reports to; internal/core's, where
+// each is documented.
+type (
+	Reducer                 = core.Reducer
+	ReducerFunc             = core.ReducerFunc
+	CommitObserver          = core.CommitObserver
+	UncertainCommitObserver = core.UncertainCommitObserver
+	GroupApplier            = core.GroupApplier
+	RecordReader            = core.RecordReader
+	RecordPruner            = core.RecordPruner
+	JobGroup                = core.JobGroup
+	JobOutcome              = core.JobOutcome
+	WorkerObserver          = core.WorkerObserver
+)
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

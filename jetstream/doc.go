@@ -271,6 +271,10 @@
 // cancels the handlers' context and drops queued jobs; the next owner gets
 // them again.
 //
+// A partition's tenure (consumer, fetch, dispatch, execute, complete,
+// hand-back, delayed moves) is package internal/tenure: its doc.go lists
+// the failure cases it handles and the test that shows each.
+//
 // # Stopping
 //
 // Stop leaves the member set, stops fetching (draining the fetch buffer
@@ -981,7 +985,7 @@
 //	read                             how             stale answer, and why harmless
 //	storedResult: a redelivered job  leader get      cannot be stale ($JS.API.STREAM.MSG.GET,
 //	  or a lone job with a caller's   (leaderGet)     answered by the stream's leader only,
-//	  ID (complete.go)                                 after everything it acknowledged)
+//	  ID (internal/tenure)                             after everything it acknowledged)
 //	batched look-up of a group's     direct get,     "kept" is never wrong: an ID's outcome is
 //	  IDs (internal/kept)             multi_last      written when its job finished and only
 //	                                                  replaced by a later outcome of the same ID
@@ -1328,7 +1332,7 @@
 // any re-synchronisation (a gap, an error, missed heartbeats), it removes
 // such messages where the swallowed one must be: behind the gap (at most
 // 1024 read) or the next 16 of the partition after its newest delivery
-// (undeliverable.go). In the hostile-wire nemesis ~50 of them in 15 s cost
+// (internal/tenure, undeliverable.go). In the hostile-wire nemesis ~50 of them in 15 s cost
 // the honest buyers nothing measurable; with a re-synchronisation each
 // they cut the honest ops of the run from ~12,000 to ~2,200. WORKER_A in
 // docs/security/accounts.conf holds the two requests this takes
@@ -1979,10 +1983,10 @@
 //
 // The one wire path (see "One path" below): the format (wire/batch.go),
 // the send discipline (internal/batcher), the worker's reading
-// (batchpart.go, fetch.go's dispatchBatch) and the client's sending of
+// (internal/tenure: batchpart.go, fetch.go's dispatchBatch) and the client's sending of
 // Submit, SubmitMany and Call (internal/client/wirebatch.go), the batch index in the
 // state entry and Calls' outcomes kept per batch (wire/outcomes.go,
-// batchoutcomes.go). Until 2026-11-28 batches were off by default, and
+// internal/tenure's batchoutcomes.go). Until 2026-11-28 batches were off by default, and
 // the namespace metadata keylane.batches turned clients' batches on.
 //
 // Measured first, on main 8fade6d, separate nats-server, 64 buyers, one
@@ -2404,7 +2408,7 @@
 // before). An owner reads its partition's undelivered batch
 // messages beside the fetch loop, each once a tenure, at most once a
 // second and 256 a read, only while the pending count is above zero
-// (backlog.go): a batch stored since its last read counts one until the
+// (internal/tenure, backlog.go): a batch stored since its last read counts one until the
 // next. A message without a valid count (malformed, dead-lettered whole)
 // counts one. Tested by TestBacklogCountsJobsOfBatches (a batch of 50
 // and three jobs: Backlog 53, Pending 53, 52, 51, 1, 0 as the consumer

@@ -19,7 +19,7 @@ import (
 )
 
 // Batch messages on the client, the one wire path (see "Batches on the
-// wire" in package jetstream's doc, and batchpart.go for the worker).
+// wire" in package jetstream's doc, and internal/tenure's batchpart.go for the worker).
 //
 // Submit and Call hand every job (a caller's ID or not; not a delayed job,
 // a redrive, a job on a capped namespace or one larger than any batch of

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The engine's job in the lanes. The import is named lane because the
-// root's lanes (below) keep their name until the engine moves.
+// The tenure's job in the lanes. The import is named lane because the
+// tenure's lanes (below) keep the name its code calls them by.
 
 // task is one fetched job waiting in, or running from, its key's lane.
 type task struct {
@@ -71,9 +71,7 @@ type keptOutcome struct {
 }
 
 // lanes are one partition's lanes of tasks (internal/lanes) under the
-// names the engine calls them by: until fetch and execute move to their
-// own package (internal/tenure, docs/layout.md), this keeps the move of
-// the lanes from touching them. Its methods are lane.Lanes's.
+// names the tenure calls them by. Its methods are lane.Lanes's.
 type lanes struct{ l *lane.Lanes[*task] }
 
 func newLanes(runners, group, window int, run func([]*task)) *lanes {

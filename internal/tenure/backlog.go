@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -25,7 +25,8 @@ import (
 
 const (
 	batchAheadEvery = time.Second
-	batchAheadReads = batchJobsReads
+	// batchAheadReads: 256, as Inspect's reads of batch messages.
+	batchAheadReads = 256
 )
 
 // batchesAhead is an owner's record of its partition's batch messages
@@ -42,7 +43,7 @@ type batchesAhead struct {
 // noteDelivery records a delivery of stream sequence newest (the highest
 // yet) with pending messages after it, and starts a read of the batch
 // messages ahead when one is due.
-func (o *owner) noteDelivery(newest, pending uint64) {
+func (o *Owner) noteDelivery(newest, pending uint64) {
 	o.backlog.Store(pending)
 	a := &o.ahead
 	a.mu.Lock()
@@ -82,11 +83,11 @@ func (o *owner) noteDelivery(newest, pending uint64) {
 // readBatchesAhead reads the partition's batch messages from stream
 // sequence from on and returns each one's jobs less one, by sequence, and
 // the highest sequence read.
-func (o *owner) readBatchesAhead(from uint64) (map[uint64]uint64, uint64) {
+func (o *Owner) readBatchesAhead(from uint64) (map[uint64]uint64, uint64) {
 	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
 	defer cancel()
-	s := o.w.topo.StreamOf(o.p)
-	subject := wire.BatchSubject(o.w.topo.Names.Namespace, o.p)
+	s := o.topo.StreamOf(o.p)
+	subject := wire.BatchSubject(o.topo.Names.Namespace, o.p)
 	found := map[uint64]uint64{}
 	var top uint64
 	for seq := from; len(found) < batchAheadReads; {
@@ -111,7 +112,7 @@ func (o *owner) readBatchesAhead(from uint64) (map[uint64]uint64, uint64) {
 
 // pendingJobs is Tenure.Backlog: the pending messages at the last
 // delivery, each undelivered batch message counted as its jobs.
-func (o *owner) pendingJobs() uint64 {
+func (o *Owner) pendingJobs() uint64 {
 	n := o.backlog.Load()
 	if n == 0 {
 		return 0

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -29,15 +29,15 @@ import (
 // them (a Reducer, an Applier), and no StoreResults (which promises
 // Result by ID for every job). A plain Handler's Calls keep theirs by ID:
 // a retry by ID that runs before its batch is settled finds nothing else.
-func (w *Worker) keptPerBatch() bool {
-	return !w.cfg.StoreResults && (w.cfg.Reducer != nil || w.cfg.Applier != nil)
+func (o *Owner) keptPerBatch() bool {
+	return !o.cfg.StoreResults && (o.cfg.Reducer != nil || o.cfg.Applier != nil)
 }
 
 // keptInBatch reports whether job j, at index of batch b, has its outcome
 // kept in b's entry: a Call (kept, answered), not a retry by ID, whose ID
 // is the one its batch and index name.
-func (o *owner) keptInBatch(b *batchMsg, j wire.Job, index int) bool {
-	return o.w.keptPerBatch() && wire.ValidBatchID(b.id) && j.KeepOutcome && !j.Idempotent && j.Reply != "" &&
+func (o *Owner) keptInBatch(b *batchMsg, j wire.Job, index int) bool {
+	return o.keptPerBatch() && wire.ValidBatchID(b.id) && j.KeepOutcome && !j.Idempotent && j.Reply != "" &&
 		j.ID == wire.BatchedJobID(b.id, index)
 }
 
@@ -108,7 +108,7 @@ func (ob *openBatches) get(id string) *batchMsg {
 // recovered from it). An error (the tenure ended) leaves the batch
 // unacked: redelivered, its jobs are answered from their held outcomes
 // and the entry is written then.
-func (o *owner) keepBatch(b *batchMsg) func() error {
+func (o *Owner) keepBatch(b *batchMsg) func() error {
 	return func() error {
 		defer o.open.remove(b)
 		b.mu.Lock()
@@ -119,8 +119,8 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 		}
 		slices.SortFunc(outs, func(x, y wire.BatchOutcome) int { return x.Index - y.Index })
 		v, err := wire.EncodeBatchOutcomes(b.id, outs)
-		if err == nil && len(v) > int(o.w.nc.MaxPayload())-1024 {
-			err = fmt.Errorf("entry of %d bytes, over max_payload %d less headers", len(v), o.w.nc.MaxPayload())
+		if err == nil && len(v) > int(o.nc.MaxPayload())-1024 {
+			err = fmt.Errorf("entry of %d bytes, over max_payload %d less headers", len(v), o.nc.MaxPayload())
 		}
 		// A permanent refusal is never retried (it would hold the batch
 		// unacked for good, redelivered and refused again): the outcomes
@@ -174,7 +174,7 @@ func (o *owner) keepBatch(b *batchMsg) func() error {
 				continue
 			}
 			o.log.Warn("store batch outcomes; trying again", "batch", b.id, "jobs", len(outs), "try", try, "err", err)
-			timer := time.NewTimer(o.w.cfg.Backoff(try))
+			timer := time.NewTimer(o.cfg.Backoff(try))
 			select {
 			case <-timer.C:
 			case <-o.ctx.Done():
@@ -205,8 +205,8 @@ var (
 // another message's is refused whole (refuseTakenBatch) and false
 // returned. A failed read refuses nothing: the write's compare then
 // decides (never over another message's entry).
-func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es []wire.BatchEntry, b *batchMsg) bool {
-	if !o.w.keptPerBatch() || !wire.ValidBatchID(b.id) {
+func (o *Owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es []wire.BatchEntry, b *batchMsg) bool {
+	if !o.keptPerBatch() || !wire.ValidBatchID(b.id) {
 		return true
 	}
 	// A batch none of whose jobs keeps its outcome in the entry writes no
@@ -223,7 +223,7 @@ func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 		return true
 	}
 	seq := meta.Sequence.Stream
-	b.origin = batchOrigin(meta.Stream, o.w.topo.EpochOf(o.p), seq)
+	b.origin = batchOrigin(meta.Stream, o.topo.EpochOf(o.p), seq)
 	if open := o.open.get(b.id); open != nil {
 		if open.origin == b.origin {
 			return true // a redelivery racing the original here
@@ -250,28 +250,28 @@ func (o *owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 
 // refuseTakenBatch dead-letters batch message msg whole, none of its jobs
 // run, and answers each of its Calls with why.
-func (o *owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error) {
-	o.w.stats.malformed.Add(1)
+func (o *Owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error) {
+	o.stats.Malformed.Add(1)
 	err := Permanent(why)
 	if !o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
 		return
 	}
 	for _, e := range es {
 		if e.Err == nil && e.Job.Reply != "" {
-			if perr := o.w.nc.PublishMsg(replyMsg(e.Job.Reply, nil, err, true)); perr != nil {
+			if perr := o.nc.PublishMsg(replyMsg(e.Job.Reply, nil, err, true)); perr != nil {
 				o.log.Warn("reply", "seq", seq, "err", perr)
 			}
 		}
 	}
 	if err := msg.Ack(); err != nil {
-		o.w.stats.unacked.Add(1)
+		o.stats.Unacked.Add(1)
 		o.log.Warn("ack of a refused batch", "seq", seq, "err", err)
 	}
 }
 
 // putBatchEntry writes v, batch b's entry, bound to b's message, over the
 // revision read on receipt only (kept.Store.PutEntry).
-func (o *owner) putBatchEntry(b *batchMsg, v []byte) error {
+func (o *Owner) putBatchEntry(b *batchMsg, v []byte) error {
 	rev, err := o.kept.PutEntry(o.ctx, b.id, b.origin, b.entryRev, v)
 	b.entryRev = rev
 	return err
@@ -291,7 +291,7 @@ var errTenureEnded = errors.New("keylane: tenure ended")
 // workers write it; it is never read as this job's outcome, nor as none
 // kept (that would run again a job that finished). Any other err: the
 // look-up failed (try again).
-func (o *owner) batchStoredResult(ctx context.Context, id string, in *batchMsg) (value []byte, found bool, err error) {
+func (o *Owner) batchStoredResult(ctx context.Context, id string, in *batchMsg) (value []byte, found bool, err error) {
 	batchID, index, ok := wire.ParseBatchedJobID(id)
 	if !ok {
 		return nil, false, nil
@@ -330,7 +330,7 @@ type batchEntryRead struct{ data []byte }
 
 // readBatchEntry reads batch batchID's entry from the results stream's
 // leader; an error means the read failed (try again).
-func (o *owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntryRead, error) {
+func (o *Owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntryRead, error) {
 	data, err := o.kept.ReadEntry(ctx, batchID)
 	if err != nil {
 		return nil, err
@@ -346,7 +346,7 @@ func (o *owner) readBatchEntry(ctx context.Context, batchID string) (*batchEntry
 // lease ended before this tenure began, so what the leader held at the
 // first read is what it holds for the batch's life. A failed read is
 // not kept: the next look-up reads again.
-func (o *owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, error) {
+func (o *Owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, error) {
 	b.entryMu.Lock()
 	defer b.entryMu.Unlock()
 	if b.entry != nil {
@@ -363,8 +363,8 @@ func (o *owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, e
 // deadLetterUnreadable dead-letters t, whose kept outcome is unreadable
 // (bad), without running it, and answers its caller so: permanent, for
 // trying again cannot cure the entry.
-func (o *owner) deadLetterUnreadable(t *task, bad *unreadableOutcomeError) {
-	o.w.stats.failed.Add(1)
+func (o *Owner) deadLetterUnreadable(t *task, bad *unreadableOutcomeError) {
+	o.stats.Failed.Add(1)
 	o.log.Error("kept outcome unreadable; dead-lettering the job instead of running it again", "job_id", t.job.ID, "seq", t.job.Seq, "err", bad)
 	err := Permanent(bad)
 	if o.deadLetter(t.msg, t.job, err, t.job.Attempt) {

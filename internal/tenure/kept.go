@@ -1,22 +1,18 @@
-package keylane
+package tenure
 
 import (
-	"github.com/keylane/keylane/internal/jsbatch"
-	"log/slog"
-
 	"github.com/keylane/keylane/internal/kept"
 	"github.com/nats-io/nats.go"
 )
 
 // A tenure's kept outcomes live in internal/kept (a kept.Store per owner,
-// built from the worker's config and its shared kept.Memory): look-ups by
-// job ID, outcomes kept as one atomic batch, batch entries. What stays
-// here is the owner's side: its tasks and its dead letters, and the old
-// names the rest of the root calls them by.
+// built by New from the Config and the worker's shared kept.Memory):
+// look-ups by job ID, outcomes kept as one atomic batch, batch entries.
+// Here is the owner's side: its tasks and its dead letters, under the
+// names the tenure calls internal/kept's by.
 
 type (
-	keptStore  = kept.Store
-	keptMemory = kept.Memory
+	keptStore = kept.Store
 	// kvPut is one kept outcome: its subject in the results bucket and
 	// its encoded value.
 	kvPut = kept.Put
@@ -27,42 +23,14 @@ type (
 	unreadableOutcomeError = kept.UnreadableError
 )
 
-const (
-	keptBatchMax   = kept.BatchMax
-	keptBatchPause = kept.BatchPause
-)
-
 var errNoEntry = kept.ErrNoEntry
-
-// keptStore returns the kept outcomes' store of a tenure of w that logs
-// to log.
-func (w *Worker) keptStore(log *slog.Logger) *keptStore {
-	return kept.New(kept.Config{
-		NC: w.nc, JS: w.js, Results: w.topo.Names.Results(),
-		BatchMin: w.outcomeBatchMin(), Memory: &w.kept, Log: log,
-	})
-}
-
-// outcomeBatchMin returns the fewest puts that go as a batch
-// (WorkerConfig.OutcomeBatch), or 0 for none.
-func (w *Worker) outcomeBatchMin() int {
-	switch n := w.cfg.OutcomeBatch; {
-	case n < 0:
-		return 0
-	case n > 0:
-		return max(n, 2) // a batch of one is a plain put
-	case w.topo != nil && w.topo.Replicas > 1:
-		return 2
-	}
-	return 0
-}
 
 // lookUpKeptBatch resolves in batched requests (kept.Store.LookUp) the
 // kept outcomes of the tasks of ts that have a caller's ID and were not
 // looked up yet this tenure: it sets t.kept (found) or t.lookedUp (a
 // definite "none"), and leaves a task untouched when the answer about its
 // ID was not definite, for the per-ID look-up to settle.
-func (o *owner) lookUpKeptBatch(ts []*task) {
+func (o *Owner) lookUpKeptBatch(ts []*task) {
 	n := 0
 	for _, t := range ts {
 		if t.explicit && !t.lookedUp && t.kept == nil {
@@ -97,10 +65,10 @@ func (o *owner) lookUpKeptBatch(ts []*task) {
 }
 
 // noteKept records that an outcome was stored under subject at seq.
-func (o *owner) noteKept(subject string, seq uint64) { o.kept.NoteKept(subject, seq) }
+func (o *Owner) noteKept(subject string, seq uint64) { o.kept.NoteKept(subject, seq) }
 
 // keepBatched stores puts as atomic batches (kept.Store.KeepBatched).
-func (o *owner) keepBatched(puts []kvPut) (sent bool, err error) {
+func (o *Owner) keepBatched(puts []kvPut) (sent bool, err error) {
 	return o.kept.KeepBatched(o.ctx, puts)
 }
 
@@ -116,7 +84,6 @@ func keptValue(id string, h nats.Header, data []byte) *keptOutcome {
 
 // The results bucket's reads and stream flags, internal/kept's.
 var (
-	leaderGet    = kept.LeaderGet
-	kvRemoved    = kept.Removed
-	batchRefused = jsbatch.Refused
+	leaderGet = kept.LeaderGet
+	kvRemoved = kept.Removed
 )

@@ -1,11 +1,12 @@
-package keylane
+package tenure
 
 import (
 	"context"
 	"errors"
-	"github.com/keylane/keylane/internal/core"
 	"sync"
 	"time"
+
+	"github.com/keylane/keylane/internal/core"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -15,7 +16,7 @@ import (
 
 // finish stores the result, replies and acks, all only while the lease is
 // trusted. It reports whether it acked.
-func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) {
+func (o *Owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) {
 	defer traceOf(t.job).finish(t.job, herr, dead).end(&acked) // starts the commit span now
 	if dead && t.batch != nil {
 		t.deadInBatch = true
@@ -24,12 +25,12 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 	// clock read, a system call on Linux: one per step, not more).
 	if !t.outcomeKept {
 		if !o.l.Trusted() {
-			o.w.stats.unacked.Add(1)
+			o.stats.Unacked.Add(1)
 			return false
 		}
 		// Kept before the reply and the ack: a retry by ID must find it.
 		if !o.keepEncoded([]*task{t}, func(int) []byte { return encodeResult(res, herr, dead) }) {
-			o.w.stats.unacked.Add(1)
+			o.stats.Unacked.Add(1)
 			return false
 		}
 	}
@@ -40,19 +41,19 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 	if reply := t.msg.Headers().Get(HeaderReply); reply != "" && !t.replied {
 		m := replyMsg(reply, res, herr, dead)
 		if !o.l.Trusted() {
-			o.w.stats.unacked.Add(1)
+			o.stats.Unacked.Add(1)
 			return false
 		}
-		if err := o.w.nc.PublishMsg(m); err != nil {
+		if err := o.nc.PublishMsg(m); err != nil {
 			o.log.Warn("reply", "job_id", t.job.ID, "err", err)
 		}
 	}
 	if !o.l.Trusted() {
-		o.w.stats.unacked.Add(1)
+		o.stats.Unacked.Add(1)
 		return false
 	}
 	if err := t.msg.Ack(); err != nil {
-		o.w.stats.unacked.Add(1)
+		o.stats.Unacked.Add(1)
 		o.log.Warn("ack", "job_id", t.job.ID, "err", err)
 		return false
 	}
@@ -81,7 +82,7 @@ func (o *owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 const (
 	deadErrorMax = wire.DeadErrorMax
 	// DeadLetterReserve is the room Client leaves below max_payload in every
-	// job for what a dead letter adds (headers naming the error, attempts,
+	// job for what a dead letter adds (keylane.DeadLetterReserve) (headers naming the error, attempts,
 	// worker, sequence, partition and fence).
 	DeadLetterReserve = 2048
 )
@@ -99,7 +100,7 @@ const (
 // missing stream does. It reports whether the dead letter was stored (only
 // then may the job be acked); false means the tenure ended first and the
 // job goes to the next owner.
-func (o *owner) deadLetter(msg deadSource, job Job, why error, attempts int) bool {
+func (o *Owner) deadLetter(msg deadSource, job Job, why error, attempts int) bool {
 	dm := o.deadMessage(msg, job, why, attempts, false)
 	bare := false
 	for try := 1; ; try++ {
@@ -107,13 +108,13 @@ func (o *owner) deadLetter(msg deadSource, job Job, why error, attempts int) boo
 			return false
 		}
 		ctx, cancel := context.WithTimeout(o.ctx, deadLetterTimeout)
-		_, err := o.w.js.PublishMsg(ctx, dm)
+		_, err := o.js.PublishMsg(ctx, dm)
 		cancel()
 		err = natsError(err)
 		if err == nil {
 			break
 		}
-		o.w.stats.deadErrors.Add(1)
+		o.stats.DeadErrors.Add(1)
 		switch {
 		case refusedForGood(err) && !bare:
 			o.log.Error("dead letter refused; storing it bare (no payload, no submitter's headers)", "job_id", job.ID, "err", err)
@@ -124,7 +125,7 @@ func (o *owner) deadLetter(msg deadSource, job Job, why error, attempts int) boo
 		default:
 			o.log.Error("dead-letter write failed; the job stays in its lane until one succeeds", "job_id", job.ID, "try", try, "err", err)
 		}
-		timer := time.NewTimer(o.w.cfg.Backoff(try))
+		timer := time.NewTimer(o.cfg.Backoff(try))
 		select {
 		case <-timer.C:
 		case <-o.ctx.Done():
@@ -132,7 +133,7 @@ func (o *owner) deadLetter(msg deadSource, job Job, why error, attempts int) boo
 			return false
 		}
 	}
-	o.w.stats.dead.Add(1)
+	o.stats.Dead.Add(1)
 	o.log.Warn("job dead-lettered", "job_id", job.ID, "seq", job.Seq, "attempts", attempts, "err", why)
 	return true
 }
@@ -155,21 +156,21 @@ const deadLetterTimeout = 5 * time.Second
 // fields that pass wire's rules, the submitter's allowed headers and why
 // it failed, bounded to fit the server's max_payload. A bare one carries
 // neither payload nor the submitter's headers.
-func (o *owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
+func (o *Owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
 	f, _ := o.rules().Parse(msg.Subject(), msg.Headers())
-	d := wire.Dead{ID: wire.BatchDeadID(o.w.topo.EpochOf(o.p), job.Seq, job.Index()), Error: why.Error(), Attempts: attempts, Worker: o.w.cfg.ID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
+	d := wire.Dead{ID: wire.BatchDeadID(o.topo.EpochOf(o.p), job.Seq, job.Index()), Error: why.Error(), Attempts: attempts, Worker: o.cfg.WorkerID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
 	user := msg.Headers()
-	dm := nats.NewMsg(partition.DeadSubject(o.w.topo.Names.Namespace, o.p))
+	dm := nats.NewMsg(partition.DeadSubject(o.topo.Names.Namespace, o.p))
 	dm.Data = msg.Data()
 	if bare {
 		user, d.PayloadDropped, dm.Data = nil, len(dm.Data), nil
 	}
 	dm.Header = wire.DeadHeader(f, user, d)
-	if size := messageSize(dm); size > o.w.nc.MaxPayload() {
+	if size := messageSize(dm); size > o.nc.MaxPayload() {
 		d.PayloadDropped, dm.Data = len(dm.Data), nil
 		dm.Header = wire.DeadHeader(f, user, d)
 		// Headers of a foreign message may be huge too: keep ours only.
-		if messageSize(dm) > o.w.nc.MaxPayload() {
+		if messageSize(dm) > o.nc.MaxPayload() {
 			dm.Header = wire.DeadHeader(f, nil, d)
 		}
 	}
@@ -192,14 +193,14 @@ var messageSize = core.MessageSize
 // its error an *unreadableOutcomeError, which replay dead-letters. in is
 // the batch message the job came in (nil for a lone one): a redelivered
 // batch's entry is read once for its jobs.
-func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
+func (o *Owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 	if ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
-	stream, subject := "KV_"+o.w.topo.Names.Results(), "$KV."+o.w.topo.Names.Results()+"."+id
+	stream, subject := "KV_"+o.topo.Names.Results(), "$KV."+o.topo.Names.Results()+"."+id
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-		sm, err := leaderGet(ctx, o.w.nc, stream, subject)
+		sm, err := leaderGet(ctx, o.nc, stream, subject)
 		cancel()
 		if err == nil {
 			if k := keptValue(id, sm.Header, sm.Data); k != nil {
@@ -227,7 +228,7 @@ func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 			err = berr
 		}
 		o.log.Warn("kept outcome look-up failed; trying again", "job_id", id, "try", try, "err", err)
-		t := time.NewTimer(o.w.cfg.Backoff(try))
+		t := time.NewTimer(o.cfg.Backoff(try))
 		select {
 		case <-t.C:
 		case <-o.ctx.Done():
@@ -240,12 +241,12 @@ func (o *owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 // replay answers t from an outcome kept by an earlier run: stored already,
 // and a dead letter's outcome stays a dead letter's. One that cannot be
 // read (an *unreadableOutcomeError from storedResult) dead-letters t.
-func (o *owner) replay(t *task, res []byte, rerr error) {
+func (o *Owner) replay(t *task, res []byte, rerr error) {
 	if bad, ok := rerr.(*unreadableOutcomeError); ok {
 		o.deadLetterUnreadable(t, bad)
 		return
 	}
-	o.w.stats.fromResults.Add(1)
+	o.stats.FromResults.Add(1)
 	t.outcomeKept = true
 	var re *RemoteError
 	o.finish(t, res, rerr, errors.As(rerr, &re) && re.DeadLettered)
@@ -255,7 +256,7 @@ func (o *owner) replay(t *task, res []byte, rerr error) {
 // what it did not settle), the kept outcomes of the tasks whose ID
 // the caller chose, and returns the index of the first task that has one
 // (an earlier run of the same job ID finished), or -1.
-func (o *owner) firstKept(ts []*task) int {
+func (o *Owner) firstKept(ts []*task) int {
 	o.lookUpKeptBatch(ts) // one request; what it leaves unsettled is looked up per ID
 	var wg sync.WaitGroup
 	for _, t := range ts {
@@ -288,22 +289,22 @@ func (o *owner) firstKept(ts []*task) int {
 // applied, and their callers wait for these outcomes. It reports false only
 // when the tenure ended first; the jobs then stay unacked and are answered
 // from the state entry when redelivered.
-func (o *owner) keepOutcomes(ts []*task, out [][]byte) bool {
+func (o *Owner) keepOutcomes(ts []*task, out [][]byte) bool {
 	return o.keepEncoded(ts, func(i int) []byte { return encodeResult(out[i], nil, false) })
 }
 
 // keepEncoded is keepOutcomes with each task's outcome already encoded.
-func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
+func (o *Owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 	var idx []int
 	for i, t := range ts {
-		if o.w.cfg.StoreResults || t.explicit || t.keep && !t.keptInBatch || t.redriveOf != "" || t.deadInBatch {
+		if o.cfg.StoreResults || t.explicit || t.keep && !t.keptInBatch || t.redriveOf != "" || t.deadInBatch {
 			idx = append(idx, i)
 		}
 	}
 	if len(idx) == 0 {
 		return true
 	}
-	subject := "$KV." + o.w.topo.Names.Results() + "."
+	subject := "$KV." + o.topo.Names.Results() + "."
 	for try := 1; ; try++ {
 		if err := o.publishOutcomes(subject, ts, value, idx); err == nil {
 			for _, i := range idx {
@@ -313,7 +314,7 @@ func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 		} else {
 			o.log.Warn("store results; trying again", "jobs", len(idx), "try", try, "err", err)
 		}
-		timer := time.NewTimer(o.w.cfg.Backoff(try))
+		timer := time.NewTimer(o.cfg.Backoff(try))
 		select {
 		case <-timer.C:
 		case <-o.ctx.Done():
@@ -329,7 +330,7 @@ func (o *owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 // publishOutcomes stores the outcomes of ts[idx] (a redriven job's under
 // both IDs, when its redrive ticket says so: checkRedrive) as one atomic batch (keepBatched), or else as asynchronous
 // publishes, and waits for every ack.
-func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
+func (o *Owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
 	for _, i := range idx {
 		if err := o.checkRedrive(ts[i]); err != nil {
 			return err
@@ -351,10 +352,10 @@ func (o *owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 
 // publishPuts stores puts as asynchronous publishes and waits for every
 // ack (within requestTimeout).
-func (o *owner) publishPuts(puts []kvPut) error {
+func (o *Owner) publishPuts(puts []kvPut) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(puts))
 	for _, p := range puts {
-		f, err := o.w.js.PublishAsync(p.Subject, p.Value)
+		f, err := o.js.PublishAsync(p.Subject, p.Value)
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -17,7 +17,7 @@ const maxGroup = 256
 // each. Jobs that may have run before under an earlier owner, jobs whose
 // reduce failed and groups whose write failed go through process, one at
 // a time, with its retries, backoff and dead-lettering.
-func (o *owner) runGroup(ts []*task) {
+func (o *Owner) runGroup(ts []*task) {
 	jobs := make([]Job, len(ts))
 	out := make([][]byte, len(ts))
 	for len(ts) > 0 {
@@ -32,7 +32,7 @@ func (o *owner) runGroup(ts []*task) {
 		}
 		n, rerr, werr := o.applyGroup(jobs[:k], out[:k])
 		if errors.Is(werr, ErrStaleFence) {
-			o.w.stats.stale.Add(1)
+			o.stats.Stale.Add(1)
 			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "key", g[0].job.Key, "err", werr)
 			o.abort()
 			return
@@ -50,13 +50,13 @@ func (o *owner) runGroup(ts []*task) {
 		}
 		if !o.keepOutcomes(g[:n], out[:n]) {
 			// The tenure ended: nothing more is applied or acked here.
-			o.w.stats.unacked.Add(int64(len(ts)))
+			o.stats.Unacked.Add(int64(len(ts)))
 			return
 		}
 		o.replyGrouped(g[:n], out[:n]) // after the outcomes are kept, before any ack
 		for i := range n {
 			if o.finish(g[i], out[i], nil, false) {
-				o.w.stats.succeeded.Add(1)
+				o.stats.Succeeded.Add(1)
 			}
 			out[i] = nil
 		}
@@ -79,10 +79,10 @@ func (o *owner) runGroup(ts []*task) {
 // the head may have run before under an earlier owner and went through
 // process (which counts its starts and retries), the rest back to its
 // lane.
-func (o *owner) takeGroup(ts []*task) ([]*task, int, bool) {
+func (o *Owner) takeGroup(ts []*task) ([]*task, int, bool) {
 	for len(ts) > 0 {
 		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(int64(len(ts)))
+			o.stats.Unacked.Add(int64(len(ts)))
 			return nil, 0, false
 		}
 		if ts[0].maybeDup {
@@ -93,7 +93,7 @@ func (o *owner) takeGroup(ts []*task) ([]*task, int, bool) {
 		k := groupEnd(ts)
 		i := o.firstKept(ts[:k])
 		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(int64(len(ts)))
+			o.stats.Unacked.Add(int64(len(ts)))
 			return nil, 0, false
 		}
 		if i == 0 {
@@ -143,7 +143,7 @@ func groupEnd(ts []*task) int {
 
 // process runs one job to completion: handler, in-place retries with
 // backoff, dead-lettering, result, reply and ack.
-func (o *owner) process(t *task) {
+func (o *Owner) process(t *task) {
 	if o.ctx.Err() != nil {
 		return
 	}
@@ -151,7 +151,7 @@ func (o *owner) process(t *task) {
 		o.replay(t, t.kept.res, t.kept.err)
 		return
 	}
-	if !t.lookedUp && (t.explicit || t.maybeDup && (o.w.cfg.StoreResults || t.batch != nil)) {
+	if !t.lookedUp && (t.explicit || t.maybeDup && (o.cfg.StoreResults || t.batch != nil)) {
 		// A job the caller may retry by ID (or a redelivery) that finished
 		// before is answered from its kept outcome. A redelivered batch's
 		// job is looked up whatever the worker keeps: one dead-lettered
@@ -163,7 +163,7 @@ func (o *owner) process(t *task) {
 			return
 		}
 		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(1)
+			o.stats.Unacked.Add(1)
 			return
 		}
 		t.lookedUp = true
@@ -180,7 +180,7 @@ func (o *owner) process(t *task) {
 			o.log.Warn("count restarts", "job_id", t.job.ID, "err", err)
 		}
 		first = n + 1
-		if first > o.w.cfg.MaxDeliver {
+		if first > o.cfg.MaxDeliver {
 			err := Permanent(fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n))
 			o.deadLetterTask(t, err, n)
 			return
@@ -205,17 +205,17 @@ func (o *owner) process(t *task) {
 			res, err = o.callAlone(t.job, wholeFails > 0)
 		}
 		if o.ctx.Err() != nil {
-			o.w.stats.unacked.Add(1)
+			o.stats.Unacked.Add(1)
 			return
 		}
 		if err == nil {
 			if o.finish(t, res, nil, false) {
-				o.w.stats.succeeded.Add(1)
+				o.stats.Succeeded.Add(1)
 			}
 			return
 		}
 		if errors.Is(err, ErrStaleFence) {
-			o.w.stats.stale.Add(1)
+			o.stats.Stale.Add(1)
 			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "job_id", t.job.ID, "err", err)
 			o.abort()
 			return
@@ -223,8 +223,8 @@ func (o *owner) process(t *task) {
 		if errors.Is(err, ErrGap) {
 			// Later jobs of the key were applied and this one never was: it
 			// can no longer run in order. Say so loudly and to its caller.
-			o.w.stats.gaps.Add(1)
-			o.w.stats.failed.Add(1)
+			o.stats.Gaps.Add(1)
+			o.stats.Failed.Add(1)
 			o.log.Error("job skipped by a later job of its key; dead-lettering it", "job_id", t.job.ID, "seq", t.job.Seq, "err", err)
 			err = Permanent(err)
 			if o.deadLetter(t.msg, t.job, err, attempt) {
@@ -241,7 +241,7 @@ func (o *owner) process(t *task) {
 				heldSaid = true
 				o.sayHeld(t, err)
 			}
-			o.w.refreshEpoch(o.ctx)
+			o.cfg.RefreshEpoch(o.ctx)
 			attempt-- // not the job's fault: never dead-lettered for it
 			waits++
 		} else if errors.Is(err, ErrStateUnavailable) || errors.Is(err, errApplyUnknown) {
@@ -261,24 +261,24 @@ func (o *owner) process(t *task) {
 				// The applier says no retry cures it until an operator acts
 				// (a table dropped, a privilege revoked): not the job's
 				// fault either, so the job is held, and said at ERROR.
-				o.w.stats.applierRefusals.Add(1)
+				o.stats.ApplierRefusals.Add(1)
 				o.log.Error("the database refuses the group's transaction for good (an operator's to fix); the job is held and tried again", "job_id", t.job.ID, "attempt", attempt, "err", err)
 			} else {
 				o.log.Warn(what+"; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
 			}
 			if errors.Is(err, errApplyUnknown) && !errors.Is(err, ErrPermanent) && !errors.Is(err, ErrUnavailable) {
-				if wholeFails++; wholeFails > o.w.cfg.MaxDeliver && o.failedWhole(t, err, wholeFails) {
+				if wholeFails++; wholeFails > o.cfg.MaxDeliver && o.failedWhole(t, err, wholeFails) {
 					return
 				}
 			}
 			attempt--
 			waits++
 		} else {
-			if errors.Is(err, ErrPermanent) || attempt >= o.w.cfg.MaxDeliver {
+			if errors.Is(err, ErrPermanent) || attempt >= o.cfg.MaxDeliver {
 				o.deadLetterTask(t, err, attempt)
 				return
 			}
-			o.w.stats.failed.Add(1)
+			o.stats.Failed.Add(1)
 			o.log.Warn("job failed; retrying", "job_id", t.job.ID, "key", t.job.Key, "attempt", attempt, "err", err)
 		}
 		if !stalled {
@@ -294,8 +294,8 @@ func (o *owner) process(t *task) {
 		// ends early when the tenure does, or when a re-sync drops the
 		// lanes (the new consumer delivers the job again): a failing job
 		// must not hold up a re-sync of its partition.
-		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(max(attempt+waits, 1))) {
-			o.w.stats.unacked.Add(1)
+		if !o.ln.pause(o.ctx, o.cfg.Backoff(max(attempt+waits, 1))) {
+			o.stats.Unacked.Add(1)
 			return
 		}
 	}
@@ -308,19 +308,19 @@ func (o *owner) process(t *task) {
 // owners all died before the ack, a failure after a commit of unknown
 // fate). A record that cannot be read is read again with backoff while the
 // tenure lasts; t is never dead-lettered on a guess.
-func (o *owner) deadLetterTask(t *task, why error, attempts int) {
+func (o *Owner) deadLetterTask(t *task, why error, attempts int) {
 	if res, done, ok := o.readRecord(t); !ok {
-		o.w.stats.unacked.Add(1)
+		o.stats.Unacked.Add(1)
 		return
 	} else if done {
 		o.log.Warn("job not dead-lettered: the database's record says it committed; answering it from there", "job_id", t.job.ID, "attempts", attempts, "err", why)
-		o.w.stats.fromResults.Add(1)
+		o.stats.FromResults.Add(1)
 		if o.finish(t, res, nil, false) {
-			o.w.stats.succeeded.Add(1)
+			o.stats.Succeeded.Add(1)
 		}
 		return
 	}
-	o.w.stats.failed.Add(1)
+	o.stats.Failed.Add(1)
 	if o.deadLetter(t.msg, t.job, why, attempts) {
 		o.finish(t, nil, why, true)
 	}
@@ -335,26 +335,26 @@ func (o *owner) deadLetterTask(t *task, why error, attempts int) {
 // t to be tried again, when the Applier keeps no record (RecordReader: a
 // commit of unknown fate cannot be told from a failure) or the record
 // cannot be read (an outage is not the job's fault).
-func (o *owner) failedWhole(t *task, why error, n int) bool {
-	rr, is := o.w.cfg.Applier.(RecordReader)
+func (o *Owner) failedWhole(t *task, why error, n int) bool {
+	rr, is := o.cfg.Applier.(RecordReader)
 	if !is {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-	rec, err := rr.ReadRecord(ctx, o.w.topo.Names.Namespace, []string{t.job.ID})
+	rec, err := rr.ReadRecord(ctx, o.topo.Names.Namespace, []string{t.job.ID})
 	cancel()
 	if err != nil {
 		o.log.Warn("the database's record is unread; the job's transaction is tried again", "job_id", t.job.ID, "err", err)
 		return false
 	}
 	if res, done := rec[t.job.ID]; done {
-		o.w.stats.fromResults.Add(1)
+		o.stats.FromResults.Add(1)
 		if o.finish(t, res, nil, false) {
-			o.w.stats.succeeded.Add(1)
+			o.stats.Succeeded.Add(1)
 		}
 		return true
 	}
-	o.w.stats.failed.Add(1)
+	o.stats.Failed.Add(1)
 	err = Permanent(fmt.Errorf("keylane: the job's transaction failed whole %d times, %d of them with the job alone, while the database answered: %w", n, n-1, why))
 	o.log.Error("job's transaction fails whatever is tried; dead-lettering it", "job_id", t.job.ID, "err", err)
 	if o.deadLetter(t.msg, t.job, err, n) {
@@ -367,21 +367,21 @@ func (o *owner) failedWhole(t *task, why error, n int) bool {
 // one (RecordReader): done with its recorded result when it committed.
 // Without such an Applier it reports not done. ok is false only when the
 // tenure ended before the record could be read.
-func (o *owner) readRecord(t *task) (res []byte, done, ok bool) {
-	rr, is := o.w.cfg.Applier.(RecordReader)
+func (o *Owner) readRecord(t *task) (res []byte, done, ok bool) {
+	rr, is := o.cfg.Applier.(RecordReader)
 	if !is {
 		return nil, false, true
 	}
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
-		rec, err := rr.ReadRecord(ctx, o.w.topo.Names.Namespace, []string{t.job.ID})
+		rec, err := rr.ReadRecord(ctx, o.topo.Names.Namespace, []string{t.job.ID})
 		cancel()
 		if err == nil {
 			res, done = rec[t.job.ID]
 			return res, done, true
 		}
 		o.log.Warn("the database's record of a job to dead-letter is unread; trying again", "job_id", t.job.ID, "try", try, "err", err)
-		if !o.ln.pause(o.ctx, o.w.cfg.Backoff(try)) {
+		if !o.ln.pause(o.ctx, o.cfg.Backoff(try)) {
 			return nil, false, false
 		}
 	}
@@ -403,16 +403,16 @@ func startsKey(jobID string) string {
 // count read from a lagging replica, but every retry could read the same
 // replica again until the loop gives up, and a count not taken lets a job
 // that crashes its workers run again instead of being dead-lettered.
-func (o *owner) countStart(jobID string) (int, error) {
+func (o *Owner) countStart(jobID string) (int, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, counterTimeout)
 	defer cancel()
-	kv, k := o.w.topo.Results, startsKey(jobID)
-	stream, subject := "KV_"+o.w.topo.Names.Results(), "$KV."+o.w.topo.Names.Results()+"."+k
+	kv, k := o.topo.Results, startsKey(jobID)
+	stream, subject := "KV_"+o.topo.Names.Results(), "$KV."+o.topo.Names.Results()+"."+k
 	var n int
 	err := casLoop(ctx, func(bool) error {
 		n = 0
 		var rev uint64
-		sm, err := leaderGet(ctx, o.w.nc, stream, subject)
+		sm, err := leaderGet(ctx, o.nc, stream, subject)
 		switch {
 		case err == nil && !kvRemoved(sm.Header):
 			n, _ = strconv.Atoi(string(sm.Data))
@@ -432,27 +432,27 @@ func (o *owner) countStart(jobID string) (int, error) {
 
 // forgetStarts drops a finished job's start counter. It runs only once the
 // job was acked here; a crash leaves the counter for the next owner.
-func (o *owner) forgetStarts(jobID string) {
+func (o *Owner) forgetStarts(jobID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), counterTimeout)
 	defer cancel()
-	_ = o.w.topo.Results.Purge(ctx, startsKey(jobID))
+	_ = o.topo.Results.Purge(ctx, startsKey(jobID))
 }
 
-func (o *owner) call(job Job) (res []byte, err error) {
+func (o *Owner) call(job Job) (res []byte, err error) {
 	return o.callAlone(job, false)
 }
 
 // callAlone is call; alone, an Applier's job is applied in a transaction
 // of its own (applyGroupDB).
-func (o *owner) callAlone(job Job, alone bool) (res []byte, err error) {
-	if o.w.cfg.Reducer != nil {
+func (o *Owner) callAlone(job Job, alone bool) (res []byte, err error) {
+	if o.cfg.Reducer != nil {
 		return o.reduceOne(job)
 	}
-	if o.w.cfg.Applier != nil {
+	if o.cfg.Applier != nil {
 		return o.applyOne(job, alone)
 	}
-	o.w.stats.runs.Add(1)
-	defer o.observeRun(o.w.now())
+	o.stats.Runs.Add(1)
+	defer o.observeRun(o.now())
 	ctx, span := traceOf(job).run(o.ctx, job)
 	defer span.end(&err) // after the recover below has set err
 	start := o.jobClock()
@@ -462,5 +462,5 @@ func (o *owner) callAlone(job Job, alone bool) (res []byte, err error) {
 			err = fmt.Errorf("keylane: handler panicked: %v", r)
 		}
 	}()
-	return o.w.cfg.Handler.Handle(ctx, job)
+	return o.cfg.Handler.Handle(ctx, job)
 }

@@ -1,102 +1,10 @@
-package keylane
+package tenure
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
 )
-
-// GroupApplier applies a key's queued jobs to a database of the user's,
-// in one transaction that it opens and commits (or several, one after
-// another in the group's order, when the group is larger than one should
-// be), recording each job's outcome in the same transaction as its writes
-// (job ID → result) and refusing to commit under a fence older than one
-// that has committed. Package keylanepg (module
-// github.com/keylane/keylane/pg) is one, for PostgreSQL.
-//
-// A worker with an Applier groups a key's queued jobs as it does for a
-// Reducer, joins the groups of the partition's keys that are ready at the
-// same time, and calls ApplyGroup with the partition's fence (the lease's
-// fencing token), then replies to and acks each job whose outcome is Done.
-// Exactly once rests on the database's record, not on the worker: a job
-// redelivered after a crash between the commit and the ack, or submitted
-// again with the same ID, comes back to ApplyGroup, which must answer it
-// from the record (Done, its recorded Result) without applying it again.
-//
-// ApplyGroup returns one outcome per job, in g.Jobs' order, or an error:
-//   - an error that errors.Is ErrStaleFence: a newer owner of the
-//     partition has committed; the refused transaction wrote nothing
-//     (earlier transactions of the group may have committed: the record
-//     answers their jobs), and the worker steps down at once;
-//   - any other error: a transaction failed or its commit's fate is
-//     unknown (earlier transactions of the group may have committed).
-//     The worker neither replies nor acks, and applies the group's first
-//     job again, alone, with backoff (the record tells what did commit;
-//     the other jobs go back to their lanes). An error that is
-//     ErrPermanent (an operator's to fix: a table dropped) holds the job
-//     for as long as the lease lasts; so does one that errors.Is
-//     ErrUnavailable (the database is not there to answer). Any other
-//     counts: past MaxDeliver
-//     such calls with the job alone, an Applier that is a RecordReader
-//     and answers the record's read (the database is up) has the job
-//     answered from the record if it committed, else dead-lettered for
-//     good; a record it cannot read (the database down), or an Applier
-//     with none, keeps the job trying, never dead-lettered on a guess.
-//
-// An Applier that has a configuration to check implements
-// Validate() error (keylanepg.Applier does): NewWorker calls it and
-// refuses the worker with its error, so a misconfiguration is an error at
-// start, not a worker that takes partitions and then holds every job on
-// a refusal for good (TestWorkerRefusesAMisconfiguredApplier, in
-// keylanepg).
-type GroupApplier interface {
-	ApplyGroup(ctx context.Context, g JobGroup) ([]JobOutcome, error)
-}
-
-// RecordReader is a GroupApplier that can read its database's record of
-// applied jobs: ReadRecord returns the recorded result of each of ids
-// (of namespace) that committed, keyed by ID; an ID never applied is
-// absent. A worker whose Applier is one reads a job's record before it
-// dead-letters the job, for any reason (its restart counter past
-// MaxDeliver, a failure out of attempts or for good): a job the record
-// says is done is answered and acked with its recorded result instead,
-// never told "failed" for a commit the database holds. A record it cannot
-// read holds the job, tried again with backoff while the tenure lasts.
-// keylanepg.Applier is one.
-type RecordReader interface {
-	ReadRecord(ctx context.Context, namespace string, ids []string) (map[string][]byte, error)
-}
-
-// JobGroup is the jobs ApplyGroup applies in one transaction: queued jobs
-// of one or several keys of the partition, each key's in stream order
-// (keys may follow one another; a key's jobs are together). A failing job
-// must not stop the other keys' jobs.
-type JobGroup struct {
-	Namespace string
-	Partition int
-	// Fence is the fencing token of the partition's owner: it only grows
-	// across owners. The database must refuse a group whose fence is older
-	// than one it has committed for the partition.
-	Fence uint64
-	Jobs  []Job
-}
-
-// JobOutcome is what became of one job of a group.
-//
-//   - Done: the job's effect and its outcome are committed (now, or by an
-//     earlier transaction: then Result is the recorded one). The worker
-//     replies Result and acks the job.
-//   - not Done, Err set: the job failed and its writes were rolled back
-//     alone. It is retried with backoff like a Handler's failure, or
-//     dead-lettered when errors.Is(Err, ErrPermanent) or out of attempts.
-//   - not Done, Err nil: held, not run (an earlier job of its key failed
-//     retriably); it runs again after that one.
-type JobOutcome struct {
-	Result []byte
-	Err    error
-	Done   bool
-}
 
 // errApplyUnknown marks a GroupApplier's error of a whole call: the
 // group's fate is unknown, so the job is tried again without counting an
@@ -111,10 +19,10 @@ var errApplyUnknown = errors.New("keylane: the group's transaction failed or its
 // alone applies them in a transaction of their own, joined with no other
 // key's group: a retry after a whole call failed, so that a failure counts
 // against the job whose transaction it is.
-func (o *owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
+func (o *Owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
 	var n int
-	defer o.observeGroup(o.w.now(), &n, &err)
-	o.w.stats.runs.Add(int64(len(jobs)))
+	defer o.observeGroup(o.now(), &n, &err)
+	o.stats.Runs.Add(int64(len(jobs)))
 	start := o.jobClock()
 	spans := make([]runSpan, len(jobs))
 	for i := range jobs {
@@ -212,7 +120,7 @@ func (b *applyBatcher) do(r *applyReq, run func([]*applyReq)) {
 // ApplyGroup and hands each its outcomes. A stale fence comes back
 // errors.Is ErrStaleFence; any other error of the whole call errors.Is
 // errApplyUnknown, for every group of the batch.
-func (o *owner) applyBatch(reqs []*applyReq) {
+func (o *Owner) applyBatch(reqs []*applyReq) {
 	jobs := reqs[0].jobs
 	if len(reqs) > 1 {
 		jobs = nil
@@ -220,7 +128,7 @@ func (o *owner) applyBatch(reqs []*applyReq) {
 			jobs = append(jobs, r.jobs...)
 		}
 	}
-	out, err := o.applyCall(JobGroup{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
+	out, err := o.applyCall(JobGroup{Namespace: o.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
 	if err == nil && len(out) != len(jobs) {
 		// The applier broke its contract: no retry cures that, so it is
 		// said at ERROR and counted like a refusal for good (the jobs
@@ -241,18 +149,18 @@ func (o *owner) applyBatch(reqs []*applyReq) {
 
 // applyCall calls the Applier, turning a panic into an error of the whole
 // call (its transaction's fate is then unknown).
-func (o *owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
+func (o *Owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: applier panicked: %v", r)
 		}
 	}()
-	return o.w.cfg.Applier.ApplyGroup(o.ctx, g)
+	return o.cfg.Applier.ApplyGroup(o.ctx, g)
 }
 
 // applyOne applies one job through the Applier, for the one-job path
 // (retries, redelivered jobs); alone as for applyGroupDB.
-func (o *owner) applyOne(job Job, alone bool) ([]byte, error) {
+func (o *Owner) applyOne(job Job, alone bool) ([]byte, error) {
 	out, err := o.applyGroupDB([]Job{job}, alone)
 	if err != nil {
 		return nil, err
@@ -273,7 +181,7 @@ func (o *owner) applyOne(job Job, alone bool) ([]byte, error) {
 // owner, a failed job and groups whose call failed go through process, one
 // at a time, with its retries, backoff and dead-lettering; the database's
 // record answers those that committed.
-func (o *owner) runApplied(ts []*task) {
+func (o *Owner) runApplied(ts []*task) {
 	jobs := make([]Job, len(ts))
 	res := make([][]byte, len(ts))
 	for len(ts) > 0 {
@@ -293,7 +201,7 @@ func (o *owner) runApplied(ts []*task) {
 		}
 		out, err := o.applyGroupDB(jobs[:k], false)
 		if errors.Is(err, ErrStaleFence) {
-			o.w.stats.stale.Add(1)
+			o.stats.Stale.Add(1)
 			o.log.Warn("stale fence: a newer owner committed to the database; stepping down", "key", g[0].job.Key, "err", err)
 			o.abort()
 			return
@@ -315,13 +223,13 @@ func (o *owner) runApplied(ts []*task) {
 		// Committed in the database: the results bucket keeps only what a
 		// Call or a caller's ID needs to recover a lost reply.
 		if !o.keepOutcomes(g[:n], res[:n]) {
-			o.w.stats.unacked.Add(int64(len(ts)))
+			o.stats.Unacked.Add(int64(len(ts)))
 			return
 		}
 		o.replyGrouped(g[:n], res[:n])
 		for i := range n {
 			if o.finish(g[i], res[i], nil, false) {
-				o.w.stats.succeeded.Add(1)
+				o.stats.Succeeded.Add(1)
 			}
 			res[i] = nil
 		}
@@ -339,11 +247,4 @@ func (o *owner) runApplied(ts []*task) {
 			return
 		}
 	}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -17,12 +17,12 @@ import (
 // call per event and allocates nothing (TestJobLogFreeAtInfo).
 
 // debugJobs reports whether per-job events are logged.
-func (o *owner) debugJobs() bool {
+func (o *Owner) debugJobs() bool {
 	return o.log.Enabled(context.Background(), slog.LevelDebug)
 }
 
 // logReceived logs a job queued in its key's lane.
-func (o *owner) logReceived(t *task, delivered uint64) {
+func (o *Owner) logReceived(t *task, delivered uint64) {
 	if !o.debugJobs() {
 		return
 	}
@@ -33,7 +33,7 @@ func (o *owner) logReceived(t *task, delivered uint64) {
 
 // jobClock starts timing a run: the zero time when per-job events are
 // off, so the clock is not even read.
-func (o *owner) jobClock() time.Time {
+func (o *Owner) jobClock() time.Time {
 	if !o.debugJobs() {
 		return time.Time{}
 	}
@@ -41,7 +41,7 @@ func (o *owner) jobClock() time.Time {
 }
 
 // logRan logs a handler or reducer run that started at start (jobClock).
-func (o *owner) logRan(job *Job, start time.Time, err error) {
+func (o *Owner) logRan(job *Job, start time.Time, err error) {
 	if start.IsZero() {
 		return
 	}
@@ -58,7 +58,7 @@ func (o *owner) logRan(job *Job, start time.Time, err error) {
 }
 
 // logCommitted logs the state write of jobs, a group of one key.
-func (o *owner) logCommitted(jobs []Job) {
+func (o *Owner) logCommitted(jobs []Job) {
 	if len(jobs) == 0 || !o.debugJobs() {
 		return
 	}
@@ -68,7 +68,7 @@ func (o *owner) logCommitted(jobs []Job) {
 }
 
 // logAcked logs a job acked: it leaves the stream.
-func (o *owner) logAcked(t *task) {
+func (o *Owner) logAcked(t *task) {
 	if !o.debugJobs() {
 		return
 	}

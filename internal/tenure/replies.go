@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"strings"
@@ -21,7 +21,7 @@ import (
 // exceeds the connection's max_payload: it is split, and a reply too big
 // to share a message is left to finish. A publish that fails is logged,
 // as finish logs a failed reply: the caller recovers the kept outcome.
-func (o *owner) replyGrouped(ts []*task, out [][]byte) {
+func (o *Owner) replyGrouped(ts []*task, out [][]byte) {
 	if len(ts) < 2 {
 		return
 	}
@@ -37,14 +37,14 @@ func (o *owner) replyGrouped(ts []*task, out [][]byte) {
 		}
 		byInbox[inbox] = append(byInbox[inbox], i)
 	}
-	limit := int(o.w.nc.MaxPayload())
+	limit := int(o.nc.MaxPayload())
 	for _, inbox := range inboxes {
 		idx := byInbox[inbox]
 		if len(idx) < 2 {
 			continue
 		}
 		subject := inbox + groupedToken
-		if !validReply(subject, o.w.topo.Meta.ReplyPrefix) {
+		if !validReply(subject, o.topo.Meta.ReplyPrefix) {
 			continue
 		}
 		total := 1
@@ -58,7 +58,7 @@ func (o *owner) replyGrouped(ts []*task, out [][]byte) {
 				if !o.l.Trusted() {
 					return false
 				}
-				if err := o.w.nc.PublishMsg(&nats.Msg{Subject: subject, Data: body}); err != nil {
+				if err := o.nc.PublishMsg(&nats.Msg{Subject: subject, Data: body}); err != nil {
 					o.log.Warn("grouped reply", "jobs", len(sent), "err", err)
 				}
 				for _, i := range sent {
@@ -104,31 +104,4 @@ func groupedInbox(reply string) (string, bool) {
 		return "", false
 	}
 	return reply[:dot+1], true
-}
-
-// ReplyOutcome is one Call's outcome in a grouped reply: the reply token
-// of its Call (the last token of the Call's reply subject) and its result
-// or error (a *RemoteError), as Call would return them.
-type ReplyOutcome struct {
-	Token  string
-	Result []byte
-	Err    error
-}
-
-// DecodeGroupedReply reads a grouped reply: a message a worker sent to a
-// client's inbox with the token "-" (subject "<inbox>.-"), which carries
-// the outcomes of several of that client's Calls (see jetstream/doc.go,
-// "Grouped replies"). Client does this itself; it is for tools that watch
-// replies on the wire (tests, debugging). A malformed body is an error.
-func DecodeGroupedReply(data []byte) ([]ReplyOutcome, error) {
-	es, err := decodeGrouped(data)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]ReplyOutcome, len(es))
-	for i, e := range es {
-		res, rerr, _ := decodeResult(e.Outcome)
-		out[i] = ReplyOutcome{Token: e.Token, Result: res, Err: rerr}
-	}
-	return out, nil
 }

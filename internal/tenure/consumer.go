@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // partition owned and running nothing
 // (TestOwnerCreatesItsConsumerThroughASlowMetaLeader). A replaced or
 // missing stream is returned at once.
-func (o *owner) openConsumer(pause *resyncBackoff) (jetstream.Consumer, error) {
+func (o *Owner) openConsumer(pause *resyncBackoff) (jetstream.Consumer, error) {
 	start := time.Now()
 	bound := consumerAttempt
 	for attempt := 1; ; attempt++ {
@@ -113,13 +113,13 @@ const (
 	consumerInfoWait = 500 * time.Millisecond
 )
 
-func (o *owner) resetConsumer(bound time.Duration) (jetstream.Consumer, error) {
+func (o *Owner) resetConsumer(bound time.Duration) (jetstream.Consumer, error) {
 	// Each request gets its own bound: a request lost in an election
 	// fails the attempt quickly, and openConsumer asks again.
 	req := func() (context.Context, context.CancelFunc) {
 		return context.WithTimeout(o.ctx, bound)
 	}
-	topo := o.w.topo
+	topo := o.topo
 	jobs := topo.StreamOf(o.p)
 	// Never consume a jobs stream of another epoch than this worker's
 	// topology (a repartition replaced it, or the shard was created
@@ -131,7 +131,7 @@ func (o *owner) resetConsumer(bound time.Duration) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("jobs stream: %w", err)
 	}
 	if meta, err := readMeta(info, 0); err != nil || meta.Epoch != topo.EpochOf(o.p) {
-		o.w.requestReload()
+		o.cfg.RequestReload()
 		return nil, errTopologyChanged
 	}
 	name := topo.Names.Consumer(o.p)
@@ -172,7 +172,7 @@ func (o *owner) resetConsumer(bound time.Duration) (jetstream.Consumer, error) {
 	default:
 		return nil, fmt.Errorf("old consumer: %w", err)
 	}
-	cfg := topo.consumerConfig(o.p, o.w.cfg.AckWait, o.w.cfg.MaxPending)
+	cfg := topo.ConsumerConfig(o.p, o.cfg.AckWait, o.cfg.MaxPending)
 	cfg.Metadata = map[string]string{metaDelivered: strconv.FormatUint(o.prevDelivered, 10)}
 	ctx, cancel = req()
 	cons, err := jobs.CreateOrUpdateConsumer(ctx, cfg)
@@ -206,10 +206,10 @@ func (o *owner) resetConsumer(bound time.Duration) (jetstream.Consumer, error) {
 
 // deleteConsumer deletes the partition's consumer (a meta request: it
 // needs no leader of the consumer's own group). Gone already is success.
-func (o *owner) deleteConsumer(name string, bound time.Duration) error {
+func (o *Owner) deleteConsumer(name string, bound time.Duration) error {
 	ctx, cancel := context.WithTimeout(o.ctx, bound)
 	defer cancel()
-	if err := o.w.topo.StreamOf(o.p).DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := o.topo.StreamOf(o.p).DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete old consumer: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -8,11 +8,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/kept"
+	"github.com/keylane/keylane/internal/namespace"
+	"github.com/keylane/keylane/internal/statestore"
+	"github.com/keylane/keylane/internal/tracing"
 	"github.com/keylane/keylane/lease"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// owner runs one partition for as long as this worker holds its lease.
+// Owner runs one partition for as long as this worker holds its lease:
+// a tenure. Build it with New; the worker's balancer runs it (Run, as a
+// balance.Owner) and ends it (HandOver, Abort).
 //
 // On taking the lease it deletes and re-creates the partition's durable
 // consumer: jobs the previous owner fetched but never acked are delivered
@@ -20,11 +28,19 @@ import (
 // owner cannot interfere: it stopped trusting its lease before ours was
 // granted, so it neither acks nor replies, and anything it stored carries an
 // older fence.
-type owner struct {
-	w   *Worker
-	p   int
-	l   *lease.Lease
-	log *slog.Logger
+type Owner struct {
+	cfg   Config
+	p     int
+	l     *lease.Lease
+	log   *slog.Logger
+	stats *Stats
+
+	// From cfg, under the names the tenure calls them by.
+	topo    *namespace.Topology
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	state   *statestore.Store
+	tracing *workerTracing
 
 	ctx    context.Context // handlers' context: dies on lease loss or abort
 	cancel context.CancelFunc
@@ -73,7 +89,7 @@ const (
 // running it: NAK with a delay. The server keeps it pending (it still
 // counts against MaxPending), but this worker's memory and MaxInFlight do
 // not hold it.
-func (o *owner) handBack(t *task, stalled bool) {
+func (o *Owner) handBack(t *task, stalled bool) {
 	d := turnHandBackDelay
 	if stalled {
 		d = stalledHandBackDelay
@@ -90,20 +106,81 @@ func (o *owner) handBack(t *task, stalled bool) {
 		o.open.remove(b)
 		msg = b.msg
 	}
-	o.w.stats.handedBack.Add(1)
+	o.stats.HandedBack.Add(1)
 	if err := msg.NakWithDelay(d); err != nil {
 		o.log.Debug("hand back", "job_id", t.job.ID, "err", err)
 	}
 }
 
-func newOwner(w *Worker, p int, l *lease.Lease) *owner {
-	o := &owner{
-		w: w, p: p, l: l,
+// Config is everything a tenure is built from, each explicit: the
+// partition and its lease, the worker's connection, topology, job runner
+// and limits, the stores and counters it shares with the worker's other
+// tenures, and what it asks of the worker.
+type Config struct {
+	Partition int
+	Lease     *lease.Lease
+	// Log is the worker's logger; the tenure's adds the partition and
+	// the fence.
+	Log *slog.Logger
+
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Topology *namespace.Topology
+
+	// Exactly one of Handler, Reducer and Applier runs the jobs.
+	Handler  core.Handler
+	Reducer  core.Reducer
+	Applier  core.GroupApplier
+	Observer *core.WorkerObserver // nil: nothing measured
+
+	Backoff      func(attempt int) time.Duration
+	MaxDeliver   int
+	AckWait      time.Duration
+	MaxPending   int
+	MaxInFlight  int
+	Concurrency  int
+	StoreResults bool
+	WorkerID     string
+	LeaseTTL     time.Duration
+
+	// State is the namespace's state store (a Reducer's group commits).
+	State *statestore.Store
+	// Kept is the worker's memory of what the server refused of batched
+	// look-ups and outcome batches; OutcomeBatchMin the fewest puts sent
+	// as one batch (0: none).
+	Kept            *kept.Memory
+	OutcomeBatchMin int
+	Tracing         *tracing.Worker // nil: tracing off
+
+	// Stats are the worker's counters, shared by its tenures.
+	Stats *Stats
+	// RequestReload asks the worker to look at the jobs stream now (a
+	// stream of another epoch); RefreshEpoch re-reads the adopted epochs
+	// (a key held for ErrEpoch).
+	RequestReload func()
+	RefreshEpoch  func(ctx context.Context)
+}
+
+// Stats are the counters the tenures of a worker add to.
+type Stats struct {
+	Runs, Succeeded, Failed, Dead, Malformed, Stale, Unacked, FromResults  atomic.Int64
+	Lost, Released, Resyncs, Gaps, DeadErrors, HandedBack, ApplierRefusals atomic.Int64
+}
+
+// New returns the tenure of cfg.Partition under cfg.Lease; Run runs it.
+func New(cfg Config) *Owner {
+	p, l := cfg.Partition, cfg.Lease
+	o := &Owner{
+		cfg: cfg, p: p, l: l, stats: cfg.Stats,
+		topo: cfg.Topology, nc: cfg.NC, js: cfg.JS, state: cfg.State, tracing: (*workerTracing)(cfg.Tracing),
 		handoverCh: make(chan struct{}), abortCh: make(chan struct{}), done: make(chan struct{}),
 		moves: make(chan struct{}, movesInFlight),
 	}
-	o.log = w.log.With("partition", p, "fence", l.Fence())
-	o.kept = w.keptStore(o.log)
+	o.log = cfg.Log.With("partition", p, "fence", l.Fence())
+	o.kept = kept.New(kept.Config{
+		NC: cfg.NC, JS: cfg.JS, Results: cfg.Topology.Names.Results(),
+		BatchMin: cfg.OutcomeBatchMin, Memory: cfg.Kept, Log: o.log,
+	})
 	// The tenure's context ends with the lease (lost, expired), not only
 	// when the fetch loop notices: a lease lost while the owner drains its
 	// queued jobs after a hand-over or a re-sync, when no controller
@@ -113,34 +190,34 @@ func newOwner(w *Worker, p int, l *lease.Lease) *owner {
 }
 
 // handOver asks the owner to finish what it fetched and release the lease.
-func (o *owner) handOver() { o.handoverOnce.Do(func() { close(o.handoverCh) }) }
+func (o *Owner) handOver() { o.handoverOnce.Do(func() { close(o.handoverCh) }) }
 
 // abort asks the owner to stop now: cancel handlers, drop queued jobs.
 // abort ends the tenure at once: running handlers' contexts are cancelled,
 // queued jobs do not run, nothing more is acked. It cancels o.ctx itself:
 // an abort can come while the owner drains after its fetch ended (Stop's
 // deadline during a hand-over), when no controller is left to do it.
-func (o *owner) abort() {
+func (o *Owner) abort() {
 	o.abortOnce.Do(func() {
 		close(o.abortCh)
 		o.cancel()
 	})
 }
 
-func (o *owner) run() {
+func (o *Owner) run() {
 	defer close(o.done)
 	defer o.moving.Wait()
 	defer o.cancel()
 	o.log.Info("partition acquired")
 
 	group, run := 1, func(ts []*task) { o.process(ts[0]) }
-	if o.w.cfg.Reducer != nil {
+	if o.cfg.Reducer != nil {
 		group, run = maxGroup, o.runGroup
-	} else if o.w.cfg.Applier != nil {
+	} else if o.cfg.Applier != nil {
 		group, run = maxGroup, o.runApplied
 	}
 	run = o.observeQueueWait(run)
-	run = o.w.tracing.wrap(run)
+	run = o.tracing.wrap(run)
 	var cons jetstream.Consumer
 	pause := resyncBackoff{}
 	for {
@@ -164,7 +241,7 @@ func (o *owner) run() {
 			o.release()
 			return
 		}
-		ln := newLanes(o.w.cfg.Concurrency, group, o.w.cfg.MaxInFlight, run)
+		ln := newLanes(o.cfg.Concurrency, group, o.cfg.MaxInFlight, run)
 		o.ln = ln
 		o.lanes.Store(ln)
 		why := o.fetch(cons, ln)
@@ -176,7 +253,7 @@ func (o *owner) run() {
 		// consumer delivers it again, in order, from the ack floor); what
 		// is running finishes and acks first.
 		ln.close(true)
-		o.w.stats.resyncs.Add(1)
+		o.stats.Resyncs.Add(1)
 		o.log.Warn("partition re-synchronising from its ack floor", "why", why)
 		if !pause.wait(o.ctx, o.abortCh, o.handoverCh, o.l.Done()) {
 			break
@@ -211,7 +288,7 @@ func isClosed(ch <-chan struct{}) bool {
 // passes (by then the server redelivers what it holds anyway). Jobs the
 // server sent after the fetch was drained never reached us; they stay
 // unacked and go to the successor, for their first run.
-func (o *owner) settle(cons jetstream.Consumer) {
+func (o *Owner) settle(cons jetstream.Consumer) {
 	want := o.maxAcked.Load()
 	if want == 0 {
 		return
@@ -228,7 +305,7 @@ func (o *owner) settle(cons jetstream.Consumer) {
 		}
 		cancel()
 	}()
-	if !settleAcks(o.w.topo.StreamOf(o.p), cons, want, stop.Done(), o.w.cfg.AckWait) {
+	if !settleAcks(o.topo.StreamOf(o.p), cons, want, stop.Done(), o.cfg.AckWait) {
 		o.log.Warn("hand-over: acks not applied before the drain ended", "want", want)
 	}
 }
@@ -264,18 +341,47 @@ func settleAcks(stream jetstream.Stream, cons jetstream.Consumer, want uint64, s
 	}
 }
 
-func (o *owner) release() {
-	ctx, cancel := context.WithTimeout(context.Background(), o.w.cfg.Topology.LeaseTTL)
+func (o *Owner) release() {
+	ctx, cancel := context.WithTimeout(context.Background(), o.cfg.LeaseTTL)
 	defer cancel()
 	err := o.l.Release(ctx)
 	switch {
 	case errors.Is(err, lease.ErrLost) || errors.Is(err, lease.ErrExpired):
-		o.w.stats.lost.Add(1)
+		o.stats.Lost.Add(1)
 		o.log.Warn("partition lease lost", "err", err)
 	case err != nil:
 		o.log.Warn("partition release", "err", err)
 	default:
-		o.w.stats.released.Add(1)
+		o.stats.Released.Add(1)
 		o.log.Info("partition released")
 	}
+}
+
+// Run runs the tenure (balance.Owner).
+func (o *Owner) Run() { o.run() }
+
+// HandOver asks the owner to finish and release its lease (balance.Owner).
+func (o *Owner) HandOver() { o.handOver() }
+
+// Abort asks the owner to stop now (balance.Owner).
+func (o *Owner) Abort() { o.abort() }
+
+// Done is closed once Run has returned (balance.Owner).
+func (o *Owner) Done() <-chan struct{} { return o.done }
+
+// Lease is the tenure's lease.
+func (o *Owner) Lease() *lease.Lease { return o.l }
+
+// Backlog is Tenure.Backlog: the partition's jobs not yet delivered, a
+// batch message counted as its jobs (backlog.go).
+func (o *Owner) Backlog() uint64 { return o.pendingJobs() }
+
+// InFlight reports the jobs the tenure holds (fetched, not finished) and
+// those a failing key handed back that have not come back yet; zeros
+// before its first consumer.
+func (o *Owner) InFlight() (held, handedBack int) {
+	if ln := o.lanes.Load(); ln != nil {
+		return ln.pending(), ln.handedBackNow()
+	}
+	return 0, 0
 }

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -17,8 +17,8 @@ const movesInFlight = 8
 
 // isSubmission reports whether subject is one of the namespace's delay
 // subjects: a delayed job's submission, not a job to run.
-func (o *owner) isSubmission(subject string) bool {
-	return o.w.topo.Meta.Delays && strings.HasPrefix(subject, o.w.topo.Names.Namespace+".delay.")
+func (o *Owner) isSubmission(subject string) bool {
+	return o.topo.Meta.Delays && strings.HasPrefix(subject, o.topo.Names.Namespace+".delay.")
 }
 
 // moveDelayed takes a delayed job's submission (stored at seq in the jobs
@@ -36,7 +36,7 @@ func (o *owner) isSubmission(subject string) bool {
 // redelivery after backoff. The move runs beside the fetch loop (at most
 // movesInFlight at once): a slow delays stream does not hold the
 // partition's jobs.
-func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+func (o *Owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 	seq := meta.Sequence.Stream
 	r := o.rules()
 	var d wire.Delayed
@@ -54,7 +54,7 @@ func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 		o.malformed(msg, seq, d.Job, err)
 		return
 	}
-	subject, h := r.Schedule(d, received, wire.MoveID(o.w.topo.EpochOf(o.p), seq))
+	subject, h := r.Schedule(d, received, wire.MoveID(o.topo.EpochOf(o.p), seq))
 	sm := &nats.Msg{Subject: subject, Header: h, Data: data}
 	select {
 	case o.moves <- struct{}{}:
@@ -69,7 +69,7 @@ func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 			return // the next owner moves it
 		}
 		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
-		_, err := o.w.js.PublishMsg(ctx, sm)
+		_, err := o.js.PublishMsg(ctx, sm)
 		cancel()
 		err = natsError(err)
 		switch {
@@ -79,7 +79,7 @@ func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 			return
 		default:
 			o.log.Warn("delayed job not moved into the delays stream; it is delivered again", "job_id", d.ID, "seq", seq, "err", err)
-			_ = msg.NakWithDelay(o.w.cfg.Backoff(int(meta.NumDelivered)))
+			_ = msg.NakWithDelay(o.cfg.Backoff(int(meta.NumDelivered)))
 			return
 		}
 		o.log.Debug("delayed job scheduled", "job_id", d.ID, "key", d.Key, "run_at", d.RunAt, "seq", seq)
@@ -96,15 +96,15 @@ func (o *owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 // left behind (a failed delete, a worker that died first) is removed by
 // the delays stream's MaxAge, and a delete of one already gone is no
 // harm.
-func (o *owner) deleteDue(seq uint64) {
+func (o *Owner) deleteDue(seq uint64) {
 	body, _ := json.Marshal(map[string]any{"seq": seq, "no_erase": true})
-	subject := apiPrefix(o.w.js) + "STREAM.MSG.DELETE." + o.w.topo.Names.Delays()
+	subject := apiPrefix(o.js) + "STREAM.MSG.DELETE." + o.topo.Names.Delays()
 	o.moving.Add(1)
 	go func() {
 		defer o.moving.Done()
 		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
 		defer cancel()
-		if _, err := o.w.nc.RequestWithContext(ctx, subject, body); err != nil && o.ctx.Err() == nil {
+		if _, err := o.nc.RequestWithContext(ctx, subject, body); err != nil && o.ctx.Err() == nil {
 			o.log.Debug("due copy of a delayed job not deleted (the delays stream's MaxAge will)", "due_seq", seq, "err", err)
 		}
 	}()

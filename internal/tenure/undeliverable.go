@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"context"
@@ -69,11 +69,11 @@ var errStatusLike = errors.New("an empty payload with a Status header, which nat
 // another kind in the range, more or fewer than missing, a read or write
 // that fails) reports false and the partition re-synchronises as for any
 // gap.
-func (o *owner) removeSwallowed(from, to, missing uint64) bool {
+func (o *Owner) removeSwallowed(from, to, missing uint64) bool {
 	if missing > undeliverableAhead {
 		return false
 	}
-	stream := o.w.topo.Streams[ShardOf(o.p, len(o.w.topo.Streams))]
+	stream := o.topo.Streams[ShardOf(o.p, len(o.topo.Streams))]
 	filter := o.partitionFilter()
 	var found []*jetstream.RawStreamMsg
 	for seq := from; seq <= to; {
@@ -105,8 +105,8 @@ func (o *owner) removeSwallowed(from, to, missing uint64) bool {
 // dead-letters and deletes each that nats.go would swallow. It returns
 // how many it removed; it stops at the first failure (the next gap tries
 // again) and when the tenure ends.
-func (o *owner) clearUndeliverable(from, to uint64, most int) int {
-	stream := o.w.topo.Streams[ShardOf(o.p, len(o.w.topo.Streams))]
+func (o *Owner) clearUndeliverable(from, to uint64, most int) int {
+	stream := o.topo.Streams[ShardOf(o.p, len(o.topo.Streams))]
 	filter := o.partitionFilter()
 	removed := 0
 	for seq, n := max(from, 1), 0; seq <= to && n < most; n++ {
@@ -141,9 +141,9 @@ func (o *owner) clearUndeliverable(from, to uint64, most int) int {
 // removeUndeliverable dead-letters m, a stored job nats.go swallows, with
 // the reason, and deletes it from the jobs stream; it reports whether
 // both were done.
-func (o *owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStreamMsg) bool {
+func (o *Owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStreamMsg) bool {
 	f, _ := o.rules().Parse(m.Subject, m.Header)
-	o.w.stats.malformed.Add(1)
+	o.stats.Malformed.Add(1)
 	why := Permanent(fmt.Errorf("malformed: %w", errStatusLike))
 	o.log.Warn("undeliverable message dead-lettered", "seq", m.Sequence, "err", why)
 	if !o.deadLetter(rawSource{m}, Job{ID: f.ID, Key: f.Key, Seq: m.Sequence, Partition: o.p, Fence: o.l.Fence()}, why, 0) || !o.l.Trusted() {
@@ -164,9 +164,9 @@ func (o *owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStr
 // partitionFilter matches every message the partition's consumer
 // delivers: its keys' subjects, and with delays its delay subject too
 // (ns.*.<p>.* then: the jobs stream has no other subjects of p).
-func (o *owner) partitionFilter() string {
-	if o.w.topo.Meta.Delays {
-		return o.w.topo.Names.Namespace + ".*." + strconv.Itoa(o.p) + ".*"
+func (o *Owner) partitionFilter() string {
+	if o.topo.Meta.Delays {
+		return o.topo.Names.Namespace + ".*." + strconv.Itoa(o.p) + ".*"
 	}
-	return partition.Filter(o.w.topo.Names.Namespace, o.p)
+	return partition.Filter(o.topo.Names.Namespace, o.p)
 }

@@ -1,13 +1,14 @@
-package keylane
+package tenure
 
 import (
 	"errors"
 	"fmt"
-	"github.com/keylane/keylane/internal/core"
 	"math"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/keylane/keylane/internal/core"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -48,8 +49,8 @@ var (
 // message lost with a connection or a consumer leader), a reconnect, or
 // missed heartbeats. Then it returns why, having dispatched nothing after
 // the gap, and the caller re-creates the consumer.
-func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
-	batch := min(o.w.cfg.MaxInFlight, 256)
+func (o *Owner) fetch(cons jetstream.Consumer, ln *lanes) error {
+	batch := min(o.cfg.MaxInFlight, 256)
 	// A short pull expiry means heartbeats every PullExpiry/2: a pull
 	// request lost with a consumer leader (a cluster) or a connection is
 	// noticed in seconds and re-synchronised, not at a 30s expiry.
@@ -58,8 +59,8 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 		// Treat it like a broken delivery: try again after a pause.
 		return fmt.Errorf("fetch: %w", err)
 	}
-	status := o.w.nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED)
-	defer o.w.nc.RemoveStatusListener(status)
+	status := o.nc.StatusChanged(nats.RECONNECTING, nats.CONNECTED)
+	defer o.nc.RemoveStatusListener(status)
 
 	var resync atomic.Pointer[error]
 	stopCh := make(chan struct{})
@@ -106,7 +107,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 	}()
 	go func() { // keeps waiting and long-running jobs from being redelivered
 		defer ctl.Done()
-		every := o.w.cfg.AckWait / 3
+		every := o.cfg.AckWait / 3
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -223,7 +224,7 @@ func (o *owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 // of this partition, is dead-lettered with the reason and acked (its
 // caller, on a valid reply subject, told), never handed to the handler
 // and never allowed to stop the loop.
-func (o *owner) dispatch(ln *lanes, msg jetstream.Msg) {
+func (o *Owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	meta, err := msg.Metadata()
 	if err != nil {
 		o.malformed(msg, 0, wire.Job{}, fmt.Errorf("no JetStream metadata: %w", err))
@@ -275,7 +276,7 @@ var errOneJobMessage = errors.New("one-job message (no " + wire.HeaderBatch + " 
 // own in its key's lane (see batchpart.go). A message that is no valid
 // batch is dead-lettered whole; a job of it that breaks a rule is
 // dead-lettered alone, the others run.
-func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgMetadata) {
+func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 	seq := meta.Sequence.Stream
 	es, err := o.rules().ParseBatch(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
@@ -306,7 +307,7 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 	for i, e := range es {
 		p := &batchPart{Msg: msg, b: b, subject: msg.Subject(), header: batchPartHeader(e), data: e.Payload}
 		if e.Job.Key != "" {
-			p.subject = partition.Subject(o.w.topo.Names.Namespace, o.p, e.Job.Key)
+			p.subject = partition.Subject(o.topo.Names.Namespace, o.p, e.Job.Key)
 		}
 		if e.Err != nil {
 			o.malformedAt(p, seq, i, e.Job, e.Err)
@@ -335,21 +336,21 @@ func (o *owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 }
 
 // rules are what this partition's jobs are checked against on receipt.
-func (o *owner) rules() wire.Rules {
-	return wire.Rules{Namespace: o.w.topo.Names.Namespace, Partition: o.p, Partitions: o.w.topo.Partitions, ReplyPrefix: o.w.topo.Meta.ReplyPrefix,
-		Delays: o.w.topo.Meta.Delays, DelaysStream: o.w.topo.Names.Delays(), MaxKeyBacklog: o.w.topo.Meta.MaxKeyBacklog}
+func (o *Owner) rules() wire.Rules {
+	return wire.Rules{Namespace: o.topo.Names.Namespace, Partition: o.p, Partitions: o.topo.Partitions, ReplyPrefix: o.topo.Meta.ReplyPrefix,
+		Delays: o.topo.Meta.Delays, DelaysStream: o.topo.Names.Delays(), MaxKeyBacklog: o.topo.Meta.MaxKeyBacklog}
 }
 
 // malformed dead-letters msg, which is no valid job (why), acks it, and
 // tells a caller waiting on a valid reply subject (f.Reply).
-func (o *owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+func (o *Owner) malformed(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
 	o.malformedAt(msg, seq, 0, f, why)
 }
 
 // malformedAt is malformed for job index of a batch message (0: a
 // one-job message).
-func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
-	o.w.stats.malformed.Add(1)
+func (o *Owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
+	o.stats.Malformed.Add(1)
 	// Logged once, by deadLetter ("job dead-lettered", err "malformed: …").
 	o.refuseAt(msg, seq, index, f, fmt.Errorf("malformed: %w", why))
 }
@@ -361,36 +362,36 @@ func (o *owner) malformedAt(msg jetstream.Msg, seq uint64, index int, f wire.Job
 // answered with the refusal, as a one-job message's caller is. Its Calls
 // would otherwise wait out their deadlines (a client routing with another
 // partition count after a repartition: re-open it).
-func (o *owner) malformedBatch(msg jetstream.Msg, seq uint64, why error) {
+func (o *Owner) malformedBatch(msg jetstream.Msg, seq uint64, why error) {
 	var tell []string
 	if jobs, err := wire.DecodeBatch(msg.Data()); err == nil {
 		seen := make(map[string]bool, len(jobs))
 		for _, j := range jobs {
-			if j.Reply != "" && !seen[j.Reply] && wire.ValidateReply(j.Reply, o.w.topo.Meta.ReplyPrefix) == nil {
+			if j.Reply != "" && !seen[j.Reply] && wire.ValidateReply(j.Reply, o.topo.Meta.ReplyPrefix) == nil {
 				seen[j.Reply] = true
 				tell = append(tell, j.Reply)
 			}
 		}
 	}
-	o.w.stats.malformed.Add(1)
+	o.stats.Malformed.Add(1)
 	o.refuseTelling(msg, seq, 0, wire.Job{}, fmt.Errorf("malformed: %w", why), tell)
 }
 
 // refuse dead-letters msg, which will never run (why), acks it, and tells
 // a caller waiting on a valid reply subject (f.Reply).
-func (o *owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
+func (o *Owner) refuse(msg jetstream.Msg, seq uint64, f wire.Job, why error) {
 	o.refuseAt(msg, seq, 0, f, why)
 }
 
 // refuseAt is refuse for job index of a batch message (0: a one-job
 // message), whose dead letter's ID names the index (wire.BatchDeadID).
-func (o *owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
+func (o *Owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error) {
 	o.refuseTelling(msg, seq, index, f, why, nil)
 }
 
 // refuseTelling is refuseAt that also tells the callers waiting on tell,
 // valid reply subjects, before the ack.
-func (o *owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error, tell []string) {
+func (o *Owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error, tell []string) {
 	err := Permanent(why)
 	job := Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}
 	core.SetIndex(&job, index)
@@ -404,13 +405,13 @@ func (o *owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.J
 		tell = append(tell, f.Reply)
 	}
 	for _, reply := range tell {
-		if perr := o.w.nc.PublishMsg(replyMsg(reply, nil, err, true)); perr != nil {
+		if perr := o.nc.PublishMsg(replyMsg(reply, nil, err, true)); perr != nil {
 			o.log.Warn("reply", "seq", seq, "err", perr)
 		}
 	}
 	if err := msg.Ack(); err != nil {
 		// Redelivered, it is dead-lettered again: say so.
-		o.w.stats.unacked.Add(1)
+		o.stats.Unacked.Add(1)
 		o.log.Warn("ack of a dead-lettered malformed message", "seq", seq, "err", err)
 	}
 }

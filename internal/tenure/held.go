@@ -1,4 +1,4 @@
-package keylane
+package tenure
 
 import (
 	"strings"
@@ -13,11 +13,6 @@ import (
 // once, on a subject of its own under the Call's inbox: the reply token
 // with heldMark before it. A client of an earlier build has no waiter for
 // that token and drops the notice, as before; its Call waits as it did.
-
-// HeldError is ErrHeld for one job: JobID, the held job's ID (call again
-// with it for its outcome), and Reason, the worker's (why the job is held
-// and what releases it). One held for ErrEpoch is errors.Is ErrEpoch too.
-type HeldError = core.HeldError
 
 // heldMark starts the token of a held notice: heldMark and the Call's own
 // reply token. Neither base 36, the client's ack prefix nor groupedMark
@@ -51,7 +46,7 @@ func heldMsg(reply string, why error) *nats.Msg {
 // sayHeld tells t's Call, once a task, that its job is held for why; a
 // job without a reply subject, or already replied to, is told nothing.
 // Like a reply, it is sent only while the lease is trusted.
-func (o *owner) sayHeld(t *task, why error) {
+func (o *Owner) sayHeld(t *task, why error) {
 	reply := t.msg.Headers().Get(HeaderReply)
 	if reply == "" || t.replied {
 		return
@@ -60,7 +55,7 @@ func (o *owner) sayHeld(t *task, why error) {
 	if m == nil || !o.l.Trusted() {
 		return
 	}
-	if err := o.w.nc.PublishMsg(m); err != nil {
+	if err := o.nc.PublishMsg(m); err != nil {
 		o.log.Warn("held notice", "job_id", t.job.ID, "err", err)
 	}
 }
