@@ -152,11 +152,6 @@ func (t *Topology) conn() *nats.Conn {
 	return t.js.Conn()
 }
 
-// The one compare-and-set writer of keylane's KV entries is
-// statestore's (Put, Loop); the tenure's crash-loop counter writes with
-// it too.
-var errTooManyWriters = statestore.ErrTooManyWriters
-
 // syntheticIDPrefix names jobs published without a job ID after their
 // stream sequence.
 const syntheticIDPrefix = statestore.SyntheticIDPrefix

@@ -93,8 +93,6 @@ const (
 	batchCommitHeader = "Nats-Batch-Commit"
 )
 
-var errBatchIgnored = jsbatch.ErrIgnored
-
 func markBatch(m *nats.Msg, id string, seq int, last bool) { jsbatch.Mark(m, id, seq, last) }
 
 func batchStored(m *nats.Msg, id string, n int) error { return jsbatch.Stored(m, id, n) }
@@ -126,8 +124,6 @@ type groupedEntry = wire.GroupedEntry
 func appendGroupedEntry(buf []byte, token string, kind byte, rest []byte) []byte {
 	return wire.AppendGroupedEntry(buf, token, kind, rest)
 }
-
-var errBadGrouped = wire.ErrBadGrouped
 
 func decodeGrouped(b []byte) ([]groupedEntry, error) { return wire.DecodeGrouped(b) }
 
