@@ -115,9 +115,9 @@
 //   - A newer owner wrote the key (ErrStaleFence): the tenure steps down at
 //     once. TestStaleOwnerWriteIsFenced, keylanepg's TestPausedWorkerRefusedByFence.
 //   - A job skipped by a later job of its key (ErrGap): dead-lettered,
-//     loudly, counted (Stats.Gaps). The state's side is
-//     TestStateAppliesJobsOfOneBatchInOrder; no test yet drives a gap
-//     through a worker to its dead letter.
+//     loudly, counted (Stats.Gaps), never applied.
+//     TestGapThroughAWorkerIsDeadLettered; the state's side,
+//     TestStateAppliesJobsOfOneBatchInOrder.
 //   - A key's state written under another jobs stream (ErrEpoch): the job
 //     is held until its epoch is adopted, its Call told at once.
 //     TestRecreatedJobsStreamIsRefusedUntilAdopted, TestCallOnARecreatedStreamSaysHeld.
