@@ -23,3 +23,6 @@ const (
 	headerSealedBatch = client.HeaderSealedBatch
 	outcomePoll       = client.OutcomePoll
 )
+
+// groupedOutcome is a grouped reply entry's outcome as Call gets it.
+func groupedOutcome(enc []byte) ([]byte, error, bool) { return client.GroupedOutcome(enc) }

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/keylane/keylane/internal/core"
 	"strconv"
 	"strings"
 	"sync"
@@ -318,7 +317,7 @@ func TestGroupedOutcomeCodec(t *testing.T) {
 	}
 	for i, o := range outcomes {
 		single, serr := decodeReply(replyMsg("s", o.res, o.err, o.dead))
-		grouped, gerr, _ := core.DecodeOutcome(got[i].Outcome)
+		grouped, gerr, _ := groupedOutcome(got[i].Outcome)
 		if got[i].Token != es[i].Token || string(single) != string(grouped) || fmt.Sprint(serr) != fmt.Sprint(gerr) {
 			t.Fatalf("entry %d: single %q, %v; grouped %q, %v", i, single, serr, grouped, gerr)
 		}

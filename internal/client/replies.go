@@ -27,10 +27,23 @@ func (c *Client) deliverGrouped(m *nats.Msg) {
 	}
 	for _, e := range es {
 		// DecodeGrouped checked every entry's outcome.
-		if res, err, ok := core.DecodeOutcome(e.Outcome); ok {
+		if res, err, ok := GroupedOutcome(e.Outcome); ok {
 			c.deliverOutcome(e.Token, outcome{res, err})
 		}
 	}
+}
+
+// GroupedOutcome reads one entry's outcome of a grouped reply as Call
+// delivers it: the same result and error as the single reply of that
+// outcome (DecodeReply), decoded once. An error's text is never empty
+// (core.ErrorText), as a single reply's is not; ok is false for an
+// outcome core.DecodeOutcome refuses.
+func GroupedOutcome(enc []byte) (res []byte, err error, ok bool) {
+	res, err, ok = core.DecodeOutcome(enc)
+	if re, isRemote := err.(*core.RemoteError); isRemote && re.Message == "" {
+		re.Message = core.ErrorText("")
+	}
+	return res, err, ok
 }
 
 // heldError decodes a held notice for job id.

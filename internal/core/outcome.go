@@ -14,5 +14,5 @@ func DecodeOutcome(b []byte) (_ []byte, _ error, ok bool) {
 	case kind == wire.OutcomeOK:
 		return rest, nil, true
 	}
-	return nil, &RemoteError{Message: ErrorText(string(rest)), Permanent: kind != wire.OutcomeError, DeadLettered: kind == wire.OutcomeDead}, true
+	return nil, &RemoteError{Message: string(rest), Permanent: kind != wire.OutcomeError, DeadLettered: kind == wire.OutcomeDead}, true
 }
