@@ -10,7 +10,3 @@ import (
 // retrying). Submit and Call refuse a job over it with one (see
 // internal/client's admission).
 type KeyBacklogFullError = core.KeyBacklogFullError
-
-// subjectsVersion is the keylane.version of a jobs stream with per-key
-// subjects, ns.jobs.<p>.<key token>.
-const subjectsVersion = "3"

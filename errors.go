@@ -184,9 +184,6 @@ func Permanent(err error) error { return core.Permanent(err) }
 // RemoteError is a handler's error as a caller of Call receives it.
 type RemoteError = core.RemoteError
 
-// noTopologyError is ErrNoTopology naming the namespace.
-type noTopologyError = core.NoTopologyError
-
 // stateError is a state bucket read or write that did not go through.
 type stateError = core.StateError
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/internal/jsbatch"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,11 +57,11 @@ func (kw *keptWatch) counts() (puts, batched, commits int, batches map[string]in
 	batches = map[string]int{}
 	for _, m := range kw.msgs {
 		puts++
-		if id := m.Header.Get(batchIDHeader); id != "" {
+		if id := m.Header.Get(jsbatch.IDHeader); id != "" {
 			batched++
 			batches[id]++
 		}
-		if m.Header.Get(batchCommitHeader) != "" {
+		if m.Header.Get(jsbatch.CommitHeader) != "" {
 			commits++
 		}
 	}
@@ -79,7 +80,7 @@ func (kw *keptWatch) waitSeen(t *testing.T, prefix string, n int, plain bool) {
 		seen := map[string]bool{}
 		for _, m := range kw.msgs {
 			id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-			if strings.HasPrefix(id, prefix) && (!plain || m.Header.Get(batchIDHeader) == "") {
+			if strings.HasPrefix(id, prefix) && (!plain || m.Header.Get(jsbatch.IDHeader) == "") {
 				seen[id] = true
 			}
 		}

@@ -151,7 +151,3 @@ func (t *Topology) conn() *nats.Conn {
 	}
 	return t.js.Conn()
 }
-
-// syntheticIDPrefix names jobs published without a job ID after their
-// stream sequence.
-const syntheticIDPrefix = statestore.SyntheticIDPrefix

@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"github.com/keylane/keylane/internal/client"
 	"github.com/keylane/keylane/internal/jsbatch"
 
 	"github.com/keylane/keylane/internal/core"
@@ -82,17 +83,6 @@ const (
 	groupedToken = groupedMark
 )
 
-// JetStream atomic batches (nats-server 2.12 and later, on a stream with
-// AllowAtomicPublish): messages 1..n carry the batch's ID and their
-// sequence, the last also the commit; the server stores all or none, and
-// acks the commit only, naming the batch and its size. Package kept's
-// (jsbatch.Mark); the header names are the server's.
-const (
-	batchIDHeader     = "Nats-Batch-Id"
-	batchSeqHeader    = "Nats-Batch-Sequence"
-	batchCommitHeader = "Nats-Batch-Commit"
-)
-
 func markBatch(m *nats.Msg, id string, seq int, last bool) { jsbatch.Mark(m, id, seq, last) }
 
 func batchStored(m *nats.Msg, id string, n int) error { return jsbatch.Stored(m, id, n) }
@@ -158,7 +148,7 @@ func DecodeGroupedReply(data []byte) ([]ReplyOutcome, error) {
 	}
 	out := make([]ReplyOutcome, len(es))
 	for i, e := range es {
-		res, rerr, _ := decodeResult(e.Outcome)
+		res, rerr, _ := client.GroupedOutcome(e.Outcome) // as Call gets it
 		out[i] = ReplyOutcome{Token: e.Token, Result: res, Err: rerr}
 	}
 	return out, nil

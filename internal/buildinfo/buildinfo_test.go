@@ -24,7 +24,7 @@ func TestLinkerVersionWins(t *testing.T) {
 		t.Fatalf("Read with a linker version: %+v", in)
 	}
 	version = ""
-	if in := Read(); in.Version == "" {
-		t.Fatalf("Read without one: empty version")
+	if in := Read(); in.Version == "v9.9.9" || in.Version == "" {
+		t.Fatalf("Read without a linker version: %q; want the module's version or (unknown)", in.Version)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/keylane/keylane/internal/core"
@@ -99,19 +98,8 @@ func (c *Client) Call(ctx context.Context, r *Request) (_ []byte, err error) {
 		ackWait = min(2*ackWait, maxCallAckWait)
 		ackTimer.Reset(ackWait)
 	}
-	var recovered chan outcome
-	rctx, stopRecovery := context.WithCancel(ctx)
-	var recovery sync.WaitGroup
-	defer func() { stopRecovery(); recovery.Wait() }() // no watcher outlives Call
-	recover := func() {
-		if recovered == nil {
-			recovered = make(chan outcome, 1)
-			recovery.Go(func() {
-				res, err := c.awaitOutcome(rctx, r.ID)
-				recovered <- outcome{res, err}
-			})
-		}
-	}
+	rec := c.newRecovery(ctx, r.ID)
+	defer rec.stop() // no watcher outlives Call
 	// A stored job whose reply has not come within replyWait may have lost
 	// it on the worker's side (a reply sent while its connection or lease
 	// was failing): look for the kept outcome as well.
@@ -165,7 +153,7 @@ func (c *Client) Call(ctx context.Context, r *Request) (_ []byte, err error) {
 			acked = true
 			ackTimer.Stop()
 		case <-replyTimer.C:
-			recover()
+			rec.start()
 		case <-ackTimer.C:
 			if !acked {
 				if refused := natserr.Refusal(c.nc, before, m.Subject); refused != nil {
@@ -180,8 +168,8 @@ func (c *Client) Call(ctx context.Context, r *Request) (_ []byte, err error) {
 			if !acked {
 				republish()
 			}
-			recover()
-		case o := <-recovered:
+			rec.start()
+		case o := <-rec.ch:
 			return o.res, o.err
 		case reply := <-w.result:
 			return c.replied(ctx, m, reply)
@@ -233,6 +221,42 @@ func (c *Client) replied(ctx context.Context, m *nats.Msg, o outcome) ([]byte, e
 		}
 	}
 	return res, err
+}
+
+// recovery reads a Call's outcome from what the worker keeps
+// (awaitOutcome) when its reply may have been lost: started at most once,
+// on the Call's first doubt, and stopped with the Call, so no watcher
+// outlives it. ch is nil, and blocks a select, until start.
+type recovery struct {
+	c      *Client
+	ctx    context.Context
+	cancel context.CancelFunc
+	id     string
+	wg     sync.WaitGroup
+	ch     chan outcome
+}
+
+func (c *Client) newRecovery(ctx context.Context, id string) *recovery {
+	rctx, cancel := context.WithCancel(ctx)
+	return &recovery{c: c, ctx: rctx, cancel: cancel, id: id}
+}
+
+// start begins watching for the kept outcome, once.
+func (r *recovery) start() {
+	if r.ch != nil {
+		return
+	}
+	r.ch = make(chan outcome, 1)
+	r.wg.Go(func() {
+		res, err := r.c.awaitOutcome(r.ctx, r.id)
+		r.ch <- outcome{res, err}
+	})
+}
+
+// stop ends the watch and waits for it.
+func (r *recovery) stop() {
+	r.cancel()
+	r.wg.Wait()
 }
 
 // outcome is a job's result or error.
@@ -408,10 +432,6 @@ type waiter struct {
 	// brought it (a single reply, or its entry of a grouped one).
 	result chan outcome
 	held   chan *nats.Msg // a held notice (held.go)
-	// resent: the batcher published the job again on its own after its
-	// batch's ack failed or never came; a "duplicate" ack may then be the
-	// batch's own stored copy.
-	resent atomic.Bool
 }
 
 func (c *Client) wait() (string, *waiter, error) {

@@ -108,6 +108,9 @@ type Client struct {
 	// beforeBatch, if set (tests only), sees every batch message of two
 	// jobs or more just before its first publish.
 	beforeBatch func(*nats.Msg)
+	// beforeAlone, if set (tests only), sees every batch of one Client.alone
+	// builds before it is sent.
+	beforeAlone func(*nats.Msg)
 }
 
 // New returns a client of the namespace cfg describes. A Config missing

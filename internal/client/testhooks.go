@@ -20,6 +20,9 @@ func (c *Client) Queued(p int) int { return c.wire.Queued(p) }
 // before its first publish. Set it before any job is sent.
 func (c *Client) SetBeforeBatch(f func(*nats.Msg)) { c.beforeBatch = f }
 
+// SetBeforeAlone sets the hook that sees each batch of one Client.alone builds.
+func (c *Client) SetBeforeAlone(f func(*nats.Msg)) { c.beforeAlone = f }
+
 // SetPartitionsHeader makes c send v as its Keylane-Partitions header (a
 // client that routes with a stale partition count). Set it before any
 // job is sent.

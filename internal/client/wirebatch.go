@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	jobbatcher "github.com/keylane/keylane/internal/batcher"
@@ -127,6 +126,9 @@ func (c *Client) alone(m *nats.Msg) (*nats.Msg, error) {
 	}
 	if max, size := c.nc.MaxPayload()-int64(c.cfg.DeadLetterReserve), core.MessageSize(bm); size > max {
 		return nil, fmt.Errorf("%w: %d bytes as a batch of one, limit %d (max_payload less %d for a dead letter's headers)", core.ErrPayloadTooLarge, size, max, c.cfg.DeadLetterReserve)
+	}
+	if c.beforeAlone != nil {
+		c.beforeAlone(bm)
 	}
 	return bm, nil
 }
@@ -445,29 +447,18 @@ func (c *Client) callBatched(ctx context.Context, m *nats.Msg, id string, p int,
 		return nil, fmt.Errorf("keylane: submit %s: %w", id, natserr.Once(err))
 	}
 	status := *c.reconnected.Load()
-	var recovered chan outcome
-	rctx, stopRecovery := context.WithCancel(ctx)
-	var recovery sync.WaitGroup
-	defer func() { stopRecovery(); recovery.Wait() }() // no watcher outlives Call
-	recover := func() {
-		if recovered == nil {
-			recovered = make(chan outcome, 1)
-			recovery.Go(func() {
-				res, err := c.awaitOutcome(rctx, id)
-				recovered <- outcome{res, err}
-			})
-		}
-	}
+	rec := c.newRecovery(ctx, id)
+	defer rec.stop() // no watcher outlives Call
 	replyTimer := time.NewTimer(replyWait)
 	defer replyTimer.Stop()
 	for {
 		select {
 		case <-replyTimer.C:
-			recover()
+			rec.start()
 		case <-status:
 			status = *c.reconnected.Load()
-			recover() // the reply may have been lost while we were away
-		case o := <-recovered:
+			rec.start() // the reply may have been lost while we were away
+		case o := <-rec.ch:
 			return o.res, o.err
 		case reply := <-w.result:
 			return c.replied(ctx, m, reply)

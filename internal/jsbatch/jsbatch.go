@@ -11,10 +11,10 @@
 package jsbatch
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/keylane/keylane/internal/natserr"
 	"strconv"
 	"time"
 
@@ -58,7 +58,7 @@ var ErrIgnored = errors.New("keylane: the server acked the batch commit as a sin
 // stored atomic batch id of n messages; else the ack's error, or
 // ErrIgnored.
 func Stored(m *nats.Msg, id string, n int) error {
-	if err := ackError(m); err != nil {
+	if _, err := natserr.AckError(m); err != nil {
 		return err
 	}
 	var ack struct {
@@ -70,26 +70,6 @@ func Stored(m *nats.Msg, id string, n int) error {
 	}
 	if ack.Batch != id || ack.Count != n {
 		return ErrIgnored
-	}
-	return nil
-}
-
-// ackError returns the error a stream ack carries, if any.
-func ackError(m *nats.Msg) error {
-	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-		return jetstream.ErrNoStreamResponse
-	}
-	if !bytes.Contains(m.Data, []byte(`"error"`)) {
-		return nil
-	}
-	var resp struct {
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return fmt.Errorf("bad stream ack %q: %w", m.Data, err)
-	}
-	if resp.Error != nil {
-		return resp.Error
 	}
 	return nil
 }

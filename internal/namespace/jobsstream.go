@@ -15,12 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// partitionSubjects lists the jobs stream's subjects: exactly one filter
-// per partition, ns.jobs.<p>.* (a subject per key inside it), so a publish
-// to anything else (another N's partition, a typo) is refused by the
-// server instead of stored where no consumer reads it.
-func partitionSubjects(ns string, n int) []string { return ShardSubjects(ns, n, 1, 0, false) }
-
 // ShardSubjects lists the subjects of jobs stream shard i of s: those of
 // its partitions only, so the subject decides the shard; with delays, each
 // partition's delayed jobs' subjects too (ns.delay.<p>.*).

@@ -185,13 +185,6 @@ func (o *Owner) keepBatch(b *batchMsg) func() error {
 	}
 }
 
-// A batch ID's entry is bound to the message that earned it (see
-// internal/kept, entry.go): the entry names the message whose outcomes it
-// keeps, is written only over the revision read on receipt, and a batch
-// whose ID's entry, or a batch open on this owner, is another message's
-// is refused whole on receipt, before any job of it runs.
-const headerBatchOrigin = kept.HeaderBatchOrigin
-
 var (
 	errBatchIDTaken = kept.ErrBatchIDTaken
 	batchOrigin     = kept.BatchOrigin

@@ -49,7 +49,7 @@ type batchMsg struct {
 
 	// origin names this message (its stream, the stream's epoch and its
 	// sequence: batchOrigin) on a worker that keeps outcomes per batch;
-	// its ID's entry is bound to it (headerBatchOrigin). entryRev is the
+	// its ID's entry is bound to it (kept.HeaderBatchOrigin). entryRev is the
 	// entry's revision as read on receipt (0: none): the entry is written
 	// only over that (batchoutcomes.go, claimBatchID).
 	origin   string

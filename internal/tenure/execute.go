@@ -438,11 +438,7 @@ func (o *Owner) forgetStarts(jobID string) {
 	_ = o.topo.Results.Purge(ctx, startsKey(jobID))
 }
 
-func (o *Owner) call(job Job) (res []byte, err error) {
-	return o.callAlone(job, false)
-}
-
-// callAlone is call; alone, an Applier's job is applied in a transaction
+// callAlone runs job once through the handler, reducer or Applier; alone, an Applier's job is applied in a transaction
 // of its own (applyGroupDB).
 func (o *Owner) callAlone(job Job, alone bool) (res []byte, err error) {
 	if o.cfg.Reducer != nil {

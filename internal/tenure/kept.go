@@ -16,8 +16,6 @@ type (
 	// kvPut is one kept outcome: its subject in the results bucket and
 	// its encoded value.
 	kvPut = kept.Put
-	// storedMsg is a message as a leader get returns it.
-	storedMsg = kept.StoredMsg
 	// unreadableOutcomeError says a job's kept outcome cannot be read: it
 	// is dead-lettered, never run again (deadLetterUnreadable).
 	unreadableOutcomeError = kept.UnreadableError
