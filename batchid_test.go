@@ -173,3 +173,43 @@ func TestBatchUnderAUsedIDIsNotStored(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneJobUnderAUsedIDIsNotStored: SubmitMany's jobs that go alone (on
+// a capped namespace, each a batch of one on its key's subject) whose
+// batch ID another message holds are reported not stored: the stream
+// answered "duplicate" to the first copy and kept the other message.
+// Before, SubmitMany dropped that ack's duplicate flag and reported them
+// stored (Submit and batches of several already said errBatchIDUsed).
+func TestLoneJobUnderAUsedIDIsNotStored(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1, MaxKeyBacklog: 100})
+	c, err := NewClient(ctx(t), e.nc, ClientConfig{Namespace: e.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var taken atomic.Int32
+	c.e.SetBeforeAlone(func(m *nats.Msg) {
+		first := nats.NewMsg(partition.Subject(e.ns, 0, "junk"))
+		first.Header.Set(nats.MsgIdHdr, m.Header.Get(nats.MsgIdHdr))
+		if _, err := e.js.PublishMsg(context.Background(), first); err != nil {
+			t.Error(err)
+		}
+		taken.Add(1)
+	})
+	reqs := make([]Request, 3)
+	for i := range reqs {
+		reqs[i] = Request{Key: "seat:victim", Payload: []byte(fmt.Sprint(i)), ID: fmt.Sprintf("order-%d", i)}
+	}
+	out, err := c.SubmitMany(ctx(t), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if taken.Load() != int32(len(reqs)) {
+		t.Fatalf("%d lone batches seen, want %d: the test proved nothing", taken.Load(), len(reqs))
+	}
+	for _, o := range out {
+		if o.Err == nil || !strings.Contains(o.Err.Error(), "batch ID already used") {
+			t.Fatalf("job %s whose batch of one the stream dropped: %v; want \"batch ID already used: not stored\"", o.ID, o.Err)
+		}
+	}
+}

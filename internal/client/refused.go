@@ -35,7 +35,13 @@ type refusals struct {
 	before, seen error
 }
 
-// awaitAck waits for f's stream ack and returns its error (nil: stored);
+type pubFuture interface {
+	Ok() <-chan *jetstream.PubAck
+	Err() <-chan error
+	Msg() *nats.Msg
+}
+
+// awaitPubAck waits for f's stream ack and returns its error (nil: stored);
 // done is ctx's error, or core.ErrClosed, if the wait ended first. A publish the
 // server refused never gets an ack: every natserr.RefusalCheck the wait looks for
 // a refusal of a jobs subject (the connection keeps only the last one, so
@@ -43,19 +49,10 @@ type refusals struct {
 // of a namespace and not others are not supported). Once one is seen, a
 // job whose ack is not in at once is taken as refused too: every publish
 // went out before the first wait began, at least natserr.RefusalCheck ago.
-func (c *Client) awaitAck(ctx context.Context, f pubFuture, rs *refusals) (ackErr, done error) {
-	_, ackErr, done = c.awaitPubAck(ctx, f, rs)
-	return ackErr, done
-}
-
-type pubFuture interface {
-	Ok() <-chan *jetstream.PubAck
-	Err() <-chan error
-	Msg() *nats.Msg
-}
-
-// awaitPubAck is awaitAck, with the ack when ackErr and done are nil.
+//
+// It returns the ack when ackErr and done are nil.
 func (c *Client) awaitPubAck(ctx context.Context, f pubFuture, rs *refusals) (ack *jetstream.PubAck, ackErr, done error) {
+
 	select { // most acks are in by now: no timer for them
 	case ack := <-f.Ok():
 		return ack, nil, nil

@@ -123,7 +123,7 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 		if f == nil {
 			continue
 		}
-		err, done := c.awaitAck(ctx, f, rs)
+		ack, err, done := c.awaitPubAck(ctx, f, rs)
 		switch {
 		case done != nil:
 			// Every job whose ack was not seen: stored or not, unknown.
@@ -136,6 +136,10 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 				batches.abandon(out, done)
 			}
 			return out, done
+		case err == nil && ack.Duplicate:
+			// A duplicate answer to a batch of one's first copy: another
+			// message holds its (unguessable) ID; this one was not stored.
+			out[i].Err = fmt.Errorf("keylane: submit %s: %w", out[i].ID, errBatchIDUsed)
 		case err == nil:
 		case !retryablePublish(err):
 			_, out[i].Err = c.submitError(ctx, jobs[i], out[i].ID, natserr.Once(err))
