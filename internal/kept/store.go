@@ -53,6 +53,8 @@ type Store struct {
 	log     *slog.Logger
 
 	mark atomic.Pointer[mark] // newest outcome kept this tenure
+
+	rounds rounds // look-ups shared across the tenure's lanes (shared.go)
 }
 
 // New returns the Store cfg describes.
@@ -89,7 +91,9 @@ type Memory struct {
 	max      int       // largest batch to send; 0 means batchMax
 
 	batches atomic.Int64 // batches committed
-	refused atomic.Int64 // batches refused, their outcomes put one by one
+
+	sharedRounds atomic.Int64 // look-up rounds that gathered while another was in flight
+	refused      atomic.Int64 // batches refused, their outcomes put one by one
 }
 
 // Batches returns how many atomic batches of outcomes were committed.
@@ -98,6 +102,10 @@ func (m *Memory) Batches() int64 { return m.batches.Load() }
 // Refused returns how many atomic batches the server refused (their
 // outcomes then went one by one).
 func (m *Memory) Refused() int64 { return m.refused.Load() }
+
+// SharedRounds returns how many look-up rounds gathered the IDs of
+// groups that asked while another round was in flight (LookUpShared).
+func (m *Memory) SharedRounds() int64 { return m.sharedRounds.Load() }
 
 // PauseBatches keeps outcomes one by one until until, as after a refusal.
 func (m *Memory) PauseBatches(until time.Time) {

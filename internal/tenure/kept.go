@@ -23,7 +23,8 @@ type (
 
 var errNoEntry = kept.ErrNoEntry
 
-// lookUpKeptBatch resolves in batched requests (kept.Store.LookUp) the
+// lookUpKeptBatch resolves in batched requests (kept.Store.LookUpShared:
+// one request for the groups of every lane that ask meanwhile) the
 // kept outcomes of the tasks of ts that have a caller's ID and were not
 // looked up yet this tenure: it sets t.kept (found) or t.lookedUp (a
 // definite "none"), and leaves a task untouched when the answer about its
@@ -35,8 +36,8 @@ func (o *Owner) lookUpKeptBatch(ts []*task) {
 			n++
 		}
 	}
-	if n < 2 {
-		return // one ID is one plain get: storedResult
+	if n == 0 {
+		return
 	}
 	ids := make([]string, 0, n)
 	for _, t := range ts {
@@ -44,7 +45,7 @@ func (o *Owner) lookUpKeptBatch(ts []*task) {
 			ids = append(ids, t.job.ID)
 		}
 	}
-	settled := o.kept.LookUp(o.ctx, ids)
+	settled := o.kept.LookUpShared(o.ctx, ids) // with the other lanes' groups asking meanwhile
 	if len(settled) == 0 {
 		return
 	}
