@@ -885,14 +885,18 @@
 //     acks it (one atomic batch per group on a replicated namespace, so
 //     group commit stays: "Kept outcomes in one batch" below), and looks a
 //     new job with a caller's ID up there before running it (one batched
-//     request per group, below); a hit is answered and acked without
+//     request for the groups of the partition's lanes that ask while
+//     another is in flight, below); a hit is answered and acked without
 //     running. The state entry's held IDs answer the same
 //     question for the key's recent jobs at no round trip, and cover a
 //     server that lost its duplicate table in a restart (a WorkQueue stream
 //     deletes acked jobs, so the rebuilt table misses them).
 //
 // The look-up of a group's IDs is one batched direct get on the results
-// stream (internal/kept, lookup.go; nats-server 2.11+): {"multi_last":
+// stream, shared by the groups of the partition's other lanes that ask
+// while one is in flight (they go together in the next round: on a
+// catalog a group is one job; internal/kept, shared.go and lookup.go;
+// nats-server 2.11+): {"multi_last":
 // [subjects], "batch": n} on $JS.API.DIRECT.GET.KV_NS_RESULTS, at most 1023 IDs and
 // the mark below (the server answers at most 1024 entries) and
 // max_payload per request, bounded by the look-up
@@ -2129,7 +2133,7 @@
 //
 // De-duplication by a caller's ID is the worker's. A job with a caller's
 // ID is marked idempotent in the batch body; the worker looks its ID up
-// in the kept outcomes before running it (one batched request per group,
+// in the kept outcomes before running it (one batched request per round of groups,
 // # Retries by job ID) and keeps its outcome by ID before it acks it, so
 // a second job of the ID, in another batch or the same one, is answered
 // from the first's outcome and never applied again. Two jobs of one ID

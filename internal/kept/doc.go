@@ -20,7 +20,12 @@
 // # Look-ups by job ID
 //
 // Store.LookUp asks for a group's IDs in one batched direct get
-// (multi_last, nats-server 2.11+) on KV_<Results>. Any replica may answer
+// (multi_last, nats-server 2.11+) on KV_<Results>. Store.LookUpShared
+// amortizes across keys: the groups of the tenure's lanes that ask while
+// a look-up is in flight go together in the next round, one request (on
+// a catalog a key's group is one job, so a look-up per group was one per
+// job); a group is answered only from a request made after it asked
+// (TestLookUpSharedGathersConcurrentGroups, here). Any replica may answer
 // a direct get, so the answer counts only where a lagging replica cannot
 // mislead: a kept outcome is kept (outcomes are never deleted; a dead
 // letter's, the one a redrive replaces, only from a current replica), and
@@ -68,8 +73,9 @@
 //     request per group (TestReadKeptAnswer;
 //     TestKeptLookUpFallsBackWhenBatchRefused). A results stream without
 //     direct gets gets them from Setup (EnsureDirectGets;
-//     TestSetupAllowsDirectGetsOnResults). A lone ID is one plain get
-//     (TestLoneJobLooksUpWithOneGet); a group's IDs one request
+//     TestSetupAllowsDirectGetsOnResults). A lone ID with no look-up in flight is one
+//     plain get (TestLoneJobLooksUpWithOneGet); a group's IDs, and the
+//     groups gathered while a look-up is in flight, one request
 //     (TestGroupLooksUpKeptOutcomesAtOnce, TestKeptLookUpTraffic).
 //   - A kept outcome that does not decode is never "none kept": the job is
 //     dead-lettered, not run again (TestStoreLookUp, here;
