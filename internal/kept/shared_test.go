@@ -105,3 +105,119 @@ func TestLookUpSharedGathersConcurrentGroups(t *testing.T) {
 		t.Fatalf("SharedRounds %d, want 1", r)
 	}
 }
+
+// keepGathered has n callers keep one outcome each ("order-<i>" → "sold
+// <i>") through KeepShared, the first holding its round until the others
+// wait, and returns each caller's error.
+func keepGathered(t *testing.T, s *Store, n int) []error {
+	t.Helper()
+	ctx := t.Context()
+	s.keeps.beforeFirst = func() {
+		testwait.NoError(t, 30*time.Second, "the other groups to gather", func() error {
+			s.keeps.mu.Lock()
+			defer s.keeps.mu.Unlock()
+			if s.keeps.next != nil && s.keeps.next.waiters == n-1 {
+				return nil
+			}
+			return fmt.Errorf("not all waiting")
+		})
+	}
+	put := func(i int) []Put {
+		return []Put{{Subject: s.Subject(fmt.Sprintf("order-%d", i)), Value: wire.EncodeOutcome(wire.OutcomeOK, []byte(fmt.Sprint("sold ", i)))}}
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		errs[0] = s.KeepShared(ctx, put(0))
+	}()
+	testwait.NoError(t, 30*time.Second, "the first round to be in flight", func() error {
+		s.keeps.mu.Lock()
+		defer s.keeps.mu.Unlock()
+		if !s.keeps.busy {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.KeepShared(ctx, put(i))
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestKeepSharedGathersConcurrentGroups: with outcomes in atomic batches
+// (BatchMin 2), the groups of one put each (a catalog's) that keep while
+// a keep is in flight go as one atomic batch, and every outcome is
+// stored, readable, and the mark is the batch's. Before, each group of
+// one was a put, an ack and an fsync of its own.
+func TestKeepSharedGathersConcurrentGroups(t *testing.T) {
+	mem := &Memory{}
+	s, kv, ctx := results(t, Config{BatchMin: 2, Memory: mem})
+	const n = 30
+	for i, err := range keepGathered(t, s, n) {
+		if err != nil {
+			t.Fatalf("caller %d: %v", i, err)
+		}
+	}
+	if b, r := mem.Batches(), mem.SharedKeeps(); b != 1 || r != 1 {
+		t.Fatalf("%d atomic batches, %d gathered rounds; want the %d gathered groups in 1 batch, 1 round", b, r, n-1)
+	}
+	for i := range n {
+		e, err := kv.Get(ctx, fmt.Sprintf("order-%d", i))
+		if err != nil {
+			t.Fatalf("order-%d: %v", i, err)
+		}
+		if k := Value(e.Key(), nil, e.Value()); k == nil || string(k.Res) != fmt.Sprint("sold ", i) {
+			t.Fatalf("order-%d: %+v", i, k)
+		}
+	}
+	if m := s.mark.Load(); m == nil || m.seq == 0 {
+		t.Fatalf("no mark after the keeps")
+	}
+}
+
+// TestKeepSharedRoundRefusedGoesOneByOne: a round the results stream
+// refuses as a batch (no atomic publish) stores its puts one by one, each
+// caller answered nil only once its own outcome is stored; a Store
+// without BatchMin keeps each group's own at once, no round.
+func TestKeepSharedRoundRefusedGoesOneByOne(t *testing.T) {
+	mem := &Memory{}
+	s, kv, ctx := results(t, Config{BatchMin: 2, Memory: mem})
+	info, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := info.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	const n = 12
+	for i, err := range keepGathered(t, s, n) {
+		if err != nil {
+			t.Fatalf("caller %d: %v", i, err)
+		}
+	}
+	if b, r := mem.Batches(), mem.Refused(); b != 0 || r == 0 {
+		t.Fatalf("%d batches committed, %d refused; want the round refused and put one by one", b, r)
+	}
+	for i := range n {
+		if _, err := kv.Get(ctx, fmt.Sprintf("order-%d", i)); err != nil {
+			t.Fatalf("order-%d: %v", i, err)
+		}
+	}
+
+	plain, kv2, _ := results(t, Config{})
+	if err := plain.KeepShared(ctx, []Put{{Subject: plain.Subject("lone"), Value: wire.EncodeOutcome(wire.OutcomeOK, nil)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv2.Get(ctx, "lone"); err != nil || plain.keeps.busy {
+		t.Fatalf("without BatchMin: get %v, busy %v", err, plain.keeps.busy)
+	}
+}

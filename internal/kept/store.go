@@ -54,7 +54,8 @@ type Store struct {
 
 	mark atomic.Pointer[mark] // newest outcome kept this tenure
 
-	rounds rounds // look-ups shared across the tenure's lanes (shared.go)
+	rounds rounds     // look-ups shared across the tenure's lanes (shared.go)
+	keeps  keepRounds // outcome keeps shared across them (shared.go)
 }
 
 // New returns the Store cfg describes.
@@ -93,6 +94,7 @@ type Memory struct {
 	batches atomic.Int64 // batches committed
 
 	sharedRounds atomic.Int64 // look-up rounds that gathered while another was in flight
+	sharedKeeps  atomic.Int64 // keep rounds that gathered while another was in flight
 	refused      atomic.Int64 // batches refused, their outcomes put one by one
 }
 
@@ -106,6 +108,10 @@ func (m *Memory) Refused() int64 { return m.refused.Load() }
 // SharedRounds returns how many look-up rounds gathered the IDs of
 // groups that asked while another round was in flight (LookUpShared).
 func (m *Memory) SharedRounds() int64 { return m.sharedRounds.Load() }
+
+// SharedKeeps returns how many rounds of outcome keeps gathered the puts
+// of groups that asked while another was in flight (KeepShared).
+func (m *Memory) SharedKeeps() int64 { return m.sharedKeeps.Load() }
 
 // PauseBatches keeps outcomes one by one until until, as after a refusal.
 func (m *Memory) PauseBatches(until time.Time) {

@@ -328,8 +328,10 @@ func (o *Owner) keepEncoded(ts []*task, value func(i int) []byte) bool {
 }
 
 // publishOutcomes stores the outcomes of ts[idx] (a redriven job's under
-// both IDs, when its redrive ticket says so: checkRedrive) as one atomic batch (keepBatched), or else as asynchronous
-// publishes, and waits for every ack.
+// both IDs, when its redrive ticket says so: checkRedrive), with those of
+// the groups of other lanes that keep meanwhile, as one atomic batch where
+// outcomes go so, or else as asynchronous publishes, and waits for every
+// ack.
 func (o *Owner) publishOutcomes(subject string, ts []*task, value func(i int) []byte, idx []int) error {
 	for _, i := range idx {
 		if err := o.checkRedrive(ts[i]); err != nil {
@@ -344,36 +346,11 @@ func (o *Owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 			puts = append(puts, kvPut{Subject: subject + of, Value: v})
 		}
 	}
-	if sent, err := o.keepBatched(puts); sent || err != nil {
-		return err
-	}
-	return o.publishPuts(puts)
+	// With the groups of the partition's other lanes that keep meanwhile:
+	// one atomic batch where outcomes go so (kept.Store.KeepShared).
+	return o.kept.KeepShared(o.ctx, puts)
 }
 
 // publishPuts stores puts as asynchronous publishes and waits for every
 // ack (within requestTimeout).
-func (o *Owner) publishPuts(puts []kvPut) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(puts))
-	for _, p := range puts {
-		f, err := o.js.PublishAsync(p.Subject, p.Value)
-		if err != nil {
-			return err
-		}
-		futures = append(futures, f)
-	}
-	timeout := time.NewTimer(requestTimeout)
-	defer timeout.Stop()
-	for i, f := range futures {
-		select {
-		case ack := <-f.Ok():
-			o.noteKept(puts[i].Subject, ack.Sequence)
-		case err := <-f.Err():
-			return err
-		case <-timeout.C:
-			return errors.New("no ack in time")
-		case <-o.ctx.Done():
-			return o.ctx.Err()
-		}
-	}
-	return nil
-}
+func (o *Owner) publishPuts(puts []kvPut) error { return o.kept.PutEach(o.ctx, puts) }

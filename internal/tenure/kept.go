@@ -66,10 +66,6 @@ func (o *Owner) lookUpKeptBatch(ts []*task) {
 // noteKept records that an outcome was stored under subject at seq.
 func (o *Owner) noteKept(subject string, seq uint64) { o.kept.NoteKept(subject, seq) }
 
-// keepBatched stores puts as atomic batches (kept.Store.KeepBatched).
-func (o *Owner) keepBatched(puts []kvPut) (sent bool, err error) {
-	return o.kept.KeepBatched(o.ctx, puts)
-}
 
 // keptValue reads the last entry of job id in the results bucket
 // (kept.Value): its outcome, or nil when none is kept.
