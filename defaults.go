@@ -34,14 +34,9 @@ const (
 	MinAckWait             = core.MinAckWait
 )
 
-// keylane's own request timeouts and pauses (internal/core says what each bounds).
-const (
-	requestTimeout      = core.RequestTimeout
-	counterTimeout      = core.CounterTimeout
-	resultLookupTimeout = core.ResultLookupTimeout
-	releaseHold         = core.ReleaseHold
-	resyncCalm          = core.ResyncCalm
-)
+// requestTimeout bounds one request of keylane's own (internal/core says
+// what it bounds).
+const requestTimeout = core.RequestTimeout
 
 // defaultBackoff is WorkerConfig.Backoff's default: 50ms doubling per
 // attempt, at most 5s.

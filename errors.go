@@ -184,9 +184,6 @@ func Permanent(err error) error { return core.Permanent(err) }
 // RemoteError is a handler's error as a caller of Call receives it.
 type RemoteError = core.RemoteError
 
-// stateError is a state bucket read or write that did not go through.
-type stateError = core.StateError
-
 // HeldError is ErrHeld for one job: JobID, the held job's ID (call again
 // with it for its outcome), and Reason, the worker's (why the job is held
 // and what releases it). One held for ErrEpoch is errors.Is ErrEpoch too.

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/namespace"
-	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -118,10 +117,6 @@ func (c *TopologyConfig) setDefaults() error {
 	return err
 }
 
-// validReply reports whether a job's reply subject is a plain subject under
-// the topology's reply prefix (wire.ValidateReply).
-func validReply(reply, prefix string) bool { return wire.ValidateReply(reply, prefix) == nil }
-
 // Topology is the set of NATS objects of one namespace, opened or created:
 // package namespace's Topology, whose fields (Names, Partitions, Jobs,
 // Shards, Streams, Epochs, the buckets, Replicas, Meta) and methods
@@ -170,10 +165,4 @@ func setup(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, log 
 		return nil, err
 	}
 	return &Topology{Topology: t, Config: topologyConfig(t.Config), js: js}, err
-}
-
-// consumerConfig is the durable pull consumer of one partition
-// (namespace.Topology.ConsumerConfig).
-func (t *Topology) consumerConfig(p int, ackWait time.Duration, maxAckPending int) jetstream.ConsumerConfig {
-	return t.ConsumerConfig(p, ackWait, maxAckPending)
 }

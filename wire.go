@@ -2,22 +2,18 @@ package keylane
 
 import (
 	"github.com/keylane/keylane/internal/client"
-	"github.com/keylane/keylane/internal/jsbatch"
-
 	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/namespace"
-	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/wire"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The wire vocabulary, in one place: the headers of job, reply and
-// dead-letter messages, the metadata keys of the jobs stream, the tokens
-// of the client's reply subjects, and the outcome encoding that replies
-// and kept outcomes (the results bucket) share. Subjects are package
-// partition's (partition.Subject, partition.DeadSubject); object names are
-// Names'.
+// The wire vocabulary of the API: the headers of job, reply and
+// dead-letter messages (package wire's), the metadata keys of the jobs
+// stream (package namespace's), and the reading of outcomes, kept and
+// grouped (package wire's encoding). Subjects are package partition's
+// (partition.Subject, partition.DeadSubject); object names are Names'.
+// The rest of the vocabulary the tests of this package use is in
+// wirehooks_test.go.
 
 // Header names on job, reply and dead-letter messages, package wire's. The
 // job ID travels in the standard Nats-Msg-Id header so the server
@@ -70,62 +66,9 @@ const (
 	MetaShard = namespace.MetaShard
 )
 
-const (
-	// expectStreamHeader makes the server refuse a job that would land in
-	// another stream than ours.
-	expectStreamHeader = jetstream.ExpectedStreamHeader
-	// groupedMark starts the reply token of a client that takes grouped
-	// replies (one message answering several of its Calls). Base 36 never
-	// holds it, so a previous build's tokens are never taken for one.
-	groupedMark = wire.GroupedMark
-	// groupedToken is the inbox token grouped replies are sent to; a
-	// waiter's token is groupedMark and at least one digit more.
-	groupedToken = groupedMark
-)
-
-func markBatch(m *nats.Msg, id string, seq int, last bool) { jsbatch.Mark(m, id, seq, last) }
-
-func batchStored(m *nats.Msg, id string, n int) error { return jsbatch.Stored(m, id, n) }
-
-// oneHeader is the value of flag headers.
-var oneHeader = []string{"1"}
-
-// Outcomes: package wire's encoding (wire.EncodeOutcome), read back into
-// a *RemoteError here.
-const (
-	resultOK   = wire.OutcomeOK
-	resultErr  = wire.OutcomeError
-	resultPerm = wire.OutcomePermanent
-	resultDead = wire.OutcomeDead
-)
-
 // decodeResult reads an outcome: the result, or a *RemoteError; ok is
 // false for one wire.DecodeOutcome refuses.
 func decodeResult(b []byte) (_ []byte, _ error, ok bool) { return core.DecodeOutcome(b) }
-
-// errorText is a reply's error text, never empty (core.ErrorText).
-func errorText(s string) string { return core.ErrorText(s) }
-
-// Grouped replies: package wire's (wire.DecodeGrouped).
-const groupedVersion = wire.GroupedVersion
-
-type groupedEntry = wire.GroupedEntry
-
-func appendGroupedEntry(buf []byte, token string, kind byte, rest []byte) []byte {
-	return wire.AppendGroupedEntry(buf, token, kind, rest)
-}
-
-func decodeGrouped(b []byte) ([]groupedEntry, error) { return wire.DecodeGrouped(b) }
-
-// pubAckError returns the error a stream ack carries, or nil for a good
-// ack, and whether the ack says the job was a duplicate (natserr.AckError).
-func pubAckError(m *nats.Msg) (dup bool, err error) { return natserr.AckError(m) }
-
-// natsError drops the second "nats: " of a nats.go error that wraps an
-// APIError (whose own text starts with "nats: ") in one more "nats: ", as
-// jetstream's publish does: "nats: nats: API error …" reads as a bug. The
-// error stays in the chain for errors.Is and errors.As.
-func natsError(err error) error { return natserr.Once(err) }
 
 // ReplyOutcome is one Call's outcome in a grouped reply: the reply token
 // of its Call (the last token of the Call's reply subject) and its result
@@ -142,7 +85,7 @@ type ReplyOutcome struct {
 // "Grouped replies"). Client does this itself; it is for tools that watch
 // replies on the wire (tests, debugging). A malformed body is an error.
 func DecodeGroupedReply(data []byte) ([]ReplyOutcome, error) {
-	es, err := decodeGrouped(data)
+	es, err := wire.DecodeGrouped(data)
 	if err != nil {
 		return nil, err
 	}

@@ -122,6 +122,34 @@ var (
 // package partition's rule, which routing and the worker share.
 func ValidateKey(key string) error { return partition.ValidateKey(key) }
 
+// ValidateJob reports why a client may not send j, a job it built, or
+// nil: each field by its rule, in this order, the first refusal only:
+// the key (ValidateKey), the type (ValidateType), the submitter's
+// headers (ValidateUserHeaders), the reply subject under replyPrefix
+// when j has one (ValidateReply), the job ID when j has one
+// (ValidateJobID: an ID the client generates is valid by construction).
+// The worker applies the same rules on receipt (Rules.ParseBatch).
+func ValidateJob(j BatchJob, replyPrefix string) error {
+	if err := ValidateKey(j.Key); err != nil {
+		return err
+	}
+	if err := ValidateType(j.Type); err != nil {
+		return err
+	}
+	if err := ValidateUserHeaders(j.Header); err != nil {
+		return err
+	}
+	if j.Reply != "" {
+		if err := ValidateReply(j.Reply, replyPrefix); err != nil {
+			return err
+		}
+	}
+	if j.ID != "" {
+		return ValidateJobID(j.ID)
+	}
+	return nil
+}
+
 // ValidateJobID reports why id cannot be used as a job ID, or nil. The
 // results bucket keeps outcomes under the job ID, so an ID is always a
 // valid KV key: no dot first, last or next to another.

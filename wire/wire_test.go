@@ -36,6 +36,34 @@ func TestValidateJobID(t *testing.T) {
 	}
 }
 
+// ValidateJob checks a client's job field by field in its documented
+// order and returns the first refusal: a job bad in two fields is
+// refused for the earlier one; an empty reply or ID is not checked.
+func TestValidateJob(t *testing.T) {
+	good := BatchJob{Key: "sku:7", ID: "order-1", Type: "buy", Reply: "_INBOX.c.1", Header: map[string][]string{"X-Shop": {"a"}}}
+	for name, tc := range map[string]struct {
+		edit func(*BatchJob)
+		want error
+	}{
+		"good":                 {func(*BatchJob) {}, nil},
+		"no reply, no ID":      {func(j *BatchJob) { j.Reply, j.ID = "", "" }, nil},
+		"bad key before type":  {func(j *BatchJob) { j.Key, j.Type = "", " buy" }, partition.ErrEmptyKey},
+		"bad type before head": {func(j *BatchJob) { j.Type, j.Header = " buy", map[string][]string{"Nats-X": {"1"}} }, ErrBadType},
+		"bad head before reply": {func(j *BatchJob) {
+			j.Header, j.Reply = map[string][]string{"Nats-X": {"1"}}, "elsewhere.1"
+		}, ErrReservedHeader},
+		"bad reply before ID": {func(j *BatchJob) { j.Reply, j.ID = "elsewhere.1", "a..b" }, ErrBadReply},
+		"bad ID":              {func(j *BatchJob) { j.ID = "a..b" }, ErrBadJobID},
+	} {
+		j := good
+		tc.edit(&j)
+		err := ValidateJob(j, "_INBOX.")
+		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("%s: ValidateJob = %v, want %v", name, err, tc.want)
+		}
+	}
+}
+
 func TestValidateKeyIsPartitions(t *testing.T) {
 	for _, k := range []string{"sku:7", "sku:7 ", " sku:7", "sku\t7", "sku:7\t", "", "a\r\nb", "siège A7"} {
 		if got, want := ValidateKey(k), partition.ValidateKey(k); (got == nil) != (want == nil) || got != nil && got.Error() != want.Error() {

@@ -209,29 +209,19 @@ func SetRedriveOf(r *Request, id string) { r.redriveOf = id }
 var oneHeader = []string{"1"}
 
 func (c *Client) message(r *Request, reply string) (*nats.Msg, error) {
-	// Each field by the rule the worker applies on receipt (package wire).
 	if r.optErr != nil {
 		return nil, r.optErr
 	}
-	if err := wire.ValidateKey(r.Key); err != nil {
-		return nil, err
-	}
-	if err := wire.ValidateType(r.Type); err != nil {
-		return nil, err
-	}
-	if err := wire.ValidateUserHeaders(r.Headers); err != nil {
-		return nil, err
-	}
-	if reply != "" {
-		if err := wire.ValidateReply(reply, c.replyPrefix); err != nil {
-			return nil, err
+	// Each field by the rule the worker applies on receipt (package wire).
+	if err := wire.ValidateJob(wire.BatchJob{Key: r.Key, ID: r.ID, Type: r.Type, Reply: reply, Header: r.Headers}, c.replyPrefix); err != nil {
+		if errors.Is(err, wire.ErrBadJobID) {
+			return nil, fmt.Errorf("%w (got %q)", core.ErrBadJobID, r.ID) // as ValidateJobID says it
 		}
+		return nil, err
 	}
 	explicit := r.ID != ""
 	if !explicit {
 		r.ID = NewID() // unguessable: see randid.go
-	} else if err := ValidateJobID(r.ID); err != nil {
-		return nil, err
 	}
 	p := partition.Of(r.Key, c.n)
 	m := &nats.Msg{Subject: partition.Subject(c.cfg.Namespace, p, r.Key), Data: r.Payload, Header: make(nats.Header, 4+len(r.Headers))}

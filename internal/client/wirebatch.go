@@ -44,7 +44,7 @@ type wireBatcher = jobbatcher.Batcher[*nats.Msg, struct{}]
 func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
 	return jobbatcher.New(jobbatcher.Config[*nats.Msg, struct{}]{
 		Send:     c.sendWireBatch,
-		Size:     func(m *nats.Msg) int { return wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m) },
+		Size:     batchJobSize,
 		MaxCount: wireBatchMaxJobs,
 		MaxBytes: c.batchRoom(),
 		Seal:     func(_ int, ms []*nats.Msg) { SealBatch(ms) },
@@ -52,9 +52,9 @@ func newWireBatcher(c *Client, cork time.Duration) (*wireBatcher, error) {
 	})
 }
 
-// batchRoom is the most bytes (by wire.BatchJobSize, with sealGrowth)
-// the jobs of one batch message take: what both limits a batch meets
-// leave, whichever is smaller. The server's max_payload less the dead
+// batchRoom is the most bytes (by batchJobSize) the jobs of one batch
+// message take: what both limits a batch meets leave, whichever is
+// smaller. The server's max_payload less the dead
 // letter's reserve, 1 KiB of headers and the body's head; and the wire's
 // own limit on a body, wire.MaxBatchBytes less its head, which a server
 // with a max_payload above 8 MiB makes the smaller (cut by max_payload
@@ -93,6 +93,14 @@ func SealBatch(ms []*nats.Msg) {
 			m.Header[wire.HeaderJobID] = []string{wire.BatchedJobID(batchID, i)}
 		}
 	}
+}
+
+// batchJobSize is the bytes m, a job message built by Client.message,
+// takes in a batch body once sealed: wire.BatchJobSize of its batch form
+// (batchJobOf), with what SealBatch may add to its ID (sealGrowth). The
+// batcher, batchable and SubmitMany's batches measure a job by it.
+func batchJobSize(m *nats.Msg) int {
+	return wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m)
 }
 
 // sealGrowth is how many bytes SealBatch may add to m's job ID.
@@ -144,7 +152,7 @@ func (c *Client) batchable(m *nats.Msg) bool {
 	}
 	// A job no batch of several can carry (over wire.MaxBatchBytes, under
 	// a larger max_payload) goes alone, as a batch of one.
-	if room := c.batchRoom(); len(m.Data) > room/2 && wire.BatchJobSize(batchJobOf(m))+sealGrowth(m) > room {
+	if room := c.batchRoom(); len(m.Data) > room/2 && batchJobSize(m) > room {
 		return false
 	}
 	return true
@@ -267,7 +275,7 @@ func (c *Client) newManyBatches() *manyBatches {
 // add queues job i (m) of partition p, publishing its partition's batch
 // first if m would not fit in it.
 func (mb *manyBatches) add(p, i int, m *nats.Msg) {
-	size := wire.BatchJobSize(batchJobOf(m)) + sealGrowth(m)
+	size := batchJobSize(m)
 	if b := mb.open[p]; b != nil && (len(b.ms) >= wireBatchMaxJobs || b.bytes+size > mb.room) {
 		mb.flush(p)
 	}

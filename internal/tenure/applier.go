@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/keylane/keylane/internal/core"
 )
 
 // errApplyUnknown marks a GroupApplier's error of a whole call: the
@@ -19,7 +21,7 @@ var errApplyUnknown = errors.New("keylane: the group's transaction failed or its
 // alone applies them in a transaction of their own, joined with no other
 // key's group: a retry after a whole call failed, so that a failure counts
 // against the job whose transaction it is.
-func (o *Owner) applyGroupDB(jobs []Job, alone bool) (out []JobOutcome, err error) {
+func (o *Owner) applyGroupDB(jobs []core.Job, alone bool) (out []core.JobOutcome, err error) {
 	var n int
 	defer o.observeGroup(o.now(), &n, &err)
 	o.stats.Runs.Add(int64(len(jobs)))
@@ -71,8 +73,8 @@ type applyBatcher struct {
 
 // applyReq is one key's group, and what became of it.
 type applyReq struct {
-	jobs []Job
-	out  []JobOutcome
+	jobs []core.Job
+	out  []core.JobOutcome
 	err  error
 	// wake is closed when the request is settled (finished) or leads the
 	// next batch (batch set).
@@ -128,14 +130,14 @@ func (o *Owner) applyBatch(reqs []*applyReq) {
 			jobs = append(jobs, r.jobs...)
 		}
 	}
-	out, err := o.applyCall(JobGroup{Namespace: o.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
+	out, err := o.applyCall(core.JobGroup{Namespace: o.topo.Names.Namespace, Partition: o.p, Fence: o.l.Fence(), Jobs: jobs})
 	if err == nil && len(out) != len(jobs) {
 		// The applier broke its contract: no retry cures that, so it is
 		// said at ERROR and counted like a refusal for good (the jobs
 		// are held: the transaction may have committed).
-		err = Permanent(fmt.Errorf("keylane: the applier returned %d outcomes for %d jobs", len(out), len(jobs)))
+		err = core.Permanent(fmt.Errorf("keylane: the applier returned %d outcomes for %d jobs", len(out), len(jobs)))
 	}
-	if err != nil && !errors.Is(err, ErrStaleFence) {
+	if err != nil && !errors.Is(err, core.ErrStaleFence) {
 		err = fmt.Errorf("%w: %w", errApplyUnknown, err)
 	}
 	for _, r := range reqs {
@@ -149,7 +151,7 @@ func (o *Owner) applyBatch(reqs []*applyReq) {
 
 // applyCall calls the Applier, turning a panic into an error of the whole
 // call (its transaction's fate is then unknown).
-func (o *Owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
+func (o *Owner) applyCall(g core.JobGroup) (out []core.JobOutcome, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("keylane: applier panicked: %v", r)
@@ -160,8 +162,8 @@ func (o *Owner) applyCall(g JobGroup) (out []JobOutcome, err error) {
 
 // applyOne applies one job through the Applier, for the one-job path
 // (retries, redelivered jobs); alone as for applyGroupDB.
-func (o *Owner) applyOne(job Job, alone bool) ([]byte, error) {
-	out, err := o.applyGroupDB([]Job{job}, alone)
+func (o *Owner) applyOne(job core.Job, alone bool) ([]byte, error) {
+	out, err := o.applyGroupDB([]core.Job{job}, alone)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +174,7 @@ func (o *Owner) applyOne(job Job, alone bool) ([]byte, error) {
 		return nil, out[0].Err
 	}
 	// Held with no earlier job to blame: the applier broke its contract.
-	return nil, Permanent(fmt.Errorf("%w: the applier held a group's only job", errApplyUnknown))
+	return nil, core.Permanent(fmt.Errorf("%w: the applier held a group's only job", errApplyUnknown))
 }
 
 // runApplied runs queued jobs of one key, in order, through the Applier,
@@ -182,7 +184,7 @@ func (o *Owner) applyOne(job Job, alone bool) ([]byte, error) {
 // at a time, with its retries, backoff and dead-lettering; the database's
 // record answers those that committed.
 func (o *Owner) runApplied(ts []*task) {
-	jobs := make([]Job, len(ts))
+	jobs := make([]core.Job, len(ts))
 	res := make([][]byte, len(ts))
 	for len(ts) > 0 {
 		// A redelivered head goes through process, which counts its
@@ -200,7 +202,7 @@ func (o *Owner) runApplied(ts []*task) {
 			jobs[i] = t.job
 		}
 		out, err := o.applyGroupDB(jobs[:k], false)
-		if errors.Is(err, ErrStaleFence) {
+		if errors.Is(err, core.ErrStaleFence) {
 			o.stats.Stale.Add(1)
 			o.log.Warn("stale fence: a newer owner committed to the database; stepping down", "key", g[0].job.Key, "err", err)
 			o.abort()
@@ -240,7 +242,7 @@ func (o *Owner) runApplied(ts []*task) {
 			// the transaction applied are answered from the record.
 			ts[0].firstErr = out[n].Err
 			if ts[0].firstErr == nil {
-				ts[0].firstErr = Permanent(fmt.Errorf("%w: the applier held a job no earlier job of its key failed before", errApplyUnknown))
+				ts[0].firstErr = core.Permanent(fmt.Errorf("%w: the applier held a job no earlier job of its key failed before", errApplyUnknown))
 			}
 			o.ln.requeue(ts[0].job.Key, ts[1:])
 			o.process(ts[0])

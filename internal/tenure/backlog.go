@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -84,7 +85,7 @@ func (o *Owner) noteDelivery(newest, pending uint64) {
 // sequence from on and returns each one's jobs less one, by sequence, and
 // the highest sequence read.
 func (o *Owner) readBatchesAhead(from uint64) (map[uint64]uint64, uint64) {
-	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 	defer cancel()
 	s := o.topo.StreamOf(o.p)
 	subject := wire.BatchSubject(o.topo.Names.Namespace, o.p)

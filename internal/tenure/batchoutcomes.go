@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/kept"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go/jetstream"
@@ -224,7 +225,7 @@ func (o *Owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 		o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: batch %s is open here for message %q, this is %q", errBatchIDTaken, b.id, open.origin, b.origin))
 		return false
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 	defer cancel()
 	rev, takenBy, err := o.kept.EntryRev(ctx, b.id, b.origin)
 	switch {
@@ -245,8 +246,8 @@ func (o *Owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 // run, and answers each of its Calls with why.
 func (o *Owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error) {
 	o.stats.Malformed.Add(1)
-	err := Permanent(why)
-	if !o.deadLetter(msg, Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
+	err := core.Permanent(why)
+	if !o.deadLetter(msg, core.Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
 		return
 	}
 	for _, e := range es {
@@ -359,7 +360,7 @@ func (o *Owner) batchEntry(ctx context.Context, b *batchMsg) (*batchEntryRead, e
 func (o *Owner) deadLetterUnreadable(t *task, bad *unreadableOutcomeError) {
 	o.stats.Failed.Add(1)
 	o.log.Error("kept outcome unreadable; dead-lettering the job instead of running it again", "job_id", t.job.ID, "seq", t.job.Seq, "err", bad)
-	err := Permanent(bad)
+	err := core.Permanent(bad)
 	if o.deadLetter(t.msg, t.job, err, t.job.Attempt) {
 		o.finish(t, nil, err, true)
 	}

@@ -130,22 +130,25 @@ func batchPartHeader(e wire.BatchEntry) nats.Header {
 		h[k] = vs
 	}
 	if e.Job.ID != "" {
-		h[HeaderJobID] = []string{e.Job.ID}
+		h[wire.HeaderJobID] = []string{e.Job.ID}
 	}
 	if e.Job.Key != "" {
-		h[HeaderKey] = []string{e.Job.Key}
+		h[wire.HeaderKey] = []string{e.Job.Key}
 	}
 	if e.Job.Type != "" {
-		h[HeaderType] = []string{e.Job.Type}
+		h[wire.HeaderType] = []string{e.Job.Type}
 	}
 	if e.Job.Reply != "" {
-		h[HeaderReply] = []string{e.Job.Reply}
+		h[wire.HeaderReply] = []string{e.Job.Reply}
 	}
 	if e.Job.KeepOutcome {
-		h[HeaderKeepOutcome] = oneHeader
+		h[wire.HeaderKeepOutcome] = oneHeader
 	}
 	if e.Job.Idempotent {
-		h[HeaderIdempotent] = oneHeader
+		h[wire.HeaderIdempotent] = oneHeader
 	}
 	return h
 }
+
+// oneHeader is the value of flag headers.
+var oneHeader = []string{"1"}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/natserr"
 
 	"github.com/keylane/keylane/partition"
 	"github.com/keylane/keylane/wire"
@@ -38,7 +39,7 @@ func (o *Owner) finish(t *task, res []byte, herr error, dead bool) (acked bool) 
 		// Kept with its batch's, before the batch's ack.
 		t.batch.record(t.job.Index(), t.job.ID, encodeResult(res, herr, dead))
 	}
-	if reply := t.msg.Headers().Get(HeaderReply); reply != "" && !t.replied {
+	if reply := t.msg.Headers().Get(wire.HeaderReply); reply != "" && !t.replied {
 		m := replyMsg(reply, res, herr, dead)
 		if !o.l.Trusted() {
 			o.stats.Unacked.Add(1)
@@ -100,7 +101,7 @@ const (
 // missing stream does. It reports whether the dead letter was stored (only
 // then may the job be acked); false means the tenure ended first and the
 // job goes to the next owner.
-func (o *Owner) deadLetter(msg deadSource, job Job, why error, attempts int) bool {
+func (o *Owner) deadLetter(msg deadSource, job core.Job, why error, attempts int) bool {
 	dm := o.deadMessage(msg, job, why, attempts, false)
 	bare := false
 	for try := 1; ; try++ {
@@ -110,7 +111,7 @@ func (o *Owner) deadLetter(msg deadSource, job Job, why error, attempts int) boo
 		ctx, cancel := context.WithTimeout(o.ctx, deadLetterTimeout)
 		_, err := o.js.PublishMsg(ctx, dm)
 		cancel()
-		err = natsError(err)
+		err = natserr.Once(err)
 		if err == nil {
 			break
 		}
@@ -156,7 +157,7 @@ const deadLetterTimeout = 5 * time.Second
 // fields that pass wire's rules, the submitter's allowed headers and why
 // it failed, bounded to fit the server's max_payload. A bare one carries
 // neither payload nor the submitter's headers.
-func (o *Owner) deadMessage(msg deadSource, job Job, why error, attempts int, bare bool) *nats.Msg {
+func (o *Owner) deadMessage(msg deadSource, job core.Job, why error, attempts int, bare bool) *nats.Msg {
 	f, _ := o.rules().Parse(msg.Subject(), msg.Headers())
 	d := wire.Dead{ID: wire.BatchDeadID(o.topo.EpochOf(o.p), job.Seq, job.Index()), Error: why.Error(), Attempts: attempts, Worker: o.cfg.WorkerID, Seq: job.Seq, Partition: o.p, Fence: o.l.Fence()}
 	user := msg.Headers()
@@ -194,12 +195,12 @@ var messageSize = core.MessageSize
 // the batch message the job came in (nil for a lone one): a redelivered
 // batch's entry is read once for its jobs.
 func (o *Owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
-	if ValidateJobID(id) != nil {
+	if wire.ValidateJobID(id) != nil {
 		return nil, nil, false
 	}
 	stream, subject := "KV_"+o.topo.Names.Results(), "$KV."+o.topo.Names.Results()+"."+id
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+		ctx, cancel := context.WithTimeout(o.ctx, core.ResultLookupTimeout)
 		sm, err := leaderGet(ctx, o.nc, stream, subject)
 		cancel()
 		if err == nil {
@@ -210,7 +211,7 @@ func (o *Owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 		}
 		if errors.Is(err, errNoEntry) {
 			// None by ID: a batched Call's is kept in its batch's entry.
-			ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+			ctx, cancel := context.WithTimeout(o.ctx, core.ResultLookupTimeout)
 			v, found, berr := o.batchStoredResult(ctx, id, in)
 			cancel()
 			var bad *unreadableOutcomeError
@@ -218,7 +219,7 @@ func (o *Owner) storedResult(id string, in *batchMsg) ([]byte, error, bool) {
 			case berr == nil && !found:
 				return nil, nil, false
 			case berr == nil:
-				if res, rerr, ok := decodeResult(v); ok {
+				if res, rerr, ok := core.DecodeOutcome(v); ok {
 					return res, rerr, true
 				}
 				return nil, &unreadableOutcomeError{ID: id, Err: errors.New("its batch's entry holds an outcome that does not decode")}, true
@@ -248,7 +249,7 @@ func (o *Owner) replay(t *task, res []byte, rerr error) {
 	}
 	o.stats.FromResults.Add(1)
 	t.outcomeKept = true
-	var re *RemoteError
+	var re *core.RemoteError
 	o.finish(t, res, rerr, errors.As(rerr, &re) && re.DeadLettered)
 }
 
@@ -352,5 +353,5 @@ func (o *Owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 }
 
 // publishPuts stores puts as asynchronous publishes and waits for every
-// ack (within requestTimeout).
+// ack (within core.RequestTimeout).
 func (o *Owner) publishPuts(puts []kvPut) error { return o.kept.PutEach(o.ctx, puts) }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/namespace"
 	"github.com/keylane/keylane/internal/natserr"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -71,7 +73,7 @@ type resyncBackoff struct {
 // wait sleeps before the next re-synchronisation; it reports false if the
 // tenure ended first.
 func (b *resyncBackoff) wait(ctx context.Context, abort, handover, lost <-chan struct{}) bool {
-	if b.next == 0 || time.Since(b.last) > resyncCalm {
+	if b.next == 0 || time.Since(b.last) > core.ResyncCalm {
 		b.next = 20 * time.Millisecond
 	}
 	t := time.NewTimer(b.next)
@@ -130,7 +132,7 @@ func (o *Owner) resetConsumer(bound time.Duration) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jobs stream: %w", err)
 	}
-	if meta, err := readMeta(info, 0); err != nil || meta.Epoch != topo.EpochOf(o.p) {
+	if meta, err := namespace.ReadMeta(info, 0); err != nil || meta.Epoch != topo.EpochOf(o.p) {
 		o.cfg.RequestReload()
 		return nil, errTopologyChanged
 	}

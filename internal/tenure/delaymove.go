@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/namespace"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -68,10 +71,10 @@ func (o *Owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 		if !o.l.Trusted() {
 			return // the next owner moves it
 		}
-		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+		ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 		_, err := o.js.PublishMsg(ctx, sm)
 		cancel()
-		err = natsError(err)
+		err = natserr.Once(err)
 		switch {
 		case err == nil:
 		case refusedForGood(err):
@@ -98,11 +101,11 @@ func (o *Owner) moveDelayed(msg jetstream.Msg, meta *jetstream.MsgMetadata) {
 // harm.
 func (o *Owner) deleteDue(seq uint64) {
 	body, _ := json.Marshal(map[string]any{"seq": seq, "no_erase": true})
-	subject := apiPrefix(o.js) + "STREAM.MSG.DELETE." + o.topo.Names.Delays()
+	subject := namespace.APIPrefix(o.js) + "STREAM.MSG.DELETE." + o.topo.Names.Delays()
 	o.moving.Add(1)
 	go func() {
 		defer o.moving.Done()
-		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+		ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 		defer cancel()
 		if _, err := o.nc.RequestWithContext(ctx, subject, body); err != nil && o.ctx.Err() == nil {
 			o.log.Debug("due copy of a delayed job not deleted (the delays stream's MaxAge will)", "due_seq", seq, "err", err)

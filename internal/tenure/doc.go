@@ -63,7 +63,6 @@
 //	tracehooks.go     the worker's spans (internal/tracing), nil checks
 //	                  when off
 //	joblog.go         the per-job events at DEBUG
-//	names.go          the shared vocabulary under the root's names
 //	testhooks.go      what package keylane's tests reach for
 //
 // Failure cases it handles, and the test (in package keylane unless

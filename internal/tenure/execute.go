@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/statestore"
 )
 
 // maxGroup bounds how many queued jobs of one key a runner takes at once
@@ -18,7 +21,7 @@ const maxGroup = 256
 // reduce failed and groups whose write failed go through process, one at
 // a time, with its retries, backoff and dead-lettering.
 func (o *Owner) runGroup(ts []*task) {
-	jobs := make([]Job, len(ts))
+	jobs := make([]core.Job, len(ts))
 	out := make([][]byte, len(ts))
 	for len(ts) > 0 {
 		var k int
@@ -31,7 +34,7 @@ func (o *Owner) runGroup(ts []*task) {
 			jobs[i] = t.job
 		}
 		n, rerr, werr := o.applyGroup(jobs[:k], out[:k])
-		if errors.Is(werr, ErrStaleFence) {
+		if errors.Is(werr, core.ErrStaleFence) {
 			o.stats.Stale.Add(1)
 			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "key", g[0].job.Key, "err", werr)
 			o.abort()
@@ -181,7 +184,7 @@ func (o *Owner) process(t *task) {
 		}
 		first = n + 1
 		if first > o.cfg.MaxDeliver {
-			err := Permanent(fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n))
+			err := core.Permanent(fmt.Errorf("keylane: job restarted %d times by new owners without finishing: its workers crashed or lost their leases", n))
 			o.deadLetterTask(t, err, n)
 			return
 		}
@@ -214,25 +217,25 @@ func (o *Owner) process(t *task) {
 			}
 			return
 		}
-		if errors.Is(err, ErrStaleFence) {
+		if errors.Is(err, core.ErrStaleFence) {
 			o.stats.Stale.Add(1)
 			o.log.Warn("stale fence: a newer owner wrote this key; stepping down", "job_id", t.job.ID, "err", err)
 			o.abort()
 			return
 		}
-		if errors.Is(err, ErrGap) {
+		if errors.Is(err, core.ErrGap) {
 			// Later jobs of the key were applied and this one never was: it
 			// can no longer run in order. Say so loudly and to its caller.
 			o.stats.Gaps.Add(1)
 			o.stats.Failed.Add(1)
 			o.log.Error("job skipped by a later job of its key; dead-lettering it", "job_id", t.job.ID, "seq", t.job.Seq, "err", err)
-			err = Permanent(err)
+			err = core.Permanent(err)
 			if o.deadLetter(t.msg, t.job, err, attempt) {
 				o.finish(t, nil, err, true)
 			}
 			return
 		}
-		if errors.Is(err, ErrEpoch) {
+		if errors.Is(err, core.ErrEpoch) {
 			// The key's state belongs to another jobs stream. Nothing runs
 			// until an operator adopts it; keep the job, and look again.
 			o.log.Error("key's state was written under another jobs stream; holding the job until its epoch is adopted", "job_id", t.job.ID, "err", err)
@@ -244,7 +247,7 @@ func (o *Owner) process(t *task) {
 			o.cfg.RefreshEpoch(o.ctx)
 			attempt-- // not the job's fault: never dead-lettered for it
 			waits++
-		} else if errors.Is(err, ErrStateUnavailable) || errors.Is(err, errApplyUnknown) {
+		} else if errors.Is(err, core.ErrStateUnavailable) || errors.Is(err, errApplyUnknown) {
 			// The state bucket did not take the read or write (a leader
 			// election, a cut connection, a full store). Not the job's
 			// fault: dead-lettering it would tell its caller "failed" for
@@ -257,7 +260,7 @@ func (o *Owner) process(t *task) {
 			if errors.Is(err, errApplyUnknown) {
 				what = "database transaction failed"
 			}
-			if errors.Is(err, errApplyUnknown) && errors.Is(err, ErrPermanent) {
+			if errors.Is(err, errApplyUnknown) && errors.Is(err, core.ErrPermanent) {
 				// The applier says no retry cures it until an operator acts
 				// (a table dropped, a privilege revoked): not the job's
 				// fault either, so the job is held, and said at ERROR.
@@ -266,7 +269,7 @@ func (o *Owner) process(t *task) {
 			} else {
 				o.log.Warn(what+"; trying the job again", "job_id", t.job.ID, "attempt", attempt, "err", err)
 			}
-			if errors.Is(err, errApplyUnknown) && !errors.Is(err, ErrPermanent) && !errors.Is(err, ErrUnavailable) {
+			if errors.Is(err, errApplyUnknown) && !errors.Is(err, core.ErrPermanent) && !errors.Is(err, core.ErrUnavailable) {
 				if wholeFails++; wholeFails > o.cfg.MaxDeliver && o.failedWhole(t, err, wholeFails) {
 					return
 				}
@@ -274,7 +277,7 @@ func (o *Owner) process(t *task) {
 			attempt--
 			waits++
 		} else {
-			if errors.Is(err, ErrPermanent) || attempt >= o.cfg.MaxDeliver {
+			if errors.Is(err, core.ErrPermanent) || attempt >= o.cfg.MaxDeliver {
 				o.deadLetterTask(t, err, attempt)
 				return
 			}
@@ -336,11 +339,11 @@ func (o *Owner) deadLetterTask(t *task, why error, attempts int) {
 // commit of unknown fate cannot be told from a failure) or the record
 // cannot be read (an outage is not the job's fault).
 func (o *Owner) failedWhole(t *task, why error, n int) bool {
-	rr, is := o.cfg.Applier.(RecordReader)
+	rr, is := o.cfg.Applier.(core.RecordReader)
 	if !is {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, core.ResultLookupTimeout)
 	rec, err := rr.ReadRecord(ctx, o.topo.Names.Namespace, []string{t.job.ID})
 	cancel()
 	if err != nil {
@@ -355,7 +358,7 @@ func (o *Owner) failedWhole(t *task, why error, n int) bool {
 		return true
 	}
 	o.stats.Failed.Add(1)
-	err = Permanent(fmt.Errorf("keylane: the job's transaction failed whole %d times, %d of them with the job alone, while the database answered: %w", n, n-1, why))
+	err = core.Permanent(fmt.Errorf("keylane: the job's transaction failed whole %d times, %d of them with the job alone, while the database answered: %w", n, n-1, why))
 	o.log.Error("job's transaction fails whatever is tried; dead-lettering it", "job_id", t.job.ID, "err", err)
 	if o.deadLetter(t.msg, t.job, err, n) {
 		o.finish(t, nil, err, true)
@@ -368,12 +371,12 @@ func (o *Owner) failedWhole(t *task, why error, n int) bool {
 // Without such an Applier it reports not done. ok is false only when the
 // tenure ended before the record could be read.
 func (o *Owner) readRecord(t *task) (res []byte, done, ok bool) {
-	rr, is := o.cfg.Applier.(RecordReader)
+	rr, is := o.cfg.Applier.(core.RecordReader)
 	if !is {
 		return nil, false, true
 	}
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(o.ctx, resultLookupTimeout)
+		ctx, cancel := context.WithTimeout(o.ctx, core.ResultLookupTimeout)
 		rec, err := rr.ReadRecord(ctx, o.topo.Names.Namespace, []string{t.job.ID})
 		cancel()
 		if err == nil {
@@ -404,12 +407,12 @@ func startsKey(jobID string) string {
 // replica again until the loop gives up, and a count not taken lets a job
 // that crashes its workers run again instead of being dead-lettered.
 func (o *Owner) countStart(jobID string) (int, error) {
-	ctx, cancel := context.WithTimeout(o.ctx, counterTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, core.CounterTimeout)
 	defer cancel()
 	kv, k := o.topo.Results, startsKey(jobID)
 	stream, subject := "KV_"+o.topo.Names.Results(), "$KV."+o.topo.Names.Results()+"."+k
 	var n int
-	err := casLoop(ctx, func(bool) error {
+	err := statestore.Loop(ctx, func(bool) error {
 		n = 0
 		var rev uint64
 		sm, err := leaderGet(ctx, o.nc, stream, subject)
@@ -421,7 +424,7 @@ func (o *Owner) countStart(jobID string) (int, error) {
 		default:
 			return err
 		}
-		_, err = casPut(ctx, kv, k, rev, []byte(strconv.Itoa(n+1)))
+		_, err = statestore.Put(ctx, kv, k, rev, []byte(strconv.Itoa(n+1)))
 		return err
 	})
 	if err != nil {
@@ -433,14 +436,14 @@ func (o *Owner) countStart(jobID string) (int, error) {
 // forgetStarts drops a finished job's start counter. It runs only once the
 // job was acked here; a crash leaves the counter for the next owner.
 func (o *Owner) forgetStarts(jobID string) {
-	ctx, cancel := context.WithTimeout(context.Background(), counterTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), core.CounterTimeout)
 	defer cancel()
 	_ = o.topo.Results.Purge(ctx, startsKey(jobID))
 }
 
 // callAlone runs job once through the handler, reducer or Applier; alone, an Applier's job is applied in a transaction
 // of its own (applyGroupDB).
-func (o *Owner) callAlone(job Job, alone bool) (res []byte, err error) {
+func (o *Owner) callAlone(job core.Job, alone bool) (res []byte, err error) {
 	if o.cfg.Reducer != nil {
 		return o.reduceOne(job)
 	}

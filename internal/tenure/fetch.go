@@ -255,7 +255,7 @@ func (o *Owner) dispatch(ln *lanes, msg jetstream.Msg) {
 	o.deleteDue(f.DueSeq)
 	t := &task{msg: msg, maybeDup: meta.NumDelivered > 1 || meta.Sequence.Stream <= o.prevDelivered, explicit: f.Idempotent, keep: f.KeepOutcome}
 	t.stored = meta.Timestamp
-	t.job = Job{
+	t.job = core.Job{
 		ID: f.ID, Key: f.Key, Type: f.Type, Payload: msg.Data(), Partition: o.p,
 		Seq: meta.Sequence.Stream, Fence: o.l.Fence(), Headers: h,
 	}
@@ -284,7 +284,7 @@ func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		return
 	}
 	b := &batchMsg{msg: msg, jobs: len(es), left: len(es)}
-	if id := msg.Headers().Get(HeaderJobID); ValidateJobID(id) == nil {
+	if id := msg.Headers().Get(wire.HeaderJobID); wire.ValidateJobID(id) == nil {
 		b.id = id
 	}
 	if !o.claimBatchID(msg, meta, es, b) {
@@ -302,7 +302,7 @@ func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 	// server de-duplicates the batch's ID only) may have run before, as a
 	// redelivery may: each job of it is looked up by ID before it runs
 	// (process), and its outcome is kept where it would be.
-	resent := msg.Headers()[HeaderIdempotent] != nil
+	resent := msg.Headers()[wire.HeaderIdempotent] != nil
 	maybeDup := meta.NumDelivered > 1 || seq <= o.prevDelivered || resent
 	for i, e := range es {
 		p := &batchPart{Msg: msg, b: b, subject: msg.Subject(), header: batchPartHeader(e), data: e.Payload}
@@ -315,10 +315,10 @@ func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 		}
 		t := &task{msg: p, batch: b, maybeDup: maybeDup, explicit: e.Job.Idempotent, keep: e.Job.KeepOutcome, keptInBatch: o.keptInBatch(b, e.Job, i)}
 		if len(es) == 1 {
-			t.redriveOf = msg.Headers().Get(HeaderRedriveOf) // a redrive: checked against its ticket (checkRedrive)
+			t.redriveOf = msg.Headers().Get(wire.HeaderRedriveOf) // a redrive: checked against its ticket (checkRedrive)
 		}
 		t.stored = meta.Timestamp
-		t.job = Job{
+		t.job = core.Job{
 			ID: e.Job.ID, Key: e.Job.Key, Type: e.Job.Type, Payload: e.Payload, Partition: o.p,
 			Seq: seq, Fence: o.l.Fence(), Headers: p.header,
 		}
@@ -392,8 +392,8 @@ func (o *Owner) refuseAt(msg jetstream.Msg, seq uint64, index int, f wire.Job, w
 // refuseTelling is refuseAt that also tells the callers waiting on tell,
 // valid reply subjects, before the ack.
 func (o *Owner) refuseTelling(msg jetstream.Msg, seq uint64, index int, f wire.Job, why error, tell []string) {
-	err := Permanent(why)
-	job := Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}
+	err := core.Permanent(why)
+	job := core.Job{ID: f.ID, Key: f.Key, Seq: seq, Partition: o.p, Fence: o.l.Fence()}
 	core.SetIndex(&job, index)
 	if !o.deadLetter(msg, job, err, 0) || !o.l.Trusted() {
 		return

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -40,14 +41,14 @@ func heldMsg(reply string, why error) *nats.Msg {
 	if subject == "" {
 		return nil
 	}
-	return &nats.Msg{Subject: subject, Header: nats.Header{HeaderError: {errorText(why.Error())}, HeaderErrorKind: {heldKindEpoch}}}
+	return &nats.Msg{Subject: subject, Header: nats.Header{wire.HeaderError: {errorText(why.Error())}, wire.HeaderErrorKind: {heldKindEpoch}}}
 }
 
 // sayHeld tells t's Call, once a task, that its job is held for why; a
 // job without a reply subject, or already replied to, is told nothing.
 // Like a reply, it is sent only while the lease is trusted.
 func (o *Owner) sayHeld(t *task, why error) {
-	reply := t.msg.Headers().Get(HeaderReply)
+	reply := t.msg.Headers().Get(wire.HeaderReply)
 	if reply == "" || t.replied {
 		return
 	}

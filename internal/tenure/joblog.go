@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"time"
+
+	"github.com/keylane/keylane/internal/core"
 )
 
 // Per-job events at DEBUG: one line each when a job is received (its
@@ -41,7 +43,7 @@ func (o *Owner) jobClock() time.Time {
 }
 
 // logRan logs a handler or reducer run that started at start (jobClock).
-func (o *Owner) logRan(job *Job, start time.Time, err error) {
+func (o *Owner) logRan(job *core.Job, start time.Time, err error) {
 	if start.IsZero() {
 		return
 	}
@@ -58,7 +60,7 @@ func (o *Owner) logRan(job *Job, start time.Time, err error) {
 }
 
 // logCommitted logs the state write of jobs, a group of one key.
-func (o *Owner) logCommitted(jobs []Job) {
+func (o *Owner) logCommitted(jobs []core.Job) {
 	if len(jobs) == 0 || !o.debugJobs() {
 		return
 	}

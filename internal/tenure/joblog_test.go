@@ -5,14 +5,16 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+
+	"github.com/keylane/keylane/internal/core"
 )
 
 // TestJobLogFreeAtInfo: with DEBUG off, the per-job events allocate
 // nothing (and read no clock).
 func TestJobLogFreeAtInfo(t *testing.T) {
 	o := &Owner{log: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})).With("partition", 3, "fence", 9)}
-	tk := &task{job: Job{ID: "j", Key: "sku:1", Seq: 42, Attempt: 1}}
-	group := []Job{tk.job, tk.job}
+	tk := &task{job: core.Job{ID: "j", Key: "sku:1", Seq: 42, Attempt: 1}}
+	group := []core.Job{tk.job, tk.job}
 	err := errors.New("x")
 	if allocs := testing.AllocsPerRun(1000, func() {
 		o.logReceived(tk, 1)
@@ -34,8 +36,8 @@ func BenchmarkJobLog(b *testing.B) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		b.Run(level.String(), func(b *testing.B) {
 			o := &Owner{log: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: level})).With("partition", 3, "fence", 9)}
-			tk := &task{job: Job{ID: "j", Key: "sku:1", Seq: 42, Attempt: 1}}
-			group := []Job{tk.job}
+			tk := &task{job: core.Job{ID: "j", Key: "sku:1", Seq: 42, Attempt: 1}}
+			group := []core.Job{tk.job}
 			b.ReportAllocs()
 			for b.Loop() {
 				o.logReceived(tk, 1)

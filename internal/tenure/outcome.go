@@ -34,7 +34,7 @@ func encodeResult(res []byte, err error, dead bool) []byte {
 // kind ("keylane: job failed (dead-lettered): ") and would grow a prefix
 // at every replay.
 func errMessage(err error) string {
-	if re, ok := err.(*RemoteError); ok {
+	if re, ok := err.(*core.RemoteError); ok {
 		return re.Message
 	}
 	return err.Error()
@@ -45,8 +45,8 @@ func replyMsg(subject string, res []byte, herr error, dead bool) *nats.Msg {
 	m := &nats.Msg{Subject: subject, Data: res}
 	if herr != nil {
 		m.Header = nats.Header{}
-		m.Header.Set(HeaderError, errorText(errMessage(herr)))
-		m.Header.Set(HeaderErrorKind, errorKind(herr, dead))
+		m.Header.Set(wire.HeaderError, errorText(errMessage(herr)))
+		m.Header.Set(wire.HeaderErrorKind, errorKind(herr, dead))
 	}
 	return m
 }
@@ -59,7 +59,7 @@ func errorKind(err error, dead bool) string {
 	switch {
 	case dead:
 		return wire.KindDead
-	case errors.Is(err, ErrPermanent):
+	case errors.Is(err, core.ErrPermanent):
 		return wire.KindPermanent
 	default:
 		return wire.KindError

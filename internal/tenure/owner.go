@@ -229,7 +229,7 @@ func (o *Owner) run() {
 				// Hold the lease a moment before handing it back, so a
 				// missing or replaced stream does not make partitions spin
 				// between acquire and release.
-				t := time.NewTimer(releaseHold)
+				t := time.NewTimer(core.ReleaseHold)
 				select {
 				case <-t.C:
 				case <-o.abortCh:
@@ -316,7 +316,7 @@ func settleAcks(stream jetstream.Stream, cons jetstream.Consumer, want uint64, s
 	deadline := time.Now().Add(limit)
 	pause := 2 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), core.RequestTimeout)
 		info, err := cons.Info(ctx)
 		applied := err == nil && info.AckFloor.Stream >= want
 		if !applied && err == nil {

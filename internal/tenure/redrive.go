@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/nats-io/nats.go"
 )
 
@@ -45,7 +46,7 @@ func (o *Owner) checkRedrive(t *task) error {
 		return nil
 	}
 	results := o.topo.Names.Results()
-	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 	m, err := leaderGet(ctx, o.nc, "KV_"+results, "$KV."+results+"."+RedriveTicketPrefix+t.job.ID)
 	cancel()
 	if err != nil && !errors.Is(err, errNoEntry) {

@@ -5,19 +5,20 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/nats-io/nats.go"
 )
 
 // writeUncertain reports whether a failed state write may have landed:
-// the write was sent (a *stateError, not the check before it) and was
+// the write was sent (a *core.StateError, not the check before it) and was
 // cancelled or timed out; a conflict or a refusal is a sure no.
 func writeUncertain(err error) bool {
-	var se *stateError
+	var se *core.StateError
 	return errors.As(err, &se) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
 }
 
 // reduce runs the reducer for one job, turning a panic into an error.
-func (o *Owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
+func (o *Owner) reduce(job core.Job, cur []byte) (next, res []byte, err error) {
 	ctx, span := traceOf(job).run(o.ctx, job)
 	defer span.end(&err) // after the recover below has set err
 	defer func() {
@@ -30,7 +31,7 @@ func (o *Owner) reduce(job Job, cur []byte) (next, res []byte, err error) {
 
 // applyGroup group-commits jobs (one key, stream order) and tells the
 // reducer's CommitObserver, if any, the fate of every run. See State.group.
-func (o *Owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
+func (o *Owner) applyGroup(jobs []core.Job, out [][]byte) (n int, rerr, werr error) {
 	defer o.observeGroup(o.now(), &n, &werr)
 	var ran []int
 	failed := -1 // the run whose reduce failed: never in the write
@@ -49,8 +50,8 @@ func (o *Owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 	if werr == nil {
 		o.logCommitted(jobs[:n])
 	}
-	if obs, ok := o.cfg.Reducer.(CommitObserver); ok {
-		unsure, _ := o.cfg.Reducer.(UncertainCommitObserver)
+	if obs, ok := o.cfg.Reducer.(core.CommitObserver); ok {
+		unsure, _ := o.cfg.Reducer.(core.UncertainCommitObserver)
 		for _, i := range ran {
 			if unsure != nil && werr != nil && i != failed && writeUncertain(werr) {
 				unsure.CommitUncertain(jobs[i])
@@ -64,9 +65,9 @@ func (o *Owner) applyGroup(jobs []Job, out [][]byte) (n int, rerr, werr error) {
 
 // reduceOne applies one job through the reducer, for the single-job path
 // (retries, redelivered jobs).
-func (o *Owner) reduceOne(job Job) ([]byte, error) {
+func (o *Owner) reduceOne(job core.Job) ([]byte, error) {
 	var out [1][]byte
-	n, rerr, werr := o.applyGroup([]Job{job}, out[:])
+	n, rerr, werr := o.applyGroup([]core.Job{job}, out[:])
 	if werr != nil {
 		return nil, werr
 	}

@@ -28,7 +28,7 @@ func (o *Owner) replyGrouped(ts []*task, out [][]byte) {
 	var inboxes []string
 	byInbox := map[string][]int{}
 	for i, t := range ts {
-		inbox, ok := groupedInbox(t.msg.Headers().Get(HeaderReply))
+		inbox, ok := groupedInbox(t.msg.Headers().Get(wire.HeaderReply))
 		if !ok {
 			continue
 		}
@@ -49,7 +49,7 @@ func (o *Owner) replyGrouped(ts []*task, out [][]byte) {
 		}
 		total := 1
 		for _, i := range idx {
-			total += groupedEntrySize(ts[i].msg.Headers().Get(HeaderReply)[len(inbox):], 1+len(out[i]))
+			total += groupedEntrySize(ts[i].msg.Headers().Get(wire.HeaderReply)[len(inbox):], 1+len(out[i]))
 		}
 		var body []byte
 		var sent []int
@@ -72,7 +72,7 @@ func (o *Owner) replyGrouped(ts []*task, out [][]byte) {
 			return true
 		}
 		for _, i := range idx {
-			token := ts[i].msg.Headers().Get(HeaderReply)[len(inbox):]
+			token := ts[i].msg.Headers().Get(wire.HeaderReply)[len(inbox):]
 			n := groupedEntrySize(token, 1+len(out[i]))
 			if 1+n > limit {
 				total -= n

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	lane "github.com/keylane/keylane/internal/lanes"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,7 +15,7 @@ import (
 // task is one fetched job waiting in, or running from, its key's lane.
 type task struct {
 	msg jetstream.Msg
-	job Job
+	job core.Job
 	// batch is the batch message the job came in, nil for a delayed
 	// job's due copy. A job of a batch of several is never handed back
 	// (the message cannot be half-acked or half-NAKed: batchpart.go), so

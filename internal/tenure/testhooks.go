@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keylane/keylane/internal/core"
 	"github.com/keylane/keylane/internal/kept"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -51,7 +52,7 @@ func (o *Owner) PublishOutcomes(ids []string, value []byte) error {
 	ts := make([]*task, len(ids))
 	idx := make([]int, len(ids))
 	for i, id := range ids {
-		ts[i], idx[i] = &task{job: Job{ID: id}}, i
+		ts[i], idx[i] = &task{job: core.Job{ID: id}}, i
 	}
 	return o.publishOutcomes("$KV."+o.topo.Names.Results()+".", ts, func(int) []byte { return value }, idx)
 }

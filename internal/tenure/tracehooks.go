@@ -52,7 +52,7 @@ func (wt *workerTracing) wrap(run func([]*task)) func([]*task) {
 type jobTrace tracing.JobTrace
 
 // traceOf returns the job's spans on this worker, nil when tracing is off.
-func traceOf(j Job) *jobTrace {
+func traceOf(j core.Job) *jobTrace {
 	t, _ := core.Trace(j).(*jobTrace)
 	return t
 }
@@ -63,7 +63,7 @@ type runSpan tracing.RunSpan
 // commitSpan is a job's part of settling (tracing.CommitSpan).
 type commitSpan tracing.CommitSpan
 
-func (jt *jobTrace) run(ctx context.Context, job Job) (context.Context, runSpan) {
+func (jt *jobTrace) run(ctx context.Context, job core.Job) (context.Context, runSpan) {
 	if jt == nil {
 		return ctx, runSpan{}
 	}
@@ -73,7 +73,7 @@ func (jt *jobTrace) run(ctx context.Context, job Job) (context.Context, runSpan)
 
 func (r runSpan) end(errp *error) { tracing.RunSpan(r).End(errp) }
 
-func (jt *jobTrace) finish(job Job, herr error, dead bool) commitSpan {
+func (jt *jobTrace) finish(job core.Job, herr error, dead bool) commitSpan {
 	if jt == nil {
 		return commitSpan{}
 	}
@@ -86,7 +86,7 @@ func (jt *jobTrace) leave(requeued bool) { (*tracing.JobTrace)(jt).Leave(requeue
 
 // traceGroup records a group commit of jobs (State.group): n of them
 // settled, werr the write's error (tracing.Group).
-func traceGroup(jobs []Job, n int, werr error) {
+func traceGroup(jobs []core.Job, n int, werr error) {
 	if len(jobs) == 0 || traceOf(jobs[0]) == nil || (werr == nil && n == 0) {
 		return
 	}
@@ -99,7 +99,7 @@ func traceGroup(jobs []Job, n int, werr error) {
 }
 
 // tracedJob is what job's spans say about it.
-func tracedJob(job Job) tracing.Job {
+func tracedJob(job core.Job) tracing.Job {
 	return tracing.Job{
 		ID: job.ID, Key: job.Key, Type: job.Type, Partition: job.Partition,
 		Seq: job.Seq, Fence: job.Fence, Attempt: job.Attempt, Size: len(job.Payload),

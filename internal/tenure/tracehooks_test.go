@@ -3,6 +3,8 @@ package tenure
 import (
 	"context"
 	"testing"
+
+	"github.com/keylane/keylane/internal/core"
 )
 
 // TestTracingOffAllocatesNothing: with tracing off every hook of the
@@ -10,8 +12,8 @@ import (
 // name).
 func TestTracingOffAllocatesNothing(t *testing.T) {
 	var wt *workerTracing
-	job := Job{ID: "a", Key: "k"}
-	jobs := []Job{job}
+	job := core.Job{ID: "a", Key: "k"}
+	jobs := []core.Job{job}
 	run := func([]*task) {}
 	c := context.Background()
 	allocs := testing.AllocsPerRun(100, func() {

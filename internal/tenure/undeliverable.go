@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/keylane/keylane/internal/core"
+	"github.com/keylane/keylane/internal/namespace"
+	"github.com/keylane/keylane/internal/natserr"
 	"github.com/keylane/keylane/partition"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -73,11 +76,11 @@ func (o *Owner) removeSwallowed(from, to, missing uint64) bool {
 	if missing > undeliverableAhead {
 		return false
 	}
-	stream := o.topo.Streams[ShardOf(o.p, len(o.topo.Streams))]
+	stream := o.topo.Streams[namespace.ShardOf(o.p, len(o.topo.Streams))]
 	filter := o.partitionFilter()
 	var found []*jetstream.RawStreamMsg
 	for seq := from; seq <= to; {
-		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+		ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && m.Sequence > to {
@@ -106,21 +109,21 @@ func (o *Owner) removeSwallowed(from, to, missing uint64) bool {
 // how many it removed; it stops at the first failure (the next gap tries
 // again) and when the tenure ends.
 func (o *Owner) clearUndeliverable(from, to uint64, most int) int {
-	stream := o.topo.Streams[ShardOf(o.p, len(o.topo.Streams))]
+	stream := o.topo.Streams[namespace.ShardOf(o.p, len(o.topo.Streams))]
 	filter := o.partitionFilter()
 	removed := 0
 	for seq, n := max(from, 1), 0; seq <= to && n < most; n++ {
 		if !o.l.Trusted() || o.ctx.Err() != nil {
 			return removed
 		}
-		ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+		ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 		m, err := stream.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return removed // nothing more of the partition stored
 		}
 		if err != nil {
-			o.log.Warn("looking for an undeliverable job after a gap", "seq", seq, "err", natsError(err))
+			o.log.Warn("looking for an undeliverable job after a gap", "seq", seq, "err", natserr.Once(err))
 			return removed
 		}
 		if m.Sequence > to {
@@ -144,18 +147,18 @@ func (o *Owner) clearUndeliverable(from, to uint64, most int) int {
 func (o *Owner) removeUndeliverable(stream jetstream.Stream, m *jetstream.RawStreamMsg) bool {
 	f, _ := o.rules().Parse(m.Subject, m.Header)
 	o.stats.Malformed.Add(1)
-	why := Permanent(fmt.Errorf("malformed: %w", errStatusLike))
+	why := core.Permanent(fmt.Errorf("malformed: %w", errStatusLike))
 	o.log.Warn("undeliverable message dead-lettered", "seq", m.Sequence, "err", why)
-	if !o.deadLetter(rawSource{m}, Job{ID: f.ID, Key: f.Key, Seq: m.Sequence, Partition: o.p, Fence: o.l.Fence()}, why, 0) || !o.l.Trusted() {
+	if !o.deadLetter(rawSource{m}, core.Job{ID: f.ID, Key: f.Key, Seq: m.Sequence, Partition: o.p, Fence: o.l.Fence()}, why, 0) || !o.l.Trusted() {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 	err := stream.DeleteMsg(ctx, m.Sequence)
 	cancel()
 	if err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
 		// Dead-lettered but still stored: the next gap dead-letters it
 		// again (a second dead letter, never a lost job).
-		o.log.Error("delete of a dead-lettered undeliverable message", "seq", m.Sequence, "err", natsError(err))
+		o.log.Error("delete of a dead-lettered undeliverable message", "seq", m.Sequence, "err", natserr.Once(err))
 		return false
 	}
 	return true
