@@ -63,8 +63,6 @@ func (o *Owner) lookUpKeptBatch(ts []*task) {
 	}
 }
 
-// noteKept records that an outcome was stored under subject at seq.
-func (o *Owner) noteKept(subject string, seq uint64) { o.kept.NoteKept(subject, seq) }
 
 
 // keptValue reads the last entry of job id in the results bucket
