@@ -97,14 +97,15 @@ type WorkerConfig struct {
 	// job returns its stored result instead of running again. Defaults to
 	// false.
 	StoreResults bool
-	// OutcomeBatch is the fewest outcomes a group keeps in the results
-	// bucket as one JetStream atomic batch (one ack, one fsync, one
-	// replicated proposal) instead of one put and ack each; negative
-	// never batches. Zero picks by the namespace's replicas: 2 when
+	// OutcomeBatch is the fewest outcomes kept in the results bucket as
+	// one JetStream atomic batch (one ack, one fsync, one replicated
+	// proposal) instead of one put and ack each: a group's, with those of
+	// the partition's other groups that finish while a keep is in flight
+	// (a catalog's groups are one job each); negative never batches. Zero picks by the namespace's replicas: 2 when
 	// replicated (the server stages a batch in memory), never on one
 	// replica, where nats-server stages each batch in a store of its own
 	// on disk with fsyncs of its own, which pays only on a server that
-	// fsyncs every write (sync_interval: always) and for groups of about
+	// fsyncs every write (sync_interval: always) and for batches of about
 	// 16 or more (depending on the disk): set SyncAlwaysOutcomeBatch there. See
 	// jetstream/doc.go, "Kept outcomes in one batch". Defaults to 0.
 	OutcomeBatch int

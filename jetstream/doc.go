@@ -1072,6 +1072,19 @@
 // R3, and one fsync of the stream instead of n on a server with
 // sync_interval: always.
 //
+// Across keys: on a catalog a group is one job, so a batch per group
+// would never reach the threshold, and each outcome would be a put, an
+// ack and (sync_interval: always) an fsync of the one results stream,
+// which serializes them. With OutcomeBatch set, the groups of a
+// partition's lanes that keep while another keep of the tenure is in
+// flight join the next round (kept.Store.KeepShared; an Applier's joined
+// transaction commits many keys' groups at once, which then keep
+// together): a round of at least OutcomeBatch puts is one batch, a
+// smaller one goes as puts, and each group is answered when its round is
+// stored. A round that fails is an error for each of its groups, which
+// tries its own puts again, as before (TestKeepSharedGathersConcurrentGroups,
+// TestKeepSharedRoundRefusedGoesOneByOne in internal/kept).
+//
 // When: WorkerConfig.OutcomeBatch, the fewest puts sent as a batch.
 // By default 2 on a replicated namespace and never on one replica: there
 // nats-server stages every batch in a file store of its own (a directory
