@@ -63,8 +63,6 @@ func (o *Owner) lookUpKeptBatch(ts []*task) {
 	}
 }
 
-
-
 // keptValue reads the last entry of job id in the results bucket
 // (kept.Value): its outcome, or nil when none is kept.
 func keptValue(id string, h nats.Header, data []byte) *keptOutcome {
