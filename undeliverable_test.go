@@ -73,3 +73,45 @@ func TestSwallowedHeartbeatLookalikeNeedsNoResync(t *testing.T) {
 		t.Errorf("%d re-synchronisations for 3 heartbeat lookalikes; want none", after-before)
 	}
 }
+
+// TestTrailingStatusLookalikeIsRemoved: a lookalike that is the last job
+// of its partition is swallowed by nats.go with no later delivery to show
+// the gap, and again at every redelivery (each AckWait): no gap is ever
+// seen, so it was never dead-lettered nor removed, and stayed in the
+// work-queue stream for as long as its partition had no other traffic (a
+// backlog that never drained, the worker silent; e2e TestHostileWire's
+// "1 jobs left"). The owner of an idle partition must notice that the
+// server delivered what never reached it, and dead-letter and remove
+// each such message, with no later job to help.
+func TestTrailingStatusLookalikeIsRemoved(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	var h failOn
+	w := e.worker("w", h.handler(), func(c *WorkerConfig) { c.AckWait = 2 * time.Second })
+	e.waitOwned(w)
+	callWithin(t, e.client, 20*time.Second, "warm:0")
+	publish := func(id, status string) {
+		if _, err := e.js.PublishMsg(ctx(t), rawJob(e, "order:1", nats.Header{
+			HeaderJobID: {id}, HeaderKey: {"order:1"}, "Status": {status}, "Description": {"forged"},
+		}, "")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Four in a row, nothing after them; then, once they are gone, one
+	// more alone.
+	for _, status := range []string{"100", "404", "408", "409"} {
+		publish("trailing-"+status, status)
+	}
+	testwait.Eventually(t, 40*time.Second, "the trailing lookalikes dead-lettered and removed", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	publish("trailing-again", "100")
+	testwait.Eventually(t, 40*time.Second, "a second trailing lookalike dead-lettered and removed", func() bool {
+		return e.streamMsgs(e.topo.Names.Jobs()) == 0
+	})
+	for _, d := range waitDead(t, e, 5) {
+		if !strings.Contains(d.Error, "Status header") || !strings.HasPrefix(d.JobID, "trailing-") {
+			t.Errorf("dead letter %d: job %q, error %q; want the lookalike's ID and the reason", d.Seq, d.JobID, d.Error)
+		}
+	}
+	callWithin(t, e.client, 20*time.Second, "order:1")
+}

@@ -1356,10 +1356,23 @@
 // ($JS.API.STREAM.MSG.GET.A_JOBS, $JS.API.STREAM.MSG.DELETE.A_JOBS). A
 // delete that fails after the dead letter was stored leaves the message,
 // which the next gap dead-letters again: a second dead letter, never a
-// lost job. Tested by TestStatusLookalikeDoesNotStallThePartition (it
+// lost job. Such a message that is the partition's last job shows no
+// gap: nothing is delivered after it, and its redeliveries (one per
+// AckWait) are swallowed too, so it stayed stored and unacked, never
+// dead-lettered, for as long as the partition had no other traffic (e2e
+// TestHostileWire's settle once waited 60 s on one, "1 jobs left"). Now a
+// partition that receives nothing for max(10 s, AckWait) asks its
+// consumer's info (one request per idle period); if the server delivered
+// more than the owner received, and nothing arrives within a second more,
+// it is a gap: such messages between the ack floor and the last delivery
+// are removed as above and the partition re-synchronises (a delivery lost
+// with no later one is found the same way). Tested by
+// TestStatusLookalikeDoesNotStallThePartition (it
 // failed before: the partition's later call got no result),
 // TestSwallowedHeartbeatLookalikeNeedsNoResync (3 re-syncs for 3 before
-// the gap check) and TestUndeliverableClearedAsWorker (as worker-a).
+// the gap check), TestTrailingStatusLookalikeIsRemoved (it failed before:
+// the lookalikes stayed in the stream) and TestUndeliverableClearedAsWorker
+// (as worker-a).
 //
 // Tested by TestJobIDTheResultsBucketCannotHold,
 // TestFailingDelayedJobIsDeadLettered,

@@ -68,10 +68,15 @@ func Connect(t testing.TB, s *server.Server, opts ...nats.Option) *nats.Conn {
 
 // StreamMsgs returns every message stored in the stream name now, in
 // sequence order; gaps (deleted messages) are skipped. It fails the test on
-// any other error.
+// any other error. Each request has its own deadline: one for the whole
+// read failed a loaded machine's read of a few thousand dead letters
+// (e2e TestHostileWire, "context deadline exceeded" at message ~1500).
 func StreamMsgs(t testing.TB, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	req := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 10*time.Second)
+	}
+	ctx, cancel := req()
 	defer cancel()
 	s, err := js.Stream(ctx, name)
 	if err != nil {
@@ -83,7 +88,9 @@ func StreamMsgs(t testing.TB, js jetstream.JetStream, name string) []*jetstream.
 	}
 	var out []*jetstream.RawStreamMsg
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		ctx, cancel := req()
 		m, err := s.GetMsg(ctx, seq)
+		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
 		}

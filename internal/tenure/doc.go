@@ -88,6 +88,11 @@
 //     Status header, from a raw publisher): dead-lettered and deleted, with
 //     no re-sync when it explains the gap. TestStatusLookalikeDoesNotStallThePartition,
 //     TestSwallowedHeartbeatLookalikeNeedsNoResync.
+//   - Deliveries that never arrived and no later one to show the gap (a
+//     swallowed message that is the partition's last job, redelivered and
+//     swallowed each AckWait): an idle partition compares what its
+//     consumer delivered with what it received, and re-synchronises,
+//     removing such messages first. TestTrailingStatusLookalikeIsRemoved.
 //   - Bad input on the wire (no valid job, a key of another partition, an
 //     injected reply subject, a one-job message, a malformed batch): dead-
 //     lettered with the reason, acked, its caller on a valid reply subject

@@ -1,6 +1,7 @@
 package tenure
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -29,9 +30,9 @@ const pullExpiry = 5 * time.Second
 // and the iterator then sits with no pull out until its missed-heartbeat
 // error, 5 s later, which fetch must read as a broken delivery and
 // re-synchronise (TestSmallWindowKeepsPulling). The second Next, after
-// the nudge, makes the pull the first one skipped; being a Next without a
-// deadline, it keeps nats.go's heartbeat watch, which a Next that
-// returns every pullNudge would restart each time and never fire.
+// the nudge, makes the pull the first one skipped; waiting idleCheck, far
+// longer than nats.go's heartbeat watch, it keeps that watch, which a Next
+// that returns every pullNudge would restart each time and never fire.
 const pullNudge = 100 * time.Millisecond
 
 // errTopologyChanged is why an owner does not consume a replaced stream.
@@ -139,7 +140,27 @@ func (o *Owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 		}
 		msg, err := it.Next(jetstream.NextMaxWait(pullNudge))
 		if errors.Is(err, nats.ErrTimeout) {
-			msg, err = it.Next()
+			msg, err = it.Next(jetstream.NextMaxWait(o.idleCheck()))
+		}
+		if errors.Is(err, nats.ErrTimeout) {
+			// Nothing came for a while. A delivery nats.go swallowed as a
+			// status, with no later one to show the gap (the partition's
+			// last job), or a delivery lost, shows only in what the server
+			// says it delivered (unseenDeliveries).
+			from, to, unseen := o.unseenDeliveries(cons, delivered)
+			if unseen == nil {
+				continue
+			}
+			// A delivery on its way has its moment to arrive.
+			msg, err = it.Next(jetstream.NextMaxWait(unseenGrace))
+			if errors.Is(err, nats.ErrTimeout) {
+				if resync.CompareAndSwap(nil, &unseen) {
+					gapFrom, gapTo = from, to
+				}
+				it.Stop()
+				ln.wake()
+				continue
+			}
 		}
 		if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 			break
@@ -212,6 +233,51 @@ func (o *Owner) fetch(cons jetstream.Consumer, ln *lanes) error {
 		return *why
 	}
 	return nil
+}
+
+// idleCheck is how long the fetch loop waits for a message before it
+// asks the server what the partition's consumer delivered
+// (unseenDeliveries): one request per idle partition per period. It is
+// at least twice the pull expiry, so nats.go's missed-heartbeat watch
+// (twice the heartbeat, half the expiry), which each Next restarts, fires
+// within it; and at least AckWait, as a swallowed message comes again
+// only that often.
+func (o *Owner) idleCheck() time.Duration {
+	return max(2*pullExpiry, o.cfg.AckWait)
+}
+
+// unseenGrace is how long a delivery the server reports made may take to
+// arrive before it counts as never received.
+const unseenGrace = time.Second
+
+// unseenDeliveries asks the server, for an idle partition, whether its
+// consumer delivered more than the fetch loop received (delivered, the
+// last delivery sequence received). A message nats.go takes for a status
+// (undeliverable.go) that is the partition's last job is swallowed, and
+// again at each redelivery, with no later delivery to show the gap: it
+// would stay stored, unacked and never dead-lettered, for as long as the
+// partition has no other traffic (TestTrailingStatusLookalikeIsRemoved).
+// It returns the gap as a re-sync's reason, with the stream sequences the
+// unseen deliveries lie between (above the ack floor, up to the last
+// delivered), where the loop's end looks for such messages; a nil gap
+// when nothing is missing, or when the server cannot be asked (the next
+// idle period asks again).
+func (o *Owner) unseenDeliveries(cons jetstream.Consumer, delivered uint64) (from, to uint64, gap error) {
+	if o.ctx.Err() != nil || isClosed(o.handoverCh) || !o.l.Trusted() {
+		return 0, 0, nil
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	info, err := cons.Info(ctx)
+	cancel()
+	if err != nil {
+		o.log.Debug("partition consumer info while idle", "err", err)
+		return 0, 0, nil
+	}
+	if info.Delivered.Consumer <= delivered {
+		return 0, 0, nil
+	}
+	return info.AckFloor.Stream + 1, info.Delivered.Stream, fmt.Errorf("%w: the server delivered up to %d (stream seq %d), the last received was %d, and none came for %s",
+		errDeliveryGap, info.Delivered.Consumer, info.Delivered.Stream, delivered, o.idleCheck())
 }
 
 // dispatch validates a fetched message and queues its jobs in their

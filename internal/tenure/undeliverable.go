@@ -28,6 +28,10 @@ import (
 // showed a gap, or just after the newest delivery), with the stream
 // leader's get (not a direct get), and dead-letters and deletes each that
 // nats.go would swallow, so the re-synchronised consumer gets past it.
+// Such a message that is the partition's last job leaves no gap to see:
+// the fetch loop, idle, asks the server what it delivered
+// (unseenDeliveries in fetch.go) and treats deliveries it never received
+// as a gap.
 
 // undeliverableScan bounds the stored jobs read behind one gap, and
 // undeliverableAhead those read after the newest delivery when a pull
