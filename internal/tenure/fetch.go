@@ -266,7 +266,7 @@ func (o *Owner) unseenDeliveries(cons jetstream.Consumer, delivered uint64) (fro
 	if o.ctx.Err() != nil || isClosed(o.handoverCh) || !o.l.Trusted() {
 		return 0, 0, nil
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, requestTimeout)
+	ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
 	info, err := cons.Info(ctx)
 	cancel()
 	if err != nil {
