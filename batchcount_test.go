@@ -36,6 +36,9 @@ func TestBacklogCountsJobsOfBatches(t *testing.T) {
 	if n, err := e.client.Backlog(ctx(t)); err != nil || n != 53 {
 		t.Fatalf("Backlog = %d, %v; want 53 (3 one-job messages and a batch of 50)", n, err)
 	}
+	if n, err := e.client.Stored(ctx(t)); err != nil || n != 4 {
+		t.Fatalf("Stored = %d, %v; want 4 messages (3 batches of one and a batch of 50)", n, err)
+	}
 	cons, err := e.topo.Jobs.CreateOrUpdateConsumer(ctx(t), e.topo.consumerConfig(0, 30*time.Second, 16))
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +73,13 @@ func TestBacklogCountsJobsOfBatches(t *testing.T) {
 	// Delivered, not acked: still in the stream, so still in Backlog.
 	if n, err := e.client.Backlog(ctx(t)); err != nil || n != 53 {
 		t.Fatalf("Backlog = %d, %v; want 53", n, err)
+	}
+	// Once the messages leave the stream (purged here), Stored is zero.
+	if err := e.topo.Jobs.Purge(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.client.Stored(ctx(t)); err != nil || n != 0 {
+		t.Fatalf("Stored after the stream emptied = %d, %v; want 0", n, err)
 	}
 }
 

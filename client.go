@@ -259,6 +259,25 @@ func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	return c.e.Result(ctx, jobID)
 }
 
+// Stored returns how many messages the namespace's jobs streams hold,
+// each a batch of one job or more stored and not yet settled: zero means
+// every job stored has finished or been dead-lettered. It asks the server
+// for the info of every shard's stream and reads no message, so it is the
+// check to poll while a queue drains; Backlog counts the jobs.
+func (c *Client) Stored(ctx context.Context) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var n uint64
+	for i := range c.e.StreamShards() {
+		s, err := c.js.Stream(ctx, c.names.JobsShard(i))
+		if err != nil {
+			return 0, err
+		}
+		n += s.CachedInfo().State.Msgs
+	}
+	return n, nil
+}
+
 // Backlog returns how many jobs the namespace's streams hold: stored and
 // not yet finished (a job leaves the stream when its handler finished and
 // it was acked, or it was dead-lettered; a batch message's jobs leave

@@ -227,7 +227,7 @@ func (q keylaneQueue) submit(ctx context.Context, keys []string, payload []byte,
 	return nil
 }
 
-func (q keylaneQueue) backlog(ctx context.Context) (uint64, error) { return q.c.Backlog(ctx) }
+func (q keylaneQueue) backlog(ctx context.Context) (uint64, error) { return q.c.Stored(ctx) }
 
 // WorkerOptions configure ServeWorker.
 type WorkerOptions struct {

@@ -16,7 +16,11 @@ type queue interface {
 	call(ctx context.Context, key string, payload []byte, id string) ([]byte, error)
 	// submit stores commands without waiting for them to run.
 	submit(ctx context.Context, keys []string, payload []byte, ids []string) error
-	// backlog is how many stored commands have not yet run.
+	// backlog is how many stored messages have not yet run: zero when
+	// the queue has drained. Polled every 2ms while a fire-and-forget
+	// sale settles, so it must be cheap (keylane: Client.Stored, stream
+	// info only; Client.Backlog reads the batch messages to count their
+	// jobs, a load that slowed the very sale it waited for).
 	backlog(ctx context.Context) (uint64, error)
 }
 
