@@ -4,42 +4,120 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keylane/keylane/internal/core"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Look-ups shared across a partition's lanes.
+// Look-ups and keeps shared across a partition's lanes.
 //
-// On a catalog a key's group is one job, so a look-up per group is a
-// look-up per job: one leader get (a JetStream API request) for every
-// job with a caller's ID. LookUpShared amortizes across keys instead, as
-// the client's batcher does across a partition's publishes: a group that
-// asks while another look-up of the tenure is in flight joins the next
-// round, and each round is one batched request (LookUp) for every ID its
-// groups asked for. A group is answered only from a request made after
-// it asked, so a shared answer is exactly as fresh as one of its own: an
-// outcome this tenure kept before the group asked is in it (the mark),
-// and none can be kept for its IDs while it waits, as its key's lane runs
-// nothing else meanwhile.
+// On a catalog a key's group is one job, so whatever a group does once
+// it does once per job: a look-up of its kept outcomes (a JetStream API
+// get per job with a caller's ID), and a keep of its outcomes (a put, an
+// ack and, on a server that fsyncs every write, an fsync of the one
+// results stream, which serializes them). Both amortize across keys the
+// way the client's batcher does across a partition's publishes: a group
+// that asks while another of the tenure's requests of its kind is in
+// flight joins the next round, and each round is one request for every
+// group in it (rounds). A group is answered only from a request made
+// after it asked, so a shared look-up is exactly as fresh as one of its
+// own: an outcome this tenure kept before the group asked is in it (the
+// mark), and none can be kept for its IDs while it waits, as its key's
+// lane runs nothing else meanwhile.
 
-// rounds is the state of a Store's shared look-ups.
-type rounds struct {
-	mu   sync.Mutex
-	busy bool   // a round is in flight
-	next *round // the IDs asked since: the next round
+// rounds gathers the items (IDs to look up, outcomes to keep) of callers
+// that ask while a round is in flight into the next round, sent as one
+// by send. Its zero value is ready.
+type rounds[T, R any] struct {
+	mu       sync.Mutex
+	busy     bool          // a round is in flight
+	next     *round[T, R]  // the items asked for since: the next round
+	gathered *atomic.Int64 // counts the rounds that gathered callers, if set
 
-	beforeFirst func() // tests: runs before a caller that found none in flight asks
+	beforeFirst func() // tests: runs before a caller that found none in flight sends
 }
 
-// round is one batched request made for the groups that asked while the
-// previous one was in flight.
-type round struct {
-	ids     []string
+// round is one round's items and, once done is closed, its result.
+type round[T, R any] struct {
+	items   []T
 	waiters int
 	done    chan struct{}
-	settled map[string]*Outcome
+	result  R
+}
+
+// do returns send(ctx, items) at once when no round is in flight, else
+// the result of the next round, which holds items with those of every
+// caller that asks meanwhile. A caller whose ctx ends while it waits gets
+// gone(ctx) instead.
+func (g *rounds[T, R]) do(ctx context.Context, items []T, send func(context.Context, []T) R, gone func(context.Context) R) R {
+	g.mu.Lock()
+	if !g.busy {
+		g.busy = true
+		hook := g.beforeFirst
+		g.mu.Unlock()
+		if hook != nil {
+			hook()
+		}
+		r := send(ctx, items)
+		g.sendNext(ctx, send)
+		return r
+	}
+	r := g.next
+	if r == nil {
+		r = &round[T, R]{done: make(chan struct{})}
+		g.next = r
+	}
+	r.items = append(r.items, items...)
+	r.waiters++
+	g.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.result
+	case <-ctx.Done():
+		return gone(ctx)
+	}
+}
+
+// sendNext sends the round that gathered while one was in flight, if
+// any, from a goroutine of its own (the caller that ended the previous
+// round goes on with its group), and so on until none gathered.
+func (g *rounds[T, R]) sendNext(ctx context.Context, send func(context.Context, []T) R) {
+	g.mu.Lock()
+	r := g.next
+	g.next = nil
+	if r == nil {
+		g.busy = false
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	if g.gathered != nil {
+		g.gathered.Add(1)
+	}
+	go func() {
+		r.result = send(ctx, r.items)
+		close(r.done)
+		g.sendNext(ctx, send)
+	}()
+}
+
+// waiting returns how many callers wait for the next round (tests).
+func (g *rounds[T, R]) waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.next == nil {
+		return 0
+	}
+	return g.next.waiters
+}
+
+// inFlight reports whether a round is in flight (tests).
+func (g *rounds[T, R]) inFlight() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.busy
 }
 
 // LookUpShared is LookUp for the concurrent callers of one tenure (its
@@ -52,84 +130,7 @@ func (s *Store) LookUpShared(ctx context.Context, ids []string) map[string]*Outc
 	if len(ids) == 0 {
 		return nil
 	}
-	s.rounds.mu.Lock()
-	if !s.rounds.busy {
-		s.rounds.busy = true
-		hook := s.rounds.beforeFirst
-		s.rounds.mu.Unlock()
-		if hook != nil {
-			hook()
-		}
-		settled := s.LookUp(ctx, ids)
-		s.nextRound(ctx)
-		return settled
-	}
-	r := s.rounds.next
-	if r == nil {
-		r = &round{done: make(chan struct{})}
-		s.rounds.next = r
-	}
-	r.ids = append(r.ids, ids...)
-	r.waiters++
-	s.rounds.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.settled
-	case <-ctx.Done():
-		return nil
-	}
-}
-
-// nextRound sends the round that gathered while one was in flight, if
-// any, from a goroutine of its own (the caller that ended the previous
-// round goes on with its group), and so on until none gathered.
-func (s *Store) nextRound(ctx context.Context) {
-	s.rounds.mu.Lock()
-	r := s.rounds.next
-	s.rounds.next = nil
-	if r == nil {
-		s.rounds.busy = false
-		s.rounds.mu.Unlock()
-		return
-	}
-	s.rounds.mu.Unlock()
-	s.mem.sharedRounds.Add(1)
-	go func() {
-		r.settled = s.LookUp(ctx, r.ids)
-		close(r.done)
-		s.nextRound(ctx)
-	}()
-}
-
-// Outcome keeps shared across a partition's lanes.
-//
-// Where outcomes go as atomic batches (Config.BatchMin: a replicated
-// namespace, or a server that fsyncs every write), a group of one job
-// (a catalog's) is one put, one ack and one fsync or replicated proposal
-// of the results stream, which serializes them: the groups of a
-// partition ready at once (an Applier's joined transaction commits many
-// keys' groups together) each waited their turn. KeepShared gathers the
-// puts of the groups that ask while a keep of the tenure is in flight
-// into the next round, one atomic batch when it holds at least BatchMin
-// puts (else one by one, as a group's own). Without BatchMin each group
-// keeps its own at once: a round only pays when it is one batch.
-
-// keepRounds is the state of a Store's shared keeps.
-type keepRounds struct {
-	mu   sync.Mutex
-	busy bool       // a round is in flight
-	next *keepRound // the puts asked for since: the next round
-
-	beforeFirst func() // tests: runs before a caller that found none in flight keeps
-}
-
-// keepRound is one round of puts, for the groups that asked while the
-// previous one was in flight.
-type keepRound struct {
-	puts    []Put
-	waiters int
-	done    chan struct{}
-	err     error
+	return s.lookUps.do(ctx, ids, s.LookUp, func(context.Context) map[string]*Outcome { return nil })
 }
 
 // KeepShared stores puts, a group's outcomes: at once when no keep of the
@@ -140,7 +141,8 @@ type keepRound struct {
 // every put of the round is stored (each acked), else the round's error:
 // the caller tries its own puts again (a put stored twice is the same
 // value under the same key). A caller whose ctx ends while it waits gets
-// ctx's error. With no BatchMin it is PutEach(ctx, puts).
+// ctx's error. With no BatchMin it is PutEach(ctx, puts): without a
+// batch a round would only make groups wait for each other.
 func (s *Store) KeepShared(ctx context.Context, puts []Put) error {
 	if s.min == 0 {
 		return s.PutEach(ctx, puts)
@@ -148,32 +150,7 @@ func (s *Store) KeepShared(ctx context.Context, puts []Put) error {
 	if len(puts) == 0 {
 		return nil
 	}
-	s.keeps.mu.Lock()
-	if !s.keeps.busy {
-		s.keeps.busy = true
-		hook := s.keeps.beforeFirst
-		s.keeps.mu.Unlock()
-		if hook != nil {
-			hook()
-		}
-		err := s.keepRound(ctx, puts)
-		s.nextKeep(ctx)
-		return err
-	}
-	r := s.keeps.next
-	if r == nil {
-		r = &keepRound{done: make(chan struct{})}
-		s.keeps.next = r
-	}
-	r.puts = append(r.puts, puts...)
-	r.waiters++
-	s.keeps.mu.Unlock()
-	select {
-	case <-r.done:
-		return r.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return s.keeps.do(ctx, puts, s.keepRound, context.Cause)
 }
 
 // keepRound stores one round's puts: as atomic batches where it may,
@@ -183,26 +160,6 @@ func (s *Store) keepRound(ctx context.Context, puts []Put) error {
 		return err
 	}
 	return s.PutEach(ctx, puts)
-}
-
-// nextKeep stores the round that gathered while one was in flight, if
-// any, from a goroutine of its own, and so on until none gathered.
-func (s *Store) nextKeep(ctx context.Context) {
-	s.keeps.mu.Lock()
-	r := s.keeps.next
-	s.keeps.next = nil
-	if r == nil {
-		s.keeps.busy = false
-		s.keeps.mu.Unlock()
-		return
-	}
-	s.keeps.mu.Unlock()
-	s.mem.sharedKeeps.Add(1)
-	go func() {
-		r.err = s.keepRound(ctx, r.puts)
-		close(r.done)
-		s.nextKeep(ctx)
-	}()
 }
 
 // PutEach stores puts as asynchronous publishes and waits for every ack

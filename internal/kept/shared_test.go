@@ -39,20 +39,7 @@ func TestLookUpSharedGathersConcurrentGroups(t *testing.T) {
 	}
 
 	// The first caller holds its round until every other caller waits.
-	s.rounds.beforeFirst = func() {
-		testwait.NoError(t, 30*time.Second, "the other groups to gather", func() error {
-			s.rounds.mu.Lock()
-			defer s.rounds.mu.Unlock()
-			if w := 0; s.rounds.next != nil {
-				w = s.rounds.next.waiters
-				if w == n-1 {
-					return nil
-				}
-				return fmt.Errorf("%d of %d waiting", w, n-1)
-			}
-			return fmt.Errorf("none waiting")
-		})
-	}
+	s.lookUps.beforeFirst = gatherAll(t, s.lookUps.waiting, n-1)
 	got := make([]map[string]*Outcome, n)
 	var wg sync.WaitGroup
 	first := make(chan struct{})
@@ -63,14 +50,7 @@ func TestLookUpSharedGathersConcurrentGroups(t *testing.T) {
 		got[0] = s.LookUpShared(ctx, []string{"order-0"})
 	}()
 	<-first
-	testwait.NoError(t, 30*time.Second, "the first round to be in flight", func() error {
-		s.rounds.mu.Lock()
-		defer s.rounds.mu.Unlock()
-		if !s.rounds.busy {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
+	inFlight(t, s.lookUps.inFlight)
 	for i := 1; i < n; i++ {
 		wg.Add(1)
 		go func() {
@@ -112,16 +92,7 @@ func TestLookUpSharedGathersConcurrentGroups(t *testing.T) {
 func keepGathered(t *testing.T, s *Store, n int) []error {
 	t.Helper()
 	ctx := t.Context()
-	s.keeps.beforeFirst = func() {
-		testwait.NoError(t, 30*time.Second, "the other groups to gather", func() error {
-			s.keeps.mu.Lock()
-			defer s.keeps.mu.Unlock()
-			if s.keeps.next != nil && s.keeps.next.waiters == n-1 {
-				return nil
-			}
-			return fmt.Errorf("not all waiting")
-		})
-	}
+	s.keeps.beforeFirst = gatherAll(t, s.keeps.waiting, n-1)
 	put := func(i int) []Put {
 		return []Put{{Subject: s.Subject(fmt.Sprintf("order-%d", i)), Value: wire.EncodeOutcome(wire.OutcomeOK, []byte(fmt.Sprint("sold ", i)))}}
 	}
@@ -132,14 +103,7 @@ func keepGathered(t *testing.T, s *Store, n int) []error {
 		defer wg.Done()
 		errs[0] = s.KeepShared(ctx, put(0))
 	}()
-	testwait.NoError(t, 30*time.Second, "the first round to be in flight", func() error {
-		s.keeps.mu.Lock()
-		defer s.keeps.mu.Unlock()
-		if !s.keeps.busy {
-			return fmt.Errorf("not yet")
-		}
-		return nil
-	})
+	inFlight(t, s.keeps.inFlight)
 	for i := 1; i < n; i++ {
 		wg.Add(1)
 		go func() {
@@ -217,7 +181,31 @@ func TestKeepSharedRoundRefusedGoesOneByOne(t *testing.T) {
 	if err := plain.KeepShared(ctx, []Put{{Subject: plain.Subject("lone"), Value: wire.EncodeOutcome(wire.OutcomeOK, nil)}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv2.Get(ctx, "lone"); err != nil || plain.keeps.busy {
-		t.Fatalf("without BatchMin: get %v, busy %v", err, plain.keeps.busy)
+	if _, err := kv2.Get(ctx, "lone"); err != nil || plain.keeps.inFlight() {
+		t.Fatalf("without BatchMin: get %v, busy %v", err, plain.keeps.inFlight())
 	}
+}
+
+// gatherAll returns a hook for the first caller of a round: it waits
+// until want other callers wait for the next round.
+func gatherAll(t *testing.T, waiting func() int, want int) func() {
+	return func() {
+		testwait.NoError(t, 30*time.Second, "the other groups to gather", func() error {
+			if w := waiting(); w != want {
+				return fmt.Errorf("%d of %d waiting", w, want)
+			}
+			return nil
+		})
+	}
+}
+
+// inFlight waits until the first caller's round is in flight.
+func inFlight(t *testing.T, busy func() bool) {
+	t.Helper()
+	testwait.NoError(t, 30*time.Second, "the first round to be in flight", func() error {
+		if !busy() {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
 }

@@ -54,8 +54,8 @@ type Store struct {
 
 	mark atomic.Pointer[mark] // newest outcome kept this tenure
 
-	rounds rounds     // look-ups shared across the tenure's lanes (shared.go)
-	keeps  keepRounds // outcome keeps shared across them (shared.go)
+	lookUps rounds[string, map[string]*Outcome] // look-ups shared across the tenure's lanes (shared.go)
+	keeps   rounds[Put, error]                  // outcome keeps shared across them (shared.go)
 }
 
 // New returns the Store cfg describes.
@@ -71,6 +71,7 @@ func New(cfg Config) *Store {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.lookUps.gathered, s.keeps.gathered = &s.mem.sharedRounds, &s.mem.sharedKeeps
 	return s
 }
 
