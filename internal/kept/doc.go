@@ -45,6 +45,13 @@
 // it, AllowAtomicPublish) with one ack; it notes the commit's sequence as
 // the mark. A refusal (BatchRefused) has the caller put them one by one at
 // once; Memory remembers it (off for BatchPause, or a halved size).
+// Store.KeepShared, the tenure's way in, gathers the puts of the groups
+// of its lanes that keep while a keep is in flight into the next round
+// (shared.go, as the look-ups), one batch when the round holds at least
+// Config.BatchMin puts, one by one otherwise (PutEach); without BatchMin
+// each group's puts go at once, as before
+// (TestKeepSharedGathersConcurrentGroups,
+// TestKeepSharedRoundRefusedGoesOneByOne, here).
 //
 // # Batch entries
 //
