@@ -264,19 +264,7 @@ func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 // every job stored has finished or been dead-lettered. It asks the server
 // for the info of every shard's stream and reads no message, so it is the
 // check to poll while a queue drains; Backlog counts the jobs.
-func (c *Client) Stored(ctx context.Context) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	var n uint64
-	for i := range c.e.StreamShards() {
-		s, err := c.js.Stream(ctx, c.names.JobsShard(i))
-		if err != nil {
-			return 0, err
-		}
-		n += s.CachedInfo().State.Msgs
-	}
-	return n, nil
-}
+func (c *Client) Stored(ctx context.Context) (uint64, error) { return c.stored(ctx, false) }
 
 // Backlog returns how many jobs the namespace's streams hold: stored and
 // not yet finished (a job leaves the stream when its handler finished and
@@ -286,7 +274,11 @@ func (c *Client) Stored(ctx context.Context) (uint64, error) {
 // Keylane-Batch-Jobs: a batch of 50 counts 50; the batch messages after
 // those count one job each, so the figure is then a lower bound), and
 // runs no job.
-func (c *Client) Backlog(ctx context.Context) (uint64, error) {
+func (c *Client) Backlog(ctx context.Context) (uint64, error) { return c.stored(ctx, true) }
+
+// stored sums the messages of every shard's jobs stream and, with jobs,
+// the jobs their batch messages carry beyond the first (batchJobsBeyond).
+func (c *Client) stored(ctx context.Context, jobs bool) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	var n uint64
@@ -297,7 +289,7 @@ func (c *Client) Backlog(ctx context.Context) (uint64, error) {
 		}
 		st := s.CachedInfo().State
 		n += st.Msgs
-		if st.Msgs == 0 {
+		if !jobs || st.Msgs == 0 {
 			continue
 		}
 		extra, err := batchJobsBeyond(ctx, s, allBatchesSubject(c.names.Namespace), st.FirstSeq-1, st.LastSeq)
