@@ -155,7 +155,7 @@
 // one, when a renew did land after it, or someone took the key since:
 // the mismatch proves the entry moved past that revision, so the
 // watchdog adopts only a revision past it and treats ours-at-or-before
-// as still unknown (Release does the same). A stale "not ours" ends the
+// as still unknown (Release reads again, below). A stale "not ours" ends the
 // lease early, the safe direction; a stale "ours" after an unknown Create
 // is not stale at all (only a Create that landed writes that nonce).
 //
@@ -173,7 +173,14 @@
 // deletes with kv.Delete(key, LastRevision(rev)): a compare-and-delete that
 // cannot remove a successor's entry. Watchers see the delete and Create at
 // once, typically within a few milliseconds. If the delete finds another
-// revision, the lease was already lost and Release says so (ErrLost).
+// revision, a renew cut short by the stop (or an earlier delete whose
+// outcome was unknown) may have landed: Release reads the entry back. Ours
+// at a newer revision is deleted at that one; ours at the old revision or
+// before is a replica behind, and Release reads again, with a short
+// backoff, until a replica shows the newer write or its context ends (then
+// the outcome is unknown, the error says the replicas stayed behind, and a
+// later call tries again; TestReleaseRereadsAStaleReplica). Not ours: the
+// lease was already lost and Release says so (ErrLost).
 // Orphan stops renewing without deleting: the entry expires by TTL, as
 // after a crash (like etcd's Session.Orphan).
 //

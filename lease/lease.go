@@ -322,14 +322,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	if isConflict(err) {
 		// A renew cut short by the stop (or an earlier unknown delete) may
 		// have landed. Only this tenure writes its nonce, so read it back.
-		cur, ours, gerr := l.lookup(ctx)
+		cur, ours, gerr := l.lookupPast(ctx, rev)
 		switch {
 		case gerr != nil:
 			return fmt.Errorf("lease: release %q: %w", l.key, gerr)
-		case ours && cur <= rev:
-			// Our entry at a revision the conflict proves old: a stale
-			// read (any replica answers a KV get). Unknown, not lost.
-			return fmt.Errorf("lease: release %q: read revision %d, not past %d, after a conflict: a replica behind", l.key, cur, rev)
 		case !ours && l.deleteUnknown:
 			// Our earlier delete landed, or the entry expired: gone either way.
 			rev, err = cur, nil
@@ -366,6 +362,30 @@ func (l *Lease) Orphan() {
 	l.halt()
 	if l.end(ErrOrphaned) {
 		l.logger.Info("lease orphaned", slog.Uint64("revision", l.revision.Load()))
+	}
+}
+
+// lookupPast reads the entry after a write expecting revision rev
+// conflicted, so the entry is known to have moved past rev. A read of our
+// entry at rev or before comes from a replica that has not applied the
+// newer write (any replica answers a KV get): it reads again, with a short
+// backoff, until it sees past rev or ctx ends; then the error says the
+// replicas stayed behind, and the outcome is unknown, not lost.
+func (l *Lease) lookupPast(ctx context.Context, rev uint64) (cur uint64, ours bool, err error) {
+	var backoff time.Duration
+	for {
+		cur, ours, err = l.lookup(ctx)
+		if err != nil || !ours || cur > rev {
+			return cur, ours, err
+		}
+		backoff = nextBackoff(backoff, 100*time.Millisecond)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, false, fmt.Errorf("read revision %d, not past %d, after a conflict, until %w: the replicas stayed behind", cur, rev, context.Cause(ctx))
+		case <-t.C:
+		}
 	}
 }
 
