@@ -146,7 +146,7 @@ func (o *Owner) keepBatch(b *batchMsg) func() error {
 			}
 			var err error
 			if perID {
-				err = o.publishPuts(puts)
+				err = o.kept.PutEach(o.ctx, puts)
 			} else {
 				err = o.putBatchEntry(b, v)
 			}

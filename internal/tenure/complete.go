@@ -351,7 +351,3 @@ func (o *Owner) publishOutcomes(subject string, ts []*task, value func(i int) []
 	// one atomic batch where outcomes go so (kept.Store.KeepShared).
 	return o.kept.KeepShared(o.ctx, puts)
 }
-
-// publishPuts stores puts as asynchronous publishes and waits for every
-// ack (within core.RequestTimeout).
-func (o *Owner) publishPuts(puts []kvPut) error { return o.kept.PutEach(o.ctx, puts) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -261,7 +262,7 @@ const unseenGrace = time.Second
 // unseen deliveries lie between (above the ack floor, up to the last
 // delivered), where the loop's end looks for such messages; a nil gap
 // when nothing is missing, or when the server cannot be asked (the next
-// idle period asks again).
+// idle period asks again; the first failure of a streak is a warning).
 func (o *Owner) unseenDeliveries(cons jetstream.Consumer, delivered uint64) (from, to uint64, gap error) {
 	if o.ctx.Err() != nil || isClosed(o.handoverCh) || !o.l.Trusted() {
 		return 0, 0, nil
@@ -270,9 +271,16 @@ func (o *Owner) unseenDeliveries(cons jetstream.Consumer, delivered uint64) (fro
 	info, err := cons.Info(ctx)
 	cancel()
 	if err != nil {
-		o.log.Debug("partition consumer info while idle", "err", err)
+		// Warn once per streak of failures, not once per idle period.
+		lvl := slog.LevelWarn
+		if o.idleInfoFailing {
+			lvl = slog.LevelDebug
+		}
+		o.idleInfoFailing = true
+		o.log.Log(o.ctx, lvl, "partition consumer info while idle failed; a trailing delivery nats.go swallowed stays unseen until it answers", "err", err)
 		return 0, 0, nil
 	}
+	o.idleInfoFailing = false
 	if info.Delivered.Consumer <= delivered {
 		return 0, 0, nil
 	}

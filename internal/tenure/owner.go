@@ -49,10 +49,11 @@ type Owner struct {
 	handoverCh, abortCh     chan struct{}
 	done                    chan struct{}
 
-	prevDelivered uint64        // last stream sequence the previous consumer delivered
-	maxAcked      atomic.Uint64 // highest stream sequence acked
-	kept          *keptStore    // the tenure's kept outcomes (internal/kept)
-	ln            *lanes        // the lanes of the current consumer generation
+	prevDelivered   uint64        // last stream sequence the previous consumer delivered
+	idleInfoFailing bool          // the fetch loop's last idle consumer-info request failed
+	maxAcked        atomic.Uint64 // highest stream sequence acked
+	kept            *keptStore    // the tenure's kept outcomes (internal/kept)
+	ln              *lanes        // the lanes of the current consumer generation
 
 	// For Worker.Tenures: ln, the consumer's pending count at the last
 	// delivery, and the jobs of the batch messages among them (backlog.go).
