@@ -255,6 +255,15 @@ func (c *Client) SubmitMany(ctx context.Context, reqs []Request) (out []Submitte
 // worker with held outcomes, in its batch's entry, which its ID names
 // (see "Batches on the wire" in package jetstream's doc); Result reads
 // either.
+//
+// Result reads with a direct get of the key's subject, which any replica
+// of the results stream answers (a client may read results only by key:
+// docs/security.md, "Results read by key only"). On a replicated
+// namespace a replica that has not yet applied an outcome kept a moment
+// ago answers "none": right after its Call's reply, Result may return
+// ErrNoResult for a job that finished. ErrNoResult is "none kept yet",
+// never proof that the job did not run: read again, or submit it again
+// WithID, which runs it at most once.
 func (c *Client) Result(ctx context.Context, jobID string) ([]byte, error) {
 	return c.e.Result(ctx, jobID)
 }

@@ -44,7 +44,10 @@ var (
 	// handler for.
 	ErrUnknownType = core.ErrUnknownType
 	// ErrNoResult is returned by Client.Result when no result is stored for the
-	// job (it has not finished, results are not stored, or the result expired).
+	// job (it has not finished, results are not stored, or the result expired),
+	// or, on a replicated namespace, when the replica that answered has not
+	// yet applied an outcome kept a moment ago (Client.Result): never proof
+	// that the job did not run.
 	ErrNoResult = core.ErrNoResult
 	// ErrStaleFence is returned by State.Apply when the key was last written
 	// under a newer fence than the job's: a newer owner of the partition exists,

@@ -1026,8 +1026,10 @@
 //	lease renew, acquire, release    CAS writes      decided by the leader (lease/doc.go)
 //	lease read-back after a renew    direct get      only a revision past the one the conflict
 //	  of unknown outcome (lookup)                     proved old is adopted; ours at or before it
-//	                                                  is a stale read and stays unknown; a stale
-//	                                                  "not ours" ends the lease (the safe side)
+//	                                                  is a stale read and stays unknown (Release
+//	                                                  reads again until past it or its context
+//	                                                  ends); a stale "not ours" ends the lease
+//	                                                  (the safe side)
 //	Call and Client.Result reading   direct get      not the worker's decision: Result may say
 //	  an outcome (client/call.go, result.go)          ErrNoResult for an outcome kept moments ago
 //	                                                  (Call reads and watches until its deadline);

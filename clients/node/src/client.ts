@@ -599,7 +599,12 @@ export class Client {
    * its result, or a RemoteError; no_result when none is kept. A Go
    * client's batched Call (a job ID "<batch ID>.<index>", as a Go
    * NoReplyError names it) is read from its batch's entry too.
-   * opts.signal stops the read (AbortedError).
+   * opts.signal stops the read (AbortedError). The read is a direct get
+   * of the key's subject, which any replica answers: on a replicated
+   * namespace, a replica that has not yet applied an outcome kept a
+   * moment ago answers none, so no_result right after a call's answer
+   * means "none kept yet", never that the job did not run (Go's
+   * Client.Result says the same).
    */
   async result(id: string, opts: { timeout?: number; signal?: AbortSignal } = {}): Promise<Uint8Array> {
     notAborted(opts.signal, "result", id);
