@@ -116,7 +116,9 @@ func (s *staleKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry,
 // past X, after a conflict: a replica behind", which made a worker's
 // graceful stop exit 1 in the cluster e2e.
 func TestReleaseRereadsAStaleReplica(t *testing.T) {
-	e := newEnv(t, 10*time.Second) // no renew during the test
+	// No renew during the test: the first comes at TTL/3, 10 s, and a
+	// renew now would find the entry moved and end the lease as lost.
+	e := newEnv(t, 30*time.Second)
 	kv := &staleKV{KeyValue: e.kv}
 	l := acquire(t, kv, "p.0", config(t, "holder"))
 	old, err := e.kv.Get(t.Context(), "p.0")
