@@ -208,3 +208,87 @@ func TestBatchRewritesItsOwnEntry(t *testing.T) {
 		t.Fatalf("entry keeps %d outcomes (%v), want %d", len(outs), err, len(jobs))
 	}
 }
+
+// TestForgeryAheadLeavesTheHonestCopyItsEntry: a worker reads a batch
+// ID's entry off its fetch loop, and runs none of the batch's jobs until
+// the read answered. A forged batch under an honest batch's ID, stored on
+// the same partition just ahead of a copy of the honest message (whose
+// entry an earlier owner wrote, bound to it, before losing its lease),
+// must be refused whole once its read answers, and the honest copy,
+// received while that read is out, must not be refused with it: its
+// claim waits for the forgery's, as the read made in order on receipt
+// did. Its jobs run and its entry is written again; the forged jobs never
+// run.
+func TestForgeryAheadLeavesTheHonestCopyItsEntry(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	// A duplicate window short enough to store two messages of one ID.
+	s, err := e.js.Stream(ctx(t), e.topo.Names.Jobs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.Duplicates = 100 * time.Millisecond
+	if _, err := e.js.UpdateStream(ctx(t), cfg); err != nil {
+		t.Fatal(err)
+	}
+	calls := func(key, tag string) []wire.BatchJob {
+		jobs := make([]wire.BatchJob, 3)
+		for i := range jobs {
+			jobs[i] = wire.BatchJob{Key: key, KeepOutcome: true, Reply: "_INBOX." + tag + "." + strconv.Itoa(i), Payload: []byte(tag + strconv.Itoa(i))}
+		}
+		return jobs
+	}
+	e.publishBatch(0, "ahead", calls("seat:forged", "forged"))
+	id := testBatchID("ahead")
+	honest := calls("seat:own", "own")
+	for i := range honest {
+		honest[i].ID = wire.BatchedJobID(id, i)
+	}
+	body, err := wire.EncodeBatch(honest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seq uint64
+	testwait.Eventually(t, 10*time.Second, "the honest copy stored past the duplicate window", func() bool {
+		ack, err := e.js.PublishMsg(ctx(t), &nats.Msg{Subject: wire.BatchSubject(e.ns, 0), Data: body, Header: nats.Header{
+			HeaderJobID: {id}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"1"}, wire.HeaderBatchJobs: {strconv.Itoa(len(honest))},
+		}})
+		if err != nil || ack.Duplicate {
+			return false
+		}
+		seq = ack.Sequence
+		return true
+	})
+	earlier, err := wire.EncodeBatchOutcomes(id, []wire.BatchOutcome{{Index: 0, ID: wire.BatchedJobID(id, 0), Value: encodeResult([]byte("earlier"), nil, false)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := "$KV." + e.topo.Names.Results() + "." + wire.BatchOutcomesKey(id)
+	ack, err := e.js.PublishMsg(ctx(t), &nats.Msg{Subject: subject, Data: earlier, Header: nats.Header{
+		headerBatchOrigin: {batchOrigin(e.topo.Names.Jobs(), e.topo.EpochOf(0), seq)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	e.waitOwned(batchWorker(e, "w", tagger{newCounter()}))
+	testwait.Eventually(t, 20*time.Second, "both messages acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	dls := e.deadLetters()
+	if len(dls) != 1 || !strings.Contains(dls[0].Header.Get(HeaderError), "batch ID") {
+		for _, d := range dls {
+			t.Logf("dead letter: %v %q", d.Header, d.Data)
+		}
+		t.Fatalf("%d dead letters; want the forged batch's alone", len(dls))
+	}
+	if st := e.stateOf("seat:forged"); st != "" {
+		t.Fatalf("the forged batch's jobs were applied: state %q", st)
+	}
+	entry, err := e.topo.Results.Get(ctx(t), wire.BatchOutcomesKey(id))
+	if err != nil || entry.Revision() <= ack.Sequence {
+		t.Fatalf("entry %v, %v: not written again over revision %d", entry, err, ack.Sequence)
+	}
+	_, outs, err := wire.DecodeBatchOutcomes(entry.Value())
+	if err != nil || len(outs) != len(honest) {
+		t.Fatalf("entry keeps %d outcomes (%v), want %d: the honest copy was refused", len(outs), err, len(honest))
+	}
+}

@@ -25,7 +25,9 @@ import (
 // sequence of the message whose outcomes it keeps; it is written only
 // over the revision read on receipt (Nats-Expected-Last-Subject-Sequence,
 // 0: create only); and a batch whose ID's entry is another message's is
-// refused whole on receipt (EntryRev), before any job of it runs. A
+// refused whole once read on receipt (EntryRev; the tenure sends the read
+// on receipt and holds the batch's jobs until it answered), before any
+// job of it runs. A
 // redelivery of the same message finds its own entry and rewrites it.
 
 // HeaderBatchOrigin, on a batch entry, names the batch message whose

@@ -112,6 +112,9 @@ func (ob *openBatches) get(id string) *batchMsg {
 func (o *Owner) keepBatch(b *batchMsg) func() error {
 	return func() error {
 		defer o.open.remove(b)
+		if c := b.claim; c != nil && c.refused {
+			return nil // another message's ID: nothing ran, nothing is kept (claimBatchID)
+		}
 		b.mu.Lock()
 		outs := slices.Clone(b.outs)
 		b.mu.Unlock()
@@ -194,11 +197,21 @@ var (
 // claimBatchID checks, on receipt, that batch b (message msg, jobs es)
 // may keep its outcomes under its ID, on a worker that keeps them per
 // batch: no batch of its ID open on this owner but a copy of this
-// message, and its entry, if any, this message's. It notes b's origin and
-// the entry's revision for its write (putBatchEntry). A batch whose ID is
-// another message's is refused whole (refuseTakenBatch) and false
-// returned. A failed read refuses nothing: the write's compare then
-// decides (never over another message's entry).
+// message, and its entry, if any, this message's. It notes b's origin,
+// holds b open, and reads the entry off the fetch loop: b.claim is done when the read answered, and no job of b
+// runs before (gateClaims). A batch whose ID is another message's is
+// refused whole (refuseTakenBatch), now when a batch of its ID is open
+// here (false returned), or once the read finds the entry another
+// message's (b.claim refused). A failed read refuses nothing: the write's
+// compare then decides (never over another message's entry).
+//
+// The decisions are those the read made on the fetch loop would give, in
+// the same order: a message of an ID whose claim is still read waits for
+// that claim to end before its own is decided (a forgery first must not
+// refuse the honest message after it, nor be taken for it), and a copy of
+// this very message (a redelivery racing the original) shares its claim.
+// The entry is written only after every job of b settled, long after the
+// read, so reading it a moment later than receipt changes nothing.
 func (o *Owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es []wire.BatchEntry, b *batchMsg) bool {
 	if !o.keptPerBatch() || !wire.ValidBatchID(b.id) {
 		return true
@@ -218,37 +231,138 @@ func (o *Owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 	}
 	seq := meta.Sequence.Stream
 	b.origin = batchOrigin(meta.Stream, o.topo.EpochOf(o.p), seq)
-	if open := o.open.get(b.id); open != nil {
-		if open.origin == b.origin {
-			return true // a redelivery racing the original here
+	for {
+		open := o.open.get(b.id)
+		if open == nil {
+			break
 		}
-		o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: batch %s is open here for message %q, this is %q", errBatchIDTaken, b.id, open.origin, b.origin))
+		if open.origin == b.origin {
+			b.claim = open.claim // a redelivery racing the original here
+			return true
+		}
+		if c := open.claim; c != nil && !c.ended() {
+			// Another message of this ID, still being claimed: its read
+			// decides first (rare: one of the two is a forgery).
+			if !c.wait(o.ctx) {
+				return false // the tenure ended: unacked, for the next owner
+			}
+			continue
+		}
+		o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: batch %s is open here for message %q, this is %q", errBatchIDTaken, b.id, open.origin, b.origin), true)
 		return false
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
-	defer cancel()
-	rev, takenBy, err := o.kept.EntryRev(ctx, b.id, b.origin)
-	switch {
-	case err != nil:
-		o.log.Warn("read of a batch's entry on receipt failed; its write will check it", "batch", b.id, "err", err)
-		return true
-	case takenBy == "":
-		if rev != 0 {
-			b.entryRev = rev
+	c := &batchClaim{done: make(chan struct{})}
+	b.claim = c
+	o.open.add(b) // before the read: a later message of its ID waits for this claim
+	o.moving.Add(1)
+	go func() {
+		defer o.moving.Done()
+		defer close(c.done)
+		ctx, cancel := context.WithTimeout(o.ctx, core.RequestTimeout)
+		defer cancel()
+		rev, takenBy, err := o.kept.EntryRev(ctx, b.id, b.origin)
+		switch {
+		case err != nil:
+			if o.ctx.Err() == nil {
+				o.log.Warn("read of a batch's entry on receipt failed; its write will check it", "batch", b.id, "err", err)
+			}
+			return
+		case takenBy == "":
+			if rev != 0 {
+				b.entryRev = rev
+			}
+			return
 		}
+		// Refused: no job of b runs, and its entry is not written
+		// (keepBatch); its jobs are settled unrun (gateClaims) once the
+		// message is dead-lettered, the last acking it.
+		o.open.remove(b)
+		c.refused = true
+		c.settle = o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: the entry of batch %s keeps message %q's outcomes, this is %q", errBatchIDTaken, b.id, takenBy, b.origin), false)
+	}()
+	return true
+}
+
+// batchClaim is the check of a batch message's ID on receipt while its
+// entry is read (claimBatchID). refused and settle are written before
+// done is closed.
+type batchClaim struct {
+	done chan struct{}
+	// refused: the entry is another message's; none of the batch's jobs
+	// runs. settle: the message was dead-lettered and its Calls told, so
+	// its jobs are settled unrun (the last acks it); else they are left
+	// unacked, for the message to come again.
+	refused, settle bool
+}
+
+// ended reports whether the read answered.
+func (c *batchClaim) ended() bool { return isClosed(c.done) }
+
+// wait waits for the read's answer; false when ctx ended first.
+func (c *batchClaim) wait(ctx context.Context) bool {
+	select {
+	case <-c.done:
 		return true
+	case <-ctx.Done():
+		return false
 	}
-	o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: the entry of batch %s keeps message %q's outcomes, this is %q", errBatchIDTaken, b.id, takenBy, b.origin))
-	return false
+}
+
+// gateClaims wraps run so that no job of a batch message runs before its
+// claim ended (claimBatchID): it waits for the claims of ts, and settles
+// unrun, or leaves unacked, the jobs of a refused one. The claim's read
+// was sent on receipt, so the wait is the rest of one request at most,
+// and only for the key whose job comes up first.
+func (o *Owner) gateClaims(run func([]*task)) func([]*task) {
+	return func(ts []*task) {
+		refused := false
+		for _, t := range ts {
+			if t.batch == nil || t.batch.claim == nil {
+				continue
+			}
+			c := t.batch.claim
+			if !c.wait(o.ctx) {
+				o.stats.Unacked.Add(int64(len(ts)))
+				return
+			}
+			refused = refused || c.refused
+		}
+		if refused {
+			left := make([]*task, 0, len(ts))
+			for _, t := range ts {
+				c := (*batchClaim)(nil)
+				if t.batch != nil {
+					c = t.batch.claim
+				}
+				switch {
+				case c == nil || !c.refused:
+					left = append(left, t)
+				case c.settle:
+					if err := t.msg.Ack(); err != nil {
+						o.stats.Unacked.Add(1)
+						o.log.Warn("ack of a refused batch", "seq", t.job.Seq, "err", err)
+					}
+				default:
+					o.stats.Unacked.Add(1)
+				}
+			}
+			if ts = left; len(ts) == 0 {
+				return
+			}
+		}
+		run(ts)
+	}
 }
 
 // refuseTakenBatch dead-letters batch message msg whole, none of its jobs
-// run, and answers each of its Calls with why.
-func (o *Owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error) {
+// run, and answers each of its Calls with why; with ack, it acks the
+// message too (none of its jobs is in the lanes). It reports whether the
+// dead letter is stored and the lease still trusted.
+func (o *Owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchEntry, why error, ack bool) bool {
 	o.stats.Malformed.Add(1)
 	err := core.Permanent(why)
 	if !o.deadLetter(msg, core.Job{Seq: seq, Partition: o.p, Fence: o.l.Fence()}, err, 0) || !o.l.Trusted() {
-		return
+		return false
 	}
 	for _, e := range es {
 		if e.Err == nil && e.Job.Reply != "" {
@@ -257,10 +371,14 @@ func (o *Owner) refuseTakenBatch(msg jetstream.Msg, seq uint64, es []wire.BatchE
 			}
 		}
 	}
+	if !ack {
+		return true
+	}
 	if err := msg.Ack(); err != nil {
 		o.stats.Unacked.Add(1)
 		o.log.Warn("ack of a refused batch", "seq", seq, "err", err)
 	}
+	return true
 }
 
 // putBatchEntry writes v, batch b's entry, bound to b's message, over the

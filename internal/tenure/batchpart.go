@@ -54,6 +54,9 @@ type batchMsg struct {
 	// only over that (batchoutcomes.go, claimBatchID).
 	origin   string
 	entryRev uint64
+	// claim is the read of its ID's entry on receipt (claimBatchID), nil
+	// when none was needed; none of its jobs runs before it ended.
+	claim *batchClaim
 
 	// entry is the batch's entry as the results stream's leader held it,
 	// read once for the jobs of a redelivered batch looked up by ID

@@ -143,8 +143,14 @@
 //     entry over max_payload is kept by job ID. TestBatchEntryOverMaxPayloadIsKeptByID,
 //     TestBatchRedeliveredBeforeItsOutcomesWereKept.
 //   - A batch ID whose entry is another message's (a forged ID): refused
-//     whole on receipt, never overwriting the entry. TestForgedBatchIDNeverOverwritesItsEntry,
-//     TestDeadLetterOfAForgedIDTakesNoOthersPlace.
+//     whole, never overwriting the entry. Its entry is read on receipt,
+//     off the fetch loop (claimBatchID); none of the batch's jobs runs
+//     until the read answered (gateClaims), and a refused batch's jobs are
+//     settled unrun once it is dead-lettered. A message of an ID whose
+//     read is still out waits for it before its own claim is decided, so
+//     a forgery just ahead of an honest copy does not get the copy
+//     refused. TestForgedBatchIDNeverOverwritesItsEntry,
+//     TestDeadLetterOfAForgedIDTakesNoOthersPlace, TestForgeryAheadLeavesTheHonestCopyItsEntry.
 //   - A dead letter the stream refuses (too large, a header it does not
 //     take) or cannot take (no leader): sent bare, or retried with backoff,
 //     the lane held until it is stored. TestDeadLetterTooLargeStillFits,

@@ -367,7 +367,7 @@ func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 	for i, e := range es {
 		if e.Err == nil && o.keptInBatch(b, e.Job, i) {
 			b.keep = o.keepBatch(b)
-			o.open.add(b)
+			o.open.add(b) // claimBatchID holds it open already, unless a copy is
 			break
 		}
 	}

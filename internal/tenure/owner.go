@@ -219,6 +219,7 @@ func (o *Owner) run() {
 	}
 	run = o.observeQueueWait(run)
 	run = o.tracing.wrap(run)
+	run = o.gateClaims(run) // outermost: a refused batch's jobs are neither seen nor traced
 	var cons jetstream.Consumer
 	pause := resyncBackoff{}
 	for {
