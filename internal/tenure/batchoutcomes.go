@@ -198,8 +198,9 @@ var (
 // may keep its outcomes under its ID, on a worker that keeps them per
 // batch: no batch of its ID open on this owner but a copy of this
 // message, and its entry, if any, this message's. It notes b's origin,
-// holds b open, and reads the entry off the fetch loop: b.claim is done when the read answered, and no job of b
-// runs before (gateClaims). A batch whose ID is another message's is
+// holds b open, and reads the entry off the fetch loop: b.claim is done
+// when the read answered, and no job of b runs before (gateClaims). A
+// batch whose ID is another message's is
 // refused whole (refuseTakenBatch), now when a batch of its ID is open
 // here (false returned), or once the read finds the entry another
 // message's (b.claim refused). A failed read refuses nothing: the write's
