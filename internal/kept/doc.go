@@ -60,7 +60,12 @@
 // (HeaderBatchOrigin, BatchOrigin) and written only over the revision read
 // on receipt (EntryRev, PutEntry), so a batch ID used again (another
 // shard's stream, or after the duplicate window) never writes over
-// another message's outcomes. ReadEntry reads one back from the leader.
+// another message's outcomes. ReadEntry reads one back as the leader
+// holds it. Both reads are leader gets on a replicated results stream,
+// and direct gets, which its one server answers, on a one-replica one
+// (Config.Single): the claim is one read per batch message of Calls, and
+// a leader get is a JSON API request the server queues and answers in
+// JSON.
 //
 // # Failure cases
 //
@@ -102,7 +107,9 @@
 //   - A batch ID's entry that is another message's is never written over
 //     (ErrBatchIDTaken) and the batch is refused on receipt; an entry
 //     written by this message whose ack was lost is written over
-//     (TestStoreBatchEntryIsBoundToItsMessage, here;
+//     (TestStoreBatchEntryIsBoundToItsMessage, here, with leader and with
+//     direct gets; a direct get refused or not answered is asked of the
+//     leader, TestEntryReadFallsBackToTheLeader, here;
 //     TestForgedBatchIDNeverOverwritesItsEntry); one that keeps changing
 //     under the write fails it after three tries, for the caller to retry.
 package kept

@@ -58,7 +58,7 @@ func (s *Store) EntryRev(ctx context.Context, batchID, origin string) (rev uint6
 }
 
 func (s *Store) entryRev(ctx context.Context, subject, origin string) (rev uint64, takenBy string, err error) {
-	sm, err := LeaderGet(ctx, s.nc, s.stream, subject)
+	sm, err := s.entryGet(ctx, subject)
 	switch {
 	case errors.Is(err, ErrNoEntry):
 		return 0, "", nil
@@ -108,11 +108,12 @@ func (s *Store) PutEntry(ctx context.Context, batchID, origin string, rev uint64
 	return rev, errors.New("the batch's entry kept changing under its write")
 }
 
-// ReadEntry reads batch batchID's entry from the results stream's leader:
+// ReadEntry reads batch batchID's entry as the results stream's leader
+// holds it (entryGet):
 // its data, nil when it has none (never written, expired, removed). An
 // error means the read failed (try again).
 func (s *Store) ReadEntry(ctx context.Context, batchID string) ([]byte, error) {
-	sm, err := LeaderGet(ctx, s.nc, s.stream, s.EntrySubject(batchID))
+	sm, err := s.entryGet(ctx, s.EntrySubject(batchID))
 	switch {
 	case errors.Is(err, ErrNoEntry):
 		return nil, nil
@@ -137,3 +138,39 @@ func (e *UnreadableError) Error() string {
 }
 
 func (e *UnreadableError) Unwrap() error { return e.Err }
+
+// entryGet reads the last message on subject as the results stream's
+// leader holds it (ErrNoEntry: none). On a one-replica stream
+// (Config.Single) that is a direct get, which its one server answers: a
+// header read, where a leader get is a JSON API request the server
+// queues, decodes and answers in JSON. Any answer to the direct get but
+// the message or "not found" (direct gets not allowed, no responder, a
+// timeout, a message of another subject) is asked again of the leader.
+// On a replicated stream it is a leader get: a follower behind may answer
+// a direct get "not found" for an entry its leader holds.
+//
+// A mirror of the results stream made with mirror_direct answers direct
+// gets too and may be behind: a stale "not found" from it makes a claim
+// that read no entry, as a failed read does (the tenure's claimBatchID):
+// the batch runs, and its entry's write, which compares, still never
+// writes over another message's entry.
+func (s *Store) entryGet(ctx context.Context, subject string) (*StoredMsg, error) {
+	if s.single {
+		m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.stream+"."+subject, nil)
+		if err == nil {
+			switch m.Header.Get("Status") {
+			case "404":
+				return nil, ErrNoEntry
+			case "":
+				seq, perr := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+				if perr == nil && seq > 0 && m.Header.Get(jetstream.SubjectHeader) == subject {
+					return &StoredMsg{Subject: subject, Seq: seq, Header: m.Header, Data: m.Data}, nil
+				}
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+	return LeaderGet(ctx, s.nc, s.stream, subject)
+}

@@ -34,6 +34,14 @@ type Config struct {
 	// Log receives the Store's events (the tenure's logger). Defaults to
 	// a logger that discards.
 	Log *slog.Logger
+	// Single says the results stream has one replica (the namespace's
+	// Replicas is 1): its one server answers every direct get, so a direct
+	// get reads what a leader get would. A batch entry is then read with a
+	// direct get (headers, no JSON API request: the claim on receipt of
+	// each batch message of Calls is one); on a replicated stream, where a
+	// follower behind may answer a direct get, with a leader get. Defaults
+	// to false.
+	Single bool
 }
 
 // Store is one partition tenure's kept outcomes: it looks outcomes up by
@@ -49,6 +57,7 @@ type Store struct {
 	stream  string // KV_<results>
 	prefix  string // $KV.<results>.
 	min     int
+	single  bool // one replica: a direct get is as good as a leader get
 	mem     *Memory
 	log     *slog.Logger
 
@@ -63,7 +72,7 @@ func New(cfg Config) *Store {
 	s := &Store{
 		nc: cfg.NC, js: cfg.JS, results: cfg.Results,
 		stream: "KV_" + cfg.Results, prefix: "$KV." + cfg.Results + ".",
-		min: cfg.BatchMin, mem: cfg.Memory, log: cfg.Log,
+		min: cfg.BatchMin, single: cfg.Single, mem: cfg.Memory, log: cfg.Log,
 	}
 	if s.mem == nil {
 		s.mem = &Memory{}

@@ -3,6 +3,7 @@ package kept
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/keylane/keylane/internal/namespace"
 	"testing"
 	"time"
@@ -125,8 +126,50 @@ func TestStoreKeepBatched(t *testing.T) {
 // TestStoreBatchEntryIsBoundToItsMessage: an entry is written only over
 // the revision its writer read; its own message writes over it again
 // (after a lost ack: a stale revision), another message never does.
+// Read with leader gets (a replicated results stream) and with direct
+// gets (one replica: Config.Single) alike.
 func TestStoreBatchEntryIsBoundToItsMessage(t *testing.T) {
-	s, _, ctx := results(t, Config{})
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) {
+			s, _, ctx := results(t, Config{Single: single})
+			testEntryIsBound(t, s, ctx)
+		})
+	}
+}
+
+// TestEntryReadFallsBackToTheLeader: on a one-replica results stream
+// whose direct gets are not allowed (a stream an operator edited), a
+// batch entry's read is asked of the leader: the entry is found, never
+// taken for none, and a read of none is still none.
+func TestEntryReadFallsBackToTheLeader(t *testing.T) {
+	s, _, ctx := results(t, Config{Single: true})
+	const id = "T3stBatch0000000000002"
+	a, b := BatchOrigin("JOBS", 1, 8), BatchOrigin("JOBS_1", 1, 8)
+	if _, err := s.PutEntry(ctx, id, a, 0, []byte("first")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	sc.AllowDirect = false
+	if _, err := s.js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, takenBy, err := s.EntryRev(ctx, id, b); takenBy != a || err != nil {
+		t.Fatalf("without direct gets: taken by %q, %v; want %q", takenBy, err, a)
+	}
+	if data, err := s.ReadEntry(ctx, id); string(data) != "first" || err != nil {
+		t.Fatalf("without direct gets: entry %q, %v; want first", data, err)
+	}
+	if rev, takenBy, err := s.EntryRev(ctx, "T3stBatch0000000000003", b); rev != 0 || takenBy != "" || err != nil {
+		t.Fatalf("without direct gets, no entry: rev %d, taken by %q, %v", rev, takenBy, err)
+	}
+}
+
+func testEntryIsBound(t *testing.T, s *Store, ctx context.Context) {
+	t.Helper()
 	const id = "T3stBatch0000000000001"
 	a, b := BatchOrigin("JOBS", 1, 7), BatchOrigin("JOBS_1", 1, 7)
 	if data, err := s.ReadEntry(ctx, id); data != nil || err != nil {

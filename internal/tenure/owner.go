@@ -180,7 +180,7 @@ func New(cfg Config) *Owner {
 	o.log = cfg.Log.With("partition", p, "fence", l.Fence())
 	o.kept = kept.New(kept.Config{
 		NC: cfg.NC, JS: cfg.JS, Results: cfg.Topology.Names.Results(),
-		BatchMin: cfg.OutcomeBatchMin, Memory: cfg.Kept, Log: o.log,
+		BatchMin: cfg.OutcomeBatchMin, Memory: cfg.Kept, Log: o.log, Single: cfg.Topology.Replicas == 1,
 	})
 	// The tenure's context ends with the lease (lost, expired), not only
 	// when the fetch loop notices: a lease lost while the owner drains its

@@ -34,7 +34,7 @@ func NewForTest(ctx context.Context, cfg Config) *Owner {
 	if cfg.Topology != nil {
 		o.kept = kept.New(kept.Config{
 			NC: cfg.NC, JS: cfg.JS, Results: cfg.Topology.Names.Results(),
-			BatchMin: cfg.OutcomeBatchMin, Memory: cfg.Kept, Log: o.log,
+			BatchMin: cfg.OutcomeBatchMin, Memory: cfg.Kept, Log: o.log, Single: cfg.Topology.Replicas == 1,
 		})
 	}
 	return o
