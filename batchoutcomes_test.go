@@ -459,8 +459,9 @@ func TestBatchEntryWithoutTheJobIsNoOutcome(t *testing.T) {
 // namespace with StoreResults (every job looked up by ID on redelivery),
 // its worker cut off after applying it and before keeping any outcome:
 // the next owner looks each redelivered job up by its ID and, missing
-// there, in its batch's entry, which it reads from the results stream's
-// leader once for the batch, not once per job. Every Call still gets its
+// there, in its batch's entry, which it reads as the results stream's
+// leader holds it (a direct get on one replica) once for the batch, not
+// once per job. Every Call still gets its
 // own result, each job applied once. Before, each job read the entry
 // (4 leader gets of batch/<id> for 4 jobs). (The lead, a batch of one
 // ahead of the batch, is redelivered too when its ack was lost in the
@@ -488,16 +489,25 @@ func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
 	p.Cut()
 	w1.nc.Close() // the crash: nothing more of w1 reaches the server
 	release()
-	// A copy of every leader get on the results stream.
+	// A copy of every leader get on the results stream, and of every
+	// direct get by subject (how an entry is read on one replica).
 	gets, err := e.nc.SubscribeSync("$JS.API.STREAM.MSG.GET.KV_" + e.topo.Names.Results())
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = gets.SetPendingLimits(-1, -1)
+	direct, err := e.nc.SubscribeSync("$JS.API.DIRECT.GET.KV_" + e.topo.Names.Results() + ".>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = direct.SetPendingLimits(-1, -1)
 	if err := e.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	e.worker("w2", nil, storing(g.tagger))
+	w2 := e.worker("w2", nil, storing(g.tagger))
+	// w2's requests' reply subjects (a client's recovery reads entries too).
+	w2Inbox := w2.nc.NewRespInbox()
+	w2Inbox = w2Inbox[:strings.LastIndexByte(w2Inbox, '.')+1]
 	testwait.Eventually(t, 20*time.Second, "the redelivered batch acked", func() bool {
 		return e.streamMsgs(e.topo.Names.Jobs()) == 0
 	})
@@ -535,8 +545,8 @@ func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
 	// Each batch's entry is read once at most: the queued batch's once
 	// (the lead's batch of one, when its ack was lost in the crash too,
 	// is redelivered and reads its own entry once).
+	entryGets := map[string]int{} // batch ID -> reads of its entry
 	n, _, _ := gets.Pending()
-	entryGets := map[string]int{} // batch ID -> leader gets of its entry
 	for range n {
 		m, err := gets.NextMsg(time.Second)
 		if err != nil {
@@ -546,12 +556,22 @@ func TestRedeliveredBatchReadsItsEntryOnce(t *testing.T) {
 			entryGets[string(bytes.TrimRight(key, `"}`))]++
 		}
 	}
+	n, _, _ = direct.Pending()
+	for range n {
+		m, err := direct.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, key, ok := strings.Cut(m.Subject, "."+wire.BatchOutcomesPrefix); ok && strings.HasPrefix(m.Reply, w2Inbox) {
+			entryGets[key]++
+		}
+	}
 	for id, n := range entryGets {
 		if n != 1 || jobsOf[id] == 0 {
-			t.Fatalf("leader gets of batch entries %v (queued batch %s), want one per redelivered batch", entryGets, queued)
+			t.Fatalf("reads of batch entries %v (queued batch %s), want one per redelivered batch", entryGets, queued)
 		}
 	}
 	if n := entryGets[queued]; n != 1 {
-		t.Fatalf("%d leader gets of the batch's entry for %d redelivered jobs, want 1 (all gets: %v)", n, len(payloads), entryGets)
+		t.Fatalf("%d reads of the batch's entry for %d redelivered jobs, want 1 (all reads: %v)", n, len(payloads), entryGets)
 	}
 }
