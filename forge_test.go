@@ -182,31 +182,14 @@ func TestBatchRewritesItsOwnEntry(t *testing.T) {
 	}
 	seq := e.publishBatch(0, "own-entry", jobs)
 	id := testBatchID("own-entry")
-	earlier, err := wire.EncodeBatchOutcomes(id, []wire.BatchOutcome{{Index: 0, ID: wire.BatchedJobID(id, 0), Value: encodeResult([]byte("earlier"), nil, false)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subject := "$KV." + e.topo.Names.Results() + "." + wire.BatchOutcomesKey(id)
-	ack, err := e.js.PublishMsg(ctx(t), &nats.Msg{Subject: subject, Data: earlier, Header: nats.Header{
-		headerBatchOrigin: {batchOrigin(e.topo.Names.Jobs(), e.topo.EpochOf(0), seq)},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := e.writeEarlierEntry(id, seq)
 	r := tagger{newCounter()}
 	e.waitOwned(batchWorker(e, "w", r))
 	testwait.Eventually(t, 10*time.Second, "the batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
 	if dls := e.deadLetters(); len(dls) != 0 {
 		t.Fatalf("%d dead letters: the batch was refused over its own entry", len(dls))
 	}
-	entry, err := e.topo.Results.Get(ctx(t), wire.BatchOutcomesKey(id))
-	if err != nil || entry.Revision() <= ack.Sequence {
-		t.Fatalf("entry %v, %v: not written again over revision %d", entry, err, ack.Sequence)
-	}
-	_, outs, err := wire.DecodeBatchOutcomes(entry.Value())
-	if err != nil || len(outs) != len(jobs) {
-		t.Fatalf("entry keeps %d outcomes (%v), want %d", len(outs), err, len(jobs))
-	}
+	e.checkEntryWrittenAgain(id, rev, len(jobs))
 }
 
 // TestForgeryAheadLeavesTheHonestCopyItsEntry: a worker reads a batch
@@ -259,17 +242,7 @@ func TestForgeryAheadLeavesTheHonestCopyItsEntry(t *testing.T) {
 		seq = ack.Sequence
 		return true
 	})
-	earlier, err := wire.EncodeBatchOutcomes(id, []wire.BatchOutcome{{Index: 0, ID: wire.BatchedJobID(id, 0), Value: encodeResult([]byte("earlier"), nil, false)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	subject := "$KV." + e.topo.Names.Results() + "." + wire.BatchOutcomesKey(id)
-	ack, err := e.js.PublishMsg(ctx(t), &nats.Msg{Subject: subject, Data: earlier, Header: nats.Header{
-		headerBatchOrigin: {batchOrigin(e.topo.Names.Jobs(), e.topo.EpochOf(0), seq)},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rev := e.writeEarlierEntry(id, seq)
 
 	e.waitOwned(batchWorker(e, "w", tagger{newCounter()}))
 	testwait.Eventually(t, 20*time.Second, "both messages acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
@@ -283,12 +256,38 @@ func TestForgeryAheadLeavesTheHonestCopyItsEntry(t *testing.T) {
 	if st := e.stateOf("seat:forged"); st != "" {
 		t.Fatalf("the forged batch's jobs were applied: state %q", st)
 	}
-	entry, err := e.topo.Results.Get(ctx(t), wire.BatchOutcomesKey(id))
-	if err != nil || entry.Revision() <= ack.Sequence {
-		t.Fatalf("entry %v, %v: not written again over revision %d", entry, err, ack.Sequence)
+	e.checkEntryWrittenAgain(id, rev, len(honest))
+}
+
+// writeEarlierEntry writes batch id's entry as an earlier owner of
+// partition 0 did for the message at stream sequence seq (one outcome,
+// bound to that message), and returns its revision.
+func (e *env) writeEarlierEntry(id string, seq uint64) uint64 {
+	e.t.Helper()
+	earlier, err := wire.EncodeBatchOutcomes(id, []wire.BatchOutcome{{Index: 0, ID: wire.BatchedJobID(id, 0), Value: encodeResult([]byte("earlier"), nil, false)}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	subject := "$KV." + e.topo.Names.Results() + "." + wire.BatchOutcomesKey(id)
+	ack, err := e.js.PublishMsg(ctx(e.t), &nats.Msg{Subject: subject, Data: earlier, Header: nats.Header{
+		headerBatchOrigin: {batchOrigin(e.topo.Names.Jobs(), e.topo.EpochOf(0), seq)},
+	}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// checkEntryWrittenAgain fails the test unless batch id's entry was
+// written again over revision rev, keeping the outcomes of its jobs.
+func (e *env) checkEntryWrittenAgain(id string, rev uint64, jobs int) {
+	e.t.Helper()
+	entry, err := e.topo.Results.Get(ctx(e.t), wire.BatchOutcomesKey(id))
+	if err != nil || entry.Revision() <= rev {
+		e.t.Fatalf("entry %v, %v: not written again over revision %d (the batch was refused)", entry, err, rev)
 	}
 	_, outs, err := wire.DecodeBatchOutcomes(entry.Value())
-	if err != nil || len(outs) != len(honest) {
-		t.Fatalf("entry keeps %d outcomes (%v), want %d: the honest copy was refused", len(outs), err, len(honest))
+	if err != nil || len(outs) != jobs {
+		e.t.Fatalf("entry keeps %d outcomes (%v), want %d", len(outs), err, jobs)
 	}
 }
