@@ -1,6 +1,7 @@
 package keylane
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strconv"
@@ -289,5 +290,49 @@ func (e *env) checkEntryWrittenAgain(id string, rev uint64, jobs int) {
 	_, outs, err := wire.DecodeBatchOutcomes(entry.Value())
 	if err != nil || len(outs) != jobs {
 		e.t.Fatalf("entry keeps %d outcomes (%v), want %d", len(outs), err, jobs)
+	}
+}
+
+// TestForgedBatchWithAMalformedJobIsDeadLetteredWhole: a forged batch
+// (its ID's entry another message's) that also carries a malformed job is
+// refused whole, its dead letter holding the whole body, as one whose
+// jobs are all valid. The malformed job is not dead-lettered alone first:
+// its dead letter would take the whole batch's ID (job 0's dead-letter ID
+// is the batch's), and the stream would drop the batch's as a duplicate,
+// leaving its valid jobs with no dead letter.
+func TestForgedBatchWithAMalformedJobIsDeadLetteredWhole(t *testing.T) {
+	e := newEnv(t, TopologyConfig{Partitions: 1})
+	jobs := make([]wire.BatchJob, 3)
+	for i := range jobs {
+		jobs[i] = wire.BatchJob{Key: "seat:forged", KeepOutcome: true, Reply: "_INBOX.forged." + strconv.Itoa(i), Payload: []byte("f" + strconv.Itoa(i))}
+	}
+	id := testBatchID("malformed-forged")
+	for i := range jobs {
+		jobs[i].ID = wire.BatchedJobID(id, i)
+	}
+	jobs[0].ID = "not-this-batch's" // malformed: a batch's job carries its batch's ID and index
+	body, err := wire.EncodeBatch(jobs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := e.js.PublishMsg(ctx(t), &nats.Msg{Subject: wire.BatchSubject(e.ns, 0), Data: body, Header: nats.Header{
+		HeaderJobID: {id}, wire.HeaderBatch: {"1"}, HeaderPartitions: {"1"}, wire.HeaderBatchJobs: {strconv.Itoa(len(jobs))},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.writeEarlierEntry(id, ack.Sequence+1000) // bound to another message
+	e.waitOwned(batchWorker(e, "w", tagger{newCounter()}))
+	testwait.Eventually(t, 20*time.Second, "the forged batch acked", func() bool { return e.streamMsgs(e.topo.Names.Jobs()) == 0 })
+	testwait.Eventually(t, 10*time.Second, "a dead letter", func() bool { return len(e.deadLetters()) > 0 })
+	dls := e.deadLetters()
+	if len(dls) != 1 || !strings.Contains(dls[0].Header.Get(HeaderError), "batch ID") || !bytes.Equal(dls[0].Data, body) {
+		for _, d := range dls {
+			t.Logf("dead letter: %v %q", d.Header, d.Data)
+		}
+		t.Fatalf("%d dead letters; want one, of the whole forged batch, saying why", len(dls))
+	}
+	if st := e.stateOf("seat:forged"); st != "" {
+		t.Fatalf("the forged batch's jobs were applied: state %q", st)
 	}
 }

@@ -145,7 +145,8 @@ func (e *UnreadableError) Unwrap() error { return e.Err }
 // header read, where a leader get is a JSON API request the server
 // queues, decodes and answers in JSON. Any answer to the direct get but
 // the message or "not found" (direct gets not allowed, no responder, a
-// timeout, a message of another subject) is asked again of the leader.
+// status, a message of another subject) is asked again of the leader; a
+// read that outlives ctx is an error, as a leader get's is.
 // On a replicated stream it is a leader get: a follower behind may answer
 // a direct get "not found" for an entry its leader holds.
 //
@@ -153,7 +154,10 @@ func (e *UnreadableError) Unwrap() error { return e.Err }
 // gets too and may be behind: a stale "not found" from it makes a claim
 // that read no entry, as a failed read does (the tenure's claimBatchID):
 // the batch runs, and its entry's write, which compares, still never
-// writes over another message's entry.
+// writes over another message's entry; and a redelivered batch whose
+// jobs look their outcomes up in its entry (ReadEntry, read once per
+// batch message) finds none there and is answered from its jobs' held
+// outcomes (a Reducer's state, an Applier's database) instead.
 func (s *Store) entryGet(ctx context.Context, subject string) (*StoredMsg, error) {
 	if s.single {
 		m, err := s.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+s.stream+"."+subject, nil)

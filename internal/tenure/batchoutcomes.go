@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/keylane/keylane/internal/core"
@@ -276,9 +277,13 @@ func (o *Owner) claimBatchID(msg jetstream.Msg, meta *jetstream.MsgMetadata, es 
 		}
 		// Refused: no job of b runs, and its entry is not written
 		// (keepBatch); its jobs are settled unrun (gateClaims) once the
-		// message is dead-lettered, the last acking it.
+		// message is dead-lettered, the last acking it. A message handed
+		// back meanwhile is refused on its redelivery instead.
 		o.open.remove(b)
 		c.refused = true
+		if c.abandoned.Load() {
+			return
+		}
 		c.settle = o.refuseTakenBatch(msg, seq, es, fmt.Errorf("%w: the entry of batch %s keeps message %q's outcomes, this is %q", errBatchIDTaken, b.id, takenBy, b.origin), false)
 	}()
 	return true
@@ -294,6 +299,10 @@ type batchClaim struct {
 	// its jobs are settled unrun (the last acks it); else they are left
 	// unacked, for the message to come again.
 	refused, settle bool
+	// abandoned: the message was handed back (owner.handBack) before the
+	// read answered; its redelivery is claimed again, so a refusal of
+	// this copy is neither dead-lettered nor answered.
+	abandoned atomic.Bool
 }
 
 // ended reports whether the read answered.
@@ -338,7 +347,7 @@ func (o *Owner) gateClaims(run func([]*task)) func([]*task) {
 				switch {
 				case c == nil || !c.refused:
 					left = append(left, t)
-				case c.settle:
+				case c.settle && o.ctx.Err() == nil && o.l.Trusted():
 					if err := t.msg.Ack(); err != nil {
 						o.stats.Unacked.Add(1)
 						o.log.Warn("ack of a refused batch", "seq", t.job.Seq, "err", err)

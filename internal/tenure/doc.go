@@ -149,8 +149,11 @@
 //     settled unrun once it is dead-lettered. A message of an ID whose
 //     read is still out waits for it before its own claim is decided, so
 //     a forgery just ahead of an honest copy does not get the copy
-//     refused. TestForgedBatchIDNeverOverwritesItsEntry,
-//     TestDeadLetterOfAForgedIDTakesNoOthersPlace, TestForgeryAheadLeavesTheHonestCopyItsEntry.
+//     refused; a batch with a malformed job waits for its claim before
+//     dead-lettering that job, so a refused one is dead-lettered whole
+//     (job 0's dead letter would take the batch's ID). TestForgedBatchIDNeverOverwritesItsEntry,
+//     TestDeadLetterOfAForgedIDTakesNoOthersPlace, TestForgeryAheadLeavesTheHonestCopyItsEntry,
+//     TestForgedBatchWithAMalformedJobIsDeadLetteredWhole.
 //   - A dead letter the stream refuses (too large, a header it does not
 //     take) or cannot take (no leader): sent bare, or retried with backoff,
 //     the lane held until it is stored. TestDeadLetterTooLargeStillFits,

@@ -364,6 +364,24 @@ func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 	if !o.claimBatchID(msg, meta, es, b) {
 		return // its ID's entry is another message's: refused whole
 	}
+	if c := b.claim; c != nil && hasMalformed(es) {
+		// A batch with a malformed job (only a raw publisher sends one)
+		// waits here for its claim: refused, it is dead-lettered whole,
+		// never job by job first (job 0's dead-letter ID is the whole
+		// batch's: the stream would drop the batch's as a duplicate).
+		if !c.wait(o.ctx) {
+			return // the tenure ended: unacked, for the next owner
+		}
+		if c.refused {
+			if c.settle && o.l.Trusted() {
+				if err := msg.Ack(); err != nil {
+					o.stats.Unacked.Add(1)
+					o.log.Warn("ack of a refused batch", "seq", seq, "err", err)
+				}
+			}
+			return
+		}
+	}
 	for i, e := range es {
 		if e.Err == nil && o.keptInBatch(b, e.Job, i) {
 			b.keep = o.keepBatch(b)
@@ -407,6 +425,16 @@ func (o *Owner) dispatchBatch(ln *lanes, msg jetstream.Msg, meta *jetstream.MsgM
 			o.handBack(t, stalled)
 		}
 	}
+}
+
+// hasMalformed reports whether a job of es breaks a rule.
+func hasMalformed(es []wire.BatchEntry) bool {
+	for _, e := range es {
+		if e.Err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // rules are what this partition's jobs are checked against on receipt.

@@ -105,6 +105,9 @@ func (o *Owner) handBack(t *task, stalled bool) {
 			return
 		}
 		o.open.remove(b)
+		if b.claim != nil {
+			b.claim.abandoned.Store(true) // its redelivery is claimed again
+		}
 		msg = b.msg
 	}
 	o.stats.HandedBack.Add(1)
