@@ -10,6 +10,7 @@ import (
 	"github.com/keylane/keylane/internal/testwait"
 	"github.com/keylane/keylane/wire"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestLookUpSharedGathersConcurrentGroups: groups of one ID each (a
@@ -153,15 +154,7 @@ func TestKeepSharedGathersConcurrentGroups(t *testing.T) {
 func TestKeepSharedRoundRefusedGoesOneByOne(t *testing.T) {
 	mem := &Memory{}
 	s, kv, ctx := results(t, Config{BatchMin: 2, Memory: mem})
-	info, err := s.js.Stream(ctx, s.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := info.CachedInfo().Config
-	cfg.AllowAtomicPublish = false
-	if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	editResults(t, s, ctx, func(sc *jetstream.StreamConfig) { sc.AllowAtomicPublish = false })
 	const n = 12
 	for i, err := range keepGathered(t, s, n) {
 		if err != nil {

@@ -40,6 +40,21 @@ func results(t *testing.T, cfg Config) (*Store, jetstream.KeyValue, context.Cont
 	return New(cfg), kv, ctx
 }
 
+// editResults changes the results stream's configuration as edit says,
+// as an operator may on a running namespace.
+func editResults(t *testing.T, s *Store, ctx context.Context, edit func(*jetstream.StreamConfig)) {
+	t.Helper()
+	st, err := s.js.Stream(ctx, s.stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := st.CachedInfo().Config
+	edit(&sc)
+	if _, err := s.js.UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestStoreLookUp: one batched request settles a group's IDs from a
 // current answer: a kept outcome (a dead letter's too), none kept for a
 // deleted or never written ID, an *UnreadableError for a value that does
@@ -148,15 +163,7 @@ func TestEntryReadFallsBackToTheLeader(t *testing.T) {
 	if _, err := s.PutEntry(ctx, id, a, 0, []byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.js.Stream(ctx, s.stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc := st.CachedInfo().Config
-	sc.AllowDirect = false
-	if _, err := s.js.UpdateStream(ctx, sc); err != nil {
-		t.Fatal(err)
-	}
+	editResults(t, s, ctx, func(sc *jetstream.StreamConfig) { sc.AllowDirect = false })
 	if _, takenBy, err := s.EntryRev(ctx, id, b); takenBy != a || err != nil {
 		t.Fatalf("without direct gets: taken by %q, %v; want %q", takenBy, err, a)
 	}
